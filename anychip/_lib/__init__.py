@@ -1,0 +1,1 @@
+"""Shared libraries built from csrc/ (simulator, collective engine). See setup.py."""

@@ -1,0 +1,145 @@
+"""The interface every backend implements.
+
+A backend owns only the raw calls, all prefixed with ``_``. The front end
+(:mod:`anychip.runtime.device`, ``stream``, ``buffer``) owns argument checks,
+accounting and caching, so a backend may assume:
+
+* ``index`` is in ``range(device_count())``;
+* sizes and offsets are non-negative ints and lie inside the allocations;
+* ``stream`` / ``event`` arguments are handles this backend returned for the
+  same device and that were not destroyed;
+* host memory is passed as a C-contiguous 1-D ``numpy.uint8`` array (writable
+  when it is the destination); the front end keeps it alive until the stream
+  that used it has been synchronized.
+
+Raw calls translate native failures into :mod:`anychip.runtime.errors`
+exceptions (``DeviceError`` with the vendor's code name; ``OutOfMemoryError``
+from ``_malloc`` when the device has no room).
+
+Copies and memsets are always enqueued on a stream (``_default_stream(index)``
+gives the one used when the user names none); the front end synchronizes when
+the user asked for a synchronous copy.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = ["DevicePlugin", "H2D", "D2H", "D2D"]
+
+H2D = "h2d"
+D2H = "d2h"
+D2D = "d2d"
+
+
+class DevicePlugin:
+    #: backend name used in ANYCHIP_DEVICES and device strings ("cuda", "opencl", ...)
+    name: ClassVar[str] = ""
+    #: among backends of the same tier (real accelerator / simulated / host), higher comes first
+    priority: ClassVar[int] = 0
+    #: False only for backends whose memory is ordinary host memory (cpu)
+    accelerator: ClassVar[bool] = True
+    #: True when a simulator stands in for the vendor library (set by ``available()``)
+    simulated: bool = False
+    #: optional kernel set the tensor layer may use (None = host fallback)
+    kernels: Any = None
+
+    # -- identity -------------------------------------------------------
+    def available(self) -> tuple[bool, str]:
+        """(True, description) or (False, the reason it cannot be used). Must not raise."""
+        raise NotImplementedError
+
+    def device_count(self) -> int:
+        raise NotImplementedError
+
+    def properties(self, index: int) -> dict:
+        """At least ``name`` and ``total_memory``; anything else the backend knows."""
+        raise NotImplementedError
+
+    # -- memory ---------------------------------------------------------
+    def _malloc(self, index: int, nbytes: int) -> Any:
+        raise NotImplementedError
+
+    def _free(self, index: int, handle: Any) -> None:
+        raise NotImplementedError
+
+    def _mem_info(self, index: int) -> tuple[int, int]:
+        """(free, total) bytes of device memory."""
+        raise NotImplementedError
+
+    def _pointer(self, handle: Any, offset: int) -> int | None:
+        """Integer address of ``handle + offset`` when handles are pointers, else None."""
+        return None
+
+    # -- copies ---------------------------------------------------------
+    def _copy(self, index: int, dst: Any, dst_off: int, src: Any, src_off: int,
+              nbytes: int, kind: str, stream: Any) -> None:
+        """Enqueue a copy of ``nbytes`` on ``stream``.
+
+        ``kind`` is ``H2D`` (src is a host array), ``D2H`` (dst is a host array)
+        or ``D2D`` (both are handles of device ``index``).
+        """
+        raise NotImplementedError
+
+    def _copy_peer(self, dst_index: int, dst: Any, dst_off: int, src_index: int, src: Any,
+                   src_off: int, nbytes: int, stream: Any) -> None:
+        """Device-to-device copy between two devices of this backend, enqueued on
+        ``stream`` (a stream of ``src_index``). Optional: the front end stages through
+        host memory when this raises ``UnsupportedError``."""
+        from .errors import UnsupportedError
+        raise UnsupportedError(f"{self.name} has no peer-to-peer copy")
+
+    def _memset(self, index: int, dst: Any, dst_off: int, value: int, nbytes: int, stream: Any) -> None:
+        """Set ``nbytes`` bytes to the byte ``value`` (0..255), enqueued on ``stream``."""
+        raise NotImplementedError
+
+    # -- streams --------------------------------------------------------
+    def _default_stream(self, index: int) -> Any:
+        raise NotImplementedError
+
+    def _stream_create(self, index: int) -> Any:
+        raise NotImplementedError
+
+    def _stream_destroy(self, index: int, stream: Any) -> None:
+        raise NotImplementedError
+
+    def _stream_synchronize(self, index: int, stream: Any) -> None:
+        raise NotImplementedError
+
+    def _stream_query(self, index: int, stream: Any) -> bool:
+        """True when all work enqueued on ``stream`` is complete."""
+        raise NotImplementedError
+
+    def _stream_wait_event(self, index: int, stream: Any, event: Any) -> None:
+        """Work enqueued on ``stream`` after this call waits for ``event``."""
+        raise NotImplementedError
+
+    # -- events ---------------------------------------------------------
+    def _event_create(self, index: int) -> Any:
+        raise NotImplementedError
+
+    def _event_destroy(self, index: int, event: Any) -> None:
+        raise NotImplementedError
+
+    def _event_record(self, index: int, event: Any, stream: Any) -> None:
+        raise NotImplementedError
+
+    def _event_synchronize(self, index: int, event: Any) -> None:
+        raise NotImplementedError
+
+    def _event_query(self, index: int, event: Any) -> bool:
+        raise NotImplementedError
+
+    def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
+        raise NotImplementedError
+
+    def _synchronize(self, index: int) -> None:
+        """Wait for all work on every stream of device ``index``."""
+        raise NotImplementedError
+
+    # -- optional -------------------------------------------------------
+    def native_ccl(self) -> Any:
+        """The chip's own collective library binding, or None."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

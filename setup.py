@@ -1,0 +1,37 @@
+"""Build the C parts of anychip.
+
+Every entry of ``C_LIBRARIES`` is compiled into a plain shared library inside
+the package (``anychip/_lib/<name>.<ext-suffix>``). They are not Python
+extension modules: the backends ``dlopen`` them through cffi (ABI mode), exactly
+as they would open a vendor's library. ``anychip.runtime._libs.find_library``
+locates them. A C source added later only needs a line here.
+"""
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wno-unused-function"]
+
+# name -> (sources, extra libraries)
+C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
+}
+
+
+class build_clib_as_ext(build_ext):
+    """Plain shared libraries: no PyInit symbol is required or exported."""
+
+    def get_export_symbols(self, ext):
+        return []
+
+
+ext_modules = [
+    Extension(
+        f"anychip._lib.{name}",
+        sources=sources,
+        include_dirs=["csrc/include", "csrc"],
+        extra_compile_args=COMMON_FLAGS,
+        libraries=["pthread", "rt", *libs],
+    )
+    for name, (sources, libs) in C_LIBRARIES.items()
+]
+
+setup(ext_modules=ext_modules, cmdclass={"build_ext": build_clib_as_ext})
