@@ -1,0 +1,50 @@
+"""anychip: one runtime API — devices, a caching allocator, streams and events,
+copies, collectives — over CUDA, OpenCL, vendor chips (real or simulated) and
+the host CPU.
+
+    >>> import anychip, numpy as np
+    >>> dev = anychip.device("cpu:0")
+    >>> buf = dev.alloc(16).copy_from(np.arange(4, dtype=np.int32))
+    >>> buf.to_numpy(np.int32)
+    array([0, 1, 2, 3], dtype=int32)
+"""
+from __future__ import annotations
+
+from ._version import __version__
+from .runtime.buffer import Buffer
+from .runtime.device import (
+    Device,
+    copy,
+    current_device,
+    default_device,
+    device,
+    devices,
+    set_device,
+)
+from .runtime.errors import (
+    AnychipError,
+    CollectiveError,
+    CollectiveTimeout,
+    DeviceError,
+    InvalidArgumentError,
+    OutOfMemoryError,
+    PluginError,
+    SelectionError,
+    UnsupportedError,
+)
+from .runtime.plugin import DevicePlugin
+from .runtime.registry import BackendInfo, backends, register_plugin, unregister_plugin
+from .runtime.stream import Event, Stream, current_stream
+
+__all__ = [
+    "__version__",
+    # devices
+    "Device", "devices", "device", "default_device", "current_device", "set_device",
+    # memory, copies, ordering
+    "Buffer", "copy", "Stream", "Event", "current_stream",
+    # backends
+    "DevicePlugin", "BackendInfo", "backends", "register_plugin", "unregister_plugin",
+    # errors
+    "AnychipError", "DeviceError", "OutOfMemoryError", "InvalidArgumentError", "UnsupportedError",
+    "PluginError", "SelectionError", "CollectiveError", "CollectiveTimeout",
+]

@@ -1,0 +1,24 @@
+"""Device-agnostic runtime policy: registry, selection, devices, streams, buffers, allocator."""
+from .buffer import Buffer
+from .device import Device, copy, current_device, default_device, device, devices, set_device
+from .errors import (
+    AnychipError,
+    CollectiveError,
+    CollectiveTimeout,
+    DeviceError,
+    InvalidArgumentError,
+    OutOfMemoryError,
+    PluginError,
+    SelectionError,
+    UnsupportedError,
+)
+from .plugin import DevicePlugin
+from .registry import BackendInfo, backends, register_plugin, unregister_plugin
+from .stream import Event, Stream, current_stream
+
+__all__ = [
+    "AnychipError", "BackendInfo", "Buffer", "CollectiveError", "CollectiveTimeout", "Device", "DeviceError",
+    "DevicePlugin", "Event", "InvalidArgumentError", "OutOfMemoryError", "PluginError", "SelectionError", "Stream",
+    "UnsupportedError", "backends", "copy", "current_device", "current_stream", "default_device", "device",
+    "devices", "register_plugin", "set_device", "unregister_plugin",
+]

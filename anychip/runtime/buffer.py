@@ -1,0 +1,163 @@
+"""Buffer: a range of device memory handed out by a device's allocator.
+
+A Buffer is (segment handle, offset, nbytes, device). Freed explicitly with
+``free()`` or when the last reference goes. ``view(offset, nbytes)`` gives a
+sub-range that shares the memory (and keeps its parent alive).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from .device import Device
+    from .stream import Stream
+
+__all__ = ["Buffer"]
+
+
+class Buffer:
+    __slots__ = ("device", "nbytes", "_block", "_offset", "_root", "__weakref__")
+
+    device: Device
+    nbytes: int
+
+    def __init__(self) -> None:  # pragma: no cover - made by Device.alloc
+        raise TypeError("Buffers are made by Device.alloc(nbytes)")
+
+    # -- identity -------------------------------------------------------
+    def _check(self) -> Any:
+        """The allocator block, or an error if the memory was freed."""
+        root = self._root
+        block = self._block if root is None else root._block
+        if block is None:
+            raise InvalidArgumentError(f"use of a freed buffer ({self.nbytes} bytes on {self.device})")
+        return block
+
+    @property
+    def handle(self) -> Any:
+        """The backend's segment handle (a pointer, a cl.Buffer, a host array...)."""
+        return self._check().handle
+
+    @property
+    def offset(self) -> int:
+        """Byte offset of this buffer inside its segment."""
+        self._check()
+        return self._offset
+
+    @property
+    def ptr(self) -> int | None:
+        """Integer device address where the backend has one, else None."""
+        block = self._check()
+        return self.device.plugin._pointer(block.handle, self._offset)
+
+    @property
+    def freed(self) -> bool:
+        root = self._root if self._root is not None else self
+        return root._block is None
+
+    # -- memory ---------------------------------------------------------
+    def free(self) -> None:
+        """Return the memory to the device's allocator (stream-ordered: work already
+        enqueued that uses it still completes first). Freeing twice is an error."""
+        if self._root is not None:
+            raise InvalidArgumentError("free() on a view: free the buffer it views instead")
+        block = self._block
+        if block is None:
+            raise InvalidArgumentError(f"double free of a buffer ({self.nbytes} bytes on {self.device})")
+        self._block = None
+        self.device._free_block(block, True)
+
+    def record_stream(self, stream: Stream) -> None:
+        """Tell the allocator this memory is also used on ``stream``: after free it is
+        reused only once the work enqueued so far on ``stream`` is done."""
+        root = self._root if self._root is not None else self
+        self.device._record_stream(root._check(), stream)
+
+    def view(self, offset: int, nbytes: int | None = None) -> Buffer:
+        """The sub-range [offset, offset + nbytes) sharing this buffer's memory."""
+        self._check()
+        offset = _size(offset, "offset")
+        if nbytes is None:
+            nbytes = self.nbytes - offset
+        nbytes = _size(nbytes, "nbytes")
+        if offset + nbytes > self.nbytes:
+            raise InvalidArgumentError(
+                f"view [{offset}, {offset + nbytes}) lies outside the buffer of {self.nbytes} bytes")
+        v = Buffer.__new__(Buffer)
+        v.device = self.device
+        v.nbytes = nbytes
+        v._block = None
+        v._offset = self._offset + offset
+        v._root = self._root if self._root is not None else self
+        return v
+
+    # -- copies ---------------------------------------------------------
+    def copy_from(self, src: Any, nbytes: int | None = None, *, offset: int = 0, src_offset: int = 0,
+                  stream: Stream | None = None) -> Buffer:
+        """Copy from a host array (any C-contiguous NumPy array or bytes-like) or
+        another Buffer into this one at ``offset``. Synchronous unless a stream is given."""
+        self.device.copy(self, src, nbytes, dst_offset=offset, src_offset=src_offset, stream=stream)
+        return self
+
+    def copy_to(self, dst: Any, nbytes: int | None = None, *, offset: int = 0, dst_offset: int = 0,
+                stream: Stream | None = None) -> Any:
+        """Copy this buffer (from ``offset``) into a writable host array or Buffer."""
+        self.device.copy(dst, self, nbytes, dst_offset=dst_offset, src_offset=offset, stream=stream)
+        return dst
+
+    def to_numpy(self, dtype: Any = np.uint8, shape: Any = None, *, offset: int = 0,
+                 stream: Stream | None = None) -> np.ndarray:
+        """A new host array with the buffer's contents (synchronous)."""
+        dt = np.dtype(dtype)
+        offset = _size(offset, "offset")
+        if shape is None:
+            avail = self.nbytes - offset if offset <= self.nbytes else -1
+            if avail < 0 or avail % dt.itemsize:
+                raise InvalidArgumentError(
+                    f"{avail} bytes from offset {offset} are not a whole number of {dt.name} "
+                    f"({dt.itemsize} bytes); pass shape=")
+            shape = (avail // dt.itemsize,)
+        out = np.empty(shape, dtype=dt)
+        self.device.copy(out, self, out.nbytes, src_offset=offset, stream=stream, _sync=True)
+        return out
+
+    def memset(self, value: int, nbytes: int | None = None, *, offset: int = 0,
+               stream: Stream | None = None) -> Buffer:
+        """Set bytes to ``value`` (0..255). Synchronous unless a stream is given."""
+        self.device.memset(self, value, nbytes, offset=offset, stream=stream)
+        return self
+
+    # -- lifetime -------------------------------------------------------
+    def __del__(self) -> None:
+        block = self._block
+        if block is not None:
+            self._block = None
+            try:
+                self.device._free_block(block)
+            except Exception:  # noqa: BLE001 - never raise from a finalizer
+                pass
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __repr__(self) -> str:
+        if self.freed:
+            return f"<anychip.Buffer {self.nbytes} bytes on {self.device} (freed)>"
+        kind = " view" if self._root is not None else ""
+        return f"<anychip.Buffer{kind} {self.nbytes} bytes on {self.device} at offset {self._offset}>"
+
+
+def _size(value: Any, what: str) -> int:
+    """A non-negative int from ``value`` (numpy integers accepted), or a clear error."""
+    if type(value) is not int:
+        try:
+            value = value.__index__()
+        except (AttributeError, TypeError):
+            raise InvalidArgumentError(f"{what} must be an integer, got {type(value).__name__} {value!r}") from None
+    if value < 0:
+        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
+    return value

@@ -1,0 +1,458 @@
+"""Devices: the selected list, the current device, and the front-end checks
+that every backend relies on (sizes, offsets, devices, freed buffers).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from . import registry
+from .buffer import Buffer, _size
+from .errors import InvalidArgumentError, SelectionError, UnsupportedError
+from .plugin import D2D, D2H, H2D
+from .selection import select
+from .stream import Event, Stream, _tls
+
+__all__ = ["Device", "devices", "device", "set_device", "current_device", "default_device", "copy"]
+
+_lock = threading.RLock()
+_instances: dict[tuple[str, int], Device] = {}
+_selected: list[Device] | None = None
+_selected_env: str | None = None
+
+
+class Device:
+    """One device of one backend, e.g. ``ascend:0``. One instance per device;
+    get it with :func:`anychip.device`. Also a context manager that makes it the
+    current device on this thread."""
+
+    def __init__(self, info: registry.BackendInfo, index: int) -> None:
+        assert info.plugin is not None
+        self.backend: str = info.name
+        self.index: int = index
+        self.plugin = info.plugin
+        self.name = f"{info.name}:{index}"
+        self._info = info
+        self._lock = threading.Lock()
+        self._deferred: list = []          # blocks freed by finalizers while the lock was busy
+        self._allocator: Any = None
+        self._default: Stream | None = None
+        self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+        self._properties: dict | None = None
+
+    # -- identity -------------------------------------------------------
+    @property
+    def simulated(self) -> bool:
+        """True when a simulator stands in for the vendor's library."""
+        return bool(self.plugin.simulated)
+
+    @property
+    def properties(self) -> dict:
+        if self._properties is None:
+            props = dict(self.plugin.properties(self.index))
+            props.setdefault("backend", self.backend)
+            props.setdefault("index", self.index)
+            props.setdefault("simulated", self.simulated)
+            self._properties = props
+        return dict(self._properties)
+
+    @property
+    def default_stream(self) -> Stream:
+        s = self._default
+        if s is None:
+            with self._lock:
+                if self._default is None:
+                    self._default = Stream._wrap_default(self)
+                s = self._default
+        return s
+
+    def current_stream(self) -> Stream:
+        s = _tls.streams.get(self)
+        return s if s is not None else self.default_stream
+
+    def __repr__(self) -> str:
+        return f"device({self.name!r})"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __reduce__(self) -> Any:
+        return (device, (self.name,))
+
+    def __enter__(self) -> Device:
+        _tls.device_stack.append(_tls.device)
+        _tls.device = self
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _tls.device = _tls.device_stack.pop()
+
+    # -- memory ---------------------------------------------------------
+    @property
+    def allocator(self) -> Any:
+        a = self._allocator
+        if a is None:
+            with self._lock:
+                if self._allocator is None:
+                    self._allocator = self._make_allocator()
+                a = self._allocator
+        return a
+
+    def _make_allocator(self) -> Any:
+        from .allocator import make_allocator
+        plugin, index = self.plugin, self.index
+
+        def event_record(stream: Stream) -> Any:
+            ev = plugin._event_create(index)
+            plugin._event_record(index, ev, stream._handle)
+            return ev
+
+        return make_allocator(
+            lambda n: plugin._malloc(index, n),
+            lambda h: plugin._free(index, h),
+            mem_info=lambda: plugin._mem_info(index),
+            event_record=event_record,
+            event_query=lambda ev: plugin._event_query(index, ev),
+            event_synchronize=lambda ev: plugin._event_synchronize(index, ev),
+            event_destroy=lambda ev: plugin._event_destroy(index, ev),
+            name=self.name,
+        )
+
+    def alloc(self, nbytes: int, stream: Stream | None = None) -> Buffer:
+        """``nbytes`` of device memory from the caching allocator, usable at once on
+        ``stream`` (default: the current stream)."""
+        if type(nbytes) is not int or nbytes < 0:
+            nbytes = _size(nbytes, "nbytes")
+        if stream is None:
+            stream = _tls.streams.get(self) or self.default_stream
+        elif stream.__class__ is not Stream or stream.device is not self:
+            raise InvalidArgumentError(f"alloc on {self} got {stream!r}; pass a Stream of {self}")
+        allocator = self._allocator or self.allocator
+        with self._lock:
+            if self._deferred:
+                self._free_deferred()
+            block = allocator.malloc(nbytes, stream)
+        buf = Buffer.__new__(Buffer)
+        buf.device = self
+        buf.nbytes = nbytes
+        buf._block = block
+        buf._offset = block.offset
+        buf._root = None
+        return buf
+
+    def _free_block(self, block: Any, explicit: bool = False) -> None:
+        # Called from Buffer.free (explicit) and Buffer.__del__. A finalizer may run
+        # while this thread is inside the allocator (garbage collection), so it never
+        # blocks: when the lock is busy the block is freed by the next alloc or free.
+        if self._lock.acquire(blocking=explicit):
+            try:
+                if self._deferred:
+                    self._free_deferred()
+                self._allocator.free(block)
+            finally:
+                self._lock.release()
+        else:
+            self._deferred.append(block)
+
+    def _free_deferred(self) -> None:
+        pending, self._deferred = self._deferred, []
+        for block in pending:
+            self._allocator.free(block)
+
+    def _record_stream(self, block: Any, stream: Stream) -> None:
+        if not isinstance(stream, Stream) or stream.device is not self:
+            raise InvalidArgumentError(f"record_stream needs a Stream of {self}, got {stream!r}")
+        stream._live()
+        with self._lock:
+            self._allocator.record_stream(block, stream)
+
+    def mem_info(self) -> tuple[int, int]:
+        """(free, total) bytes of device memory as the backend reports them."""
+        free, total = self.plugin._mem_info(self.index)
+        return int(free), int(total)
+
+    def memory_stats(self) -> dict[str, int]:
+        """Allocator statistics with PyTorch's dotted names (``allocated_bytes.all.current``...)."""
+        allocator = self.allocator
+        with self._lock:
+            if self._deferred:
+                self._free_deferred()
+            return dict(allocator.memory_stats())
+
+    def reset_peak_memory_stats(self) -> None:
+        with self._lock:
+            self.allocator.reset_peak_stats()
+
+    def empty_cache(self) -> None:
+        """Return cached, unused memory to the backend."""
+        allocator = self.allocator
+        with self._lock:
+            if self._deferred:
+                self._free_deferred()
+            allocator.empty_cache()
+
+    def synchronize(self) -> None:
+        """Wait for all work on every stream of this device."""
+        self.plugin._synchronize(self.index)
+        for s in list(self._streams):
+            s._keep.clear()
+
+    # -- copies and memset ---------------------------------------------
+    def copy(self, dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0,
+             src_offset: int = 0, stream: Stream | None = None) -> None:
+        """Copy between host arrays and Buffers (see :func:`anychip.copy`)."""
+        copy(dst, src, nbytes, dst_offset=dst_offset, src_offset=src_offset, stream=stream)
+
+    def memset(self, buf: Buffer, value: int, nbytes: int | None = None, *, offset: int = 0,
+               stream: Stream | None = None) -> None:
+        """Set ``nbytes`` bytes of ``buf`` from ``offset`` to ``value`` (0..255).
+        Synchronous unless ``stream`` is given."""
+        if not isinstance(buf, Buffer):
+            raise InvalidArgumentError(f"memset needs an anychip.Buffer, got {type(buf).__name__}")
+        if buf.device is not self:
+            raise InvalidArgumentError(f"memset on {self} got a buffer of {buf.device}")
+        block = buf._check()
+        if type(value) is not int and not isinstance(value, np.integer):
+            raise InvalidArgumentError(f"memset value must be an int 0..255, got {value!r}")
+        if not 0 <= int(value) <= 255:
+            raise InvalidArgumentError(f"memset value must be a byte 0..255, got {value}")
+        offset = _size(offset, "offset")
+        nbytes = buf.nbytes - offset if nbytes is None else _size(nbytes, "nbytes")
+        _check_range(buf, offset, nbytes, "memset")
+        s, sync = self._stream_for(stream)
+        if nbytes:
+            self.plugin._memset(self.index, block.handle, buf._offset + offset, int(value), nbytes, s._live())
+        if sync:
+            s.synchronize()
+
+    def _stream_for(self, stream: Stream | None) -> tuple[Stream, bool]:
+        if stream is None:
+            return self.current_stream(), True
+        if not isinstance(stream, Stream):
+            raise InvalidArgumentError(f"stream must be an anychip.Stream, got {type(stream).__name__}")
+        if stream.device is not self:
+            raise InvalidArgumentError(f"{stream!r} cannot run work of {self}; pass a Stream of {self}")
+        return stream, False
+
+
+def _check_range(buf: Buffer, offset: int, nbytes: int, what: str) -> None:
+    if offset + nbytes > buf.nbytes:
+        raise InvalidArgumentError(
+            f"{what}: range [{offset}, {offset + nbytes}) runs past the end of a {buf.nbytes}-byte buffer")
+
+
+def _host_bytes(obj: Any, writable: bool, side: str) -> np.ndarray:
+    """A 1-D uint8 view of host memory (copied to contiguous form when a source needs it)."""
+    if isinstance(obj, np.ndarray):
+        arr = obj
+        if not arr.flags.c_contiguous:
+            if writable:
+                raise InvalidArgumentError(f"the {side} host array must be C-contiguous "
+                                           "(use numpy.ascontiguousarray)")
+            arr = np.ascontiguousarray(arr)
+        if writable and not arr.flags.writeable:
+            raise InvalidArgumentError(f"the {side} host array is read-only")
+        return arr.reshape(-1).view(np.uint8)
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"the {side} must be an anychip.Buffer or a host array (NumPy array or bytes-like), "
+            f"got {type(obj).__name__}") from None
+    if writable and mv.readonly:
+        raise InvalidArgumentError(f"the {side} host object is read-only")
+    if not mv.c_contiguous:
+        raise InvalidArgumentError(f"the {side} host object must be C-contiguous")
+    return np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, dtype=np.uint8)
+
+
+def copy(dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0, src_offset: int = 0,
+         stream: Stream | None = None, _sync: bool | None = None) -> None:
+    """Copy ``nbytes`` from ``src`` to ``dst``; each is a Buffer or a host array.
+
+    Without ``stream`` the copy is synchronous: it is enqueued on the current
+    stream of the device doing it (the source's for device-to-*), which is then
+    synchronized. With ``stream`` (a stream of that device) it is only enqueued;
+    host memory is kept alive until the stream is synchronized, but the caller
+    must not read a destination host array before then. Copies between devices
+    of different backends stage through host memory.
+    """
+    dbuf, sbuf = isinstance(dst, Buffer), isinstance(src, Buffer)
+    if not (dbuf or sbuf):
+        raise InvalidArgumentError("copy needs at least one anychip.Buffer (use numpy for host-to-host copies)")
+    dst_offset = _size(dst_offset, "dst_offset")
+    src_offset = _size(src_offset, "src_offset")
+    if sbuf:
+        sblock = src._check()
+        ssize = src.nbytes
+    else:
+        src = _host_bytes(src, False, "source")
+        ssize = src.nbytes
+    if dbuf:
+        dblock = dst._check()
+        dsize = dst.nbytes
+    else:
+        dst = _host_bytes(dst, True, "destination")
+        dsize = dst.nbytes
+    if nbytes is None:
+        if src_offset > ssize:
+            raise InvalidArgumentError(f"src_offset {src_offset} is past the end of the {ssize}-byte source")
+        nbytes = ssize - src_offset
+    else:
+        nbytes = _size(nbytes, "nbytes")
+    if src_offset + nbytes > ssize:
+        raise InvalidArgumentError(
+            f"copy of {nbytes} bytes from offset {src_offset} runs past the end of the {ssize}-byte source")
+    if dst_offset + nbytes > dsize:
+        raise InvalidArgumentError(
+            f"copy of {nbytes} bytes to offset {dst_offset} runs past the end of the {dsize}-byte destination")
+
+    dev: Device = src.device if sbuf else dst.device
+    s, sync = dev._stream_for(stream)
+    if _sync is not None:
+        sync = _sync or sync
+    if nbytes == 0:
+        return
+    plugin, index = dev.plugin, dev.index
+    if sbuf and dbuf:
+        if dst.device is dev:
+            plugin._copy(index, dblock.handle, dst._offset + dst_offset, sblock.handle, src._offset + src_offset,
+                         nbytes, D2D, s._live())
+        else:
+            _copy_between_devices(dst, dblock, dst_offset, src, sblock, src_offset, nbytes, s, sync)
+            return
+    elif dbuf:
+        plugin._copy(index, dblock.handle, dst._offset + dst_offset, src, src_offset, nbytes, H2D, s._live())
+        if not sync:
+            s._keep_alive(src)
+    else:
+        plugin._copy(index, dst, dst_offset, sblock.handle, src._offset + src_offset, nbytes, D2H, s._live())
+        if not sync:
+            s._keep_alive(dst)
+    if sync:
+        s.synchronize()
+
+
+def _copy_between_devices(dst: Buffer, dblock: Any, dst_offset: int, src: Buffer, sblock: Any,
+                          src_offset: int, nbytes: int, s: Stream, sync: bool) -> None:
+    sdev, ddev = src.device, dst.device
+    if sdev.plugin is ddev.plugin:
+        try:
+            sdev.plugin._copy_peer(ddev.index, dblock.handle, dst._offset + dst_offset, sdev.index, sblock.handle,
+                                   src._offset + src_offset, nbytes, s._live())
+        except UnsupportedError:
+            pass
+        else:
+            if sync:
+                s.synchronize()
+            return
+    # stage through host memory: device-to-host on the source stream, then host-to-device
+    staging = np.empty(nbytes, dtype=np.uint8)
+    sdev.plugin._copy(sdev.index, staging, 0, sblock.handle, src._offset + src_offset, nbytes, D2H, s._live())
+    s.synchronize()
+    ds = ddev.current_stream()
+    ddev.plugin._copy(ddev.index, dblock.handle, dst._offset + dst_offset, staging, 0, nbytes, H2D, ds._live())
+    if sync:
+        ds.synchronize()
+    else:
+        ds._keep_alive(staging)
+
+
+# -- selection and the current device --------------------------------------
+
+def _reset_selection() -> None:
+    global _selected, _selected_env
+    with _lock:
+        _selected = None
+        _selected_env = None
+
+
+def _selection() -> list[Device]:
+    global _selected, _selected_env
+    env = os.environ.get("ANYCHIP_DEVICES")
+    sel = _selected
+    if sel is not None and env == _selected_env:
+        return sel
+    with _lock:
+        infos = registry.backends()
+        chosen = select(env, infos)
+        by_name = {b.name: b for b in infos}
+        result = []
+        for name, index in chosen:
+            key = (name, index)
+            dev = _instances.get(key)
+            if dev is None or dev.plugin is not by_name[name].plugin:
+                dev = _instances[key] = Device(by_name[name], index)
+            result.append(dev)
+        _selected, _selected_env = result, env
+        return result
+
+
+def devices(backend: str | None = None) -> list[Device]:
+    """The selected devices (``ANYCHIP_DEVICES``) in priority order, optionally of one backend."""
+    sel = _selection()
+    if backend is None:
+        return list(sel)
+    if registry.backend(backend) is None:
+        raise SelectionError(f"unknown backend {backend!r}; known: {', '.join(b.name for b in registry.backends())}")
+    return [d for d in sel if d.backend == backend]
+
+
+def default_device() -> Device:
+    """The first selected device."""
+    return _selection()[0]
+
+
+def device(spec: Any = None) -> Device:
+    """Look up a device: ``"ascend:1"``, ``"cpu"`` (first selected device of that
+    backend), a Device, or None for the current device. Use as ``with anychip.device("cpu:0"):``."""
+    if spec is None:
+        return current_device()
+    if isinstance(spec, Device):
+        return spec
+    if not isinstance(spec, str):
+        raise InvalidArgumentError(f"a device is named by a string like 'cpu:0', got {type(spec).__name__} {spec!r}")
+    text = spec.strip()
+    name, colon, idx = text.partition(":")
+    sel = _selection()
+    if not colon:
+        for d in sel:
+            if d.backend == name:
+                return d
+    elif idx.isdigit():
+        for d in sel:
+            if d.backend == name and d.index == int(idx):
+                return d
+    else:
+        raise SelectionError(f"bad device name {spec!r}: expected 'backend:N', e.g. 'cpu:0'")
+    info = registry.backend(name)
+    if info is None:
+        known = ", ".join(b.name for b in registry.backends())
+        raise SelectionError(f"unknown backend {name!r} in device name {spec!r}; known backends: {known}")
+    if not info.available:
+        raise SelectionError(f"device {spec!r}: backend {name!r} is unavailable: {info.reason}")
+    env = os.environ.get("ANYCHIP_DEVICES")
+    if colon and int(idx) >= info.device_count:
+        raise SelectionError(f"device {spec!r} does not exist: {name} has {info.device_count} device(s)")
+    selected = ", ".join(d.name for d in sel)
+    raise SelectionError(f"device {spec!r} is not selected by ANYCHIP_DEVICES={env!r}; selected: {selected}")
+
+
+def current_device() -> Device:
+    """This thread's current device (default: the first selected device)."""
+    d = _tls.device
+    return d if d is not None else default_device()
+
+
+def set_device(spec: Any) -> Device:
+    """Make a device current on this thread and return it."""
+    d = device(spec)
+    _tls.device = d
+    return d
+
+
+__all__ += ["Event", "Stream"]
