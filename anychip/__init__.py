@@ -11,6 +11,12 @@ the host CPU.
 from __future__ import annotations
 
 from ._version import __version__
+
+# The backend package anychip/devices shares its name with the function
+# anychip.devices(). Import the package first so that binding the function below
+# is final: later imports of anychip.devices.<backend> find the package in
+# sys.modules and do not rebind the attribute.
+from . import devices as _devices_package  # noqa: F401  (isort: skip)
 from .runtime.buffer import Buffer
 from .runtime.device import (
     Device,

@@ -203,9 +203,9 @@ class Device:
 
     # -- copies and memset ---------------------------------------------
     def copy(self, dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0,
-             src_offset: int = 0, stream: Stream | None = None) -> None:
+             src_offset: int = 0, stream: Stream | None = None, _sync: bool | None = None) -> None:
         """Copy between host arrays and Buffers (see :func:`anychip.copy`)."""
-        copy(dst, src, nbytes, dst_offset=dst_offset, src_offset=src_offset, stream=stream)
+        copy(dst, src, nbytes, dst_offset=dst_offset, src_offset=src_offset, stream=stream, _sync=_sync)
 
     def memset(self, buf: Buffer, value: int, nbytes: int | None = None, *, offset: int = 0,
                stream: Stream | None = None) -> None:

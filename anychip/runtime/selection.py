@@ -50,13 +50,13 @@ class Term:
 
 
 def _known(backends: Sequence[_Backend]) -> str:
-    parts = []
+    lines = []
     for b in backends:
         if b.available:
-            parts.append(f"{b.name} ({b.device_count} device{'s' if b.device_count != 1 else ''})")
+            lines.append(f"    {b.name}: {b.device_count} device{'s' if b.device_count != 1 else ''}")
         else:
-            parts.append(f"{b.name} (unavailable: {b.reason})")
-    return "known backends: " + ("; ".join(parts) if parts else "none")
+            lines.append(f"    {b.name}: unavailable ({b.reason})")
+    return "known backends:\n" + ("\n".join(lines) if lines else "    none")
 
 
 def _error(value: str, term: str, problem: str, backends: Sequence[_Backend]) -> SelectionError:
@@ -117,7 +117,7 @@ def select(value: str | None, backends: Sequence[_Backend]) -> list[tuple[str, i
     everything = [(b.name, i) for b in usable for i in range(b.device_count)]
     if value is None or not value.strip():
         if not everything:
-            raise SelectionError(f"no device is available. {_known(backends)}")
+            raise SelectionError(f"no device is available.\n  {_known(backends)}")
         return everything
     terms = parse(value, backends)
     accepting = [t for t in terms if not t.discard]
@@ -155,5 +155,5 @@ def select(value: str | None, backends: Sequence[_Backend]) -> list[tuple[str, i
                           and (term.indices is None or i in term.indices))]
     chosen = list(dict.fromkeys(chosen))
     if not chosen:
-        raise SelectionError(f"ANYCHIP_DEVICES={value!r} selects no device. {_known(backends)}")
+        raise SelectionError(f"ANYCHIP_DEVICES={value!r} selects no device.\n  {_known(backends)}")
     return chosen
