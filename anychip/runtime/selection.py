@@ -95,8 +95,9 @@ def parse(value: str, backends: Sequence[_Backend] = ()) -> list[Term]:
             items = [d.strip() for d in devs.split(",")]
             bad = [d for d in items if not _INDEX.match(d)]
             if bad:
-                shown = bad[0] if bad[0] else "an empty entry"
-                raise _error(value, text, f"device {shown!r} is not a non-negative integer or *", backends)
+                problem = (f"device {bad[0]!r} is not a non-negative integer or *" if bad[0]
+                           else "empty device entry (a stray ',')")
+                raise _error(value, text, problem, backends)
             indices = tuple(dict.fromkeys(int(d) for d in items))
         if discard:
             seen_discard = True
