@@ -1,0 +1,749 @@
+"""OpenCL backend on pyopencl.
+
+Devices
+    One anychip device per OpenCL device of every platform: platforms in the
+    order ``pyopencl.get_platforms()`` returns them (the ICD loader's order),
+    devices in the order each platform lists them (all device types).
+    ``opencl:0`` is therefore the first device of the first platform. No
+    ``PYOPENCL_CTX`` is needed or read.
+
+Memory
+    A raw allocation is one ``cl.Buffer`` segment; the caching allocator
+    sub-allocates it by offset, so every copy, fill and kernel takes a byte
+    offset into the segment. OpenCL allocates buffers lazily, so ``_malloc``
+    runs a one-byte fill to make the allocation real; CPU implementations such
+    as PoCL never fail there (Linux over-commits), so this backend also keeps
+    its own count of the bytes it holds per device and refuses allocations
+    beyond ``CL_DEVICE_GLOBAL_MEM_SIZE``. Single buffers larger than
+    ``CL_DEVICE_MAX_MEM_ALLOC_SIZE`` are refused up front.
+
+Streams and events
+    A stream is an in-order command queue with profiling enabled. An event is
+    a marker enqueued on the queue it is recorded on; waiting on it is a
+    barrier with the marker in its wait list; elapsed time comes from the
+    markers' profiling timestamps. Every enqueue is followed by a flush so
+    work starts at once, as on CUDA.
+
+Host arrays
+    pyopencl returns a ``NannyEvent`` for copies that touch host memory; it
+    keeps the array alive and its destructor *blocks* until the copy has
+    finished. The stream object therefore holds those events until the stream
+    is synchronized (or they are seen complete), which keeps copies
+    asynchronous.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from ..runtime.errors import (
+    DeviceError,
+    InvalidArgumentError,
+    OutOfMemoryError,
+    UnsupportedError,
+)
+from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
+
+__all__ = ["OpenCLKernels", "OpenCLPlugin", "cl_code_name"]
+
+log = logging.getLogger("anychip")
+
+_NO_PLATFORM_HINT = "install an ICD such as Debian's pocl-opencl-icd"
+
+# Status codes whose failure means "no room"; used when pyopencl cannot name a code.
+_CL_CODE_NAMES = {
+    0: "CL_SUCCESS",
+    -1: "CL_DEVICE_NOT_FOUND",
+    -2: "CL_DEVICE_NOT_AVAILABLE",
+    -3: "CL_COMPILER_NOT_AVAILABLE",
+    -4: "CL_MEM_OBJECT_ALLOCATION_FAILURE",
+    -5: "CL_OUT_OF_RESOURCES",
+    -6: "CL_OUT_OF_HOST_MEMORY",
+    -7: "CL_PROFILING_INFO_NOT_AVAILABLE",
+    -11: "CL_BUILD_PROGRAM_FAILURE",
+    -14: "CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST",
+    -30: "CL_INVALID_VALUE",
+    -33: "CL_INVALID_DEVICE",
+    -34: "CL_INVALID_CONTEXT",
+    -36: "CL_INVALID_COMMAND_QUEUE",
+    -38: "CL_INVALID_MEM_OBJECT",
+    -54: "CL_INVALID_WORK_GROUP_SIZE",
+    -58: "CL_INVALID_EVENT",
+    -61: "CL_INVALID_BUFFER_SIZE",
+    -1001: "CL_PLATFORM_NOT_FOUND_KHR",
+}
+_CL_ALLOCATION_FAILURE = -4
+_CL_OUT_OF_RESOURCES = -5
+_CL_OUT_OF_HOST_MEMORY = -6
+_CL_INVALID_BUFFER_SIZE = -61
+_OOM_CODES = (_CL_ALLOCATION_FAILURE, _CL_OUT_OF_RESOURCES, _CL_OUT_OF_HOST_MEMORY)
+
+
+def cl_code_name(code: int | None) -> str | None:
+    """The OpenCL name of a status code (``-4`` -> ``"CL_MEM_OBJECT_ALLOCATION_FAILURE"``)."""
+    if code is None:
+        return None
+    try:
+        import pyopencl as cl
+
+        return "CL_" + cl.status_code.to_string(code)
+    except (ImportError, ValueError):
+        return _CL_CODE_NAMES.get(code, f"CL_STATUS_{code}")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+class _Stream:
+    """A stream handle: an in-order, profiling command queue of one device.
+
+    ``last`` is the event of the most recent command (for ``query``);
+    ``pending`` holds the ``NannyEvent``s of host copies not yet known complete.
+    """
+
+    __slots__ = ("__weakref__", "index", "last", "lock", "pending", "queue")
+
+    def __init__(self, queue: Any, index: int) -> None:
+        self.queue = queue
+        self.index = index
+        self.last: Any = None
+        self.pending: list[Any] = []
+        self.lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<opencl stream of device {self.index}>"
+
+
+class _Event:
+    """An event handle: the marker of its last ``record`` (None before the first)."""
+
+    __slots__ = ("index", "marker", "stream")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.marker: Any = None
+        self.stream: _Stream | None = None
+
+    def __repr__(self) -> str:
+        return f"<opencl event of device {self.index}{' (unrecorded)' if self.marker is None else ''}>"
+
+
+class _DeviceState:
+    """Per-device lazily created context, default queue, kernels and accounting."""
+
+    def __init__(self, cl_device: Any, platform_index: int, device_in_platform: int) -> None:
+        self.device = cl_device
+        self.platform_index = platform_index
+        self.device_in_platform = device_in_platform
+        self.context: Any = None
+        self.default: _Stream | None = None
+        self.streams: weakref.WeakSet[_Stream] = weakref.WeakSet()
+        self.allocated = 0
+        self.lock = threading.RLock()
+        self.program: Any = None
+        self.local_sizes: dict[str, int] = {}
+        self.kernels: dict[str, Any] = {}
+        self.kernel_locks: dict[str, threading.Lock] = {}
+
+
+class OpenCLPlugin(DevicePlugin):
+    """anychip backend for every OpenCL device pyopencl can see."""
+
+    name = "opencl"
+    priority = 10
+    accelerator = True
+
+    def __init__(self) -> None:
+        self._cl: Any = None
+        self._states: list[_DeviceState] | None = None
+        self._reason = "not probed"
+        self._lock = threading.Lock()
+        self.kernels = OpenCLKernels(self)
+
+    # ------------------------------------------------------------------ identity
+    def _probe(self) -> None:
+        """Import pyopencl and list devices once; sets ``_states`` or ``_reason``."""
+        with self._lock:
+            if self._states is not None:
+                return
+            try:
+                import pyopencl as cl
+            except Exception as exc:  # noqa: BLE001 - ImportError, or a broken install (OSError...)
+                self._reason = f"pyopencl is not importable ({type(exc).__name__}: {exc}); pip install pyopencl"
+                return
+            try:
+                platforms = cl.get_platforms()
+            except Exception as exc:  # noqa: BLE001 - CL_PLATFORM_NOT_FOUND_KHR, or a broken ICD
+                code = getattr(exc, "code", None)
+                self._reason = (f"pyopencl found no OpenCL platform ({cl_code_name(code) or exc}); "
+                                f"{_NO_PLATFORM_HINT}")
+                return
+            states: list[_DeviceState] = []
+            for p_index, platform in enumerate(platforms):
+                try:
+                    devices = platform.get_devices()
+                except Exception as exc:  # noqa: BLE001 - CL_DEVICE_NOT_FOUND on an empty platform
+                    log.debug("OpenCL platform %r lists no devices: %s", getattr(platform, "name", "?"), exc)
+                    continue
+                states.extend(_DeviceState(d, p_index, i) for i, d in enumerate(devices))
+            if not platforms:
+                self._reason = f"pyopencl found no OpenCL platform; {_NO_PLATFORM_HINT}"
+                return
+            if not states:
+                names = ", ".join(p.name for p in platforms)
+                self._reason = f"the OpenCL platforms ({names}) list no devices"
+                return
+            self._cl = cl
+            self._states = states
+
+    def available(self) -> tuple[bool, str]:
+        try:
+            self._probe()
+        except Exception as exc:  # noqa: BLE001 - available() never raises
+            return False, f"OpenCL probe failed: {type(exc).__name__}: {exc}"
+        if self._states is None:
+            return False, self._reason
+        descs = []
+        for st in self._states:
+            d = st.device
+            descs.append(f"{d.platform.name.strip()} / {d.name.strip()}")
+        n = len(self._states)
+        return True, f"{n} OpenCL device{'s' if n != 1 else ''}: " + "; ".join(descs)
+
+    def device_count(self) -> int:
+        self._probe()
+        return 0 if self._states is None else len(self._states)
+
+    def _state(self, index: int) -> _DeviceState:
+        self._probe()
+        if self._states is None:
+            raise UnsupportedError(f"OpenCL is unavailable: {self._reason}")
+        return self._states[index]
+
+    def properties(self, index: int) -> dict:
+        st = self._state(index)
+        cl = self._cl
+        d = st.device
+        types = []
+        for flag, label in ((cl.device_type.CPU, "CPU"), (cl.device_type.GPU, "GPU"),
+                            (cl.device_type.ACCELERATOR, "ACCELERATOR")):
+            if d.type & flag:
+                types.append(label)
+        with self._translate("clGetDeviceInfo", index):
+            return {
+                "name": d.name.strip(),
+                "platform": d.platform.name.strip(),
+                "platform_version": d.platform.version.strip(),
+                "vendor": d.vendor.strip(),
+                "version": d.version.strip(),
+                "driver_version": d.driver_version.strip(),
+                "type": "|".join(types) or "OTHER",
+                "total_memory": int(d.global_mem_size),
+                "max_alloc": int(d.max_mem_alloc_size),
+                "compute_units": int(d.max_compute_units),
+                "max_work_group_size": int(d.max_work_group_size),
+                "mem_base_addr_align_bytes": int(d.mem_base_addr_align) // 8,
+                "fp64": self._has_fp64(d),
+                "platform_index": st.platform_index,
+                "device_in_platform": st.device_in_platform,
+            }
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _has_fp64(d: Any) -> bool:
+        try:
+            return bool(d.double_fp_config) or "cl_khr_fp64" in d.extensions
+        except Exception:  # noqa: BLE001 - CL_INVALID_VALUE on OpenCL 1.0 devices
+            return "cl_khr_fp64" in d.extensions
+
+    def _context(self, index: int) -> Any:
+        st = self._state(index)
+        if st.context is None:
+            with st.lock:
+                if st.context is None:
+                    with self._translate("clCreateContext", index):
+                        st.context = self._cl.Context(devices=[st.device])
+        return st.context
+
+    @contextmanager
+    def _translate(self, what: str, index: int | None = None, requested: int | None = None) -> Iterator[None]:
+        """Turn pyopencl errors into anychip errors carrying the OpenCL code name."""
+        cl = self._cl
+        try:
+            yield
+        except DeviceError:
+            raise
+        except Exception as exc:
+            if cl is None or not isinstance(exc, cl.Error):
+                raise
+            raise self._convert(exc, what, index, requested) from exc
+
+    def _convert(self, exc: Any, what: str, index: int | None, requested: int | None) -> DeviceError:
+        code = getattr(exc, "code", None)
+        if not isinstance(code, int):
+            code = None
+        name = cl_code_name(code)
+        dev = f"opencl:{index}" if index is not None else None
+        if code == _CL_ALLOCATION_FAILURE or (requested is not None and code in _OOM_CODES):
+            free = total = None
+            if index is not None and self._states is not None:
+                free, total = self._mem_info(index)
+            return OutOfMemoryError(requested or 0, free, total, backend=self.name, device=dev,
+                                    code=code, code_name=name, detail=f"{what} failed")
+        where = f" on {dev}" if dev else ""
+        return DeviceError(f"{what} failed{where}: {exc}", backend=self.name, code=code, code_name=name)
+
+    def _after_enqueue(self, stream: _Stream, event: Any, nanny: bool = False) -> None:
+        stream.last = event
+        if nanny:
+            with stream.lock:
+                stream.pending.append(event)
+                if len(stream.pending) >= 64:
+                    self._prune(stream)
+        stream.queue.flush()
+
+    def _prune(self, stream: _Stream) -> None:
+        """Drop NannyEvents already complete (the caller holds ``stream.lock``)."""
+        complete = self._cl.command_execution_status.COMPLETE
+        pending = stream.pending
+        if pending and pending[-1].command_execution_status == complete:
+            pending.clear()
+            return
+        done = 0
+        for ev in pending:
+            if ev.command_execution_status != complete:
+                break
+            done += 1
+        del pending[:done]
+
+    def _new_stream(self, index: int) -> _Stream:
+        cl = self._cl
+        ctx = self._context(index)
+        st = self._state(index)
+        with self._translate("clCreateCommandQueue", index):
+            q = cl.CommandQueue(ctx, st.device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        s = _Stream(q, index)
+        st.streams.add(s)
+        return s
+
+    # ------------------------------------------------------------------ memory
+    def _malloc(self, index: int, nbytes: int) -> Any:
+        st = self._state(index)
+        cl = self._cl
+        d = st.device
+        max_alloc = int(d.max_mem_alloc_size)
+        total = int(d.global_mem_size)
+        size = max(int(nbytes), 1)  # clCreateBuffer refuses size 0
+        if size > max_alloc:
+            raise OutOfMemoryError(nbytes, *self._mem_info(index), backend=self.name, device=f"opencl:{index}",
+                                   code=_CL_INVALID_BUFFER_SIZE, code_name="CL_INVALID_BUFFER_SIZE",
+                                   detail=f"one buffer may hold at most {_mib(max_alloc)} on this device "
+                                          f"(CL_DEVICE_MAX_MEM_ALLOC_SIZE)")
+        with st.lock:
+            if st.allocated + size > total:
+                raise OutOfMemoryError(nbytes, max(total - st.allocated, 0), total, backend=self.name,
+                                       device=f"opencl:{index}", code=_CL_ALLOCATION_FAILURE,
+                                       code_name="CL_MEM_OBJECT_ALLOCATION_FAILURE",
+                                       detail=f"anychip already holds {_mib(st.allocated)} of the "
+                                              f"{_mib(total)} CL_DEVICE_GLOBAL_MEM_SIZE")
+            st.allocated += size
+        try:
+            ctx = self._context(index)
+            with self._translate("clCreateBuffer", index, requested=nbytes):
+                buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size)
+                # buffers are allocated lazily; touch one byte so a failure shows here
+                stream = self._default_stream(index)
+                ev = cl.enqueue_fill_buffer(stream.queue, buf, np.uint8(0), 0, 1)
+                ev.wait()
+        except BaseException:
+            with st.lock:
+                st.allocated -= size
+            raise
+        return buf
+
+    def _free(self, index: int, handle: Any) -> None:
+        st = self._state(index)
+        size = max(int(handle.size), 1)
+        with self._translate("clReleaseMemObject", index):
+            # OpenCL defers the actual release until enqueued commands using it finish
+            handle.release()
+        with st.lock:
+            st.allocated -= size
+
+    def _mem_info(self, index: int) -> tuple[int, int]:
+        st = self._state(index)
+        total = int(st.device.global_mem_size)
+        free = total - st.allocated
+        try:  # AMD drivers report the real figure (in KiB)
+            if "cl_amd_device_attribute_query" in st.device.extensions:
+                amd_free = int(st.device.global_free_memory_amd[0]) * 1024
+                free = min(free, amd_free)
+        except Exception as exc:  # noqa: BLE001 - an optional vendor query
+            log.debug("CL_DEVICE_GLOBAL_FREE_MEMORY_AMD failed: %s", exc)
+        return max(free, 0), total
+
+    # ------------------------------------------------------------------ copies
+    def _copy(self, index: int, dst: Any, dst_off: int, src: Any, src_off: int,
+              nbytes: int, kind: str, stream: Any) -> None:
+        if nbytes == 0:
+            return
+        cl = self._cl
+        q = stream.queue
+        if kind == H2D:
+            host = src[src_off:src_off + nbytes] if (src_off or src.size != nbytes) else src
+            with self._translate("clEnqueueWriteBuffer", index, requested=nbytes):
+                ev = cl.enqueue_copy(q, dst, host, dst_offset=dst_off, is_blocking=False)
+            self._after_enqueue(stream, ev, nanny=True)
+        elif kind == D2H:
+            host = dst[dst_off:dst_off + nbytes] if (dst_off or dst.size != nbytes) else dst
+            with self._translate("clEnqueueReadBuffer", index, requested=nbytes):
+                ev = cl.enqueue_copy(q, host, src, src_offset=src_off, is_blocking=False)
+            self._after_enqueue(stream, ev, nanny=True)
+        elif kind == D2D:
+            with self._translate("clEnqueueCopyBuffer", index, requested=nbytes):
+                ev = cl.enqueue_copy(q, dst, src, src_offset=src_off, dst_offset=dst_off, byte_count=nbytes)
+            self._after_enqueue(stream, ev)
+        else:
+            raise InvalidArgumentError(f"unknown copy kind {kind!r}")
+
+    def _memset(self, index: int, dst: Any, dst_off: int, value: int, nbytes: int, stream: Any) -> None:
+        if nbytes == 0:
+            return
+        with self._translate("clEnqueueFillBuffer", index, requested=nbytes):
+            ev = self._cl.enqueue_fill_buffer(stream.queue, dst, np.uint8(value), dst_off, nbytes)
+        self._after_enqueue(stream, ev)
+
+    # ------------------------------------------------------------------ streams
+    def _default_stream(self, index: int) -> Any:
+        st = self._state(index)
+        if st.default is None:
+            s = self._new_stream(index)
+            with st.lock:
+                if st.default is None:
+                    st.default = s
+        return st.default
+
+    def _stream_create(self, index: int) -> Any:
+        return self._new_stream(index)
+
+    def _stream_destroy(self, index: int, stream: Any) -> None:
+        if stream is self._state(index).default:
+            return
+        self._stream_synchronize(index, stream)
+        self._state(index).streams.discard(stream)
+        stream.queue = None
+
+    def _stream_synchronize(self, index: int, stream: Any) -> None:
+        with self._translate("clFinish", index):
+            stream.queue.finish()
+        with stream.lock:
+            stream.pending.clear()
+        self._check_last(index, stream)
+
+    def _check_last(self, index: int, stream: _Stream) -> None:
+        last = stream.last
+        if last is not None:
+            status = last.command_execution_status
+            if status < 0:
+                raise DeviceError(f"a command on a stream of opencl:{index} failed", backend=self.name,
+                                  code=status, code_name=cl_code_name(status))
+
+    def _stream_query(self, index: int, stream: Any) -> bool:
+        last = stream.last
+        if last is None:
+            return True
+        with self._translate("clGetEventInfo", index):
+            stream.queue.flush()
+            status = last.command_execution_status
+        if status < 0:
+            self._check_last(index, stream)
+        if status == self._cl.command_execution_status.COMPLETE:
+            with stream.lock:
+                if stream.last is last:
+                    stream.pending.clear()
+                else:
+                    self._prune(stream)
+            return True
+        return False
+
+    def _stream_wait_event(self, index: int, stream: Any, event: Any) -> None:
+        if event.marker is None:
+            return
+        with self._translate("clEnqueueBarrierWithWaitList", index):
+            ev = self._cl.enqueue_barrier(stream.queue, wait_for=[event.marker])
+        self._after_enqueue(stream, ev)
+
+    # ------------------------------------------------------------------ events
+    def _event_create(self, index: int) -> Any:
+        return _Event(index)
+
+    def _event_destroy(self, index: int, event: Any) -> None:
+        event.marker = None
+        event.stream = None
+
+    def _event_record(self, index: int, event: Any, stream: Any) -> None:
+        with self._translate("clEnqueueMarkerWithWaitList", index):
+            marker = self._cl.enqueue_marker(stream.queue)
+        event.marker = marker
+        event.stream = stream
+        self._after_enqueue(stream, marker)
+
+    def _event_synchronize(self, index: int, event: Any) -> None:
+        if event.marker is None:
+            return
+        with self._translate("clWaitForEvents", index):
+            event.marker.wait()
+
+    def _event_query(self, index: int, event: Any) -> bool:
+        if event.marker is None:
+            return True
+        with self._translate("clGetEventInfo", index):
+            status = event.marker.command_execution_status
+        if status < 0:
+            raise DeviceError(f"an event of opencl:{index} completed with an error", backend=self.name,
+                              code=status, code_name=cl_code_name(status))
+        return status == self._cl.command_execution_status.COMPLETE
+
+    def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
+        if start.marker is None or end.marker is None:
+            raise DeviceError("elapsed time needs two recorded events", backend=self.name)
+        if not (self._event_query(index, start) and self._event_query(index, end)):
+            raise DeviceError("elapsed time of events that have not completed", backend=self.name,
+                              code=-7, code_name="CL_PROFILING_INFO_NOT_AVAILABLE")
+        with self._translate("clGetEventProfilingInfo", index):
+            return (end.marker.profile.end - start.marker.profile.end) / 1e6
+
+    def _synchronize(self, index: int) -> None:
+        st = self._state(index)
+        for s in list(st.streams):
+            if s.queue is not None:
+                self._stream_synchronize(index, s)
+
+
+# ---------------------------------------------------------------------- kernels
+
+class OpenCLKernels:
+    """The kernel set of the OpenCL backend (see docs/opencl.md for the interface).
+
+    Every method takes the device ``index``; buffers as ``(handle, byte_offset)``
+    pairs; element counts; dtypes as NumPy dtype names (``"float32"``,
+    ``"float64"``, ``"int32"``, ``"int64"``); and an optional ``stream`` handle of
+    that device (None = the default stream). Work is enqueued, not waited for.
+    Outputs may alias inputs in the elementwise ops, ``fill`` and ``cast``.
+    """
+
+    dtypes: tuple[str, ...] = ("float32", "float64", "int32", "int64")
+    binary_ops: tuple[str, ...] = ("add", "sub", "mul", "div")
+
+    def __init__(self, plugin: OpenCLPlugin) -> None:
+        self._plugin = plugin
+
+    # -- public interface ----------------------------------------------------
+    def supported_dtypes(self, index: int) -> tuple[str, ...]:
+        from ._opencl_kernels import dtypes_for
+
+        return dtypes_for(OpenCLPlugin._has_fp64(self._plugin._state(index).device))
+
+    def binary(self, index: int, op: str, out: tuple, a: tuple, b: tuple, n: int, dtype: str,
+               stream: Any = None) -> None:
+        """``out[i] = a[i] <op> b[i]`` for ``i < n``; op in add / sub / mul / div
+        (integer div is floor division, ``x // 0 == 0``)."""
+        if op not in self.binary_ops:
+            raise InvalidArgumentError(f"unknown elementwise op {op!r}; expected one of {self.binary_ops}")
+        item = self._itemsize(dtype)
+        self._check_offsets(item, out, a, b)
+        if n == 0:
+            return
+        self._launch_1d(index, f"{op}_{dtype}", n, stream,
+                        out[0], np.uint64(out[1]), a[0], np.uint64(a[1]), b[0], np.uint64(b[1]), np.uint64(n))
+
+    def add(self, index: int, out: tuple, a: tuple, b: tuple, n: int, dtype: str, stream: Any = None) -> None:
+        self.binary(index, "add", out, a, b, n, dtype, stream)
+
+    def sub(self, index: int, out: tuple, a: tuple, b: tuple, n: int, dtype: str, stream: Any = None) -> None:
+        self.binary(index, "sub", out, a, b, n, dtype, stream)
+
+    def mul(self, index: int, out: tuple, a: tuple, b: tuple, n: int, dtype: str, stream: Any = None) -> None:
+        self.binary(index, "mul", out, a, b, n, dtype, stream)
+
+    def div(self, index: int, out: tuple, a: tuple, b: tuple, n: int, dtype: str, stream: Any = None) -> None:
+        self.binary(index, "div", out, a, b, n, dtype, stream)
+
+    def fill(self, index: int, out: tuple, n: int, value: Any, dtype: str, stream: Any = None) -> None:
+        """``out[i] = value`` for ``i < n`` (value converted with NumPy's rules for ``dtype``)."""
+        item = self._itemsize(dtype)
+        self._check_offsets(item, out)
+        if n == 0:
+            return
+        v = np.dtype(dtype).type(value)
+        self._launch_1d(index, f"fill_{dtype}", n, stream, out[0], np.uint64(out[1]), v, np.uint64(n))
+
+    def cast(self, index: int, out: tuple, out_dtype: str, x: tuple, in_dtype: str, n: int,
+             stream: Any = None) -> None:
+        """``out[i] = (out_dtype) x[i]``: C conversion (floats to ints truncate toward
+        zero; out-of-range values and NaN give unspecified results, as in NumPy)."""
+        self._check_offsets(self._itemsize(out_dtype), out)
+        self._check_offsets(self._itemsize(in_dtype), x)
+        if n == 0:
+            return
+        if out_dtype == in_dtype:
+            s = self._stream(index, stream)
+            self._plugin._copy(index, out[0], out[1], x[0], x[1], n * np.dtype(in_dtype).itemsize, D2D, s)
+            return
+        self._launch_1d(index, f"cast_{in_dtype}_to_{out_dtype}", n, stream,
+                        out[0], np.uint64(out[1]), x[0], np.uint64(x[1]), np.uint64(n))
+
+    def sum(self, index: int, out: tuple, x: tuple, n: int, dtype: str, stream: Any = None) -> None:
+        """``out[0] = x[0] + ... + x[n-1]``, accumulated in ``dtype`` (integers wrap)
+        by a two-pass tree reduction; ``n == 0`` gives 0."""
+        item = self._itemsize(dtype)
+        self._check_offsets(item, out, x)
+        plugin = self._plugin
+        cl = plugin._cl
+        s = self._stream(index, stream)
+        knl, lock = self._kernel(index, f"sum_{dtype}")
+        local = self._local_size(index, f"sum_{dtype}", knl)
+        groups = max(1, min(-(-n // local), 4 * local,
+                            4 * int(plugin._state(index).device.max_compute_units) * 8))
+        scratch = cl.LocalMemory(local * item)
+        with plugin._translate("clEnqueueNDRangeKernel(sum)", index), lock:
+            if groups == 1:
+                ev = cl.enqueue_nd_range_kernel(
+                    s.queue, self._set(knl, out[0], np.uint64(out[1]), x[0], np.uint64(x[1]),
+                                       np.uint64(n), scratch), (local,), (local,))
+            else:
+                partial = cl.Buffer(plugin._context(index), cl.mem_flags.READ_WRITE, groups * item)
+                cl.enqueue_nd_range_kernel(
+                    s.queue, self._set(knl, partial, np.uint64(0), x[0], np.uint64(x[1]),
+                                       np.uint64(n), scratch), (groups * local,), (local,))
+                ev = cl.enqueue_nd_range_kernel(
+                    s.queue, self._set(knl, out[0], np.uint64(out[1]), partial, np.uint64(0),
+                                       np.uint64(groups), scratch), (local,), (local,))
+                    # OpenCL keeps `partial` alive until the kernels using it have run
+        plugin._after_enqueue(s, ev)
+
+    def matmul(self, index: int, out: tuple, a: tuple, b: tuple, m: int, k: int, n: int, dtype: str,
+               stream: Any = None) -> None:
+        """``out[m, n] = a[m, k] @ b[k, n]``, all row-major and contiguous; products are
+        accumulated in ``dtype`` in order of increasing k (no FMA; integers wrap)."""
+        item = self._itemsize(dtype)
+        self._check_offsets(item, out, a, b)
+        if m == 0 or n == 0:
+            return
+        plugin = self._plugin
+        cl = plugin._cl
+        s = self._stream(index, stream)
+        knl, lock = self._kernel(index, f"matmul_{dtype}")
+        ts = self._tile(index)
+        gsize = (-(-n // ts) * ts, -(-m // ts) * ts)
+        with plugin._translate("clEnqueueNDRangeKernel(matmul)", index), lock:
+            ev = cl.enqueue_nd_range_kernel(
+                s.queue, self._set(knl, out[0], np.uint64(out[1]), a[0], np.uint64(a[1]), b[0],
+                                   np.uint64(b[1]), np.uint64(m), np.uint64(k), np.uint64(n)),
+                gsize, (ts, ts))
+        plugin._after_enqueue(s, ev)
+
+    # -- internals -----------------------------------------------------------
+    @staticmethod
+    def _set(knl: Any, *args: Any) -> Any:
+        knl.set_args(*args)
+        return knl
+
+    def _itemsize(self, dtype: str) -> int:
+        if dtype not in self.dtypes:
+            raise UnsupportedError(f"the OpenCL kernels support {', '.join(self.dtypes)}, not {dtype!r}")
+        return np.dtype(dtype).itemsize
+
+    @staticmethod
+    def _check_offsets(item: int, *bufs: tuple) -> None:
+        for handle, off in bufs:
+            if off % item:
+                raise InvalidArgumentError(f"offset {off} is not a multiple of the element size {item}")
+
+    def _stream(self, index: int, stream: Any) -> _Stream:
+        return self._plugin._default_stream(index) if stream is None else stream
+
+    def _tile(self, index: int) -> int:
+        wg = int(self._plugin._state(index).device.max_work_group_size)
+        return 16 if wg >= 256 else 8 if wg >= 64 else 4 if wg >= 16 else 1
+
+    def _program(self, index: int) -> Any:
+        plugin = self._plugin
+        st = plugin._state(index)
+        if st.program is None:
+            with st.lock:
+                if st.program is None:
+                    st.program = self._build(index, st)
+        return st.program
+
+    def _build(self, index: int, st: _DeviceState) -> Any:
+        from ._opencl_kernels import build_source
+
+        plugin = self._plugin
+        cl = plugin._cl
+        ctx = plugin._context(index)
+        fp64 = OpenCLPlugin._has_fp64(st.device)
+        options = [f"-DTS={self._tile(index)}"]
+        if fp64:
+            options.append("-DANYCHIP_FP64")
+        try:
+            if st.device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
+                options.append("-cl-fp32-correctly-rounded-divide-sqrt")
+        except Exception as exc:  # noqa: BLE001 - an optional query
+            log.debug("CL_DEVICE_SINGLE_FP_CONFIG failed: %s", exc)
+        with plugin._translate("clBuildProgram", index), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pyopencl warns whenever the build log is not empty
+            program = cl.Program(ctx, build_source(fp64)).build(options=options)
+        log.debug("built the OpenCL kernel set for opencl:%d (%s)", index, " ".join(options))
+        return program
+
+    def _kernel(self, index: int, name: str) -> tuple[Any, threading.Lock]:
+        st = self._plugin._state(index)
+        knl = st.kernels.get(name)
+        if knl is None:
+            program = self._program(index)
+            with st.lock:
+                knl = st.kernels.get(name)
+                if knl is None:
+                    try:
+                        knl = getattr(program, name)
+                    except AttributeError:
+                        raise UnsupportedError(f"opencl:{index} has no kernel {name} "
+                                               f"(float64 needs cl_khr_fp64)") from None
+                    st.kernel_locks[name] = threading.Lock()
+                    st.kernels[name] = knl
+        return knl, st.kernel_locks[name]
+
+    def _local_size(self, index: int, name: str, knl: Any) -> int:
+        """Largest power of two <= 256 the kernel may run as one work-group (cached)."""
+        st = self._plugin._state(index)
+        local = st.local_sizes.get(name)
+        if local is None:
+            cl = self._plugin._cl
+            wg = int(knl.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, st.device))
+            local = 1
+            while local * 2 <= min(wg, 256):
+                local *= 2
+            st.local_sizes[name] = local
+        return local
+
+    def _launch_1d(self, index: int, name: str, n: int, stream: Any, *args: Any) -> None:
+        plugin = self._plugin
+        cl = plugin._cl
+        s = self._stream(index, stream)
+        knl, lock = self._kernel(index, name)
+        local = self._local_size(index, name, knl)
+        cus = int(plugin._state(index).device.max_compute_units)
+        groups = max(1, min(-(-n // local), cus * 64))
+        with plugin._translate(f"clEnqueueNDRangeKernel({name})", index), lock:
+            knl.set_args(*args)
+            ev = cl.enqueue_nd_range_kernel(s.queue, knl, (groups * local,), (local,))
+        plugin._after_enqueue(s, ev)
