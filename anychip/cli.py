@@ -7,7 +7,8 @@ import logging
 import os
 import platform
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
 from .runtime import registry
@@ -92,7 +93,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    print(f"anychip {info['anychip']}\npython  {info['python']}\nnumpy   {info['numpy']}\nplatform {info['platform']}\n")
+    for key in ("anychip", "python", "numpy", "platform"):
+        print(f"{key:<9}{info[key]}")
+    print()
     print("backends:")
     for b in info["backends"]:
         state = (f"{b['devices']} device(s){' (simulated)' if b['simulated'] else ''}" if b["available"]

@@ -16,7 +16,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ANYCHIP_SIM_MEMORY": ("16GiB", "memory capacity of each simulated device (bytes or with K/M/G units)"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
                                       "garbage_collection_threshold:F, or backend:native to turn caching off"),
-    "ANYCHIP_LOG_LEVEL": ("WARNING", "level of the 'anychip' logger in the anychip command (DEBUG, INFO, WARNING, ...)"),
+    "ANYCHIP_LOG_LEVEL": ("WARNING", "level of the 'anychip' logger in the anychip command "
+                                      "(DEBUG, INFO, WARNING, ...)"),
 }
 
 

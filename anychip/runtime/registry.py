@@ -11,8 +11,9 @@ import importlib
 import logging
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .errors import PluginError
 from .plugin import DevicePlugin

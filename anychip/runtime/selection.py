@@ -16,8 +16,9 @@ error that says why it is unavailable; ``*`` skips unavailable backends.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from .errors import SelectionError
 

@@ -31,7 +31,8 @@ _tls = _State()
 
 
 def _resolve_device(device: Any) -> Device:
-    from .device import Device, current_device, device as lookup
+    from .device import Device, current_device
+    from .device import device as lookup
     if device is None:
         return current_device()
     if isinstance(device, Device):
