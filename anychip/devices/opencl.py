@@ -94,7 +94,7 @@ def cl_code_name(code: int | None) -> str | None:
         import pyopencl as cl
 
         return "CL_" + cl.status_code.to_string(code)
-    except (ImportError, ValueError):
+    except (ImportError, ValueError, AttributeError):
         return _CL_CODE_NAMES.get(code, f"CL_STATUS_{code}")
 
 
@@ -664,7 +664,7 @@ class OpenCLKernels:
 
     @staticmethod
     def _check_offsets(item: int, *bufs: tuple) -> None:
-        for handle, off in bufs:
+        for _handle, off in bufs:
             if off % item:
                 raise InvalidArgumentError(f"offset {off} is not a multiple of the element size {item}")
 
