@@ -13,6 +13,10 @@ COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wno-unus
 
 # name -> (sources, extra libraries)
 C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
+    # the chip simulator: one core, one front end per vendor API (see docs/simulator.md)
+    "libascend_sim": (["csrc/sim/core.c", "csrc/sim/acl.c"], []),
+    "libkunlun_sim": (["csrc/sim/core.c", "csrc/sim/xpu.c"], []),
+    "libhygon_sim": (["csrc/sim/core.c", "csrc/sim/hip.c"], []),
 }
 
 

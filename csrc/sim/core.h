@@ -1,0 +1,200 @@
+/*
+ * The anychip chip simulator: the vendor-neutral core.
+ *
+ * One core is compiled into each vendor front-end library (acl.c -> libascend_sim,
+ * xpu.c -> libkunlun_sim, hip.c -> libhygon_sim), so every simulated chip has its own
+ * devices, memory and streams. Internal functions are hidden (SIM_HIDDEN) so that two
+ * simulator libraries loaded into one process never resolve each other's core; the
+ * only exported names are the vendors' own symbols (in the front ends) and the
+ * documented anychip_sim_* controls declared at the end of this file.
+ *
+ * Model
+ *   devices  ANYCHIP_SIM_DEVICES physical devices (default 8), each with
+ *            ANYCHIP_SIM_MEMORY bytes (default 16 GiB). The vendor's visibility
+ *            variable selects and renumbers them (sim_core_init).
+ *   memory   each device owns an arena: a memfd the size of its capacity, mapped
+ *            MAP_SHARED | MAP_NORESERVE, so host memory is used only for pages
+ *            touched, and another process can map the same pages (IPC handles).
+ *            Allocations are carved from the arena (best fit, coalescing free list);
+ *            a sorted table of live allocations lets every copy be checked.
+ *   streams  one worker thread per stream executes queued ops strictly in order.
+ *            Ops are checked when enqueued (the caller gets the vendor's error code)
+ *            and checked again when they run, so a buffer freed while work was still
+ *            queued can never be written: such an op fails and the stream reports the
+ *            failure at its next synchronize (as a device fault would).
+ *   events   record / wait / synchronize / query, CLOCK_MONOTONIC completion time.
+ *   handles  streams and events are handed out as opaque, never reused values that
+ *            are validated on every call: a destroyed handle is an error, not a crash.
+ */
+#ifndef ANYCHIP_SIM_CORE_H
+#define ANYCHIP_SIM_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIM_HIDDEN __attribute__((visibility("hidden")))
+#define SIM_EXPORT __attribute__((visibility("default")))
+
+#define SIM_MAX_DEVICES 64
+
+/* Status of a core call; each front end maps these to its vendor's codes. */
+typedef enum sim_status {
+    SIM_OK = 0,
+    SIM_E_INVALID_VALUE,   /* a bad argument: NULL pointer, unknown enum, count > destMax ... */
+    SIM_E_INVALID_DEVICE,  /* device index outside the visible devices */
+    SIM_E_NO_DEVICE,       /* no device is visible at all */
+    SIM_E_NO_CONTEXT,      /* no current device on this thread (ACL requires aclrtSetDevice) */
+    SIM_E_OUT_OF_MEMORY,   /* device memory exhausted */
+    SIM_E_HOST_ALLOC,      /* a host allocation failed */
+    SIM_E_BAD_FREE,        /* free of a pointer that is not a live allocation */
+    SIM_E_OUT_OF_RANGE,    /* a copy / memset touches memory outside a live allocation */
+    SIM_E_DIRECTION,       /* the pointers do not match the copy direction */
+    SIM_E_INVALID_HANDLE,  /* unknown or destroyed stream / event */
+    SIM_E_NOT_READY,       /* queued work is not complete yet */
+    SIM_E_NOT_RECORDED,    /* elapsed time of an event that was never recorded */
+    SIM_E_ASYNC_FAULT,     /* an op failed while it ran on a stream */
+    SIM_E_NOT_SUPPORTED,
+    SIM_E_OS,              /* an operating-system call failed */
+    SIM_E_BUSY,            /* operation not allowed in this state (e.g. destroy from own worker) */
+    SIM_STATUS_COUNT
+} sim_status;
+
+/* copy directions understood by the core */
+enum { SIM_H2H = 0, SIM_H2D = 1, SIM_D2H = 2, SIM_D2D = 3, SIM_DEFAULT = 4 };
+
+/* visibility-variable rules */
+enum {
+    SIM_VIS_ACL = 0,   /* ascending ids, reading stops at the first invalid one; "" lists none */
+    SIM_VIS_CUDA = 1,  /* list order, reading stops at the first invalid or repeated id; "" lists none */
+};
+
+typedef struct sim_stream sim_stream;
+typedef struct sim_event sim_event;
+typedef void (*sim_host_fn)(void *);
+
+/* ---- setup ------------------------------------------------------------- */
+
+/* Read ANYCHIP_SIM_* once and apply the vendor's visibility variable (NULL = unset).
+ * Called by each front end before anything else (idempotent, thread-safe). */
+SIM_HIDDEN void sim_core_init(const char *visible, int rule);
+/* ACL needs an explicit aclrtSetDevice; HIP and XPU default to device 0. */
+SIM_HIDDEN void sim_set_require_current(int yes);
+
+SIM_HIDDEN int sim_visible_count(void);
+SIM_HIDDEN int sim_physical_count(void);
+SIM_HIDDEN int sim_logical_to_phys(int logical);          /* -1 when out of range */
+SIM_HIDDEN int sim_phys_to_logical(int phys);             /* -1 when not visible */
+SIM_HIDDEN size_t sim_capacity(void);
+
+/* the calling thread's current device (physical index) */
+SIM_HIDDEN sim_status sim_set_current(int logical);
+SIM_HIDDEN sim_status sim_current_phys(int *phys);        /* applies the default-device rule */
+SIM_HIDDEN int sim_current_raw(void);                     /* -1 when never set on this thread */
+SIM_HIDDEN void sim_clear_current(void);
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* Detail message of the calling thread's most recent failure ("" when none). */
+SIM_HIDDEN const char *sim_last_message(void);
+SIM_HIDDEN void sim_clear_message(void);
+SIM_HIDDEN sim_status sim_fail(sim_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+SIM_HIDDEN const char *sim_status_name(sim_status st);
+
+/* ---- memory ---------------------------------------------------------------- */
+
+SIM_HIDDEN sim_status sim_malloc(int phys, size_t nbytes, void **out);
+SIM_HIDDEN sim_status sim_free(void *ptr);
+SIM_HIDDEN sim_status sim_mem_info(int phys, size_t *free_bytes, size_t *total_bytes);
+/* the device (physical) whose memory holds ptr, or -1 for host memory */
+SIM_HIDDEN int sim_device_of(const void *ptr);
+
+/* page-locked host memory (plain host memory here, but tracked so a bad free is caught) */
+SIM_HIDDEN sim_status sim_host_alloc(size_t nbytes, void **out);
+SIM_HIDDEN sim_status sim_host_free(void *ptr);
+
+/* ---- streams ------------------------------------------------------------- */
+
+/* Look up a stream handle, taking a reference (drop it with sim_stream_put). NULL is the
+ * default stream of the calling thread's current device. */
+SIM_HIDDEN sim_status sim_stream_get(void *handle, sim_stream **out);
+SIM_HIDDEN void sim_stream_put(sim_stream *s);
+SIM_HIDDEN sim_status sim_stream_create(int phys, void **handle);
+SIM_HIDDEN sim_status sim_stream_destroy(void *handle);
+SIM_HIDDEN int sim_stream_device(const sim_stream *s);
+SIM_HIDDEN sim_status sim_stream_synchronize(sim_stream *s);
+SIM_HIDDEN sim_status sim_stream_query(sim_stream *s);
+SIM_HIDDEN sim_status sim_stream_hold(sim_stream *s);
+SIM_HIDDEN sim_status sim_stream_release(sim_stream *s);
+SIM_HIDDEN sim_status sim_device_synchronize(int phys);
+
+/* enqueue work; the direction is checked against the allocation table */
+SIM_HIDDEN sim_status sim_memcpy_async(void *dst, const void *src, size_t n, int dir, sim_stream *s);
+/* device_only: refuse host memory (HIP, XPU); ACL's memset accepts either */
+SIM_HIDDEN sim_status sim_memset_async(void *dst, int value, size_t n, int device_only, sim_stream *s);
+SIM_HIDDEN sim_status sim_enqueue_host_fn(sim_stream *s, sim_host_fn fn, void *arg);
+/* synchronous forms: drain the current device's default stream, then act inline */
+SIM_HIDDEN sim_status sim_memcpy_sync(void *dst, const void *src, size_t n, int dir);
+SIM_HIDDEN sim_status sim_memset_sync(void *dst, int value, size_t n, int device_only);
+
+/* ---- events ---------------------------------------------------------------- */
+
+SIM_HIDDEN sim_status sim_event_create(int phys, void **handle);
+SIM_HIDDEN sim_status sim_event_get(void *handle, sim_event **out);
+SIM_HIDDEN void sim_event_put(sim_event *e);
+SIM_HIDDEN sim_status sim_event_destroy(void *handle);
+SIM_HIDDEN sim_status sim_event_record(sim_event *e, sim_stream *s);
+SIM_HIDDEN sim_status sim_stream_wait_event(sim_stream *s, sim_event *e);
+SIM_HIDDEN sim_status sim_event_synchronize(sim_event *e);
+SIM_HIDDEN sim_status sim_event_query(sim_event *e);            /* SIM_OK or SIM_E_NOT_READY */
+SIM_HIDDEN sim_status sim_event_elapsed(float *ms, sim_event *start, sim_event *end);
+
+/* ---- exported controls (same names in every simulator library) ------------- */
+
+/* Stop a stream from starting queued work until anychip_sim_stream_release; work
+ * queued meanwhile stays pending, so "not ready" states are deterministic in tests.
+ * NULL means the default stream of the calling thread's current device. Holds do not
+ * nest. Destroying a held stream releases it first. Returns 0 or a sim_status. */
+SIM_EXPORT int anychip_sim_stream_hold(void *stream);
+SIM_EXPORT int anychip_sim_stream_release(void *stream);
+/* Run fn(arg) on the stream's worker thread, in order with the stream's other work. */
+SIM_EXPORT int anychip_sim_stream_enqueue_host_fn(void *stream, void (*fn)(void *), void *arg);
+/* Detail of the calling thread's most recent failure; "" when none. */
+SIM_EXPORT const char *anychip_sim_last_error(void);
+SIM_EXPORT const char *anychip_sim_status_string(int status);
+/* physical device count, visible device count, per-device capacity */
+SIM_EXPORT int anychip_sim_config(int *physical_devices, int *visible_devices, uint64_t *capacity);
+/* physical index of a visible (logical) device, -1 when out of range */
+SIM_EXPORT int anychip_sim_physical_device(int logical);
+
+/* Inter-process memory handles (the simulated counterpart of cudaIpcGetMemHandle).
+ * A handle names a whole allocation of the exporting process; opening it in another
+ * process maps the same pages (through /proc/<pid>/fd/<fd>, or a descriptor the caller
+ * received over a Unix socket) and returns the allocation's base address there, which
+ * the importing simulator then accepts as device memory in copies. */
+typedef struct anychip_sim_ipc_handle {
+    uint32_t magic;      /* ANYCHIP_SIM_IPC_MAGIC */
+    uint32_t version;    /* 1 */
+    int32_t pid;         /* exporting process */
+    int32_t fd;          /* arena memfd in the exporting process */
+    int32_t device;      /* physical device */
+    int32_t reserved0;
+    uint64_t offset;     /* allocation start within the arena */
+    uint64_t size;       /* allocation size in bytes */
+    uint64_t alloc_id;   /* allocation id in the exporting process */
+    uint8_t reserved[16];
+} anychip_sim_ipc_handle;   /* 64 bytes */
+
+#define ANYCHIP_SIM_IPC_MAGIC 0x41435349u /* "ISCA" */
+
+SIM_EXPORT int anychip_sim_ipc_get_handle(const void *devptr, anychip_sim_ipc_handle *handle);
+SIM_EXPORT int anychip_sim_ipc_open(const anychip_sim_ipc_handle *handle, void **devptr);
+SIM_EXPORT int anychip_sim_ipc_open_fd(int fd, const anychip_sim_ipc_handle *handle, void **devptr);
+SIM_EXPORT int anychip_sim_ipc_close(void *devptr);
+
+/* internal forms used by vendor IPC entry points (hipIpc*) */
+SIM_HIDDEN sim_status sim_ipc_get_handle(const void *devptr, anychip_sim_ipc_handle *h);
+SIM_HIDDEN sim_status sim_ipc_open(int fd, const anychip_sim_ipc_handle *h, void **devptr);
+SIM_HIDDEN sim_status sim_ipc_close(void *devptr);
+
+#endif /* ANYCHIP_SIM_CORE_H */
