@@ -304,9 +304,10 @@ class OpenCLPlugin(DevicePlugin):
     def _after_enqueue(self, stream: _Stream, event: Any, nanny: bool = False) -> None:
         stream.last = event
         if nanny:
-            with stream.lock:
-                stream.pending.append(event)
-                if len(stream.pending) >= 64:
+            pending = stream.pending
+            pending.append(event)  # list.append is atomic; only pruning takes the lock
+            if len(pending) % 64 == 0:
+                with stream.lock:
                     self._prune(stream)
         stream.queue.flush()
 
@@ -393,26 +394,36 @@ class OpenCLPlugin(DevicePlugin):
     # ------------------------------------------------------------------ copies
     def _copy(self, index: int, dst: Any, dst_off: int, src: Any, src_off: int,
               nbytes: int, kind: str, stream: Any) -> None:
+        # hot path: no context managers, one dispatch, the bookkeeping inlined
         if nbytes == 0:
             return
         cl = self._cl
         q = stream.queue
-        if kind == H2D:
-            host = src[src_off:src_off + nbytes] if (src_off or src.size != nbytes) else src
-            with self._translate("clEnqueueWriteBuffer", index, requested=nbytes):
+        try:
+            if kind == H2D:
+                host = src[src_off:src_off + nbytes] if (src_off or src.size != nbytes) else src
                 ev = cl.enqueue_copy(q, dst, host, dst_offset=dst_off, is_blocking=False)
-            self._after_enqueue(stream, ev, nanny=True)
-        elif kind == D2H:
-            host = dst[dst_off:dst_off + nbytes] if (dst_off or dst.size != nbytes) else dst
-            with self._translate("clEnqueueReadBuffer", index, requested=nbytes):
+                nanny = True
+            elif kind == D2H:
+                host = dst[dst_off:dst_off + nbytes] if (dst_off or dst.size != nbytes) else dst
                 ev = cl.enqueue_copy(q, host, src, src_offset=src_off, is_blocking=False)
-            self._after_enqueue(stream, ev, nanny=True)
-        elif kind == D2D:
-            with self._translate("clEnqueueCopyBuffer", index, requested=nbytes):
+                nanny = True
+            elif kind == D2D:
                 ev = cl.enqueue_copy(q, dst, src, src_offset=src_off, dst_offset=dst_off, byte_count=nbytes)
-            self._after_enqueue(stream, ev)
-        else:
-            raise InvalidArgumentError(f"unknown copy kind {kind!r}")
+                nanny = False
+            else:
+                raise InvalidArgumentError(f"unknown copy kind {kind!r}")
+            stream.last = ev
+            if nanny:
+                pending = stream.pending
+                pending.append(ev)
+                if len(pending) % 64 == 0:
+                    with stream.lock:
+                        self._prune(stream)
+            q.flush()
+        except cl.Error as exc:
+            what = {H2D: "clEnqueueWriteBuffer", D2H: "clEnqueueReadBuffer"}.get(kind, "clEnqueueCopyBuffer")
+            raise self._convert(exc, what, index, nbytes) from exc
 
     def _memset(self, index: int, dst: Any, dst_off: int, value: int, nbytes: int, stream: Any) -> None:
         if nbytes == 0:
@@ -442,11 +453,13 @@ class OpenCLPlugin(DevicePlugin):
         stream.queue = None
 
     def _stream_synchronize(self, index: int, stream: Any) -> None:
-        with self._translate("clFinish", index):
+        try:
             stream.queue.finish()
-        with stream.lock:
-            stream.pending.clear()
-        self._check_last(index, stream)
+        except self._cl.Error as exc:
+            raise self._convert(exc, "clFinish", index, None) from exc
+        stream.pending.clear()  # every NannyEvent is complete now; dropping them does not block
+        if stream.last is not None:
+            self._check_last(index, stream)
 
     def _check_last(self, index: int, stream: _Stream) -> None:
         last = stream.last
@@ -461,8 +474,7 @@ class OpenCLPlugin(DevicePlugin):
         if last is None:
             return True
         with self._translate("clGetEventInfo", index):
-            stream.queue.flush()
-            status = last.command_execution_status
+            status = last.command_execution_status  # every enqueue was already flushed
         if status < 0:
             self._check_last(index, stream)
         if status == self._cl.command_execution_status.COMPLETE:
