@@ -112,7 +112,6 @@ def _discover() -> dict[str, BackendInfo]:
             msg = (f"anychip: backend {name!r} from {source} refused: the name is already taken by "
                    f"{found[name].source}")
             warnings.warn(msg, RuntimeWarning, stacklevel=3)
-            log.warning(msg)
             return
         found[name] = BackendInfo(name=name, source=source, loader=loader)
 
@@ -155,7 +154,6 @@ def register_plugin(plugin: type[DevicePlugin] | DevicePlugin, *, source: str | 
         if name in found:
             msg = f"anychip: backend {name!r} from {src} refused: the name is already taken by {found[name].source}"
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
-            log.warning(msg)
             return found[name]
         entry = (name, src, lambda: plugin)
         _runtime_registered.append(entry)
@@ -197,8 +195,8 @@ def backend(name: str) -> BackendInfo | None:
 
 
 def _invalidate_selection() -> None:
-    from . import device as _device
-    _device._reset_selection()
+    from .device import _reset_selection   # (not `from . import device`: that name is the function)
+    _reset_selection()
 
 
 def reset() -> None:
