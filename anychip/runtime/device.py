@@ -148,13 +148,14 @@ class Device:
         # Called from Buffer.free (explicit) and Buffer.__del__. A finalizer may run
         # while this thread is inside the allocator (garbage collection), so it never
         # blocks: when the lock is busy the block is freed by the next alloc or free.
-        if self._lock.acquire(blocking=explicit):
+        lock = self._lock
+        if lock.acquire(explicit):
             try:
                 if self._deferred:
                     self._free_deferred()
                 self._allocator.free(block)
             finally:
-                self._lock.release()
+                lock.release()
         else:
             self._deferred.append(block)
 
