@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -48,8 +49,9 @@ FAKE_CUPY_SOURCE = r'''
 import ctypes, types, sys
 
 __version__ = "14.0.0"
+import os
 COUNT = 2
-CAPACITY = 1 << 24
+CAPACITY = int(os.environ.get("FAKE_CUPY_CAPACITY", 1 << 24))
 
 
 class CUDARuntimeError(RuntimeError):
@@ -610,6 +612,24 @@ def test_cupy_allocator_bridge(fake_cupy, monkeypatch):
     finally:
         fake_cupy.cuda.runtime.current = 0
         anychip.runtime.registry.reset()
+
+
+def test_device_api_body_on_the_stand_in(tmp_path):
+    """The shared device-API tests (front end + allocator) drive this plugin end to end;
+    two stand-in GPUs, so cross-device copies take the peer path."""
+    body = os.path.join(os.path.dirname(__file__), "test_device_api.py")
+    if not os.path.exists(body):
+        pytest.skip("tests/test_device_api.py is not in this tree")
+    path = _write_fake_package(tmp_path)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, ANYCHIP_DEVICES="cuda", FAKE_CUPY_CAPACITY=str(1 << 30),
+               PYTHONPATH=path + os.pathsep + repo)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", body],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=repo)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    passed = re.search(r"(\d+) passed", out.stdout)
+    assert passed and int(passed.group(1)) >= 10, out.stdout[-2000:]
 
 
 def _front_end_allocates() -> bool:
