@@ -69,6 +69,12 @@ typedef enum aclrtEventRecordedStatus {
     ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
 } aclrtEventRecordedStatus;
 
+typedef enum aclrtStreamStatus {         /* aclrtStreamQuery (newer CANN releases) */
+    ACL_STREAM_STATUS_COMPLETE = 0,
+    ACL_STREAM_STATUS_NOT_READY = 1,
+    ACL_STREAM_STATUS_RESERVED = 0xFFFF,
+} aclrtStreamStatus;
+
 typedef enum aclrtCallbackBlockType {
     ACL_CALLBACK_NO_BLOCK,
     ACL_CALLBACK_BLOCK,
@@ -416,6 +422,20 @@ ACL_API aclError aclrtSynchronizeStream(aclrtStream stream)
     st = sim_stream_synchronize(s);
     sim_stream_put(s);
     return acl_code(st);
+}
+
+ACL_API aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status)
+{
+    ENTER();
+    if (!status)
+        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtStreamQuery: status is NULL"));
+    sim_stream *s;
+    sim_status st = sim_stream_get(stream, &s);
+    if (st != SIM_OK)
+        return acl_code(st);
+    *status = sim_stream_query(s) == SIM_OK ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
+    sim_stream_put(s);
+    return ACL_SUCCESS;
 }
 
 ACL_API aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)

@@ -21,7 +21,7 @@
 #define SIM_PUNCH_MIN (256u * 1024u)        /* frees at least this big give pages back */
 #define SIM_DEFAULT_DEVICES 8
 #define SIM_DEFAULT_MEMORY (16ull << 30)
-#define SIM_DEFAULT_SPIN_US 50
+#define SIM_DEFAULT_SPIN_US 20
 
 #define ALOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define ASTORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -196,6 +196,7 @@ struct sim_stream {
     int stop;
     int dead;
     int sleeping;
+    int running;                  /* an op is being executed (by the worker or a helping synchronizer) */
     int waiters;
     sim_status sticky;            /* first failure of an op since the last synchronize */
     int has_sticky;               /* read without the lock */
@@ -981,16 +982,31 @@ static sim_status run_op(sim_op *op, char *msg, size_t msglen)
     return SIM_OK;
 }
 
+/* Record the end of one op (caller holds s->lock). */
+static void op_finished(sim_stream *s, sim_status st, const char *msg)
+{
+    s->head++;
+    ASTORE(&s->done, s->head);
+    s->running = 0;
+    if (st != SIM_OK && !s->has_sticky) {
+        s->sticky = st;
+        snprintf(s->sticky_msg, sizeof s->sticky_msg, "%s", msg);
+        ASTORE(&s->has_sticky, 1);
+    }
+    if (s->waiters)
+        pthread_cond_broadcast(&s->done_cv);
+}
+
 static void *stream_main(void *arg)
 {
     sim_stream *s = arg;
     pthread_mutex_lock(&s->lock);
     for (;;) {
         int spun = 0;
-        while (s->head == s->tail || s->held) {
-            if (s->stop && s->head == s->tail)
+        while (s->head == s->tail || s->held || s->running) {
+            if (s->stop && s->head == s->tail && !s->running)
                 goto out;
-            if (!spun && !s->held && G.spin_ns) {
+            if (!spun && !s->held && !s->running && G.spin_ns) {
                 /* stay awake a little: the next op usually follows at once */
                 uint64_t seen = s->tail, until = now_ns() + G.spin_ns;
                 pthread_mutex_unlock(&s->lock);
@@ -1010,23 +1026,42 @@ static void *stream_main(void *arg)
             s->sleeping = 0;
         }
         sim_op op = s->ring[s->head & (s->cap - 1)];
+        s->running = 1;
         pthread_mutex_unlock(&s->lock);
         char msg[sizeof s->sticky_msg];
         sim_status st = run_op(&op, msg, sizeof msg);
         pthread_mutex_lock(&s->lock);
-        s->head++;
-        ASTORE(&s->done, s->head);
-        if (st != SIM_OK && !s->has_sticky) {
-            s->sticky = st;
-            memcpy(s->sticky_msg, msg, sizeof msg);
-            ASTORE(&s->has_sticky, 1);
-        }
-        if (s->waiters)
-            pthread_cond_broadcast(&s->done_cv);
+        op_finished(s, st, msg);
     }
 out:
     pthread_mutex_unlock(&s->lock);
     return NULL;
+}
+
+/* A thread about to wait for ops up to `target` runs them itself while the worker is
+ * not busy: the same ops, in the same order, one executor at a time, so the result is
+ * the one the worker would produce, without the cost of two thread hand-offs. Host
+ * callbacks and waits on incomplete events are left to the worker. */
+static void help_run(sim_stream *s, uint64_t target)
+{
+    pthread_mutex_lock(&s->lock);
+    while (!s->running && !s->held && s->head < target) {
+        sim_op *next = &s->ring[s->head & (s->cap - 1)];
+        if (next->type == OP_HOST)
+            break;
+        if (next->type == OP_WAIT && ALOAD(&next->u.ev.ev->done_gen) < next->u.ev.gen)
+            break;
+        sim_op op = *next;
+        s->running = 1;
+        pthread_mutex_unlock(&s->lock);
+        char msg[sizeof s->sticky_msg];
+        sim_status st = run_op(&op, msg, sizeof msg);
+        pthread_mutex_lock(&s->lock);
+        op_finished(s, st, msg);
+    }
+    if (!s->running && (s->head != s->tail || s->stop) && s->sleeping)
+        pthread_cond_signal(&s->work_cv); /* hand what is left (or a stop) back to the worker */
+    pthread_mutex_unlock(&s->lock);
 }
 
 static sim_status stream_new(int phys, int is_default, sim_stream **out)
@@ -1171,6 +1206,11 @@ static void wait_done(sim_stream *s, uint64_t target)
 {
     if (ALOAD(&s->done) >= target)
         return;
+    if (!ALOAD(&s->held)) {
+        help_run(s, target);
+        if (ALOAD(&s->done) >= target)
+            return;
+    }
     if (G.spin_ns && !ALOAD(&s->held)) {
         uint64_t until = now_ns() + G.spin_ns;
         for (unsigned k = 1;; k++) {
