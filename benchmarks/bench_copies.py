@@ -60,8 +60,8 @@ def fmt_size(n: int) -> str:
 
 
 def iterations_for(size: int) -> int:
-    """Copies per timed round: about 64 MiB moved, between 2 and 200 copies."""
-    return max(2, min(200, (64 << 20) // max(size, 1)))
+    """Copies per timed round: about 256 MiB moved, between 2 and 500 copies."""
+    return max(2, min(500, (256 << 20) // max(size, 1)))
 
 
 def median_rounds(runs: dict[str, Callable[[int], None]], iters: int, repeat: int) -> dict[str, float]:
