@@ -618,6 +618,21 @@ def test_kernels_on_a_stream_and_ordering(plugin, mem):
 
 
 @needs_opencl
+def test_kernels_accept_an_anychip_stream(plugin):
+    import anychip
+
+    dev = anychip.device("opencl:0")
+    plugin = dev.plugin  # the registry's instance: its contexts own the buffers
+    s = anychip.Stream(dev)
+    buf = dev.alloc(4 * 100, stream=s)
+    plugin.kernels.fill(0, (buf.handle, buf.offset), 100, 2.5, "float32", stream=s)
+    s.synchronize()
+    assert (buf.to_numpy(np.float32) == 2.5).all()
+    with pytest.raises(InvalidArgumentError):
+        plugin.kernels.fill(0, (buf.handle, buf.offset), 1, 0, "float32", stream=object())
+
+
+@needs_opencl
 def test_kernel_argument_errors(plugin, mem):
     seg = mem(64)
     k = plugin.kernels

@@ -547,8 +547,9 @@ class OpenCLKernels:
 
     Every method takes the device ``index``; buffers as ``(handle, byte_offset)``
     pairs; element counts; dtypes as NumPy dtype names (``"float32"``,
-    ``"float64"``, ``"int32"``, ``"int64"``); and an optional ``stream`` handle of
-    that device (None = the default stream). Work is enqueued, not waited for.
+    ``"float64"``, ``"int32"``, ``"int64"``); and an optional ``stream`` of that
+    device (an ``anychip.Stream`` or the backend's stream handle; None = the
+    default stream). Work is enqueued, not waited for.
     Outputs may alias inputs in the elementwise ops, ``fill`` and ``cast``.
     """
 
@@ -681,7 +682,15 @@ class OpenCLKernels:
                 raise InvalidArgumentError(f"offset {off} is not a multiple of the element size {item}")
 
     def _stream(self, index: int, stream: Any) -> _Stream:
-        return self._plugin._default_stream(index) if stream is None else stream
+        """None -> the default stream; an ``anychip.Stream`` -> its handle; a handle as is."""
+        if stream is None:
+            return self._plugin._default_stream(index)
+        live = getattr(stream, "_live", None)
+        if live is not None:
+            stream = live()
+        if not isinstance(stream, _Stream) or stream.index != index:
+            raise InvalidArgumentError(f"kernel on opencl:{index} got {stream!r}; pass a stream of opencl:{index}")
+        return stream
 
     def _tile(self, index: int) -> int:
         wg = int(self._plugin._state(index).device.max_work_group_size)
