@@ -241,7 +241,7 @@ class AscendPlugin(VendorPlugin):
                    nbytes: int, stream: Any) -> None:
         self._use(src_index)
         pair = (src_index, dst_index)
-        if pair not in self._peers:
+        if src_index != dst_index and pair not in self._peers:
             with self._peer_lock:
                 rc = self.lib.aclrtDeviceEnablePeerAccess(dst_index, 0)
                 if rc:

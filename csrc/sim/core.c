@@ -1545,6 +1545,16 @@ sim_status sim_event_record(sim_event *e, sim_stream *s)
     }
     pthread_mutex_lock(&e->lock);
     op.u.ev.gen = ++e->rec_gen;
+    if (s->head == s->tail && !s->running && !s->held) {
+        /* nothing queued or running: the event is complete the moment it is recorded */
+        e->t_ns = now_ns();
+        ASTORE(&e->done_gen, op.u.ev.gen);
+        if (e->waiters)
+            pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->lock);
+        pthread_mutex_unlock(&s->lock);
+        return SIM_OK;
+    }
     pthread_mutex_unlock(&e->lock);
     event_ref(e);
     pthread_mutex_unlock(&s->lock);

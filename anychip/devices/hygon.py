@@ -1,0 +1,329 @@
+"""Hygon DCUs through HIP (libamdhip64.so, or libgalaxyhip.so from Hygon's DTK), bound with cffi.
+
+Without a HIP runtime installed (and ``ANYCHIP_SIMULATE`` not ``never``) the
+simulator library ``libhygon_sim`` stands in with the same ``hip*`` symbols.
+
+Handles: device memory is an integer address; streams and events are the
+``hipStream_t`` / ``hipEvent_t`` values HIP returns; the default stream is the
+null stream.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..runtime.errors import DeviceError
+from ..runtime.plugin import D2D, D2H, H2D
+from ._vendor import VendorPlugin, roots
+
+__all__ = ["HygonPlugin"]
+
+CDEF = """
+typedef enum hipError_t {
+    hipSuccess = 0, hipErrorInvalidValue = 1, hipErrorOutOfMemory = 2, hipErrorNotInitialized = 3,
+    hipErrorInvalidDevicePointer = 17, hipErrorInvalidMemcpyDirection = 21, hipErrorNoDevice = 100,
+    hipErrorInvalidDevice = 101, hipErrorInvalidHandle = 400, hipErrorNotReady = 600,
+    hipErrorIllegalAddress = 700, hipErrorPeerAccessAlreadyEnabled = 704, hipErrorPeerAccessNotEnabled = 705,
+    hipErrorNotSupported = 801, hipErrorUnknown = 999
+} hipError_t;
+typedef enum hipMemcpyKind {
+    hipMemcpyHostToHost = 0, hipMemcpyHostToDevice = 1, hipMemcpyDeviceToHost = 2,
+    hipMemcpyDeviceToDevice = 3, hipMemcpyDefault = 4
+} hipMemcpyKind;
+typedef struct ihipStream_t *hipStream_t;
+typedef struct ihipEvent_t *hipEvent_t;
+typedef int hipDevice_t;
+typedef void (*hipHostFn_t)(void *userData);
+
+const char *hipGetErrorName(hipError_t hip_error);
+const char *hipGetErrorString(hipError_t hipError);
+hipError_t hipGetLastError(void);
+hipError_t hipInit(unsigned int flags);
+hipError_t hipRuntimeGetVersion(int *runtimeVersion);
+hipError_t hipGetDeviceCount(int *count);
+hipError_t hipSetDevice(int deviceId);
+hipError_t hipGetDevice(int *deviceId);
+hipError_t hipDeviceGetName(char *name, int len, hipDevice_t device);
+hipError_t hipDeviceTotalMem(size_t *bytes, hipDevice_t device);
+hipError_t hipDeviceSynchronize(void);
+hipError_t hipDeviceCanAccessPeer(int *canAccessPeer, int deviceId, int peerDeviceId);
+hipError_t hipDeviceEnablePeerAccess(int peerDeviceId, unsigned int flags);
+hipError_t hipMalloc(void **ptr, size_t size);
+hipError_t hipFree(void *ptr);
+hipError_t hipHostMalloc(void **ptr, size_t size, unsigned int flags);
+hipError_t hipHostFree(void *ptr);
+hipError_t hipMemGetInfo(size_t *free, size_t *total);
+hipError_t hipMemcpy(void *dst, const void *src, size_t sizeBytes, hipMemcpyKind kind);
+hipError_t hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes, hipMemcpyKind kind, hipStream_t stream);
+hipError_t hipMemcpyPeerAsync(void *dst, int dstDeviceId, const void *src, int srcDevice, size_t sizeBytes,
+                              hipStream_t stream);
+hipError_t hipMemset(void *dst, int value, size_t sizeBytes);
+hipError_t hipMemsetAsync(void *dst, int value, size_t sizeBytes, hipStream_t stream);
+hipError_t hipStreamCreate(hipStream_t *stream);
+hipError_t hipStreamDestroy(hipStream_t stream);
+hipError_t hipStreamSynchronize(hipStream_t stream);
+hipError_t hipStreamQuery(hipStream_t stream);
+hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags);
+hipError_t hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void *userData);
+hipError_t hipEventCreate(hipEvent_t *event);
+hipError_t hipEventDestroy(hipEvent_t event);
+hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream);
+hipError_t hipEventSynchronize(hipEvent_t event);
+hipError_t hipEventQuery(hipEvent_t event);
+hipError_t hipEventElapsedTime(float *ms, hipEvent_t start, hipEvent_t stop);
+"""
+
+hipSuccess = 0
+hipErrorNotReady = 600
+hipErrorNoDevice = 100
+hipErrorPeerAccessAlreadyEnabled = 704
+
+#: hipError_t values (hip/hip_runtime_api.h)
+CODE_NAMES: dict[int, str] = {
+    0: "hipSuccess",
+    1: "hipErrorInvalidValue",
+    2: "hipErrorOutOfMemory",
+    3: "hipErrorNotInitialized",
+    4: "hipErrorDeinitialized",
+    17: "hipErrorInvalidDevicePointer",
+    21: "hipErrorInvalidMemcpyDirection",
+    35: "hipErrorInsufficientDriver",
+    98: "hipErrorInvalidDeviceFunction",
+    100: "hipErrorNoDevice",
+    101: "hipErrorInvalidDevice",
+    200: "hipErrorInvalidImage",
+    201: "hipErrorInvalidContext",
+    400: "hipErrorInvalidHandle",
+    401: "hipErrorIllegalState",
+    500: "hipErrorNotFound",
+    600: "hipErrorNotReady",
+    700: "hipErrorIllegalAddress",
+    701: "hipErrorLaunchOutOfResources",
+    704: "hipErrorPeerAccessAlreadyEnabled",
+    705: "hipErrorPeerAccessNotEnabled",
+    709: "hipErrorContextIsDestroyed",
+    719: "hipErrorLaunchFailure",
+    801: "hipErrorNotSupported",
+    999: "hipErrorUnknown",
+}
+
+_KIND = {H2D: 1, D2H: 2, D2D: 3}          # hipMemcpyKind
+
+
+class HygonPlugin(VendorPlugin):
+    name = "hygon"
+    priority = 10
+    vendor_libraries = ("libamdhip64.so", "libgalaxyhip.so")
+    simulator_library = "libhygon_sim"
+    api_label = "HIP runtime"
+    cdef = CDEF
+    code_names = CODE_NAMES
+    oom_codes = frozenset({2})                    # hipErrorOutOfMemory
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._peers: set[tuple[int, int]] = set()
+        self._peer_lock = threading.Lock()
+
+    def search_dirs(self) -> list[str]:
+        dirs = []
+        for root in roots(("ROCM_PATH", "HIP_PATH", "DTK_HOME"), ("/opt/dtk", "/opt/rocm")):
+            dirs += [f"{root}/lib", f"{root}/lib64", f"{root}/hip/lib"]
+        return dirs
+
+    def _open(self) -> int:
+        self.lib.hipInit(0)
+        count = self.ffi.new("int *")
+        rc = self.lib.hipGetDeviceCount(count)
+        if rc == hipErrorNoDevice:
+            self.lib.hipGetLastError()           # not an error here: zero devices
+            return 0
+        if rc:
+            raise self._error(rc, "hipGetDeviceCount")
+        return int(count[0])
+
+    def _bind(self) -> None:
+        ffi, lib = self.ffi, self.lib
+        self._cast = ffi.cast
+        self._from_buffer = ffi.from_buffer
+        self._memcpy_async = lib.hipMemcpyAsync
+        self._sync_stream = lib.hipStreamSynchronize
+
+    def _set_device(self, index: int) -> None:
+        rc = self.lib.hipSetDevice(index)
+        if rc:
+            raise self._error(rc, f"hipSetDevice({index})")
+
+    def _vendor_message(self, code: int) -> str:
+        p = self.lib.hipGetErrorString(code)
+        return self.ffi.string(p).decode("utf-8", "replace") if p != self.ffi.NULL else ""
+
+    def properties(self, index: int) -> dict:
+        props = super().properties(index)
+        name = self.ffi.new("char[256]")
+        rc = self.lib.hipDeviceGetName(name, 256, index)
+        if rc:
+            raise self._error(rc, "hipDeviceGetName")
+        total = self.ffi.new("size_t *")
+        rc = self.lib.hipDeviceTotalMem(total, index)
+        if rc:
+            raise self._error(rc, "hipDeviceTotalMem")
+        props["name"] = self.ffi.string(name).decode("utf-8", "replace")
+        props["total_memory"] = int(total[0])
+        return props
+
+    # -- memory ---------------------------------------------------------
+    def _malloc(self, index: int, nbytes: int) -> Any:
+        self._use(index)
+        out = self.ffi.new("void **")
+        rc = self.lib.hipMalloc(out, max(nbytes, 1))
+        if rc:
+            raise self._oom(rc, index, nbytes, "hipMalloc")
+        return int(self._cast("uintptr_t", out[0]))
+
+    def _free(self, index: int, handle: Any) -> None:
+        self._use(index)
+        rc = self.lib.hipFree(self._cast("void *", handle))
+        if rc:
+            raise self._error(rc, "hipFree")
+
+    def _mem_info(self, index: int) -> tuple[int, int]:
+        self._use(index)
+        free = self.ffi.new("size_t *")
+        total = self.ffi.new("size_t *")
+        rc = self.lib.hipMemGetInfo(free, total)
+        if rc:
+            raise self._error(rc, "hipMemGetInfo")
+        return int(free[0]), int(total[0])
+
+    # -- copies ---------------------------------------------------------
+    def _copy(self, index: int, dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int, kind: str,
+              stream: Any) -> None:
+        if self._tls.dev != index:
+            self._use(index)
+        if kind == H2D:
+            d = self._cast("void *", dst + dst_off)
+            s = self._from_buffer(src) + src_off
+        elif kind == D2H:
+            d = self._from_buffer(dst) + dst_off
+            s = self._cast("void *", src + src_off)
+        elif kind == D2D:
+            d = self._cast("void *", dst + dst_off)
+            s = self._cast("void *", src + src_off)
+        else:
+            raise DeviceError(f"unknown copy kind {kind!r}", backend=self.name)
+        rc = self._memcpy_async(d, s, nbytes, _KIND[kind], stream)
+        if rc:
+            raise self._error(rc, "hipMemcpyAsync")
+
+    def _copy_peer(self, dst_index: int, dst: Any, dst_off: int, src_index: int, src: Any, src_off: int,
+                   nbytes: int, stream: Any) -> None:
+        self._use(src_index)
+        pair = (src_index, dst_index)
+        if src_index != dst_index and pair not in self._peers:
+            with self._peer_lock:
+                rc = self.lib.hipDeviceEnablePeerAccess(dst_index, 0)
+                if rc not in (hipSuccess, hipErrorPeerAccessAlreadyEnabled):
+                    raise self._error(rc, f"hipDeviceEnablePeerAccess({dst_index})")
+                self.lib.hipGetLastError()          # "already enabled" is fine
+                self._peers.add(pair)
+        rc = self.lib.hipMemcpyPeerAsync(self._cast("void *", dst + dst_off), dst_index,
+                                         self._cast("void *", src + src_off), src_index, nbytes, stream)
+        if rc:
+            raise self._error(rc, "hipMemcpyPeerAsync")
+
+    def _memset(self, index: int, dst: Any, dst_off: int, value: int, nbytes: int, stream: Any) -> None:
+        self._use(index)
+        rc = self.lib.hipMemsetAsync(self._cast("void *", dst + dst_off), value, nbytes, stream)
+        if rc:
+            raise self._error(rc, "hipMemsetAsync")
+
+    # -- streams --------------------------------------------------------
+    def _default_stream(self, index: int) -> Any:
+        return self.ffi.NULL
+
+    def _stream_create(self, index: int) -> Any:
+        self._use(index)
+        out = self.ffi.new("hipStream_t *")
+        rc = self.lib.hipStreamCreate(out)
+        if rc:
+            raise self._error(rc, "hipStreamCreate")
+        return out[0]
+
+    def _stream_destroy(self, index: int, stream: Any) -> None:
+        self._use(index)
+        rc = self.lib.hipStreamDestroy(stream)
+        if rc:
+            raise self._error(rc, "hipStreamDestroy")
+
+    def _stream_synchronize(self, index: int, stream: Any) -> None:
+        if self._tls.dev != index:
+            self._use(index)
+        rc = self._sync_stream(stream)
+        if rc:
+            raise self._error(rc, "hipStreamSynchronize")
+
+    def _stream_query(self, index: int, stream: Any) -> bool:
+        self._use(index)
+        rc = self.lib.hipStreamQuery(stream)
+        if rc == hipSuccess:
+            return True
+        if rc == hipErrorNotReady:
+            return False
+        raise self._error(rc, "hipStreamQuery")
+
+    def _stream_wait_event(self, index: int, stream: Any, event: Any) -> None:
+        self._use(index)
+        rc = self.lib.hipStreamWaitEvent(stream, event, 0)
+        if rc:
+            raise self._error(rc, "hipStreamWaitEvent")
+
+    # -- events ---------------------------------------------------------
+    def _event_create(self, index: int) -> Any:
+        self._use(index)
+        out = self.ffi.new("hipEvent_t *")
+        rc = self.lib.hipEventCreate(out)
+        if rc:
+            raise self._error(rc, "hipEventCreate")
+        return out[0]
+
+    def _event_destroy(self, index: int, event: Any) -> None:
+        self._use(index)
+        rc = self.lib.hipEventDestroy(event)
+        if rc:
+            raise self._error(rc, "hipEventDestroy")
+
+    def _event_record(self, index: int, event: Any, stream: Any) -> None:
+        self._use(index)
+        rc = self.lib.hipEventRecord(event, stream)
+        if rc:
+            raise self._error(rc, "hipEventRecord")
+
+    def _event_synchronize(self, index: int, event: Any) -> None:
+        self._use(index)
+        rc = self.lib.hipEventSynchronize(event)
+        if rc:
+            raise self._error(rc, "hipEventSynchronize")
+
+    def _event_query(self, index: int, event: Any) -> bool:
+        self._use(index)
+        rc = self.lib.hipEventQuery(event)
+        if rc == hipSuccess:
+            return True
+        if rc == hipErrorNotReady:
+            return False
+        raise self._error(rc, "hipEventQuery")
+
+    def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
+        self._use(index)
+        ms = self.ffi.new("float *")
+        rc = self.lib.hipEventElapsedTime(ms, start, end)
+        if rc:
+            raise self._error(rc, "hipEventElapsedTime")
+        return float(ms[0])
+
+    def _synchronize(self, index: int) -> None:
+        self._use(index)
+        rc = self.lib.hipDeviceSynchronize()
+        if rc:
+            raise self._error(rc, "hipDeviceSynchronize")

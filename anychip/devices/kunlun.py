@@ -1,0 +1,388 @@
+"""Baidu Kunlun XPUs through the XPU runtime (libxpurt.so), bound with cffi.
+
+Without the XPU runtime installed (and ``ANYCHIP_SIMULATE`` not ``never``) the
+simulator library ``libkunlun_sim`` stands in with the same ``xpu_*`` symbols.
+
+The XPU runtime has no memset, no event timing, no stream query, no device-wide
+synchronize and no free-memory query. This backend builds them from what the
+runtime has: memset from host-to-device copies of a filled host buffer, stream
+query from an event, device synchronize from the streams it created, free memory
+from the capacity minus its own allocations. The simulator also offers memset,
+event timing and memory information as ``anychip_sim_xpu_*`` extensions; they are
+used when the loaded library has them (only the simulator does), and event timing
+is reported unsupported otherwise.
+
+Handles: device memory is an integer address; streams and events are the
+``XPUStream`` / ``XPUEvent`` values the runtime returns; the default stream is NULL.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..runtime.errors import DeviceError, UnsupportedError
+from ..runtime.plugin import D2D, D2H, H2D
+from ._vendor import VendorPlugin, roots
+
+__all__ = ["KunlunPlugin"]
+
+CDEF = """
+typedef void *XPUStream;
+typedef void *XPUEvent;
+typedef enum { XPU_MEM_HBM = 0, XPU_MEM_MAIN = 0, XPU_MEM_L3 = 1 } XPUMemoryKind;
+typedef enum { XPU_DEVICE_TO_HOST = 0, XPU_HOST_TO_DEVICE = 1, XPU_DEVICE_TO_DEVICE = 2 } XPUMemcpyKind;
+typedef enum {
+    XPUATTR_PCI_ADDRESS = 0, XPUATTR_DEVID = 1, XPUATTR_BOARDID = 2, XPUATTR_ONBOARDID = 3, XPUATTR_MODEL = 4,
+    XPUATTR_MEM_MAIN_CAPACITY = 5, XPUATTR_MEM_L3_CAPACITY = 6, XPUATTR_NUM_CLUSTER = 7, XPUATTR_NUM_SDNN = 8
+} XPUDeviceAttr;
+
+int xpu_get_runtime_version(uint32_t *major, uint32_t *minor);
+int xpu_set_device(int devid);
+int xpu_current_device(int *devid);
+int xpu_device_count(int *dev_count);
+int xpu_device_get_attr(uint64_t *v, XPUDeviceAttr attr, int devid);
+int xpu_malloc(void **pdevptr, uint64_t sz, XPUMemoryKind kind);
+int xpu_free(void *devptr);
+int xpu_host_alloc(void **ptr, uint64_t sz, unsigned int flags);
+int xpu_host_free(void *ptr);
+int xpu_memcpy(void *dst, const void *src, uint64_t sz, XPUMemcpyKind kind);
+int xpu_memcpy_async(void *dst, const void *src, uint64_t sz, XPUMemcpyKind kind, XPUStream stream);
+int xpu_memcpy_peer(int dst_device, void *dst_addr, int src_device, const void *src_addr, uint64_t sz);
+int xpu_stream_create(XPUStream *pstream);
+int xpu_stream_destroy(XPUStream stream);
+int xpu_wait(XPUStream stream);
+int xpu_stream_wait_event(XPUStream stream, XPUEvent event);
+int xpu_event_create(XPUEvent *pevent);
+int xpu_event_record(XPUEvent event, XPUStream stream);
+int xpu_event_destroy(XPUEvent event);
+int xpu_event_wait(XPUEvent event);
+int xpu_event_query(XPUEvent event);
+
+/* simulator-only extensions */
+int anychip_sim_xpu_memset_async(void *dst, int value, uint64_t sz, XPUStream stream);
+int anychip_sim_xpu_event_elapsed_time(float *ms, XPUEvent start, XPUEvent end);
+int anychip_sim_xpu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes);
+"""
+
+XPU_SUCCESS = 0
+XPUERR_BUSY = 716
+
+#: XPUError_t (xpu/defs.h): XPU_ERRNO_BASE 700 + n
+CODE_NAMES: dict[int, str] = {
+    0: "XPU_SUCCESS",
+    701: "XPUERR_INVALID_DEVICE",
+    702: "XPUERR_UNINIT",
+    703: "XPUERR_NODEV",
+    704: "XPUERR_VERSION",
+    705: "XPUERR_NOMEM",
+    706: "XPUERR_NOCPUMEM",
+    707: "XPUERR_INVALID_PARAM",
+    708: "XPUERR_NOXPUFUNC",
+    709: "XPUERR_LDSO",
+    710: "XPUERR_LDSYM",
+    711: "XPUERR_SIMULATOR",
+    712: "XPUERR_NOSUPPORT",
+    713: "XPUERR_ABNORMAL",
+    714: "XPUERR_KEXCEPTION",
+    715: "XPUERR_TIMEOUT",
+    716: "XPUERR_BUSY",
+    717: "XPUERR_USEAFCLOSE",
+    718: "XPUERR_UCECC",
+    719: "XPUERR_OVERHEAT",
+    800: "XPUERR_UNEXPECT",
+    801: "XPUERR_DEVRESET",
+    802: "XPUERR_HWEXCEPTION",
+    803: "XPUERR_HBM_INIT",
+    804: "XPUERR_DEVINIT",
+    805: "XPUERR_PEERRESET",
+    806: "XPUERR_MAXDEV",
+    807: "XPUERR_NOIOC",
+    808: "XPUERR_DMATIMEOUT",
+    809: "XPUERR_DMAABORT",
+    810: "XPUERR_MCUUNINIT",
+    811: "XPUERR_OLDFW",
+    812: "XPUERR_PCIE",
+    813: "XPUERR_FAULT",
+    814: "XPUERR_INTERRUPTED",
+}
+
+#: short descriptions (the runtime's xpu_strerror is an inline function in its header, not an export)
+MESSAGES: dict[int, str] = {
+    701: "invalid XPU device",
+    702: "XPU runtime not initialized",
+    703: "no XPU device available",
+    705: "device memory exhausted",
+    706: "host memory exhausted",
+    707: "invalid parameter",
+    712: "operation not supported",
+    713: "device in an abnormal state after an earlier error",
+    716: "resource busy",
+    717: "stream used after it was destroyed",
+    800: "unexpected error",
+    808: "DMA timed out",
+    809: "DMA aborted (bad device or host address)",
+}
+
+_KIND = {D2H: 0, H2D: 1, D2D: 2}          # XPUMemcpyKind: device-to-host comes first
+_FILL_CHUNK = 1 << 20                     # host fill buffer for the memset fallback
+
+
+class KunlunPlugin(VendorPlugin):
+    name = "kunlun"
+    priority = 20
+    vendor_libraries = ("libxpurt.so",)
+    simulator_library = "libkunlun_sim"
+    api_label = "Kunlun XPU runtime"
+    cdef = CDEF
+    code_names = CODE_NAMES
+    oom_codes = frozenset({705})                  # XPUERR_NOMEM
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._streams: dict[int, set] = {}        # device -> live streams (for device synchronize)
+        self._sizes: dict[int, int] = {}          # address -> bytes, for free memory without a runtime query
+        self._allocated: dict[int, int] = {}      # device -> bytes allocated here
+        self._fill: dict[int, np.ndarray] = {}    # byte value -> host buffer (memset fallback)
+
+    def search_dirs(self) -> list[str]:
+        dirs = []
+        for root in roots(("XPU_HOME", "XPURT_HOME"), ("/usr/local/xpu", "/opt/xpu", "/usr/local/xpurt")):
+            dirs += [f"{root}/lib64", f"{root}/lib", f"{root}/so", f"{root}/xre/so", f"{root}/runtime/lib64"]
+        return dirs
+
+    def _open(self) -> int:
+        count = self.ffi.new("int *")
+        rc = self.lib.xpu_device_count(count)
+        if rc:
+            raise self._error(rc, "xpu_device_count")
+        return int(count[0])
+
+    def _bind(self) -> None:
+        ffi, lib = self.ffi, self.lib
+        self._cast = ffi.cast
+        self._from_buffer = ffi.from_buffer
+        self._memcpy_async = lib.xpu_memcpy_async
+        self._wait = lib.xpu_wait
+        self._ext_memset = self._sym("anychip_sim_xpu_memset_async")
+        self._ext_elapsed = self._sym("anychip_sim_xpu_event_elapsed_time")
+        self._ext_mem_info = self._sym("anychip_sim_xpu_mem_info")
+
+    def use_runtime_only(self) -> None:
+        """Ignore the simulator's extensions and use only the XPU runtime's own API
+        (what a real libxpurt.so offers); the tests use this to exercise the fallbacks."""
+        self.available()
+        self._ext_memset = self._ext_elapsed = self._ext_mem_info = None
+
+    def _set_device(self, index: int) -> None:
+        rc = self.lib.xpu_set_device(index)
+        if rc:
+            raise self._error(rc, f"xpu_set_device({index})")
+
+    def code_name(self, code: int) -> str:
+        return self.code_names.get(abs(code), f"status {code}")   # some releases return -code
+
+    def _vendor_message(self, code: int) -> str:
+        return MESSAGES.get(abs(code), "")
+
+    def _attr(self, index: int, attr: int) -> int:
+        v = self.ffi.new("uint64_t *")
+        rc = self.lib.xpu_device_get_attr(v, attr, index)
+        if rc:
+            raise self._error(rc, "xpu_device_get_attr")
+        return int(v[0])
+
+    def properties(self, index: int) -> dict:
+        props = super().properties(index)
+        model = self._attr(index, 4)                      # XPUATTR_MODEL
+        gen = "KL1" if model <= 1 else "KL2" if model < 300 else "KL3"
+        props["name"] = f"Kunlun {gen} (model {model})" + (" [simulated]" if self.simulated else "")
+        props["model"] = model
+        props["total_memory"] = self._attr(index, 5)      # XPUATTR_MEM_MAIN_CAPACITY
+        return props
+
+    # -- memory ---------------------------------------------------------
+    def _malloc(self, index: int, nbytes: int) -> Any:
+        self._use(index)
+        out = self.ffi.new("void **")
+        rc = self.lib.xpu_malloc(out, max(nbytes, 1), 0)          # XPU_MEM_MAIN
+        if rc:
+            raise self._oom(abs(rc), index, nbytes, "xpu_malloc")
+        addr = int(self._cast("uintptr_t", out[0]))
+        with self._lock:
+            self._sizes[addr] = nbytes
+            self._allocated[index] = self._allocated.get(index, 0) + nbytes
+        return addr
+
+    def _free(self, index: int, handle: Any) -> None:
+        self._use(index)
+        rc = self.lib.xpu_free(self._cast("void *", handle))
+        if rc:
+            raise self._error(rc, "xpu_free")
+        with self._lock:
+            n = self._sizes.pop(handle, 0)
+            self._allocated[index] = self._allocated.get(index, 0) - n
+
+    def _mem_info(self, index: int) -> tuple[int, int]:
+        self._use(index)
+        if self._ext_mem_info is not None:
+            free = self.ffi.new("uint64_t *")
+            total = self.ffi.new("uint64_t *")
+            rc = self._ext_mem_info(free, total)
+            if rc:
+                raise self._error(rc, "anychip_sim_xpu_mem_info")
+            return int(free[0]), int(total[0])
+        total = self._attr(index, 5)
+        with self._lock:
+            used = self._allocated.get(index, 0)
+        return max(total - used, 0), total          # what this process allocated; others are not seen
+
+    # -- copies ---------------------------------------------------------
+    def _copy(self, index: int, dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int, kind: str,
+              stream: Any) -> None:
+        if self._tls.dev != index:
+            self._use(index)
+        if kind == H2D:
+            d = self._cast("void *", dst + dst_off)
+            s = self._from_buffer(src) + src_off
+        elif kind == D2H:
+            d = self._from_buffer(dst) + dst_off
+            s = self._cast("void *", src + src_off)
+        elif kind == D2D:
+            d = self._cast("void *", dst + dst_off)
+            s = self._cast("void *", src + src_off)
+        else:
+            raise DeviceError(f"unknown copy kind {kind!r}", backend=self.name)
+        rc = self._memcpy_async(d, s, nbytes, _KIND[kind], stream)
+        if rc:
+            raise self._error(rc, "xpu_memcpy_async")
+
+    def _copy_peer(self, dst_index: int, dst: Any, dst_off: int, src_index: int, src: Any, src_off: int,
+                   nbytes: int, stream: Any) -> None:
+        # xpu_memcpy_peer is synchronous: order it after the stream's work, then copy
+        self._stream_synchronize(src_index, stream)
+        rc = self.lib.xpu_memcpy_peer(dst_index, self._cast("void *", dst + dst_off), src_index,
+                                      self._cast("void *", src + src_off), nbytes)
+        if rc:
+            raise self._error(rc, "xpu_memcpy_peer")
+
+    def _memset(self, index: int, dst: Any, dst_off: int, value: int, nbytes: int, stream: Any) -> None:
+        self._use(index)
+        if self._ext_memset is not None:
+            rc = self._ext_memset(self._cast("void *", dst + dst_off), value, nbytes, stream)
+            if rc:
+                raise self._error(rc, "anychip_sim_xpu_memset_async")
+            return
+        # the runtime has no memset: copy from a host buffer holding the byte, which stays
+        # alive (and unchanged) for the life of the plugin, so the copies may run later
+        with self._lock:
+            fill = self._fill.get(value)
+            if fill is None:
+                fill = self._fill[value] = np.full(_FILL_CHUNK, value, dtype=np.uint8)
+        src = self._from_buffer(fill)
+        done = 0
+        while done < nbytes:
+            n = min(_FILL_CHUNK, nbytes - done)
+            rc = self._memcpy_async(self._cast("void *", dst + dst_off + done), src, n, 1, stream)
+            if rc:
+                raise self._error(rc, "xpu_memcpy_async (memset)")
+            done += n
+
+    # -- streams --------------------------------------------------------
+    def _default_stream(self, index: int) -> Any:
+        return self.ffi.NULL
+
+    def _stream_create(self, index: int) -> Any:
+        self._use(index)
+        out = self.ffi.new("XPUStream *")
+        rc = self.lib.xpu_stream_create(out)
+        if rc:
+            raise self._error(rc, "xpu_stream_create")
+        with self._lock:
+            self._streams.setdefault(index, set()).add(out[0])
+        return out[0]
+
+    def _stream_destroy(self, index: int, stream: Any) -> None:
+        self._use(index)
+        rc = self.lib.xpu_stream_destroy(stream)
+        if rc:
+            raise self._error(rc, "xpu_stream_destroy")
+        with self._lock:
+            self._streams.get(index, set()).discard(stream)
+
+    def _stream_synchronize(self, index: int, stream: Any) -> None:
+        if self._tls.dev != index:
+            self._use(index)
+        rc = self._wait(stream)
+        if rc:
+            raise self._error(rc, "xpu_wait")
+
+    def _stream_query(self, index: int, stream: Any) -> bool:
+        ev = self._event_create(index)        # the runtime has no stream query: ask an event
+        try:
+            self._event_record(index, ev, stream)
+            return self._event_query(index, ev)
+        finally:
+            self._event_destroy(index, ev)
+
+    def _stream_wait_event(self, index: int, stream: Any, event: Any) -> None:
+        self._use(index)
+        rc = self.lib.xpu_stream_wait_event(stream, event)
+        if rc:
+            raise self._error(rc, "xpu_stream_wait_event")
+
+    # -- events ---------------------------------------------------------
+    def _event_create(self, index: int) -> Any:
+        self._use(index)
+        out = self.ffi.new("XPUEvent *")
+        rc = self.lib.xpu_event_create(out)
+        if rc:
+            raise self._error(rc, "xpu_event_create")
+        return out[0]
+
+    def _event_destroy(self, index: int, event: Any) -> None:
+        self._use(index)
+        rc = self.lib.xpu_event_destroy(event)
+        if rc:
+            raise self._error(rc, "xpu_event_destroy")
+
+    def _event_record(self, index: int, event: Any, stream: Any) -> None:
+        self._use(index)
+        rc = self.lib.xpu_event_record(event, stream)
+        if rc:
+            raise self._error(rc, "xpu_event_record")
+
+    def _event_synchronize(self, index: int, event: Any) -> None:
+        self._use(index)
+        rc = self.lib.xpu_event_wait(event)
+        if rc:
+            raise self._error(rc, "xpu_event_wait")
+
+    def _event_query(self, index: int, event: Any) -> bool:
+        self._use(index)
+        rc = self.lib.xpu_event_query(event)
+        if rc == XPU_SUCCESS:
+            return True
+        if abs(rc) == XPUERR_BUSY:
+            return False
+        raise self._error(rc, "xpu_event_query")
+
+    def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
+        if self._ext_elapsed is None:
+            raise UnsupportedError("the Kunlun XPU runtime has no event timing")
+        self._use(index)
+        ms = self.ffi.new("float *")
+        rc = self._ext_elapsed(ms, start, end)
+        if rc:
+            raise self._error(rc, "anychip_sim_xpu_event_elapsed_time")
+        return float(ms[0])
+
+    def _synchronize(self, index: int) -> None:
+        # no device-wide synchronize in the runtime: wait for the default stream and ours
+        self._stream_synchronize(index, self.ffi.NULL)
+        with self._lock:
+            streams = list(self._streams.get(index, ()))
+        for s in streams:
+            self._stream_synchronize(index, s)
