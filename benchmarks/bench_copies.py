@@ -2,7 +2,7 @@
 """Copy bandwidth and small-copy latency through anychip's public API.
 
     python benchmarks/bench_copies.py [--device ascend:0] [-b 4K] [-e 256M] [-f 2]
-                                      [--vs raw] [--repeat 5] [--json]
+                                      [--vs raw] [--pinned] [--repeat 5] [--json]
 
 For every size from ``-b`` to ``-e`` (multiplied by ``-f`` each step, as in
 nccl-tests) it measures host->device, device->host and device->device copies
@@ -26,17 +26,23 @@ not enforced): OpenCL through anychip >= 0.9 of raw pyopencl bandwidth at
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-import anychip
+try:
+    import anychip
+except ImportError:  # run from a checkout that is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import anychip
 
 DIRECTIONS = ("h2d", "d2h", "d2d")
 TITLES = {"h2d": "host -> device", "d2h": "device -> host", "d2d": "device -> device"}
@@ -231,7 +237,8 @@ class RawCuPy:
     def runner(self, direction: str, size: int, host_src: np.ndarray, host_dst: np.ndarray) -> Callable[[int], None]:
         s, a, b, index, cupy = self.stream, self.a, self.b, self.index, self.cupy
         src, dst = host_src[:size], host_dst[:size]
-        src_ptr, dst_ptr = src.ctypes.data, dst.ctypes.data
+        # ctypes pointers: what every CuPy version's copy_*_host_async accepts
+        src_ptr, dst_ptr = ctypes.c_void_p(src.ctypes.data), ctypes.c_void_p(dst.ctypes.data)
 
         def run(n: int) -> None:
             with cupy.cuda.Device(index):
@@ -248,7 +255,7 @@ class RawCuPy:
         return run
 
     def small(self, direction: str, host8: np.ndarray) -> Callable[[], None]:
-        s, a, ptr = self.stream, self.a, host8.ctypes.data
+        s, a, ptr = self.stream, self.a, ctypes.c_void_p(host8.ctypes.data)
         if direction == "h2d":
             def once() -> None:
                 a.copy_from_host_async(ptr, 8, s)
@@ -276,7 +283,7 @@ def numpy_runner(size: int, host_src: np.ndarray, host_dst: np.ndarray) -> Calla
 # ---------------------------------------------------------------- driver
 
 def run_benchmark(device: str, begin: int, end: int, factor: float, repeat: int, vs_raw: bool,
-                  latency_iters: int) -> dict:
+                  latency_iters: int, pinned: bool = False) -> dict:
     dev = anychip.device(device)
     sizes = []
     size = begin
@@ -285,8 +292,16 @@ def run_benchmark(device: str, begin: int, end: int, factor: float, repeat: int,
         nxt = int(size * factor)
         size = nxt if nxt > size else size + 1
     max_size = sizes[-1]
-    host_src = np.random.default_rng(0).integers(0, 256, max_size, dtype=np.uint8)
-    host_dst = np.ones(max_size, dtype=np.uint8)          # touched: no first-use page faults in the timing
+    if pinned:
+        if not hasattr(dev.plugin, "pinned_empty"):
+            raise SystemExit(f"bench_copies: --pinned needs a backend with page-locked host memory (cuda), "
+                             f"not {dev.backend}")
+        host_src, host_dst = dev.plugin.pinned_empty(max_size), dev.plugin.pinned_empty(max_size)
+        host_src[:] = np.random.default_rng(0).integers(0, 256, max_size, dtype=np.uint8)
+        host_dst[:] = 1
+    else:
+        host_src = np.random.default_rng(0).integers(0, 256, max_size, dtype=np.uint8)
+        host_dst = np.ones(max_size, dtype=np.uint8)      # touched: no first-use page faults in the timing
 
     ours = AnychipCopies(dev, max_size)
     raw: Any = None
@@ -334,6 +349,7 @@ def run_benchmark(device: str, begin: int, end: int, factor: float, repeat: int,
         "simulated": dev.simulated,
         "python": platform.python_version(),
         "repeat": repeat,
+        "host_memory": "pinned" if pinned else "pageable",
         "raw": raw.label if raw is not None else None,
         "raw_note": raw_note,
         "rows": rows,
@@ -364,7 +380,7 @@ def print_report(res: dict) -> None:
     raw = res["raw"]
     sim = " (simulated)" if res["simulated"] else ""
     print(f"# copies on {res['device']}{sim}: {res['device_name']}; Python {res['python']}; "
-          f"median of {res['repeat']} rounds; GB/s = 1e9 bytes/s")
+          f"{res['host_memory']} host memory; median of {res['repeat']} rounds; GB/s = 1e9 bytes/s")
     if res["raw_note"]:
         print(f"# {res['raw_note']}")
     for d in DIRECTIONS:
@@ -404,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vs", choices=["raw"], help="also run the copies through the raw binding (opencl, cuda)")
     ap.add_argument("--repeat", type=int, default=5, help="rounds per cell; the median is reported (default 5)")
     ap.add_argument("--latency-iters", type=int, default=2000, help="8-byte copies timed (default 2000)")
+    ap.add_argument("--pinned", action="store_true",
+                    help="page-locked host arrays (cuda: plugin.pinned_empty) instead of ordinary NumPy memory")
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
     args = ap.parse_args(argv)
     begin, end = parse_size(args.minbytes), parse_size(args.maxbytes)
@@ -411,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("need 0 < minbytes <= maxbytes and stepfactor >= 1")
     try:
         res = run_benchmark(args.device, begin, end, args.stepfactor, args.repeat, args.vs == "raw",
-                            args.latency_iters)
+                            args.latency_iters, args.pinned)
     except anychip.SelectionError as exc:
         print(f"bench_copies: {exc}", file=sys.stderr)
         return 2
