@@ -41,6 +41,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -369,13 +370,8 @@ class CUDAPlugin(DevicePlugin):
 
     # ------------------------------------------------------------------ helpers
     @contextmanager
-    def _on(self, index: int) -> Iterator[None]:
-        """Make device ``index`` current for the calls inside (restored after)."""
-        with self._cupy.cuda.Device(index):
-            yield
-
-    @contextmanager
     def _translate(self, what: str, index: int | None = None, requested: int | None = None) -> Iterator[None]:
+        """For cold paths: CUDARuntimeError inside -> anychip error."""
         try:
             yield
         except DeviceError:
@@ -383,30 +379,51 @@ class CUDAPlugin(DevicePlugin):
         except Exception as exc:
             if not isinstance(getattr(exc, "status", None), int):
                 raise
-            info = None
-            if getattr(exc, "status", None) == _OOM_STATUS and index is not None:
-                try:
-                    info = self._mem_info(index)
-                except Exception:  # noqa: BLE001 - best effort for the message
-                    info = None
-            raise translate_cuda_error(exc, what, device=None if index is None else f"cuda:{index}",
-                                       requested=requested, mem_info=info) from exc
+            raise self._error(exc, what, index, requested) from exc
+
+    def _error(self, exc: BaseException, what: str, index: int | None, requested: int | None) -> DeviceError:
+        info = None
+        if getattr(exc, "status", None) == _OOM_STATUS and index is not None:
+            try:
+                info = self._mem_info(index)
+            except Exception:  # noqa: BLE001 - best effort for the message
+                info = None
+        return translate_cuda_error(exc, what, device=None if index is None else f"cuda:{index}",
+                                    requested=requested, mem_info=info)
+
+    def _call(self, index: int, what: str, fn: Any, *args: Any, requested: int | None = None) -> Any:
+        """``fn(*args)`` with device ``index`` current (the previous one restored after),
+        CUDA errors translated. The hot path: no context managers, and no device
+        switch when ``index`` is current already."""
+        rt = self._rt
+        if rt is None:
+            rt = self._ready()
+        prev = rt.getDevice()
+        switch = prev != index
+        try:
+            if switch:
+                rt.setDevice(index)
+            return fn(*args)
+        except DeviceError:
+            raise
+        except Exception as exc:
+            if not isinstance(getattr(exc, "status", None), int):
+                raise
+            raise self._error(exc, what, index, requested) from exc
+        finally:
+            if switch:
+                rt.setDevice(prev)
 
     # ------------------------------------------------------------------ memory
     def _malloc(self, index: int, nbytes: int) -> int:
         rt = self._ready()
-        with self._on(index), self._translate("cudaMalloc", index, requested=nbytes):
-            return int(rt.malloc(nbytes))
+        return int(self._call(index, "cudaMalloc", rt.malloc, nbytes, requested=nbytes))
 
     def _free(self, index: int, handle: Any) -> None:
-        rt = self._ready()
-        with self._on(index), self._translate("cudaFree", index):
-            rt.free(handle)
+        self._call(index, "cudaFree", self._ready().free, handle)
 
     def _mem_info(self, index: int) -> tuple[int, int]:
-        rt = self._ready()
-        with self._on(index), self._translate("cudaMemGetInfo", index):
-            free, total = rt.memGetInfo()
+        free, total = self._call(index, "cudaMemGetInfo", self._ready().memGetInfo)
         return int(free), int(total)
 
     def _pointer(self, handle: Any, offset: int) -> int:
@@ -423,7 +440,7 @@ class CUDAPlugin(DevicePlugin):
               nbytes: int, kind: str, stream: Any) -> None:
         if nbytes == 0:
             return
-        rt = self._ready()
+        rt = self._rt or self._ready()
         if kind == H2D:
             d, s, k, what = int(dst) + dst_off, src.ctypes.data + src_off, 1, "cudaMemcpyAsync(H2D)"
         elif kind == D2H:
@@ -432,23 +449,21 @@ class CUDAPlugin(DevicePlugin):
             d, s, k, what = int(dst) + dst_off, int(src) + src_off, 3, "cudaMemcpyAsync(D2D)"
         else:
             raise InvalidArgumentError(f"unknown copy kind {kind!r}")
-        with self._on(index), self._translate(what, index):
-            rt.memcpyAsync(d, s, nbytes, k, stream.ptr)
+        self._call(index, what, rt.memcpyAsync, d, s, nbytes, k, stream.ptr)
 
     def _copy_peer(self, dst_index: int, dst: Any, dst_off: int, src_index: int, src: Any,
                    src_off: int, nbytes: int, stream: Any) -> None:
         if nbytes == 0:
             return
-        rt = self._ready()
-        with self._on(src_index), self._translate("cudaMemcpyPeerAsync", src_index):
-            rt.memcpyPeerAsync(int(dst) + dst_off, dst_index, int(src) + src_off, src_index, nbytes, stream.ptr)
+        rt = self._rt or self._ready()
+        self._call(src_index, "cudaMemcpyPeerAsync", rt.memcpyPeerAsync,
+                   int(dst) + dst_off, dst_index, int(src) + src_off, src_index, nbytes, stream.ptr)
 
     def _memset(self, index: int, dst: Any, dst_off: int, value: int, nbytes: int, stream: Any) -> None:
         if nbytes == 0:
             return
-        rt = self._ready()
-        with self._on(index), self._translate("cudaMemsetAsync", index):
-            rt.memsetAsync(int(dst) + dst_off, int(value), nbytes, stream.ptr)
+        rt = self._rt or self._ready()
+        self._call(index, "cudaMemsetAsync", rt.memsetAsync, int(dst) + dst_off, int(value), nbytes, stream.ptr)
 
     # ------------------------------------------------------------------ streams
     def _default_stream(self, index: int) -> Any:
@@ -460,8 +475,8 @@ class CUDAPlugin(DevicePlugin):
 
     def _stream_create(self, index: int) -> Any:
         self._ready()
-        with self._on(index), self._translate("cudaStreamCreateWithFlags", index):
-            return _CudaStream(self._cupy.cuda.Stream(non_blocking=True), index)
+        cs = self._call(index, "cudaStreamCreateWithFlags", partial(self._cupy.cuda.Stream, non_blocking=True))
+        return _CudaStream(cs, index)
 
     def _stream_destroy(self, index: int, stream: Any) -> None:
         if stream is self._defaults.get(index):
@@ -470,46 +485,37 @@ class CUDAPlugin(DevicePlugin):
         stream.cupy_stream = None  # CuPy destroys the stream when the object goes
 
     def _stream_synchronize(self, index: int, stream: Any) -> None:
-        with self._on(index), self._translate("cudaStreamSynchronize", index):
-            stream.cupy_stream.synchronize()
+        self._call(index, "cudaStreamSynchronize", stream.cupy_stream.synchronize)
 
     def _stream_query(self, index: int, stream: Any) -> bool:
-        with self._on(index), self._translate("cudaStreamQuery", index):
-            return bool(stream.cupy_stream.done)
+        return bool(self._call(index, "cudaStreamQuery", getattr, stream.cupy_stream, "done"))
 
     def _stream_wait_event(self, index: int, stream: Any, event: Any) -> None:
-        with self._on(index), self._translate("cudaStreamWaitEvent", index):
-            stream.cupy_stream.wait_event(event)
+        self._call(index, "cudaStreamWaitEvent", stream.cupy_stream.wait_event, event)
 
     # ------------------------------------------------------------------ events
     def _event_create(self, index: int) -> Any:
         self._ready()
-        with self._on(index), self._translate("cudaEventCreate", index):
-            return self._cupy.cuda.Event()
+        return self._call(index, "cudaEventCreate", self._cupy.cuda.Event)
 
     def _event_destroy(self, index: int, event: Any) -> None:
         pass  # CuPy destroys the event when the object goes
 
     def _event_record(self, index: int, event: Any, stream: Any) -> None:
-        with self._on(index), self._translate("cudaEventRecord", index):
-            event.record(stream.cupy_stream)
+        self._call(index, "cudaEventRecord", event.record, stream.cupy_stream)
 
     def _event_synchronize(self, index: int, event: Any) -> None:
-        with self._on(index), self._translate("cudaEventSynchronize", index):
-            event.synchronize()
+        self._call(index, "cudaEventSynchronize", event.synchronize)
 
     def _event_query(self, index: int, event: Any) -> bool:
-        with self._on(index), self._translate("cudaEventQuery", index):
-            return bool(event.done)
+        return bool(self._call(index, "cudaEventQuery", getattr, event, "done"))
 
     def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
-        with self._on(index), self._translate("cudaEventElapsedTime", index):
-            return float(self._cupy.cuda.get_elapsed_time(start, end))
+        return float(self._call(index, "cudaEventElapsedTime", self._cupy.cuda.get_elapsed_time, start, end))
 
     def _synchronize(self, index: int) -> None:
         rt = self._ready()
-        with self._on(index), self._translate("cudaDeviceSynchronize", index):
-            rt.deviceSynchronize()
+        self._call(index, "cudaDeviceSynchronize", rt.deviceSynchronize)
 
 
 def _visibility_note(visible: str | None) -> str:
