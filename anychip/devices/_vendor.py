@@ -89,7 +89,16 @@ def roots(env_vars: tuple[str, ...], defaults: tuple[str, ...]) -> list[str]:
 
 
 class _ThreadState(threading.local):
-    dev = -1          # the device this backend last made current on this thread
+    dev = -1          # the device last made current on this thread through this library
+
+
+_thread_states: dict[str, _ThreadState] = {}
+
+
+def _thread_state(path: str) -> _ThreadState:
+    """One per loaded library: plugin instances over the same library share the current device."""
+    with _announce_lock:
+        return _thread_states.setdefault(os.path.realpath(path), _ThreadState())
 
 
 class VendorPlugin(DevicePlugin):
@@ -179,6 +188,7 @@ class VendorPlugin(DevicePlugin):
 
     def _finish(self, ffi: Any, lib: Any, path: str, simulated: bool) -> tuple[bool, str]:
         self.ffi, self.lib, self.library_path, self.simulated = ffi, lib, path, simulated
+        self._tls = _thread_state(path)
         self._count = self._open()
         self._bind()
         kind = f"simulated {self.api_label}" if simulated else self.api_label

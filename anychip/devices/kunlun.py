@@ -198,7 +198,7 @@ class KunlunPlugin(VendorPlugin):
         props = super().properties(index)
         model = self._attr(index, 4)                      # XPUATTR_MODEL
         gen = "KL1" if model <= 1 else "KL2" if model < 300 else "KL3"
-        props["name"] = f"Kunlun {gen} (model {model})" + (" [simulated]" if self.simulated else "")
+        props["name"] = f"Kunlun {gen} (model {model})"
         props["model"] = model
         props["total_memory"] = self._attr(index, 5)      # XPUATTR_MEM_MAIN_CAPACITY
         return props

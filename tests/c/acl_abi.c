@@ -1,0 +1,118 @@
+/*
+ * Calls the Ascend simulator through ACL's own C names and declarations, as a program
+ * built against acl/acl.h would. Linked against libascend_sim by tests/test_sim_c_abi.py.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef int aclError;
+typedef void *aclrtStream;
+typedef void *aclrtEvent;
+typedef enum { ACL_MEMCPY_HOST_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST,
+               ACL_MEMCPY_DEVICE_TO_DEVICE } aclrtMemcpyKind;
+typedef enum { ACL_MEM_MALLOC_HUGE_FIRST } aclrtMemMallocPolicy;
+typedef enum { ACL_DDR_MEM, ACL_HBM_MEM } aclrtMemAttr;
+typedef enum { ACL_EVENT_RECORDED_STATUS_NOT_READY = 0, ACL_EVENT_RECORDED_STATUS_COMPLETE = 1 }
+    aclrtEventRecordedStatus;
+
+aclError aclInit(const char *configPath);
+aclError aclFinalize(void);
+const char *aclGetRecentErrMsg(void);
+aclError aclrtSetDevice(int32_t deviceId);
+aclError aclrtGetDevice(int32_t *deviceId);
+aclError aclrtGetDeviceCount(uint32_t *count);
+aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+aclError aclrtFree(void *devPtr);
+aclError aclrtMallocHost(void **hostPtr, size_t size);
+aclError aclrtFreeHost(void *hostPtr);
+aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
+aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);
+aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
+                          aclrtStream stream);
+aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream);
+aclError aclrtCreateStream(aclrtStream *stream);
+aclError aclrtDestroyStream(aclrtStream stream);
+aclError aclrtSynchronizeStream(aclrtStream stream);
+aclError aclrtCreateEvent(aclrtEvent *event);
+aclError aclrtDestroyEvent(aclrtEvent event);
+aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream);
+aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status);
+aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent);
+/* the simulator's own control */
+int anychip_sim_stream_hold(void *stream);
+int anychip_sim_stream_release(void *stream);
+
+#define CHECK(cond)                                                             \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            printf("FAILED line %d: %s\n", __LINE__, #cond);                    \
+            return 1;                                                           \
+        }                                                                       \
+    } while (0)
+
+int main(void)
+{
+    enum { N = 4096 };
+    static unsigned char a[N], b[N];
+    uint32_t count = 0;
+    CHECK(aclrtSetDevice(0) == 100001);                 /* ACL_ERROR_UNINITIALIZE before aclInit */
+    CHECK(aclInit(NULL) == 0);
+    CHECK(aclInit(NULL) == 100002);                     /* ACL_ERROR_REPEAT_INITIALIZE */
+    CHECK(aclrtGetDeviceCount(&count) == 0 && count >= 1);
+    CHECK(aclrtSetDevice(count) == 107001);             /* ACL_ERROR_RT_INVALID_DEVICEID */
+    CHECK(aclrtSetDevice(0) == 0);
+    int32_t dev = -1;
+    CHECK(aclrtGetDevice(&dev) == 0 && dev == 0);
+
+    void *d1 = NULL, *d2 = NULL;
+    CHECK(aclrtMalloc(&d1, N, ACL_MEM_MALLOC_HUGE_FIRST) == 0 && d1);
+    CHECK(aclrtMalloc(&d2, N, ACL_MEM_MALLOC_HUGE_FIRST) == 0 && d2);
+    for (int i = 0; i < N; i++)
+        a[i] = (unsigned char)(i * 7);
+    CHECK(aclrtMemcpy(d1, N, a, N, ACL_MEMCPY_HOST_TO_DEVICE) == 0);
+    CHECK(aclrtMemcpy(b, N, a, N + 1, ACL_MEMCPY_HOST_TO_DEVICE) == 100000); /* count > destMax */
+
+    aclrtStream s;
+    aclrtEvent e0, e1;
+    CHECK(aclrtCreateStream(&s) == 0);
+    CHECK(aclrtCreateEvent(&e0) == 0 && aclrtCreateEvent(&e1) == 0);
+    CHECK(anychip_sim_stream_hold(s) == 0);
+    CHECK(aclrtRecordEvent(e0, s) == 0);
+    CHECK(aclrtMemcpyAsync(d2, N, d1, N, ACL_MEMCPY_DEVICE_TO_DEVICE, s) == 0);
+    CHECK(aclrtMemcpyAsync(b, N, d2, N, ACL_MEMCPY_DEVICE_TO_HOST, s) == 0);
+    CHECK(aclrtRecordEvent(e1, s) == 0);
+    aclrtEventRecordedStatus st = ACL_EVENT_RECORDED_STATUS_COMPLETE;
+    CHECK(aclrtQueryEventStatus(e1, &st) == 0 && st == ACL_EVENT_RECORDED_STATUS_NOT_READY);
+    CHECK(b[1] == 0);                                   /* held: nothing ran */
+    CHECK(anychip_sim_stream_release(s) == 0);
+    CHECK(aclrtSynchronizeStream(s) == 0);
+    CHECK(aclrtQueryEventStatus(e1, &st) == 0 && st == ACL_EVENT_RECORDED_STATUS_COMPLETE);
+    CHECK(memcmp(a, b, N) == 0);
+    float ms = -1;
+    CHECK(aclrtEventElapsedTime(&ms, e0, e1) == 0 && ms >= 0);
+
+    CHECK(aclrtMemsetAsync(d1, N, 0x5a, N, s) == 0);
+    CHECK(aclrtSynchronizeStream(s) == 0);
+    CHECK(aclrtMemcpy(b, N, d1, N, ACL_MEMCPY_DEVICE_TO_HOST) == 0 && b[N - 1] == 0x5a);
+
+    /* errors come back as ACL codes, never as crashes */
+    CHECK(aclrtMemcpy(b, N + 1, d1, N + 1, ACL_MEMCPY_DEVICE_TO_HOST) == 107000); /* past the allocation */
+    CHECK(aclGetRecentErrMsg() != NULL);
+    CHECK(aclrtMemcpy(d1, N, a, N, ACL_MEMCPY_DEVICE_TO_HOST) == 107000);         /* wrong direction */
+    CHECK(aclrtFree((char *)d1 + 16) == 107000);                                  /* not the start */
+    CHECK(aclrtFree(d1) == 0);
+    CHECK(aclrtFree(d1) == 107000);                                               /* already freed */
+    CHECK(aclrtMalloc(&d1, (size_t)1 << 50, ACL_MEM_MALLOC_HUGE_FIRST) == 207001); /* out of memory */
+    CHECK(aclrtDestroyStream(s) == 0);
+    CHECK(aclrtSynchronizeStream(s) == 107017);                                   /* destroyed stream */
+    CHECK(aclrtDestroyEvent(e0) == 0 && aclrtDestroyEvent(e0) == 107017);
+    void *h = NULL;
+    CHECK(aclrtMallocHost(&h, 100) == 0 && aclrtFreeHost(h) == 0 && aclrtFreeHost(h) == 107000);
+    size_t fr = 0, tot = 0;
+    CHECK(aclrtGetMemInfo(ACL_HBM_MEM, &fr, &tot) == 0 && fr <= tot && tot > 0);
+    CHECK(aclrtFree(d2) == 0);
+    CHECK(aclFinalize() == 0);
+    printf("acl ok\n");
+    return 0;
+}
