@@ -145,6 +145,7 @@ class _DeviceState:
         self.device_in_platform = device_in_platform
         self.context: Any = None
         self.default: _Stream | None = None
+        self.touch_queue: Any = None
         self.streams: weakref.WeakSet[_Stream] = weakref.WeakSet()
         self.allocated = 0
         self.lock = threading.RLock()
@@ -360,10 +361,11 @@ class OpenCLPlugin(DevicePlugin):
             ctx = self._context(index)
             with self._translate("clCreateBuffer", index, requested=nbytes):
                 buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size)
-                # buffers are allocated lazily; touch one byte so a failure shows here
-                stream = self._default_stream(index)
-                ev = cl.enqueue_fill_buffer(stream.queue, buf, np.uint8(0), 0, 1)
-                ev.wait()
+                # buffers are allocated lazily; touch one byte so a failure shows here. On a
+                # queue of its own, so the wait does not queue behind the streams' work.
+                if st.touch_queue is None:
+                    st.touch_queue = cl.CommandQueue(ctx, st.device)
+                cl.enqueue_fill_buffer(st.touch_queue, buf, np.uint8(0), 0, 1).wait()
         except BaseException:
             with st.lock:
                 st.allocated -= size
