@@ -985,14 +985,14 @@ static sim_status run_op(sim_op *op, char *msg, size_t msglen)
 /* Record the end of one op (caller holds s->lock). */
 static void op_finished(sim_stream *s, sim_status st, const char *msg)
 {
-    s->head++;
-    ASTORE(&s->done, s->head);
-    s->running = 0;
-    if (st != SIM_OK && !s->has_sticky) {
+    if (st != SIM_OK && !s->has_sticky) { /* published before `done`, so a synchronizer sees it */
         s->sticky = st;
         snprintf(s->sticky_msg, sizeof s->sticky_msg, "%s", msg);
         ASTORE(&s->has_sticky, 1);
     }
+    s->head++;
+    s->running = 0;
+    ASTORE(&s->done, s->head);
     if (s->waiters)
         pthread_cond_broadcast(&s->done_cv);
 }
