@@ -219,8 +219,9 @@ def test_destroy_drains_a_held_stream(plugin):
 def test_memory_freed_under_queued_work_is_never_written(plugin, stream):
     n = 1 << 14
     dev = plugin._malloc(0, n)
+    ee = np.full(n, 0xEE, np.uint8)              # host memory must outlive the async copy
     plugin.sim_hold_stream(0, stream)
-    plugin._copy(0, dev, 0, np.full(n, 0xEE, np.uint8), 0, n, H2D, stream)
+    plugin._copy(0, dev, 0, ee, 0, n, H2D, stream)
     plugin._free(0, dev)                         # the queued copy now targets freed memory
     again = plugin._malloc(0, n)                 # very likely the same address
     plugin._memset(0, again, 0, 0, n, plugin._default_stream(0))
@@ -251,7 +252,8 @@ def test_host_callbacks_run_in_order(plugin, stream):
 
     plugin.sim_hold_stream(0, stream)
     assert lib.anychip_sim_stream_enqueue_host_fn(stream, note, ffi.cast("void *", 1)) == 0
-    plugin._copy(0, dev, 0, np.full(n, 42, np.uint8), 0, n, H2D, stream)
+    fortytwo = np.full(n, 42, np.uint8)
+    plugin._copy(0, dev, 0, fortytwo, 0, n, H2D, stream)
     plugin._copy(0, out, 0, dev, 0, n, D2H, stream)
     assert lib.anychip_sim_stream_enqueue_host_fn(stream, note, ffi.cast("void *", 2)) == 0
     assert seen == []
