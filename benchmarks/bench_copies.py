@@ -14,8 +14,9 @@ measures the round trip of an 8-byte asynchronous copy followed by
 
 ``--vs raw`` runs the same copies through the backend's own Python binding in
 the same run, with the ratio anychip/raw:
-  * ``opencl:N``: raw pyopencl, ``cl.enqueue_copy`` on its own context and
-    in-order queue, non-blocking, then ``queue.finish()``;
+  * ``opencl:N``: raw pyopencl, ``cl.enqueue_copy`` on an in-order queue of
+    its own, non-blocking, then ``queue.finish()``, on the same buffer memory
+    as anychip (see ``RawOpenCL``);
   * ``cuda:N``: raw CuPy, ``MemoryPointer.copy_{from,to}_host_async`` /
     ``copy_from_device_async`` on a ``cupy.cuda.Stream``, then ``synchronize()``.
 
@@ -73,16 +74,18 @@ def iterations_for(size: int) -> int:
 def median_rounds(runs: dict[str, Callable[[int], None]], iters: int, repeat: int) -> dict[str, float]:
     """Median seconds per copy of each contender over ``repeat`` rounds of ``iters`` copies.
 
-    The contenders take turns round by round (after one warm-up round each), so
-    a slow spell of the machine hits all of them rather than one.
+    The contenders take turns round by round (after one warm-up round each), and
+    the one that goes first rotates, so a slow spell of the machine or the state
+    the previous contender left behind hits all of them rather than one.
     """
     for run in runs.values():
         run(max(1, iters // 4))
     rounds: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeat):
-        for name, run in runs.items():
+    names = list(runs)
+    for r in range(repeat):
+        for name in names[r % len(names):] + names[:r % len(names)]:   # who goes first rotates
             t0 = time.perf_counter()
-            run(iters)
+            runs[name](iters)
             rounds[name].append((time.perf_counter() - t0) / iters)
     return {name: statistics.median(r) for name, r in rounds.items()}
 
@@ -158,64 +161,66 @@ class AnychipCopies:
 
 
 class RawOpenCL:
+    """Raw pyopencl: ``cl.enqueue_copy`` on an in-order queue of its own.
+
+    It copies to and from the *same* ``cl.Buffer`` memory as the anychip
+    contender (the segments anychip allocated, at the same offsets), so the two
+    differ only in the software path. On CPU devices such as PoCL the speed of a
+    large copy depends on which physical pages a buffer got (two raw buffers of
+    the same size can differ by 20%), which would otherwise swamp the comparison.
+    """
+
     label = "raw pyopencl"
 
-    def __init__(self, dev: anychip.Device, max_size: int) -> None:
+    def __init__(self, dev: anychip.Device, ours: AnychipCopies) -> None:
         import pyopencl as cl
 
         self.cl = cl
-        cl_device = dev.plugin._state(dev.index).device
-        self.ctx = cl.Context([cl_device])
-        self.q = cl.CommandQueue(self.ctx, cl_device)
-        mf = cl.mem_flags.READ_WRITE
-        self.a = cl.Buffer(self.ctx, mf, max_size)
-        self.b = cl.Buffer(self.ctx, mf, max_size)
-        cl.enqueue_fill_buffer(self.q, self.a, np.uint8(1), 0, max_size)
-        cl.enqueue_fill_buffer(self.q, self.b, np.uint8(2), 0, max_size)
-        self.q.finish()
+        self.a, self.a_off = ours.a.handle, ours.a.offset
+        self.b, self.b_off = ours.b.handle, ours.b.offset
+        cl_device = self.a.context.devices[0]
+        self.q = cl.CommandQueue(self.a.context, cl_device)
 
     def runner(self, direction: str, size: int, host_src: np.ndarray, host_dst: np.ndarray) -> Callable[[int], None]:
-        cl, q, a, b = self.cl, self.q, self.a, self.b
+        cl, q, a, b, a_off, b_off = self.cl, self.q, self.a, self.b, self.a_off, self.b_off
         src, dst = host_src[:size], host_dst[:size]
         enqueue = cl.enqueue_copy
 
         if direction == "h2d":
             def run(n: int) -> None:
                 # keep the NannyEvents: dropping one waits for its copy
-                evs = [enqueue(q, a, src, is_blocking=False) for _ in range(n)]
+                evs = [enqueue(q, a, src, dst_offset=a_off, is_blocking=False) for _ in range(n)]
                 q.finish()
                 del evs
         elif direction == "d2h":
             def run(n: int) -> None:
-                evs = [enqueue(q, dst, a, is_blocking=False) for _ in range(n)]
+                evs = [enqueue(q, dst, a, src_offset=a_off, is_blocking=False) for _ in range(n)]
                 q.finish()
                 del evs
         else:
             def run(n: int) -> None:
                 for _ in range(n):
-                    enqueue(q, b, a, byte_count=size)
+                    enqueue(q, b, a, byte_count=size, src_offset=a_off, dst_offset=b_off)
                 q.finish()
         return run
 
     def small(self, direction: str, host8: np.ndarray) -> Callable[[], None]:
-        cl, q, a = self.cl, self.q, self.a
+        cl, q, a, a_off = self.cl, self.q, self.a, self.a_off
         enqueue = cl.enqueue_copy
         if direction == "h2d":
             def once() -> None:
-                ev = enqueue(q, a, host8, is_blocking=False)
+                ev = enqueue(q, a, host8, dst_offset=a_off, is_blocking=False)
                 q.finish()
                 del ev
         else:
             def once() -> None:
-                ev = enqueue(q, host8, a, is_blocking=False)
+                ev = enqueue(q, host8, a, src_offset=a_off, is_blocking=False)
                 q.finish()
                 del ev
         return once
 
     def close(self) -> None:
         self.q.finish()
-        self.a.release()
-        self.b.release()
 
 
 class RawCuPy:
@@ -308,7 +313,7 @@ def run_benchmark(device: str, begin: int, end: int, factor: float, repeat: int,
     raw_note = None
     if vs_raw:
         if dev.backend == "opencl":
-            raw = RawOpenCL(dev, max_size)
+            raw = RawOpenCL(dev, ours)
         elif dev.backend == "cuda":
             raw = RawCuPy(dev, max_size)
         else:
