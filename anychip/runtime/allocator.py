@@ -95,6 +95,7 @@ from .errors import InvalidArgumentError, OutOfMemoryError
 
 __all__ = [
     "AllocatorConf",
+    "AllocatorOutOfMemoryError",
     "Block",
     "CachingAllocator",
     "NativeAllocator",
@@ -507,6 +508,28 @@ def _active_peaks(st: _Stats) -> None:
 
 
 # ---------------------------------------------------------------------------
+# the out-of-memory error
+# ---------------------------------------------------------------------------
+
+class AllocatorOutOfMemoryError(OutOfMemoryError):
+    """The ``OutOfMemoryError`` the allocators raise once the cache could not help.
+
+    It pickles with all its fields: the generic reduction of ``DeviceError`` makes
+    the object with ``cls.__new__``, which ``MemoryError`` refuses for subclasses
+    whose first base is not ``MemoryError``."""
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_oom, (type(self), self.args, self.__dict__))
+
+
+def _rebuild_oom(cls: type, args: tuple, state: dict) -> OutOfMemoryError:
+    obj = BaseException.__new__(cls)
+    BaseException.__init__(obj, *args)
+    obj.__dict__.update(state)
+    return obj
+
+
+# ---------------------------------------------------------------------------
 # common part of both allocators
 # ---------------------------------------------------------------------------
 
@@ -809,7 +832,7 @@ class _AllocatorBase:
         if reserved > allocated:
             detail += (f"; {reserved - allocated} bytes are reserved but unallocated: if that is large, "
                        f"try {ENV_VAR}=max_split_size_mb:N against fragmentation")
-        return OutOfMemoryError(nbytes, free, total, stats, device=self.name,
+        return AllocatorOutOfMemoryError(nbytes, free, total, stats, device=self.name,
                                 backend=getattr(exc, "backend", None), code=getattr(exc, "code", None),
                                 code_name=getattr(exc, "code_name", None), detail=detail)
 
@@ -902,13 +925,15 @@ class CachingAllocator(_AllocatorBase):
                 block.size = size
                 b = buckets.get(rem)
                 if b is None:
-                    b = buckets[rem] = []
+                    buckets[rem] = [r]
+                    r._bi = 0
                     sizes = fl.sizes
                     insort(sizes, rem)
                     if len(sizes) > fl.limit:
                         fl.compact()
-                r._bi = len(b)
-                b.append(r)
+                else:
+                    r._bi = len(b)
+                    b.append(r)
                 if n is not None:
                     n.prev = r
                     st.isb -= size          # an inactive split block shrinks
@@ -1244,13 +1269,15 @@ class CachingAllocator(_AllocatorBase):
                 st.isc_fr -= d_cnt
         b = buckets.get(size)
         if b is None:
-            b = buckets[size] = []
+            buckets[size] = [block]
+            block._bi = 0
             sizes = fl.sizes
             insort(sizes, size)
             if len(sizes) > fl.limit:
                 fl.compact()
-        block._bi = len(b)
-        b.append(block)
+        else:
+            block._bi = len(b)
+            b.append(block)
 
     @staticmethod
     def _unlist(nb: Block, fl: _FreeList) -> None:
@@ -1268,12 +1295,14 @@ class CachingAllocator(_AllocatorBase):
         buckets = fl.buckets
         b = buckets.get(size)
         if b is None:
-            b = buckets[size] = []
+            buckets[size] = [block]
+            block._bi = 0
             insort(fl.sizes, size)
             if len(fl.sizes) > fl.limit:
                 fl.compact()
-        block._bi = len(b)
-        b.append(block)
+        else:
+            block._bi = len(b)
+            b.append(block)
 
     def _insert_free(self, block: Block, fl: _FreeList, counted: bool) -> None:
         """Put ``block`` (free, in no list) into ``fl``, merged with its free neighbours
@@ -1360,8 +1389,7 @@ class CachingAllocator(_AllocatorBase):
 
     def empty_cache(self) -> None:
         """Wait for pending events, then return every unused cached segment to raw_free."""
-        if self._npending:
-            self._sync_events()
+        self._sync_events()
         self._release_cached()
 
     def synchronize_and_free_events(self) -> None:
@@ -1481,9 +1509,8 @@ class NativeAllocator(_AllocatorBase):
         self._raw_release(block, st)
 
     def empty_cache(self) -> None:
-        """Nothing is cached; releases what completed events were holding."""
-        if self._npending:
-            self._process_events()
+        """Nothing is cached; waits for pending events and frees the blocks they held."""
+        self._sync_events()
 
     def snapshot(self) -> list[dict]:
         out = []
