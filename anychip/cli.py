@@ -48,7 +48,7 @@ def _device_rows(show_all: bool) -> tuple[list[dict], list[str]]:
                     props = b.plugin.properties(i)
                 except Exception as exc:  # noqa: BLE001
                     props = {"name": f"(properties failed: {exc})"}
-                kind = "host" if not type(b.plugin).accelerator else ("simulated" if b.plugin.simulated else "real")
+                kind = "host" if not b.plugin.accelerator else ("simulated" if b.plugin.simulated else "real")
                 status = "default" if name == default else ("selected" if name in chosen else "not selected")
                 rows.append({"device": name, "kind": kind, "name": str(props.get("name", "")),
                              "memory": props.get("total_memory"), "status": status})

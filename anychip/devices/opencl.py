@@ -217,6 +217,9 @@ class OpenCLPlugin(DevicePlugin):
             d = st.device
             descs.append(f"{d.platform.name.strip()} / {d.name.strip()}")
         n = len(self._states)
+        # OpenCL on the host CPU only (PoCL) ranks with the host backends, after simulated chips
+        cpu = self._cl.device_type.CPU
+        self.accelerator = any(not (st.device.type & cpu) for st in self._states)
         return True, f"{n} OpenCL device{'s' if n != 1 else ''}: " + "; ".join(descs)
 
     def device_count(self) -> int:

@@ -36,8 +36,9 @@ class DevicePlugin:
     name: ClassVar[str] = ""
     #: among backends of the same tier (real accelerator / simulated / host), higher comes first
     priority: ClassVar[int] = 0
-    #: False only for backends whose memory is ordinary host memory (cpu)
-    accelerator: ClassVar[bool] = True
+    #: False for backends that run on the host CPU (cpu; OpenCL when its only devices are CPUs):
+    #: they come after real and simulated accelerators in the default order (may be set per instance)
+    accelerator: bool = True
     #: True when a simulator stands in for the vendor library (set by ``available()``)
     simulated: bool = False
     #: optional kernel set the tensor layer may use (None = host fallback)

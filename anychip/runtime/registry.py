@@ -56,7 +56,7 @@ class BackendInfo:
     def tier(self) -> int:
         """0 real accelerators, 1 simulated chips, 2 host backends."""
         p = self.plugin
-        if p is None or not type(p).accelerator:
+        if p is None or not p.accelerator:
             return 2
         return 1 if p.simulated else 0
 

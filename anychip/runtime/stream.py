@@ -117,7 +117,7 @@ class Stream:
         """Hold a host object until this stream has been synchronized."""
         keep = self._keep
         keep.append(obj)
-        if len(keep) > 64 and self.query():
+        if len(keep) % 64 == 0 and self.query():
             keep.clear()
 
     def destroy(self) -> None:
