@@ -52,6 +52,8 @@ class Buffer:
     def ptr(self) -> int | None:
         """Integer device address where the backend has one, else None."""
         block = self._check()
+        if block.handle is None:        # a zero-byte buffer owns no memory
+            return None
         return self.device.plugin._pointer(block.handle, self._offset)
 
     @property
