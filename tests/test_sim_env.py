@@ -261,3 +261,17 @@ def test_vendor_library_is_preferred_and_takes_the_same_path(monkeypatch, tmp_pa
     monkeypatch.setenv("ANYCHIP_SIMULATE", "always")
     q = cls()
     assert q.available()[0] and q.simulated and q.library_path != str(fake)
+
+
+def test_a_vendor_library_that_fails_to_start_is_reported(monkeypatch, tmp_path):
+    root = tmp_path / "Ascend"
+    (root / "lib64").mkdir(parents=True)
+    (root / "lib64" / "libascendcl.so").write_bytes(b"not an ELF file")
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(root))
+    monkeypatch.setenv("ANYCHIP_SIMULATE", "never")
+    ok, reason = AscendPlugin().available()
+    assert not ok and str(root / "lib64" / "libascendcl.so") in reason
+    monkeypatch.setenv("ANYCHIP_SIMULATE", "auto")     # unloadable: the simulator stands in, and says why
+    p = AscendPlugin()
+    ok, reason = p.available()
+    assert ok and p.simulated and "could not be loaded" in reason

@@ -168,7 +168,12 @@ class VendorPlugin(DevicePlugin):
                 failure = f"{path} could not be loaded ({exc})"
                 path = None
             else:
-                return self._finish(ffi, lib, path, simulated=False)
+                try:
+                    return self._finish(ffi, lib, path, simulated=False)
+                except Exception as exc:  # noqa: BLE001 - reported as the reason
+                    self.lib = None
+                    return False, (f"{path} was found but does not work ({exc}); "
+                                   f"{SIMULATE_ENV}=always selects the simulator instead")
         where = ", ".join(searched) if searched else "nowhere"
         if mode == "never":
             why = failure or f"{names} not found (searched {where}; LD_LIBRARY_PATH included)"

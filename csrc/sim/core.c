@@ -229,6 +229,7 @@ static struct {
     int require_current;
     sim_device dev[SIM_MAX_DEVICES];
     pthread_rwlock_t exec;        /* read: an op touches memory; write: memory is freed or unmapped */
+    pthread_mutex_t default_lock; /* creation of default streams */
     pthread_mutex_t reg_lock;
     ptr_map registry;             /* handle -> sim_stream* / sim_event* */
     uint64_t next_id;             /* atomic; ids are never reused */
@@ -240,6 +241,7 @@ static struct {
 } G = {
     .init_lock = PTHREAD_MUTEX_INITIALIZER,
     .exec = PTHREAD_RWLOCK_INITIALIZER,
+    .default_lock = PTHREAD_MUTEX_INITIALIZER,
     .reg_lock = PTHREAD_MUTEX_INITIALIZER,
     .host_lock = PTHREAD_MUTEX_INITIALIZER,
     .import_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -391,6 +393,17 @@ static void apply_visibility(const char *visible, int rule)
 
 static void atfork_child(void);
 
+/* Frees take the exec lock for writing; prefer them, so a steady flow of copies on many
+ * streams cannot keep a free waiting. No thread ever takes the read side twice. */
+static void init_exec_lock(void)
+{
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&G.exec, &attr);
+    pthread_rwlockattr_destroy(&attr);
+}
+
 void sim_core_init(const char *visible, int rule)
 {
     if (ALOAD(&G.initialized))
@@ -434,6 +447,7 @@ void sim_core_init(const char *visible, int rule)
             G.dev[i].fd = -1;
         }
         apply_visibility(visible, rule);
+        init_exec_lock();
         pthread_atfork(NULL, NULL, atfork_child);
         ASTORE(&G.initialized, 1);
     }
@@ -1105,19 +1119,18 @@ static sim_status default_stream(int phys, sim_stream **out)
     sim_device *d = &G.dev[phys];
     sim_stream *s = ALOAD(&d->default_stream);
     if (!s) {
-        static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
-        pthread_mutex_lock(&create_lock);
+        pthread_mutex_lock(&G.default_lock);
         s = d->default_stream;
         if (!s) {
             sim_status st = stream_new(phys, 1, &s);
             if (st != SIM_OK) {
-                pthread_mutex_unlock(&create_lock);
+                pthread_mutex_unlock(&G.default_lock);
                 return st;
             }
             s->handle = ((uint64_t)new_id() << 4) | TAG_STREAM; /* internal only: NULL names it */
             ASTORE(&d->default_stream, s);
         }
-        pthread_mutex_unlock(&create_lock);
+        pthread_mutex_unlock(&G.default_lock);
     }
     *out = s;
     return SIM_OK;
@@ -1757,7 +1770,8 @@ sim_status sim_ipc_close(void *devptr)
  * handles from before the fork are invalid there. */
 static void atfork_child(void)
 {
-    pthread_rwlock_init(&G.exec, NULL);
+    init_exec_lock();
+    pthread_mutex_init(&G.default_lock, NULL);
     pthread_mutex_init(&G.reg_lock, NULL);
     pthread_mutex_init(&G.host_lock, NULL);
     pthread_mutex_init(&G.import_lock, NULL);
