@@ -500,35 +500,25 @@ void sim_clear_current(void) { t_dev = -1; }
 /* device memory                                                              */
 /* ========================================================================== */
 
+/* A device's arena starts as private memory with transparent huge pages (the fastest
+ * for copies); make_shareable() turns it into a memfd mapping at the same addresses the
+ * first time an allocation of the device is exported to another process. */
 static sim_status ensure_arena(sim_device *d, int phys)
 {
     if (d->base)
         return SIM_OK;
     if (G.capacity == 0)
         return SIM_OK;
-    char name[64];
-    snprintf(name, sizeof name, "anychip-sim-dev%d", phys);
-    int fd = memfd_create(name, MFD_CLOEXEC);
-    char *base = MAP_FAILED;
-    if (fd >= 0) {
-        if (ftruncate(fd, (off_t)G.capacity) == 0)
-            base = mmap(NULL, G.capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-        if (base == MAP_FAILED) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    if (base == MAP_FAILED) /* no memfd: private memory, no IPC */
-        base = mmap(NULL, G.capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    char *base = mmap(NULL, G.capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                      -1, 0);
     if (base == MAP_FAILED)
         return sim_fail(SIM_E_OS, "cannot reserve %zu bytes of address space for device %d: %s",
-                        G.capacity, phys, strerror(errno));
+                        G.capacity, sim_phys_to_logical(phys), strerror(errno));
+    madvise(base, G.capacity, MADV_HUGEPAGE);
     d->frees = malloc(16 * sizeof *d->frees);
     d->allocs = malloc(16 * sizeof *d->allocs);
     if (!d->frees || !d->allocs) {
         munmap(base, G.capacity);
-        if (fd >= 0)
-            close(fd);
         free(d->frees);
         free(d->allocs);
         d->frees = NULL;
@@ -540,8 +530,49 @@ static sim_status ensure_arena(sim_device *d, int phys)
     d->nfrees = 1;
     d->nallocs = 0;
     d->used = 0;
-    d->fd = fd;
+    d->fd = -1;
     ASTORE(&d->base, base);
+    return SIM_OK;
+}
+
+/* Move the arena's pages into a memfd mapped over the same address range, keeping the
+ * contents of live allocations. Caller holds G.exec for writing and d->lock, so no op,
+ * allocation or free runs meanwhile. */
+static sim_status make_shareable(sim_device *d, int phys)
+{
+    if (d->fd >= 0)
+        return SIM_OK;
+    char name[64];
+    snprintf(name, sizeof name, "anychip-sim-dev%d", phys);
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0)
+        return sim_fail(SIM_E_NOT_SUPPORTED, "device memory cannot be shared here: memfd_create: %s",
+                        strerror(errno));
+    if (ftruncate(fd, (off_t)G.capacity) != 0) {
+        int err = errno;
+        close(fd);
+        return sim_fail(SIM_E_OS, "cannot size the shared arena: %s", strerror(err));
+    }
+    for (size_t i = 0; i < d->nallocs; i++) {
+        size_t off = d->allocs[i].off, left = d->allocs[i].rsize;
+        while (left) {
+            ssize_t w = pwrite(fd, d->base + off, left, (off_t)off);
+            if (w <= 0) {
+                int err = errno;
+                close(fd);
+                return sim_fail(SIM_E_OS, "cannot move device memory into the shared arena: %s", strerror(err));
+            }
+            off += (size_t)w;
+            left -= (size_t)w;
+        }
+    }
+    void *m = mmap(d->base, G.capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, 0);
+    if (m == MAP_FAILED) {
+        int err = errno;
+        close(fd);
+        return sim_fail(SIM_E_OS, "cannot map the shared arena: %s", strerror(err));
+    }
+    d->fd = fd;
     return SIM_OK;
 }
 
@@ -1671,18 +1702,22 @@ sim_status sim_ipc_get_handle(const void *devptr, anychip_sim_ipc_handle *h)
     if (phys < 0)
         return sim_fail(SIM_E_INVALID_VALUE, "%p is not device memory allocated by this process", devptr);
     sim_device *d = &G.dev[phys];
+    pthread_rwlock_wrlock(&G.exec);
     pthread_mutex_lock(&d->lock);
     size_t off = (size_t)((const char *)devptr - d->base);
     long i = alloc_floor(d, off);
     if (i < 0 || off >= d->allocs[i].off + d->allocs[i].rsize) {
         pthread_mutex_unlock(&d->lock);
+        pthread_rwlock_unlock(&G.exec);
         return sim_fail(SIM_E_INVALID_VALUE, "%p is not inside a live allocation", devptr);
     }
     sim_alloc a = d->allocs[i];
+    sim_status st = make_shareable(d, phys);
     int fd = d->fd;
     pthread_mutex_unlock(&d->lock);
-    if (fd < 0)
-        return sim_fail(SIM_E_NOT_SUPPORTED, "device memory is not shareable here (memfd_create failed)");
+    pthread_rwlock_unlock(&G.exec);
+    if (st != SIM_OK)
+        return st;
     memset(h, 0, sizeof *h);
     h->magic = ANYCHIP_SIM_IPC_MAGIC;
     h->version = 1;

@@ -12,11 +12,12 @@
  *   devices  ANYCHIP_SIM_DEVICES physical devices (default 8), each with
  *            ANYCHIP_SIM_MEMORY bytes (default 16 GiB). The vendor's visibility
  *            variable selects and renumbers them (sim_core_init).
- *   memory   each device owns an arena: a memfd the size of its capacity, mapped
- *            MAP_SHARED | MAP_NORESERVE, so host memory is used only for pages
- *            touched, and another process can map the same pages (IPC handles).
- *            Allocations are carved from the arena (best fit, coalescing free list);
- *            a sorted table of live allocations lets every copy be checked.
+ *   memory   each device owns an arena the size of its capacity, reserved with
+ *            MAP_NORESERVE, so host memory is used only for pages touched. It starts as
+ *            private memory with transparent huge pages; the first IPC export moves it
+ *            into a memfd mapped at the same addresses, so another process can map the
+ *            same pages. Allocations are carved from the arena (best fit, coalescing free
+ *            list); a sorted table of live allocations lets every copy be checked.
  *   streams  one worker thread per stream executes queued ops strictly in order.
  *            Ops are checked when enqueued (the caller gets the vendor's error code)
  *            and checked again when they run, so a buffer freed while work was still
