@@ -90,3 +90,32 @@ def test_handle_of_host_memory_is_refused():
         p.sim_ipc_handle(host.ctypes.data)
     with pytest.raises(DeviceError):
         p.sim_ipc_open(b"\0" * 64)
+
+
+def test_first_export_keeps_every_allocation_of_the_device():
+    """The first export moves the device's memory into shared pages at the same addresses."""
+    p = KunlunPlugin()
+    if not p.available()[0] or not p.simulated or p.device_count() < 3:
+        pytest.skip("needs the simulator with three devices")
+    dev = 2
+    s = p._default_stream(dev)
+    sizes = [1000, 3 << 20, 5000]
+    bufs = [p._malloc(dev, n) for n in sizes]
+    datas = [(np.arange(n) * (i + 3) % 253).astype(np.uint8) for i, n in enumerate(sizes)]
+    for h, d in zip(bufs, datas, strict=True):
+        p._copy(dev, h, 0, d, 0, d.nbytes, H2D, s)
+    p._stream_synchronize(dev, s)
+    p.sim_ipc_handle(bufs[1])
+    for h, d in zip(bufs, datas, strict=True):
+        out = np.zeros_like(d)
+        p._copy(dev, out, 0, h, 0, d.nbytes, D2H, s)
+        p._stream_synchronize(dev, s)
+        assert np.array_equal(out, d)
+    for h in bufs:
+        p._free(dev, h)
+    again = p._malloc(dev, 3 << 20)                   # freed shared pages come back as zeros
+    out = np.ones(3 << 20, np.uint8)
+    p._copy(dev, out, 0, again, 0, out.nbytes, D2H, s)
+    p._stream_synchronize(dev, s)
+    assert not out[4096:-4096].any()
+    p._free(dev, again)
