@@ -156,7 +156,7 @@ def test_device_listing_marks_simulated_devices():
     rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(("ascend:", "kunlun:"))]
     names = [r[0] for r in rows]
     assert names == ["ascend:0", "ascend:1"] + [f"kunlun:{i}" for i in range(8)]
-    assert all(r[1] == "simulated" for r in rows)
+    assert all("simulated" in r for r in rows)
 
 
 def test_fork_child_starts_with_fresh_devices():
