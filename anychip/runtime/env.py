@@ -14,6 +14,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                  "always = always the simulator, never = unavailable"),
     "ANYCHIP_SIM_DEVICES": ("8", "number of devices of each simulated chip"),
     "ANYCHIP_SIM_MEMORY": ("16GiB", "memory capacity of each simulated device (bytes or with K/M/G units)"),
+    "ANYCHIP_SIM_SPIN_US": ("20", "microseconds a simulated stream worker or a synchronizing thread spins "
+                                  "before it sleeps"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
                                       "garbage_collection_threshold:F, or backend:native to turn caching off"),
     "ANYCHIP_LOG_LEVEL": ("WARNING", "level of the 'anychip' logger in the anychip command "
