@@ -64,8 +64,8 @@ every pending event is synchronized (``event_synchronize``;
 (events recorded and synchronized), the free list is searched again, then every
 unused cached segment is returned (``raw_free``, oldest first) and ``raw_alloc``
 is retried once; (4) then ``num_ooms += 1`` and
-``AllocatorOutOfMemoryError(requested, free, total, stats, device=name)`` (an
-``OutOfMemoryError``) is raised, picklable, with the backend's code and code name.
+``OutOfMemoryError(requested, free, total, stats, device=name)`` is raised,
+picklable, with the backend's code and code name.
 
 Statistics use PyTorch's names (``allocated_bytes.all.current`` ...). They are
 plain integer attributes updated inline (the dotted dict is built only by
@@ -102,7 +102,6 @@ from .errors import InvalidArgumentError, OutOfMemoryError
 
 __all__ = [
     "AllocatorConf",
-    "AllocatorOutOfMemoryError",
     "Block",
     "CachingAllocator",
     "NativeAllocator",
@@ -515,28 +514,6 @@ def _active_peaks(st: _Stats) -> None:
 
 
 # ---------------------------------------------------------------------------
-# the out-of-memory error
-# ---------------------------------------------------------------------------
-
-class AllocatorOutOfMemoryError(OutOfMemoryError):
-    """The ``OutOfMemoryError`` the allocators raise once the cache could not help.
-
-    It pickles with all its fields: the generic reduction of ``DeviceError`` makes
-    the object with ``cls.__new__``, which ``MemoryError`` refuses for subclasses
-    whose first base is not ``MemoryError``."""
-
-    def __reduce__(self) -> Any:
-        return (_rebuild_oom, (type(self), self.args, self.__dict__))
-
-
-def _rebuild_oom(cls: type, args: tuple, state: dict) -> OutOfMemoryError:
-    obj = BaseException.__new__(cls)
-    BaseException.__init__(obj, *args)
-    obj.__dict__.update(state)
-    return obj
-
-
-# ---------------------------------------------------------------------------
 # common part of both allocators
 # ---------------------------------------------------------------------------
 
@@ -839,7 +816,7 @@ class _AllocatorBase:
         if reserved > allocated:
             detail += (f"; {reserved - allocated} bytes are reserved but unallocated: if that is large, "
                        f"try {ENV_VAR}=max_split_size_mb:N against fragmentation")
-        return AllocatorOutOfMemoryError(nbytes, free, total, stats, device=self.name,
+        return OutOfMemoryError(nbytes, free, total, stats, device=self.name,
                                 backend=getattr(exc, "backend", None), code=getattr(exc, "code", None),
                                 code_name=getattr(exc, "code_name", None), detail=detail)
 

@@ -201,6 +201,9 @@ class Device:
         self.plugin._synchronize(self.index)
         for s in list(self._streams):
             s._keep.clear()
+        if self._allocator is not None:
+            with self._lock:       # the device is idle: blocks waiting on events can be reused
+                self._allocator.synchronize_and_free_events()
 
     # -- copies and memset ---------------------------------------------
     def copy(self, dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0,

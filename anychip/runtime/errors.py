@@ -49,8 +49,8 @@ class DeviceError(AnychipError):
 
 
 def _rebuild(cls: type, args: tuple, state: dict) -> Exception:
-    obj = cls.__new__(cls)
-    Exception.__init__(obj, *args)
+    obj = BaseException.__new__(cls)     # (cls.__new__ is refused by MemoryError subclasses)
+    BaseException.__init__(obj, *args)
     obj.__dict__.update(state)
     return obj
 

@@ -195,7 +195,7 @@ def backend(name: str) -> BackendInfo | None:
 
 
 def _invalidate_selection() -> None:
-    from .device import _reset_selection   # (not `from . import device`: that name is the function)
+    from .device import _reset_selection  # (not `from . import device`: that name is the function)
     _reset_selection()
 
 
