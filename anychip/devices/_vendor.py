@@ -105,6 +105,8 @@ class VendorPlugin(DevicePlugin):
     """Base of the cffi vendor backends: library discovery, loading, the per-thread
     current device, and translation of status codes into anychip errors."""
 
+    api_version = (1, 0)
+
     #: the vendor's library file names, in order of preference
     vendor_libraries: ClassVar[tuple[str, ...]] = ()
     #: the simulator library built from csrc/sim (anychip/_lib/<name>.*.so)

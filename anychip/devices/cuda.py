@@ -244,6 +244,7 @@ class CUDAPlugin(DevicePlugin):
     """anychip backend for NVIDIA GPUs through CuPy."""
 
     name = "cuda"
+    api_version = (1, 0)
     priority = 100
     accelerator = True
 

@@ -159,6 +159,7 @@ class OpenCLPlugin(DevicePlugin):
     """anychip backend for every OpenCL device pyopencl can see."""
 
     name = "opencl"
+    api_version = (1, 0)
     priority = 10
     accelerator = True
 

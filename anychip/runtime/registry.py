@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import PluginError
-from .plugin import DevicePlugin
+from .plugin import DevicePlugin, contract_problem
 
 __all__ = ["BackendInfo", "backends", "backend", "register_plugin", "BUILTIN_BACKENDS", "reset"]
 
@@ -71,7 +71,14 @@ class BackendInfo:
                 raise PluginError(f"{self.source} gave {type(plugin).__name__}, not a DevicePlugin subclass")
             if plugin.name != self.name:
                 raise PluginError(f"{self.source} declares name {plugin.name!r}, registered as {self.name!r}")
+            problem = contract_problem(plugin)
+            if problem:
+                raise PluginError(f"{type(plugin).__qualname__} {problem}")
             self.plugin = plugin
+        except PluginError as exc:
+            self.reason = f"refused ({self.source}): {exc}"
+            log.warning("anychip: backend %s %s", self.name, self.reason)
+            return
         except Exception as exc:  # noqa: BLE001 - any failure makes the backend unavailable, with the reason
             self.reason = f"failed to load from {self.source}: {type(exc).__name__}: {exc}"
             log.debug("backend %s unavailable: %s", self.name, self.reason)
