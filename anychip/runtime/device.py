@@ -251,27 +251,39 @@ def _check_range(buf: Buffer, offset: int, nbytes: int, what: str) -> None:
 
 def _host_bytes(obj: Any, writable: bool, side: str) -> np.ndarray:
     """A 1-D uint8 view of host memory (copied to contiguous form when a source needs it)."""
-    if isinstance(obj, np.ndarray):
-        arr = obj
-        if not arr.flags.c_contiguous:
-            if writable:
-                raise InvalidArgumentError(f"the {side} host array must be C-contiguous "
-                                           "(use numpy.ascontiguousarray)")
-            arr = np.ascontiguousarray(arr)
-        if writable and not arr.flags.writeable:
-            raise InvalidArgumentError(f"the {side} host array is read-only")
-        return arr.reshape(-1).view(np.uint8)
-    try:
-        mv = memoryview(obj)
-    except TypeError:
-        raise InvalidArgumentError(
-            f"the {side} must be an anychip.Buffer or a host array (NumPy array or bytes-like), "
-            f"got {type(obj).__name__}") from None
-    if writable and mv.readonly:
-        raise InvalidArgumentError(f"the {side} host object is read-only")
-    if not mv.c_contiguous:
-        raise InvalidArgumentError(f"the {side} host object must be C-contiguous")
-    return np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, dtype=np.uint8)
+    if not isinstance(obj, np.ndarray):
+        try:
+            mv = memoryview(obj)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"the {side} must be an anychip.Buffer or a host array (NumPy array or bytes-like), "
+                f"got {type(obj).__name__}") from None
+        if writable and mv.readonly:
+            raise InvalidArgumentError(f"the {side} host object is read-only")
+        if "O" in mv.format:
+            raise InvalidArgumentError(f"the {side} holds Python objects (format {mv.format!r}); "
+                                       "only plain data can be copied to or from a device")
+        if mv.c_contiguous:
+            return np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, dtype=np.uint8)
+        if writable:
+            raise InvalidArgumentError(f"the {side} host object must be C-contiguous")
+        try:
+            obj = np.asarray(mv)
+        except (TypeError, ValueError, NotImplementedError) as exc:
+            raise InvalidArgumentError(f"the {side} host object is not C-contiguous and NumPy cannot read it "
+                                       f"({exc}); pass a C-contiguous copy") from None
+    arr = obj
+    if arr.dtype.hasobject:
+        raise InvalidArgumentError(f"the {side} array holds Python objects (dtype {arr.dtype}); "
+                                   "only plain data can be copied to or from a device")
+    if not arr.flags.c_contiguous:
+        if writable:
+            raise InvalidArgumentError(f"the {side} host array must be C-contiguous "
+                                       "(use numpy.ascontiguousarray)")
+        arr = np.ascontiguousarray(arr)
+    if writable and not arr.flags.writeable:
+        raise InvalidArgumentError(f"the {side} host array is read-only")
+    return arr.reshape(-1).view(np.uint8)
 
 
 def copy(dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0, src_offset: int = 0,
@@ -427,12 +439,12 @@ def device(spec: Any = None) -> Device:
         for d in sel:
             if d.backend == name:
                 return d
-    elif idx.isdigit():
+    elif idx.isascii() and idx.isdigit():
         for d in sel:
             if d.backend == name and d.index == int(idx):
                 return d
     else:
-        raise SelectionError(f"bad device name {spec!r}: expected 'backend:N', e.g. 'cpu:0'")
+        raise SelectionError(f"bad device name {spec!r}: expected 'backend:N' with N in ASCII digits, e.g. 'cpu:0'")
     info = registry.backend(name)
     if info is None:
         known = ", ".join(b.name for b in registry.backends())
