@@ -14,7 +14,8 @@ from . import __version__
 from .runtime import registry
 from .runtime.device import devices as selected_devices
 from .runtime.env import VARIABLES, in_effect
-from .runtime.errors import AnychipError
+from .runtime.errors import AnychipError, SelectionError
+from .runtime.selection import GRAMMAR
 
 
 def _mib(n: Any) -> str:
@@ -116,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"anychip {__version__}")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    d = sub.add_parser("devices", help="list backends and devices (honours ANYCHIP_DEVICES)")
+    d = sub.add_parser("devices", help="list backends and devices (honours ANYCHIP_DEVICES)",
+                       epilog=GRAMMAR + ". Backend names match in any case; device types (gpu, ...) and "
+                              "sub-devices (0.1) of oneAPI's selector are not supported.")
     d.add_argument("--all", action="store_true", help="list every backend and device, selected or not")
     d.add_argument("--json", action="store_true", help="print JSON")
     d.set_defaults(func=cmd_devices)
@@ -139,7 +142,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except AnychipError as exc:
-        print(f"anychip: error: {exc}", file=sys.stderr)
+        # the first paragraph of an anychip error is the whole message; the rest
+        # (grammar, backend list) is shown with -v
+        first, _, detail = str(exc).partition("\n\n")
+        print(f"anychip: error: {first}", file=sys.stderr)
+        if detail and args.verbose:
+            print(detail, file=sys.stderr)
+        elif isinstance(exc, SelectionError):
+            print("anychip: `anychip devices --help` shows the ANYCHIP_DEVICES grammar, "
+                  "`anychip devices --all` every backend", file=sys.stderr)
         return 1
 
 

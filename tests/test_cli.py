@@ -37,9 +37,29 @@ def test_devices_honours_selection():
 def test_devices_bad_selection_exits_non_zero():
     r = run("devices", env={"ANYCHIP_DEVICES": "cpu:banana"})
     assert r.returncode == 1
-    assert "term 'cpu:banana'" in r.stderr
-    assert "known backends:" in r.stderr and "cpu: 1 device" in r.stderr
+    # the first line is the whole message; one more line says where the grammar is
+    assert r.stderr.splitlines() == [
+        "anychip: error: bad ANYCHIP_DEVICES='cpu:banana': term 'cpu:banana': device 'banana' is not an index "
+        "(ASCII digits) or *",
+        "anychip: `anychip devices --help` shows the ANYCHIP_DEVICES grammar, `anychip devices --all` every backend",
+    ]
+    r = run("devices", env={"ANYCHIP_DEVICES": "TPU:0"})
+    import anychip
+    known = ", ".join(b.name for b in anychip.backends())
+    assert r.stderr.splitlines()[0] == ("anychip: error: bad ANYCHIP_DEVICES='TPU:0': term 'TPU:0': unknown backend "
+                                        f"'TPU' (known: {known})")
+    # -v adds the grammar and every backend with its state
+    r = run("-v", "devices", env={"ANYCHIP_DEVICES": "cpu:banana"})
+    assert "term = [!]backend:devices" in r.stderr and "known backends:" in r.stderr and "cpu: 1 device" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_devices_help_shows_the_grammar():
+    r = run("devices", "--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    assert "term = [!]backend:devices" in text
+    assert "device types (gpu, ...) and sub-devices (0.1) of oneAPI's selector are not supported" in text
 
 
 def test_devices_json():

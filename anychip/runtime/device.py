@@ -413,9 +413,18 @@ def devices(backend: str | None = None) -> list[Device]:
     sel = _selection()
     if backend is None:
         return list(sel)
+    backend = _backend_name(backend)
     if registry.backend(backend) is None:
         raise SelectionError(f"unknown backend {backend!r}; known: {', '.join(b.name for b in registry.backends())}")
     return [d for d in sel if d.backend == backend]
+
+
+def _backend_name(name: str) -> str:
+    """The registered spelling of a backend name (names match in any case, as in ANYCHIP_DEVICES)."""
+    for b in registry.backends(load=False):
+        if b.name.lower() == name.lower():
+            return b.name
+    return name
 
 
 def default_device() -> Device:
@@ -434,6 +443,8 @@ def device(spec: Any = None) -> Device:
         raise InvalidArgumentError(f"a device is named by a string like 'cpu:0', got {type(spec).__name__} {spec!r}")
     text = spec.strip()
     name, colon, idx = text.partition(":")
+    name = _backend_name(name.strip())
+    idx = idx.strip()
     sel = _selection()
     if not colon:
         for d in sel:
