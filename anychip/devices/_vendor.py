@@ -218,6 +218,16 @@ class VendorPlugin(DevicePlugin):
         ok, _ = self.available()
         return self._count if ok else 0
 
+    def _after_fork_in_child(self) -> None:
+        # The simulator gives the child fresh devices with no current device: forget
+        # which device this thread had made current, and locks other threads held.
+        global _announce_lock
+        _announce_lock = threading.Lock()
+        self._load_lock = threading.Lock()
+        for state in _thread_states.values():
+            state.dev = -1
+        self._tls.dev = -1
+
     # -- helpers ----------------------------------------------------------
     def _use(self, index: int) -> None:
         """Make ``index`` the current device of this thread (only when it is not already)."""

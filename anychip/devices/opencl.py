@@ -86,6 +86,16 @@ _CL_INVALID_BUFFER_SIZE = -61
 _OOM_CODES = (_CL_ALLOCATION_FAILURE, _CL_OUT_OF_RESOURCES, _CL_OUT_OF_HOST_MEMORY)
 
 
+FORK_REASON = (
+    "OpenCL was initialized in the parent process before fork(), and an OpenCL platform cannot be used "
+    "in a forked child (the driver's threads stay in the parent, so the first wait would hang); start "
+    "worker processes with the 'spawn' start method: multiprocessing.get_context('spawn') or "
+    "multiprocessing.set_start_method('spawn')")
+
+#: OpenCL objects a forked child inherited; never released there (see _after_fork_in_child)
+_FORK_LEFTOVERS: list[Any] = []
+
+
 def cl_code_name(code: int | None) -> str | None:
     """The OpenCL name of a status code (``-4`` -> ``"CL_MEM_OBJECT_ALLOCATION_FAILURE"``)."""
     if code is None:
@@ -167,6 +177,7 @@ class OpenCLPlugin(DevicePlugin):
         self._cl: Any = None
         self._states: list[_DeviceState] | None = None
         self._reason = "not probed"
+        self._forked = False
         self._lock = threading.Lock()
         self.kernels = OpenCLKernels(self)
 
@@ -206,7 +217,25 @@ class OpenCLPlugin(DevicePlugin):
             self._cl = cl
             self._states = states
 
+    def _after_fork_in_child(self) -> None:
+        # An OpenCL platform does not survive fork(): PoCL's (and GPU drivers') worker
+        # threads stay in the parent, so the first wait in the child would hang, even
+        # on a context created afresh. Refuse OpenCL in the child instead, with the fix.
+        self._lock = threading.Lock()
+        if self._cl is None:
+            return                       # never initialized here: the child may probe it itself
+        self._forked = True
+        for st in self._states or ():
+            st.lock = threading.RLock()
+            # the parent's objects must never be released in the child (pyopencl's
+            # destructors wait on the dead platform): keep them for the process' life
+            _FORK_LEFTOVERS.append((st.context, st.default, st.touch_queue, list(st.streams), st.program))
+            for stream in list(st.streams):
+                _FORK_LEFTOVERS.append((stream.queue, stream.last, list(stream.pending)))
+
     def available(self) -> tuple[bool, str]:
+        if self._forked:
+            return False, FORK_REASON
         try:
             self._probe()
         except Exception as exc:  # noqa: BLE001 - available() never raises
@@ -228,6 +257,8 @@ class OpenCLPlugin(DevicePlugin):
         return 0 if self._states is None else len(self._states)
 
     def _state(self, index: int) -> _DeviceState:
+        if self._forked:
+            raise UnsupportedError(FORK_REASON)
         self._probe()
         if self._states is None:
             raise UnsupportedError(f"OpenCL is unavailable: {self._reason}")

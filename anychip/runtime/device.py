@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import registry
+from .allocator import make_allocator
 from .buffer import Buffer, _size
 from .errors import InvalidArgumentError, SelectionError, UnsupportedError
 from .plugin import D2D, D2H, H2D
@@ -91,6 +92,24 @@ class Device:
     def __exit__(self, *exc: Any) -> None:
         _tls.device = _tls.device_stack.pop()
 
+    def _forget_parent(self) -> None:
+        """In a forked child: a fresh front end for this device (see _after_fork_in_child)."""
+        self._lock = threading.Lock()
+        self._deferred = []
+        old = self._allocator
+        self._allocator = None
+        if old is not None:
+            try:      # a parent's buffer freed here is refused by name, never merged into the new cache
+                old.name = f"{self.name} of the parent process (before fork())"
+                self._allocator = self._make_allocator()
+            except Exception:  # noqa: BLE001 - never raise in a fork hook; made on first use instead
+                pass
+        for s in list(self._streams):
+            s._destroyed = True          # the parent's streams do not exist in the child
+            s._keep.clear()
+        self._streams = weakref.WeakSet()
+        self._default = None
+
     # -- memory ---------------------------------------------------------
     @property
     def allocator(self) -> Any:
@@ -103,7 +122,6 @@ class Device:
         return a
 
     def _make_allocator(self) -> Any:
-        from .allocator import make_allocator
         plugin, index = self.plugin, self.index
 
         def event_record(stream: Stream) -> Any:
@@ -406,6 +424,22 @@ def _selection() -> list[Device]:
             result.append(dev)
         _selected, _selected_env = result, env
         return result
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with a fresh front end, as the simulator starts it with
+    fresh devices: new locks (another parent thread may have held one at the fork),
+    empty allocators, no streams, the selection recomputed. Device objects stay the
+    same; the parent's buffers, streams and events are not usable in the child."""
+    global _lock
+    _lock = threading.RLock()
+    for dev in list(_instances.values()):
+        dev._forget_parent()
+    _tls.streams = {}
+    _reset_selection()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def devices(backend: str | None = None) -> list[Device]:
