@@ -13,7 +13,7 @@ from typing import Any
 from . import __version__
 from .runtime import registry
 from .runtime.device import devices as selected_devices
-from .runtime.env import VARIABLES, in_effect
+from .runtime.env import VARIABLES, in_effect, log_level, problems
 from .runtime.errors import AnychipError, SelectionError
 from .runtime.selection import GRAMMAR
 
@@ -90,10 +90,12 @@ def cmd_info(args: argparse.Namespace) -> int:
         ],
         "environment": {k: {"value": os.environ.get(k), "default": d, "meaning": m} for k, (d, m) in VARIABLES.items()},
         "unknown_variables": sorted(set(in_effect()) - set(VARIABLES)),
+        "invalid_variables": problems(),
     }
+    bad = info["invalid_variables"]
     if args.json:
         print(json.dumps(info, indent=2))
-        return 0
+        return 1 if bad else 0
     for key in ("anychip", "python", "numpy", "platform"):
         print(f"{key:<9}{info[key]}")
     print()
@@ -106,10 +108,14 @@ def cmd_info(args: argparse.Namespace) -> int:
     for k, (d, m) in VARIABLES.items():
         v = os.environ.get(k)
         print(f"  {k} = {v!r}" if v is not None else f"  {k} (unset; default {d})")
+        if k in bad:
+            print(f"      <- INVALID: {bad[k]}")
         print(f"      {m}")
     for k in info["unknown_variables"]:
         print(f"  {k} = {os.environ[k]!r}   <- not a variable anychip knows; check the spelling")
-    return 0
+    for k, why in bad.items():
+        print(f"anychip: error: {k}={os.environ[k]!r} is invalid: {why}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,10 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = os.environ.get("ANYCHIP_LOG_LEVEL", "WARNING").upper()
+    raw = os.environ.get("ANYCHIP_LOG_LEVEL")
+    level = log_level(raw)
+    if level is None:
+        print(f"anychip: warning: ignoring ANYCHIP_LOG_LEVEL={raw!r}: want one of DEBUG, INFO, WARNING, ERROR, "
+              "CRITICAL; using WARNING", file=sys.stderr)
+        level = logging.WARNING
     if args.verbose:
-        level = "DEBUG" if args.verbose > 1 else "INFO"
-    logging.basicConfig(level=getattr(logging, level, logging.WARNING), format="%(name)s: %(message)s")
+        level = logging.DEBUG if args.verbose > 1 else logging.INFO
+    logging.basicConfig(level=level, format="%(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
