@@ -304,6 +304,23 @@ def _host_bytes(obj: Any, writable: bool, side: str) -> np.ndarray:
     return arr.reshape(-1).view(np.uint8)
 
 
+def _copy_size(nbytes: Any, src_offset: int, ssize: int, dst_offset: int, dsize: int) -> int:
+    """The byte count of a copy (default: the rest of the source), checked against both ends."""
+    if nbytes is None:
+        if src_offset > ssize:
+            raise InvalidArgumentError(f"src_offset {src_offset} is past the end of the {ssize}-byte source")
+        nbytes = ssize - src_offset
+    else:
+        nbytes = _size(nbytes, "nbytes")
+    if src_offset + nbytes > ssize:
+        raise InvalidArgumentError(
+            f"copy of {nbytes} bytes from offset {src_offset} runs past the end of the {ssize}-byte source")
+    if dst_offset + nbytes > dsize:
+        raise InvalidArgumentError(
+            f"copy of {nbytes} bytes to offset {dst_offset} runs past the end of the {dsize}-byte destination")
+    return int(nbytes)
+
+
 def copy(dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0, src_offset: int = 0,
          stream: Stream | None = None, _sync: bool | None = None) -> None:
     """Copy ``nbytes`` from ``src`` to ``dst``; each is a Buffer or a host array.
@@ -332,18 +349,7 @@ def copy(dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0, 
     else:
         dst = _host_bytes(dst, True, "destination")
         dsize = dst.nbytes
-    if nbytes is None:
-        if src_offset > ssize:
-            raise InvalidArgumentError(f"src_offset {src_offset} is past the end of the {ssize}-byte source")
-        nbytes = ssize - src_offset
-    else:
-        nbytes = _size(nbytes, "nbytes")
-    if src_offset + nbytes > ssize:
-        raise InvalidArgumentError(
-            f"copy of {nbytes} bytes from offset {src_offset} runs past the end of the {ssize}-byte source")
-    if dst_offset + nbytes > dsize:
-        raise InvalidArgumentError(
-            f"copy of {nbytes} bytes to offset {dst_offset} runs past the end of the {dsize}-byte destination")
+    nbytes = _copy_size(nbytes, src_offset, ssize, dst_offset, dsize)
 
     dev: Device = src.device if sbuf else dst.device
     s, sync = dev._stream_for(stream)

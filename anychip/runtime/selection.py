@@ -139,6 +139,33 @@ def parse(value: str, backends: Sequence[_Backend] = ()) -> list[Term]:
     return terms
 
 
+def _accept(value: str, term: Term, by_name: dict[str, _Backend], usable: list[_Backend],
+            backends: Sequence[_Backend]) -> list[tuple[str, int]]:
+    """The devices one accepting term selects, in order."""
+    if term.backend == "*":
+        targets = usable
+    else:
+        b = by_name.get(term.backend)
+        if b is None:
+            raise _error(value, term.text, f"unknown backend {term.written!r} (known: {_names(backends)})", backends)
+        if not b.available:
+            raise _error(value, term.text, f"backend {b.name!r} is unavailable: {b.reason}", backends)
+        targets = [b]
+    chosen: list[tuple[str, int]] = []
+    for b in targets:
+        if term.indices is None:
+            chosen.extend((b.name, i) for i in range(b.device_count))
+            continue
+        for i in term.indices:
+            if i < b.device_count:
+                chosen.append((b.name, i))
+            elif term.backend != "*":
+                raise _error(value, term.text,
+                             f"{b.name} has {b.device_count} device{'s' if b.device_count != 1 else ''} "
+                             f"(indices 0..{b.device_count - 1}), there is no {b.name}:{i}", backends)
+    return chosen
+
+
 def select(value: str | None, backends: Sequence[_Backend]) -> list[tuple[str, int]]:
     """The selected devices as (backend name, index), in priority order.
 
@@ -154,31 +181,9 @@ def select(value: str | None, backends: Sequence[_Backend]) -> list[tuple[str, i
         return everything
     terms = parse(value, backends)
     accepting = [t for t in terms if not t.discard]
-    chosen: list[tuple[str, int]] = []
-    if not accepting:
-        chosen = list(everything)
+    chosen: list[tuple[str, int]] = [] if accepting else list(everything)
     for term in accepting:
-        if term.backend == "*":
-            targets = usable
-        else:
-            b = by_name.get(term.backend)
-            if b is None:
-                raise _error(value, term.text, f"unknown backend {term.written!r} (known: {_names(backends)})",
-                             backends)
-            if not b.available:
-                raise _error(value, term.text, f"backend {b.name!r} is unavailable: {b.reason}", backends)
-            targets = [b]
-        for b in targets:
-            if term.indices is None:
-                chosen.extend((b.name, i) for i in range(b.device_count))
-                continue
-            for i in term.indices:
-                if i < b.device_count:
-                    chosen.append((b.name, i))
-                elif term.backend != "*":
-                    raise _error(value, term.text,
-                                 f"{b.name} has {b.device_count} device{'s' if b.device_count != 1 else ''} "
-                                 f"(indices 0..{b.device_count - 1}), there is no {b.name}:{i}", backends)
+        chosen.extend(_accept(value, term, by_name, usable, backends))
     for term in terms:
         if not term.discard:
             continue
