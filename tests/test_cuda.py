@@ -18,6 +18,7 @@ import inspect
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -684,6 +685,13 @@ def test_gpu_roundtrip_and_offsets():
         p._stream_synchronize(0, s)
         assert (out[:4096] == 7).all()
         np.testing.assert_array_equal(out[4096:], data)
+        pinned = p.pinned_empty(4096, 0)                      # page-locked: a DMA copy each way
+        pinned[:] = data[:4096]
+        p._copy(0, h, 0, pinned, 0, 4096, H2D, s)
+        pinned[:] = 0
+        p._copy(0, pinned, 0, h, 0, 4096, D2H, s)
+        p._stream_synchronize(0, s)
+        np.testing.assert_array_equal(pinned, data[:4096])
     finally:
         p._free(0, h)
         p._stream_destroy(0, s)
@@ -707,8 +715,24 @@ def test_gpu_events_and_oom():
     assert ei.value.code_name == "cudaErrorMemoryAllocation"
 
 
+def _kernels_unavailable() -> str | None:
+    """Why CuPy cannot compile kernels here (no NVRTC), or None."""
+    try:
+        import cupy
+
+        cupy.cuda.nvrtc.getVersion()
+    except Exception as exc:  # noqa: BLE001 - DynamicLibNotFoundError, CUDA errors
+        return (f"CuPy cannot compile kernels here ({type(exc).__name__}: {exc}); NVRTC comes with "
+                "pip install 'cupy-cuda12x[ctk]' (CuPy 14) or a CUDA toolkit")
+    return None
+
+
 @gpu
 def test_gpu_cupy_bridge_shares_the_pool():
+    """CuPy arrays in anychip's pool, filled and read by copies (no kernel, so no NVRTC);
+    out of memory raises CuPy's class."""
+    import gc
+
     import cupy
 
     import anychip
@@ -717,17 +741,86 @@ def test_gpu_cupy_bridge_shares_the_pool():
     try:
         dev = anychip.device("cuda:0")
         before = dev.memory_stats()["allocated_bytes.all.current"]
+        data = np.arange(1 << 20, dtype=np.int64)
         with cupy.cuda.Device(0):
-            x = cupy.arange(1 << 20, dtype=cupy.float32)
-            assert float(x.sum()) == float(np.arange(1 << 20, dtype=np.float32).sum(dtype=np.float64))
-        assert dev.memory_stats()["allocated_bytes.all.current"] >= before + x.nbytes
-        del x
-        import gc
-
-        gc.collect()
-        assert dev.memory_stats()["allocated_bytes.all.current"] == before
+            x = cupy.empty(data.shape, data.dtype)
+            x.set(data)
+            np.testing.assert_array_equal(x.get(), data)
+            assert x.data.mem._owner.device is dev
+            assert dev.memory_stats()["allocated_bytes.all.current"] >= before + x.nbytes
+            del x
+            gc.collect()
+            assert dev.memory_stats()["allocated_bytes.all.current"] == before
+            with pytest.raises(cupy.cuda.memory.OutOfMemoryError) as ei:
+                cupy.empty(dev.mem_info()[1] * 2, cupy.uint8)
+        assert isinstance(ei.value.__cause__, OutOfMemoryError) and "out of memory on cuda:0" in str(ei.value)
     finally:
         cupy.cuda.set_allocator(previous)
+
+
+@gpu
+def test_gpu_cupy_kernels_on_the_bridge():
+    why = _kernels_unavailable()
+    if why:
+        pytest.skip(why)
+    import cupy
+
+    previous = cuda_mod.use_anychip_allocator_for_cupy("cuda:0")
+    try:
+        with cupy.cuda.Device(0):
+            x = cupy.arange(1 << 20, dtype=cupy.int64)
+            assert int(x.sum()) == (1 << 20) * ((1 << 20) - 1) // 2
+    finally:
+        cupy.cuda.set_allocator(previous)
+
+
+@gpu
+def test_gpu_new_thread_has_no_context_until_used():
+    """What the device restore relies on: a new thread reports device 0 and no context."""
+    import cupy
+
+    p, last = _REAL, _REAL.device_count() - 1
+
+    def work():
+        fresh = (cupy.cuda.runtime.getDevice(), cupy.cuda.driver.ctxGetCurrent())
+        p._free(last, p._malloc(last, 512))
+        return fresh, cupy.cuda.runtime.getDevice(), cupy.cuda.driver.ctxGetCurrent() != 0
+
+    assert _in_new_thread(work) == ((0, 0), last, True)
+
+
+@gpu
+def test_gpu_stream_query_and_untimed_events():
+    p = _REAL
+    s = p._stream_create(0)
+    a, b = p._event_create_untimed(0), p._event_create_untimed(0)
+    h = p._malloc(0, 1 << 20)
+    try:
+        p._event_record(0, a, s)
+        p._memset(0, h, 0, 3, 1 << 20, s)
+        p._event_record(0, b, s)
+        p._stream_synchronize(0, s)
+        assert p._stream_query(0, s) is True and p._event_query(0, b) is True
+        with pytest.raises(DeviceError) as ei:
+            p._event_elapsed_ms(0, a, b)
+        assert ei.value.code_name == "cudaErrorInvalidResourceHandle"
+    finally:
+        p._free(0, h)
+        p._stream_destroy(0, s)
+
+
+@gpu
+def test_gpu_uuid_matches_nvidia_smi():
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        pytest.skip("nvidia-smi is not on PATH")
+    listed = subprocess.run([smi, "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True,
+                            text=True, timeout=30).stdout.split()
+    uuid = _REAL.properties(0)["uuid"]
+    if uuid is None:       # only when the UUID holds a zero byte, which CuPy's bytes cut off
+        assert any(0 in bytes.fromhex(u.split("-", 1)[1].replace("-", "")) for u in listed), listed
+    else:
+        assert uuid in listed
 
 
 @gpu
