@@ -633,6 +633,24 @@ def test_standin_names_match_cupy(monkeypatch):
         assert getattr(frt, n) == getattr(cuda.runtime, n), n
 
 
+def test_real_cupy_nccl_probe_is_quiet():
+    """Against the installed CuPy (no GPU needed): its NCCL warning is kept quiet and parsed."""
+    cupy = pytest.importorskip("cupy")
+    if hasattr(cupy.cuda.runtime, "KNOBS"):
+        pytest.skip("the cupy on sys.path is this stand-in")
+    out = subprocess.run([sys.executable, "-W", "always", "-c", textwrap.dedent("""
+        from anychip.devices.cuda import _load_nccl
+        nccl, why = _load_nccl()
+        print(nccl is not None, why, sep="|")
+    """)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    loaded, why = out.stdout.strip().split("|", 1)
+    if loaded == "True":
+        assert why == ""
+    else:
+        assert re.fullmatch(r"\w+Error \(.+\); install it with: \S.*", why), why
+
+
 def test_cuda_extra_works_with_only_the_driver():
     """CuPy 14's [ctk] extra brings NVRTC and the other CUDA libraries as wheels, and
     nvidia-nccl-cu12 the NCCL that CuPy looks for (what its missing-NCCL warning names)."""
