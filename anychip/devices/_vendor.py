@@ -227,6 +227,9 @@ class VendorPlugin(DevicePlugin):
         for state in _thread_states.values():
             state.dev = -1
         self._tls.dev = -1
+        if hasattr(self, "_peers"):      # peer access is enabled again on the child's fresh devices
+            self._peer_lock = threading.Lock()
+            self._peers = set()
 
     # -- helpers ----------------------------------------------------------
     def _use(self, index: int) -> None:

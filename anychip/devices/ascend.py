@@ -148,11 +148,6 @@ class AscendPlugin(VendorPlugin):
         self._peers: set[tuple[int, int]] = set()
         self._peer_lock = threading.Lock()
 
-    def _after_fork_in_child(self) -> None:
-        super()._after_fork_in_child()
-        self._peer_lock = threading.Lock()
-        self._peers = set()              # peer access is enabled again in the child's fresh devices
-
     def search_dirs(self) -> list[str]:
         dirs = []
         for root in roots(("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"), ("/usr/local/Ascend/ascend-toolkit/latest",)):
