@@ -99,8 +99,11 @@ class Device:
         old = self._allocator
         self._allocator = None
         if old is not None:
-            try:      # a parent's buffer freed here is refused by name, never merged into the new cache
+            try:      # a parent's buffer freed here never reaches the new cache
                 old.name = f"{self.name} of the parent process (before fork())"
+                lock = getattr(old, "_lock", None)
+                if lock is not None:    # another parent thread may have held it at the fork
+                    old._lock = threading.RLock() if isinstance(lock, type(threading.RLock())) else threading.Lock()
                 self._allocator = self._make_allocator()
             except Exception:  # noqa: BLE001 - never raise in a fork hook; made on first use instead
                 pass
