@@ -40,16 +40,17 @@ def _device_rows(show_all: bool) -> tuple[list[dict], list[str]]:
     rows: list[dict] = []
     notes: list[str] = []
     for b in registry.backends():
-        if b.available:
+        plugin = b.plugin
+        if b.available and plugin is not None:
             for i in range(b.device_count):
                 name = f"{b.name}:{i}"
                 if name not in chosen and not show_all:
                     continue
                 try:
-                    props = b.plugin.properties(i)
+                    props = plugin.properties(i)
                 except Exception as exc:  # noqa: BLE001
                     props = {"name": f"(properties failed: {exc})"}
-                kind = "host" if not b.plugin.accelerator else ("simulated" if b.plugin.simulated else "real")
+                kind = "host" if not plugin.accelerator else ("simulated" if plugin.simulated else "real")
                 status = "default" if name == default else ("selected" if name in chosen else "not selected")
                 rows.append({"device": name, "kind": kind, "name": str(props.get("name", "")),
                              "memory": props.get("total_memory"), "status": status})
@@ -78,7 +79,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     import numpy
 
-    info = {
+    info: dict[str, Any] = {
         "anychip": __version__,
         "python": f"{platform.python_version()} ({sys.executable})",
         "numpy": numpy.__version__,

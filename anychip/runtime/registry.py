@@ -156,12 +156,12 @@ def _discover() -> dict[str, BackendInfo]:
 
     for name, target in BUILTIN_BACKENDS.items():
         add(name, f"built-in ({target.partition(':')[0]})", _import_target(target))
+    eps: list[Any] = []
     try:
         from importlib.metadata import entry_points
-        eps = entry_points(group=ENTRY_POINT_GROUP)
+        eps = list(entry_points(group=ENTRY_POINT_GROUP))
     except Exception as exc:  # noqa: BLE001
         log.warning("anychip: could not read entry points: %s", exc)
-        eps = []
     for ep in sorted(eps, key=lambda e: (e.name, e.value)):
         dist = getattr(getattr(ep, "dist", None), "name", None)
         add(ep.name, f"entry point {ep.value}" + (f" (package {dist})" if dist else ""), ep.load)
