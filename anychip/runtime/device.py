@@ -462,6 +462,14 @@ def devices(backend: str | None = None) -> list[Device]:
     return [d for d in sel if d.backend == backend]
 
 
+def _find(sel: list[Device], backend: str, index: int | None) -> Device | None:
+    """The first selected device of ``backend`` (with ``index`` when given), or None."""
+    for d in sel:
+        if d.backend == backend and (index is None or d.index == index):
+            return d
+    return None
+
+
 def _backend_name(name: str) -> str:
     """The registered spelling of a backend name (names match in any case, as in ANYCHIP_DEVICES)."""
     for b in registry.backends(load=False):
@@ -484,21 +492,18 @@ def device(spec: Any = None) -> Device:
         return spec
     if not isinstance(spec, str):
         raise InvalidArgumentError(f"a device is named by a string like 'cpu:0', got {type(spec).__name__} {spec!r}")
-    text = spec.strip()
-    name, colon, idx = text.partition(":")
-    name = _backend_name(name.strip())
-    idx = idx.strip()
-    sel = _selection()
-    if not colon:
-        for d in sel:
-            if d.backend == name:
-                return d
-    elif idx.isascii() and idx.isdigit():
-        for d in sel:
-            if d.backend == name and d.index == int(idx):
-                return d
-    else:
+    name, colon, idx = spec.partition(":")
+    name, idx = name.strip(), idx.strip()
+    if colon and not (idx.isascii() and idx.isdigit()):
         raise SelectionError(f"bad device name {spec!r}: expected 'backend:N' with N in ASCII digits, e.g. 'cpu:0'")
+    sel = _selection()
+    index = int(idx) if colon else None
+    found = _find(sel, name, index)
+    if found is None and _backend_name(name) != name:    # names match in any case
+        name = _backend_name(name)
+        found = _find(sel, name, index)
+    if found is not None:
+        return found
     info = registry.backend(name)
     if info is None:
         known = ", ".join(b.name for b in registry.backends())
