@@ -92,3 +92,13 @@ def test_buffer_cannot_be_constructed_directly():
     with pytest.raises(anychip.InvalidArgumentError):
         anychip.Buffer()
     gc.collect()
+
+
+def test_device_names_match_in_any_case_as_in_anychip_devices():
+    cpu = anychip.device("cpu:0")
+    assert anychip.device("CPU:0") is cpu
+    assert anychip.device(" Cpu : 0 ") is cpu
+    assert anychip.device("CPU") is cpu
+    assert anychip.devices("CPU") == [cpu]
+    with pytest.raises(anychip.SelectionError, match="^unknown backend 'TPU' in device name 'TPU:0'; known backends: "):
+        anychip.device("TPU:0")
