@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
+from anychip._lib._alloc import FREE
 from anychip.runtime.allocator import (
     LARGE_BUFFER,
     MIN_BLOCK_SIZE,
@@ -268,8 +269,8 @@ def test_merge_with_equal_size_neighbours(alloc: CachingAllocator) -> None:
     assert (c.handle, c.offset) == (a.handle, 0)
 
 
-def test_size_index_stays_small(alloc: CachingAllocator) -> None:
-    # many distinct sizes come and go: empty size buckets are dropped, not kept forever
+def test_free_list_holds_exactly_the_free_blocks(alloc: CachingAllocator) -> None:
+    # many distinct sizes come and go: the free list holds the free blocks, sorted, and nothing else
     keep = []
     for r in range(8):
         blocks = []
@@ -279,9 +280,11 @@ def test_size_index_stays_small(alloc: CachingAllocator) -> None:
         for b in blocks:
             alloc.free(b)
         keep += [alloc.malloc(b.requested) for b in blocks]
-    fl = alloc._small[None]
-    assert fl.sizes == sorted(set(fl.sizes)) and set(fl.sizes) == set(fl.buckets)
-    assert len(fl.sizes) <= 128
+    listed = [b for fl in (alloc._small[None], alloc._any_small) for b in fl.blocks()]
+    assert [b.size for b in alloc._small[None].blocks()] == sorted(b.size for b in alloc._small[None].blocks())
+    inactive = {(seg["handle"], off, size) for seg in alloc.snapshot() for off, size, st in seg["blocks"]
+                if st == "inactive"}
+    assert {(repr(b.handle), b.offset, b.size) for b in listed} == inactive and len(listed) == len(inactive)
     for b in keep:
         alloc.free(b)
     assert alloc.memory_stats()["allocated_bytes.all.current"] == 0
@@ -925,20 +928,28 @@ class AllocatorMachine(RuleBasedStateMachine):
                 cur, peak = s[f"{name}.{pool}.current"], s[f"{name}.{pool}.peak"]
                 assert 0 <= cur <= peak
                 assert s[f"{name}.{pool}.allocated"] - s[f"{name}.{pool}.freed"] == cur
-        # every free block sits in its list, and adjacent free blocks of one list are merged
-        for pools in (al._small, al._large):
-            for fl in pools.values():
-                for size, bucket in fl.buckets.items():
-                    for i, b in enumerate(bucket):
-                        assert b.size == size and b._bi == i and b._fl is fl and b._owner is None
+        # every free block sits in one list, sorted by size, and adjacent free blocks of one list are merged
+        listed = set()
+        for fl in [*al._small.values(), *al._large.values(), al._any_small, al._any_large]:
+            blocks = fl.blocks()
+            assert [b.size for b in blocks] == sorted(b.size for b in blocks)
+            for b in blocks:
+                assert b._fl is fl and b._state == FREE and id(b) not in listed
+                assert bool(fl.small) == (b.handle.size == SMALL_BUFFER)      # the pool of its segment
+                listed.add(id(b))
+        n_free = 0
         for head in al._segments:
             b = head
-            while b.next is not None:
+            assert b.prev is None
+            while b is not None:
+                n_free += b._state == FREE
                 n = b.next
-                assert n.prev is b
-                if b._owner is None and n._owner is None:
-                    assert b._fl is not n._fl, "adjacent free blocks of one list not merged"
+                if n is not None:
+                    assert n.prev is b
+                    if b._state == FREE and n._state == FREE:
+                        assert b._fl is not n._fl, "adjacent free blocks of one list not merged"
                 b = n
+        assert n_free == len(listed)
 
 
 class AllocatorMachineConf(AllocatorMachine):
