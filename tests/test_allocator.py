@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from anychip._lib._alloc import FREE
+from anychip._lib._alloc import ALLOCATED, FREE
 from anychip.runtime.allocator import (
     LARGE_BUFFER,
     MIN_BLOCK_SIZE,
@@ -493,6 +494,84 @@ def test_without_events(dev: FakeDevice) -> None:
     assert len(dev.allocs()) == 3
 
 
+def test_free_blocks_of_two_streams_coalesce_once_their_work_is_done(dev: FakeDevice,
+                                                                     alloc: CachingAllocator) -> None:
+    a, b = alloc.malloc(4 * KiB, "s1"), alloc.malloc(4 * KiB, "s1")
+    alloc.free(a)
+    c = alloc.malloc(SMALL_SIZE, "s2")              # miss on s2: event on s1, s1's blocks marked
+    c2 = alloc.malloc(SMALL_SIZE, "s2")             # s2's segment is full
+    dev.complete("s1")
+    d = alloc.malloc(4 * KiB, "s2")                 # s1's free blocks are stream-less now: d is a's place
+    assert (d.handle, d.offset) == (a.handle, 0) and dev.allocs() == [SMALL_BUFFER, SMALL_BUFFER]
+    for x in (b, c, c2, d):
+        alloc.free(x)
+    # b went back to s1's list, d to s2's: the segment is whole only once both are stream-less
+    assert len(blocks_of(alloc, b.handle)) > 1
+    alloc.synchronize_and_free_events()             # the device is idle
+    assert blocks_of(alloc, b.handle) == [(0, SMALL_BUFFER, "inactive")]
+    assert blocks_of(alloc, c.handle) == [(0, SMALL_BUFFER, "inactive")]
+    assert alloc.memory_stats()["inactive_split.all.current"] == 0
+    alloc.empty_cache()
+    assert dev.live == {} and alloc.memory_stats()["reserved_bytes.all.current"] == 0
+
+
+def test_empty_cache_returns_segments_freed_on_several_streams(dev: FakeDevice, alloc: CachingAllocator) -> None:
+    a = alloc.malloc(4 * KiB, "s1")
+    alloc.free(a)
+    alloc.malloc(SMALL_SIZE, "s2")                  # event on s1 (not done); a new segment for s2...
+    alloc.malloc(SMALL_SIZE, "s2")                  # ...which is full now
+    dev.complete()
+    b = alloc.malloc(4 * KiB, "s2")                 # a's segment, now s2's block inside a stream-less rest
+    assert b.handle is a.handle
+    alloc.free(b)                                   # back to s2's list, next to stream-less free memory
+    assert [st for _, _, st in blocks_of(alloc, a.handle)] == ["inactive", "inactive"]
+    alloc.empty_cache()                             # every block of the segment is free: it goes
+    assert a.handle.id in dev.frees()
+    assert alloc.memory_stats()["segment.all.current"] == 1
+
+
+def test_retire_stream(dev: FakeDevice, alloc: CachingAllocator) -> None:
+    live = alloc.malloc(8 * KiB, "s1")
+    cached = alloc.malloc(4 * KiB, "s1")
+    alloc.free(cached)
+    other = alloc.malloc(512, "s2")
+    alloc.record_stream(other, "s1")
+    n_events = len(dev.events)
+    alloc.retire_stream("s1")
+    assert "s1" not in alloc._small and len(dev.events) == n_events
+    got = alloc.malloc(4 * KiB, "s3")               # s1's cached memory serves any stream at once
+    assert (got.handle, got.offset) == (cached.handle, cached.offset)
+    alloc.free(other)                               # no event is recorded on the retired stream
+    alloc.free(live)                                # freed after its stream was retired: stream-less
+    assert len(dev.events) == n_events
+    assert live in alloc._any_small.blocks() or live.prev in alloc._any_small.blocks()
+    alloc.retire_stream("never used")               # nothing to do
+    alloc.free(got)
+    alloc.synchronize_and_free_events()
+    alloc.empty_cache()
+    assert dev.live == {}
+
+
+@pytest.mark.parametrize("cls", [CachingAllocator, NativeAllocator])
+@pytest.mark.parametrize("nbytes", [1 << 62, 1 << 63, 1 << 64, 10**30])
+def test_absurd_size_is_out_of_memory(dev: FakeDevice, cls: type, nbytes: int) -> None:
+    al = dev.allocator(cls=cls)
+    with pytest.raises(OutOfMemoryError) as info:
+        al.malloc(nbytes)
+    assert info.value.requested == nbytes and dev.calls == []
+    assert f"{nbytes} bytes were requested: no device can hold it" in str(info.value)
+    assert al.memory_stats()["num_ooms"] == 1
+
+
+def test_finalizer_free_while_busy_is_deferred(dev: FakeDevice, alloc: CachingAllocator) -> None:
+    a = alloc.malloc(4 * KiB)
+    with alloc._locked():                           # another operation is under way
+        alloc.free(a, False)                        # a finalizer: queued, never blocks
+        assert a._state == ALLOCATED
+    assert a._state == FREE                         # freed when the holder left
+    assert alloc.memory_stats()["allocated_bytes.all.current"] == 0
+
+
 # ---------------------------------------------------------------------------
 # errors
 # ---------------------------------------------------------------------------
@@ -774,6 +853,15 @@ def test_conf_parse(text: str | None, expect: AllocatorConf) -> None:
     ("roundup_power2_divisions:[512:2,256:1]", "roundup_power2_divisions:[512:2,256:1]"),
     ("roundup_power2_divisions:[256:1", "roundup_power2_divisions:[256:1"),
     ("backend:native,backend:caching", "backend:caching"),
+    ("max_split_size_mb:\uff16\uff14", "max_split_size_mb:\uff16\uff14"),      # full-width digits
+    ("max_split_size_mb:64_0", "max_split_size_mb:64_0"),
+    ("max_split_size_mb:+64", "max_split_size_mb:+64"),
+    ("garbage_collection_threshold:0_5", "garbage_collection_threshold:0_5"),
+    ("garbage_collection_threshold:\uff10.\uff15", "garbage_collection_threshold:\uff10.\uff15"),
+    ("garbage_collection_threshold:5e-1", "garbage_collection_threshold:5e-1"),
+    ("roundup_power2_divisions:\u0664", "roundup_power2_divisions:\u0664"),   # Arabic-Indic 4
+    ("roundup_power2_divisions:[256:1,256:2]", "roundup_power2_divisions:[256:1,256:2]"),
+    ("roundup_power2_divisions:[256:1,>:2,>:4]", "roundup_power2_divisions:[256:1,>:2,>:4]"),
 ])
 def test_conf_parse_errors(text: str, item: str) -> None:
     with pytest.raises(InvalidArgumentError) as info:
@@ -784,6 +872,16 @@ def test_conf_parse_errors(text: str, item: str) -> None:
     for key in AllocatorConf.KEYS:
         assert key in msg
     assert "example: ANYCHIP_ALLOC_CONF=max_split_size_mb:64" in msg
+
+
+@pytest.mark.parametrize("text, why", [
+    ("max_split_size_mb:64_0", "'64_0' is not an integer number of MiB (plain digits 0-9)"),
+    ("roundup_power2_divisions:[256:1,256:2]", "bound '256' is given twice"),
+    ("max_split_size_mb:64,max_split_size_mb:64", "max_split_size_mb is given twice"),
+])
+def test_conf_parse_error_reasons(text: str, why: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=re.escape(why)):
+        AllocatorConf.parse(text)
 
 
 def test_block_has_slots(alloc: CachingAllocator) -> None:

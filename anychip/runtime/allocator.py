@@ -178,7 +178,7 @@ class _Migration:
 
 class _AllocatorBase(Core):
     __slots__ = ("name", "conf", "_raw_alloc", "_raw_free", "_mem_info", "_event_record", "_event_query",
-                 "_event_synchronize", "_event_destroy", "_lock", "_pending", "_later", *COUNTERS,
+                 "_event_synchronize", "_event_destroy", "_lock", "_pending", "_later", "_users", *COUNTERS,
                  "__weakref__")
 
     def __init__(self, raw_alloc: Callable[[int], Any], raw_free: Callable[[Any], None], *,
@@ -204,6 +204,7 @@ class _AllocatorBase(Core):
         self._lock = threading.Lock()
         self._pending: dict[Any, deque] = {}   # stream -> FIFO of (event, Block | _Migration)
         self._later: list[Block] = []          # record_stream-ed blocks when there are no events
+        self._users: dict[Any, int] = {}       # stream -> live blocks that record_stream named it for
         for counter in COUNTERS:
             setattr(self, counter, 0)
         self._configure(1 << 62 if conf.max_split_size is None else conf.max_split_size,
@@ -334,18 +335,27 @@ class _AllocatorBase(Core):
         with self._locked():
             uses = block._uses
             if uses is None:
-                block._uses = {stream}
-            else:
+                uses = block._uses = set()
+            if stream not in uses:
                 uses.add(stream)
+                self._users[stream] = self._users.get(stream, 0) + 1
+
+    def _drop_user(self, stream: Any) -> None:
+        n = self._users.pop(stream) - 1
+        if n:
+            self._users[stream] = n
 
     def _free_later(self, block: Block) -> None:
         """A freed block also used on other streams: reusable when their events complete."""
         uses = block._uses
         block._uses = None
         if self._event_record is None:
+            for s in uses:
+                self._drop_user(s)
             self._later.append(block)
             return
         for s in uses:
+            self._drop_user(s)
             self._pend(s, self._event_record(s), block)
         block._npend = len(uses)
 
@@ -422,6 +432,8 @@ class _AllocatorBase(Core):
         """``stream`` is about to be destroyed and its work is complete: wait for the
         events recorded on it, make its free blocks stream-less, forget it as an
         extra user of live blocks; its blocks still in use become stream-less when freed."""
+        if not (stream in self._small or stream in self._large or stream in self._pending or stream in self._users):
+            return      # nothing here refers to it (a finalizer's destroy must not wait for the lock)
         with self._locked():
             q = self._pending.get(stream)
             if q is not None:
@@ -431,9 +443,10 @@ class _AllocatorBase(Core):
                 if fl is not None:
                     fl.retired = True
                     self._make_streamless(fl)
-            for b in self._blocks():
-                if b._uses is not None:
+            for b in self._blocks() if stream in self._users else ():
+                if b._uses is not None and stream in b._uses:
                     b._uses.discard(stream)
+                    self._drop_user(stream)
                     if not b._uses:
                         b._uses = None
 

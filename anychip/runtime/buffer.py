@@ -25,8 +25,8 @@ class Buffer:
     device: Device
     nbytes: int
 
-    def __init__(self) -> None:  # pragma: no cover - made by Device.alloc
-        raise TypeError("Buffers are made by Device.alloc(nbytes)")
+    def __new__(cls, *args: Any, **kwargs: Any) -> Buffer:
+        raise InvalidArgumentError("an anychip.Buffer is made by device.alloc(nbytes), not anychip.Buffer()")
 
     # -- identity -------------------------------------------------------
     def _check(self) -> Any:
@@ -65,13 +65,13 @@ class Buffer:
     def free(self) -> None:
         """Return the memory to the device's allocator (stream-ordered: work already
         enqueued that uses it still completes first). Freeing twice is an error."""
-        if self._root is not None:
-            raise InvalidArgumentError("free() on a view: free the buffer it views instead")
         block = self._block
         if block is None:
+            if self._root is not None:
+                raise InvalidArgumentError("free() on a view: free the buffer it views instead")
             raise InvalidArgumentError(f"double free of a buffer ({self.nbytes} bytes on {self.device})")
         self._block = None
-        self.device._free_block(block, True)
+        self.device._allocator.free(block)
 
     def record_stream(self, stream: Stream) -> None:
         """Tell the allocator this memory is also used on ``stream``: after free it is
@@ -89,7 +89,7 @@ class Buffer:
         if offset + nbytes > self.nbytes:
             raise InvalidArgumentError(
                 f"view [{offset}, {offset + nbytes}) lies outside the buffer of {self.nbytes} bytes")
-        v = Buffer.__new__(Buffer)
+        v = object.__new__(Buffer)
         v.device = self.device
         v.nbytes = nbytes
         v._block = None
@@ -138,8 +138,8 @@ class Buffer:
         block = self._block
         if block is not None:
             self._block = None
-            try:
-                self.device._free_block(block)
+            try:        # a finalizer never blocks: the allocator queues the block if it is busy
+                self.device._allocator.free(block, False)
             except Exception:  # noqa: BLE001 - never raise from a finalizer
                 pass
 
