@@ -8,11 +8,11 @@ import re
 
 import numpy as np
 import pytest
+from anychip._lib._alloc import ALLOCATED, FREE
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from anychip._lib._alloc import ALLOCATED, FREE
 from anychip.runtime.allocator import (
     LARGE_BUFFER,
     MIN_BLOCK_SIZE,

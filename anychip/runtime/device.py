@@ -127,7 +127,7 @@ class Device:
         if type(nbytes) is not int or nbytes < 0:
             nbytes = _size(nbytes, "nbytes")
         if stream is None:
-            stream = _tls.streams.get(self) or self.default_stream
+            stream = _tls.streams.get(self) or self._default or self.default_stream
         elif stream.__class__ is not Stream or stream.device is not self:
             raise InvalidArgumentError(f"alloc on {self} got {stream!r}; pass a Stream of {self}")
         if stream._destroyed:

@@ -983,8 +983,11 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "anychip._lib._alloc",
-    "Compiled core of anychip's caching allocator (see anychip.runtime.allocator).", -1, module_methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "anychip._lib._alloc",
+    .m_doc = "Compiled core of anychip's caching allocator (see anychip.runtime.allocator).",
+    .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__alloc(void)
