@@ -694,12 +694,7 @@ class NativeAllocator(_AllocatorBase):
     def __init__(self, raw_alloc: Callable[[int], Any], raw_free: Callable[[Any], None], **kw: Any) -> None:
         super().__init__(raw_alloc, raw_free, **kw)
         self._live: dict[Block, None] = {}
-
-    def malloc(self, nbytes: int, stream: Any = None) -> Block:
-        return self._malloc_slow(nbytes, stream)
-
-    def free(self, block: Block, explicit: bool = True) -> None:
-        self._free_slow(block, explicit)
+        self._cached_path = 0          # malloc and free always come here
 
     def _malloc_locked(self, nbytes: int, stream: Any) -> Block:
         try:

@@ -132,14 +132,7 @@ class Device:
             raise InvalidArgumentError(f"alloc on {self} got {stream!r}; pass a Stream of {self}")
         if stream._destroyed:
             raise InvalidArgumentError(f"alloc on {self} got {stream!r}; pass a live Stream of {self}")
-        block = (self._allocator or self.allocator).malloc(nbytes, stream)
-        buf = object.__new__(Buffer)
-        buf.device = self
-        buf.nbytes = nbytes
-        buf._block = block
-        buf._offset = block.offset
-        buf._root = None
-        return buf
+        return (self._allocator or self.allocator).buffer(self, nbytes, stream)
 
     def _record_stream(self, block: Any, stream: Stream) -> None:
         if not isinstance(stream, Stream) or stream.device is not self:

@@ -66,6 +66,7 @@ typedef struct {
     long long max_split;
     long long divs[NDIVS];
     int has_divs, busy;
+    int cached_path;            /* 0: malloc / free always take the slow path (no caching) */
     Py_ssize_t npending;
     Block *spare[NSPARE];
     int nspare;
@@ -415,14 +416,11 @@ static PyObject *stream_arg(PyObject *const *args, Py_ssize_t nargs, PyObject *k
     return dflt;
 }
 
-static PyObject *Core_malloc(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+/* malloc: the cached path, or the Python slow path (a new reference) */
+static PyObject *core_malloc(Core *self, PyObject *nbytes, PyObject *stream)
 {
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "malloc(nbytes, stream=None)");
-        return NULL;
-    }
-    PyObject *nbytes = args[0], *stream = stream_arg(args, nargs, kwnames, 1, "stream", Py_None);
-    if (!self->busy && !self->npending && PyList_GET_SIZE(self->deferred) == 0 && PyLong_CheckExact(nbytes)
+    if (self->cached_path && !self->busy && !self->npending && PyList_GET_SIZE(self->deferred) == 0
+        && PyLong_CheckExact(nbytes)
         && (self->nspare > 0 || refill_spare(self) == 0)) {
         int overflow;
         long long n = PyLong_AsLongLongAndOverflow(nbytes, &overflow);
@@ -440,23 +438,39 @@ static PyObject *Core_malloc(Core *self, PyObject *const *args, Py_ssize_t nargs
     return PyObject_CallMethodObjArgs((PyObject *)self, str_malloc_slow, nbytes, stream, NULL);
 }
 
-static PyObject *Core_free(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+/* free: the cached path, or the Python slow path */
+static PyObject *core_free(Core *self, PyObject *block, PyObject *explicit)
 {
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "free(block, explicit=True)");
-        return NULL;
-    }
-    Block *b = (Block *)args[0];
-    if (!self->busy && Block_Check(b) && b->core == (void *)self && b->state == ST_ALLOCATED && b->uses == NULL
+    Block *b = (Block *)block;
+    if (self->cached_path && !self->busy && Block_Check(b) && b->core == (void *)self && b->state == ST_ALLOCATED && b->uses == NULL
         && !b->fl->retired) {
         unallocate(self, b);
         if (release(self, b, b->fl, b->fl->small) < 0)
             return NULL;
         Py_RETURN_NONE;
     }
-    PyObject *explicit = stream_arg(args, nargs, kwnames, 1, "explicit", Py_True);
-    return PyObject_CallMethodObjArgs((PyObject *)self, str_free_slow, (PyObject *)b, explicit, NULL);
+    return PyObject_CallMethodObjArgs((PyObject *)self, str_free_slow, block, explicit, NULL);
 }
+
+static PyObject *Core_malloc(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "malloc(nbytes, stream=None)");
+        return NULL;
+    }
+    return core_malloc(self, args[0], stream_arg(args, nargs, kwnames, 1, "stream", Py_None));
+}
+
+static PyObject *Core_free(Core *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "free(block, explicit=True)");
+        return NULL;
+    }
+    return core_free(self, args[0], stream_arg(args, nargs, kwnames, 1, "explicit", Py_True));
+}
+
+static PyObject *Core_buffer(Core *self, PyObject *const *args, Py_ssize_t nargs);
 
 static int check_block(PyObject *o)
 {
@@ -666,6 +680,7 @@ static PyObject *Core_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (self == NULL)
         return NULL;
     self->max_split = MAX_SIZE;
+    self->cached_path = 1;
     for (int small = 0; small < 2; small++) {
         self->lists[small] = PyDict_New();
         self->any[small] = (FreeList *)PyObject_CallFunction((PyObject *)&FreeList_Type, "Oi", any_token, small);
@@ -719,6 +734,8 @@ static PyMethodDef Core_methods[] = {
     {"free", (PyCFunction)(void (*)(void))Core_free, METH_FASTCALL | METH_KEYWORDS,
      "free(block, explicit=True): return block (reused at once on its stream); explicit=False (a finalizer) "
      "never blocks"},
+    {"buffer", (PyCFunction)(void (*)(void))Core_buffer, METH_FASTCALL,
+     "buffer(device, nbytes, stream) -> Buffer: malloc(nbytes, stream) wrapped in a Buffer of device"},
     {"_lookup", (PyCFunction)Core_lookup, METH_VARARGS, NULL},
     {"_take", (PyCFunction)Core_take, METH_VARARGS, NULL},
     {"_insert_free", (PyCFunction)Core_insert_free, METH_VARARGS, NULL},
@@ -738,6 +755,7 @@ static PyMethodDef Core_methods[] = {
 
 static PyMemberDef Core_members[] = {
     {"_busy", T_INT, offsetof(Core, busy), 0, NULL},
+    {"_cached_path", T_INT, offsetof(Core, cached_path), 0, NULL},
     {"_npending", T_PYSSIZET, offsetof(Core, npending), 0, NULL},
     {"_deferred", T_OBJECT, offsetof(Core, deferred), READONLY, NULL},
     {"_large", T_OBJECT, offsetof(Core, lists[0]), READONLY, NULL},
@@ -954,6 +972,182 @@ static PyTypeObject FreeList_Type = {
     .tp_members = FreeList_members,
 };
 
+/* ------------------------------------------------------ Buffer storage */
+
+/* The storage and lifetime of anychip.Buffer (anychip/runtime/buffer.py subclasses
+ * it): made with its block by Core.buffer, freed by free() or when the last
+ * reference goes (a finalizer's free, which never blocks). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *device;
+    PyObject *block;            /* the allocator's Block; NULL or None once freed, and for views */
+    PyObject *root;             /* the buffer a view views, else NULL or None */
+    Core *core;                 /* the allocator the block returns to */
+    PyObject *weakreflist;
+    Py_ssize_t nbytes, offset;
+} BufferObject;
+
+static PyTypeObject BufferBase_Type;
+static PyTypeObject *buffer_type = &BufferBase_Type;    /* the Python subclass, once registered */
+static PyObject *invalid_argument;                      /* anychip's InvalidArgumentError, once registered */
+
+static int present(PyObject *o)
+{
+    return o != NULL && o != Py_None;
+}
+
+static PyObject *Core_buffer(Core *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "buffer(device, nbytes, stream)");
+        return NULL;
+    }
+    Py_ssize_t nbytes = PyLong_AsSsize_t(args[1]);
+    if (nbytes == -1 && PyErr_Occurred())
+        PyErr_Clear();          /* malloc says what is wrong with it */
+    PyObject *block = core_malloc(self, args[1], args[2]);
+    if (block == NULL)
+        return NULL;
+    BufferObject *buf = (BufferObject *)buffer_type->tp_alloc(buffer_type, 0);
+    if (buf == NULL) {
+        Py_XDECREF(core_free(self, block, Py_True));
+        Py_DECREF(block);
+        return NULL;
+    }
+    buf->device = Py_NewRef(args[0]);
+    buf->block = block;
+    buf->core = (Core *)Py_NewRef(self);
+    buf->nbytes = nbytes;
+    buf->offset = ((Block *)block)->offset;
+    return (PyObject *)buf;
+}
+
+static PyObject *Buffer_free(BufferObject *self, PyObject *unused)
+{
+    PyObject *block = self->block;
+    if (!present(block) || self->core == NULL) {
+        if (present(self->root))
+            PyErr_SetString(invalid_argument, "free() on a view: free the buffer it views instead");
+        else
+            PyErr_Format(invalid_argument, "double free of a buffer (%zd bytes on %S)", self->nbytes,
+                         self->device ? self->device : Py_None);
+        return NULL;
+    }
+    self->block = NULL;
+    PyObject *r = core_free(self->core, block, Py_True);
+    Py_DECREF(block);
+    return r;
+}
+
+static int Buffer_traverse(BufferObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->device);
+    Py_VISIT(self->block);
+    Py_VISIT(self->root);
+    Py_VISIT(self->core);
+    return 0;
+}
+
+static int Buffer_clear(BufferObject *self)
+{
+    Py_CLEAR(self->device);
+    Py_CLEAR(self->block);
+    Py_CLEAR(self->root);
+    Py_CLEAR(self->core);
+    return 0;
+}
+
+static void Buffer_dealloc(BufferObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    PyObject *block = self->block;
+    if (present(block) && self->core != NULL) {     /* dropped without free(): never raises, never blocks */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        self->block = NULL;
+        PyObject *r = core_free(self->core, block, Py_False);
+        if (r == NULL)
+            PyErr_Clear();
+        Py_XDECREF(r);
+        Py_DECREF(block);
+        PyErr_Restore(type, value, tb);
+    }
+    Buffer_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Buffer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyErr_SetString(invalid_argument ? invalid_argument : PyExc_TypeError,
+                    "an anychip.Buffer is made by device.alloc(nbytes), not anychip.Buffer()");
+    return NULL;
+}
+
+static PyMethodDef Buffer_methods[] = {
+    {"free", (PyCFunction)Buffer_free, METH_NOARGS,
+     "Return the memory to the device's allocator (stream-ordered: work already enqueued that uses it "
+     "still completes first). Freeing twice is an error."},
+    {NULL},
+};
+
+static PyMemberDef Buffer_members[] = {
+    {"device", T_OBJECT, offsetof(BufferObject, device), 0, "the Device the memory belongs to"},
+    {"nbytes", T_PYSSIZET, offsetof(BufferObject, nbytes), 0, "size in bytes"},
+    {"_block", T_OBJECT, offsetof(BufferObject, block), 0, NULL},
+    {"_offset", T_PYSSIZET, offsetof(BufferObject, offset), 0, NULL},
+    {"_root", T_OBJECT, offsetof(BufferObject, root), 0, NULL},
+    {NULL},
+};
+
+static PyTypeObject BufferBase_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "anychip._lib._alloc.BufferBase",
+    .tp_basicsize = sizeof(BufferObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Storage and lifetime of anychip.Buffer.",
+    .tp_new = Buffer_new,
+    .tp_dealloc = (destructor)Buffer_dealloc,
+    .tp_traverse = (traverseproc)Buffer_traverse,
+    .tp_clear = (inquiry)Buffer_clear,
+    .tp_weaklistoffset = offsetof(BufferObject, weakreflist),
+    .tp_methods = Buffer_methods,
+    .tp_members = Buffer_members,
+};
+
+/* view(buffer_type, device, nbytes, offset, root) -> a Buffer that owns no block */
+static PyObject *mod_view(PyObject *mod, PyObject *args)
+{
+    PyObject *device, *root;
+    Py_ssize_t nbytes, offset;
+    if (!PyArg_ParseTuple(args, "OnnO", &device, &nbytes, &offset, &root))
+        return NULL;
+    BufferObject *v = (BufferObject *)buffer_type->tp_alloc(buffer_type, 0);
+    if (v == NULL)
+        return NULL;
+    v->device = Py_NewRef(device);
+    v->root = Py_NewRef(root);
+    v->nbytes = nbytes;
+    v->offset = offset;
+    return (PyObject *)v;
+}
+
+/* register_buffer(Buffer, InvalidArgumentError): the subclass Core.buffer makes, the error it raises */
+static PyObject *mod_register_buffer(PyObject *mod, PyObject *args)
+{
+    PyObject *type, *error;
+    if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &type, &error))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)type, &BufferBase_Type)) {
+        PyErr_SetString(PyExc_TypeError, "register_buffer needs a subclass of BufferBase");
+        return NULL;
+    }
+    Py_XSETREF(invalid_argument, Py_NewRef(error));
+    buffer_type = (PyTypeObject *)Py_NewRef(type);
+    Py_RETURN_NONE;
+}
+
 /* --------------------------------------------------------------- module */
 
 static PyObject *mod_round_size(PyObject *mod, PyObject *args)
@@ -977,6 +1171,8 @@ static PyObject *mod_round_size(PyObject *mod, PyObject *args)
 }
 
 static PyMethodDef module_methods[] = {
+    {"view", mod_view, METH_VARARGS, "view(device, nbytes, offset, root) -> a Buffer viewing root's memory"},
+    {"register_buffer", mod_register_buffer, METH_VARARGS, NULL},
     {"round_size", mod_round_size, METH_VARARGS,
      "round_size(nbytes, divisions=None): size of the block that serves a request of nbytes (>= 1)"},
     {NULL},
@@ -992,7 +1188,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__alloc(void)
 {
-    if (PyType_Ready(&Block_Type) < 0 || PyType_Ready(&FreeList_Type) < 0 || PyType_Ready(&Core_Type) < 0)
+    if (PyType_Ready(&Block_Type) < 0 || PyType_Ready(&FreeList_Type) < 0 || PyType_Ready(&Core_Type) < 0
+        || PyType_Ready(&BufferBase_Type) < 0)
         return NULL;
     str_malloc_slow = PyUnicode_InternFromString("_malloc_slow");
     str_free_slow = PyUnicode_InternFromString("_free_slow");
@@ -1003,6 +1200,7 @@ PyMODINIT_FUNC PyInit__alloc(void)
     if (PyModule_AddObjectRef(m, "Block", (PyObject *)&Block_Type) < 0
         || PyModule_AddObjectRef(m, "FreeList", (PyObject *)&FreeList_Type) < 0
         || PyModule_AddObjectRef(m, "Core", (PyObject *)&Core_Type) < 0
+        || PyModule_AddObjectRef(m, "BufferBase", (PyObject *)&BufferBase_Type) < 0
         || PyModule_AddIntConstant(m, "FREE", ST_FREE) < 0 || PyModule_AddIntConstant(m, "ALLOCATED", ST_ALLOCATED) < 0
         || PyModule_AddIntConstant(m, "PENDING", ST_PENDING) < 0 || PyModule_AddIntConstant(m, "ZERO", ST_ZERO) < 0
         || PyModule_AddObjectRef(m, "ANY_STREAM", any_token) < 0)
