@@ -978,6 +978,16 @@ class AllocatorMachine(RuleBasedStateMachine):
     def empty_cache(self) -> None:
         self.al.empty_cache()
 
+    @rule(stream=st.sampled_from(STREAMS))
+    def retire_stream(self, stream: object) -> None:
+        # as Stream.destroy: the stream's work is complete first
+        for e in self.dev.events:
+            if e.stream == stream:
+                e.done = True
+        self.al.retire_stream(stream)
+        assert stream not in self.al._small and stream not in self.al._large
+        assert all(b._uses is None or stream not in b._uses for b in self.live.values())
+
     @rule()
     def synchronize(self) -> None:
         self.al.synchronize_and_free_events()

@@ -2,6 +2,7 @@
 every selected device (and the simulator's memory limit in a fresh process)."""
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -129,6 +130,22 @@ def test_many_threads_then_everything_returns(device):
     assert {k: stats[f"{k}.all.current"] for k in ("allocated_bytes", "reserved_bytes", "active_bytes",
                                                      "segment", "inactive_split")} == dict.fromkeys(
         ("allocated_bytes", "reserved_bytes", "active_bytes", "segment", "inactive_split"), 0)
+
+
+def test_buffers_collected_in_reference_cycles_are_freed(device):
+    settle(device)
+
+    class Holder:
+        pass
+
+    for _ in range(20):
+        h = Holder()
+        h.me, h.buf, h.view = h, device.alloc(4096), None
+        h.view = h.buf.view(0, 16)
+    del h
+    gc.collect()
+    stats = device.memory_stats()
+    assert (stats["allocated_bytes.all.current"], stats["allocation.all.current"]) == (0, 0)
 
 
 def test_buffer_cannot_be_constructed_directly(capfd):

@@ -443,7 +443,7 @@ static PyObject *core_free(Core *self, PyObject *block, PyObject *explicit)
 {
     Block *b = (Block *)block;
     if (self->cached_path && !self->busy && Block_Check(b) && b->core == (void *)self && b->state == ST_ALLOCATED && b->uses == NULL
-        && !b->fl->retired) {
+        && b->fl != NULL && !b->fl->retired) {
         unallocate(self, b);
         if (release(self, b, b->fl, b->fl->small) < 0)
             return NULL;
@@ -1048,8 +1048,27 @@ static int Buffer_traverse(BufferObject *self, visitproc visit, void *arg)
     return 0;
 }
 
+/* Dropped without free() (last reference, or the cycle collector): return the
+ * block as a finalizer does, which never raises and never blocks. */
+static void Buffer_release(BufferObject *self)
+{
+    PyObject *block = self->block;
+    if (present(block) && self->core != NULL) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        self->block = NULL;
+        PyObject *r = core_free(self->core, block, Py_False);
+        if (r == NULL)
+            PyErr_Clear();
+        Py_XDECREF(r);
+        Py_DECREF(block);
+        PyErr_Restore(type, value, tb);
+    }
+}
+
 static int Buffer_clear(BufferObject *self)
 {
+    Buffer_release(self);
     Py_CLEAR(self->device);
     Py_CLEAR(self->block);
     Py_CLEAR(self->root);
@@ -1062,18 +1081,6 @@ static void Buffer_dealloc(BufferObject *self)
     PyObject_GC_UnTrack(self);
     if (self->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
-    PyObject *block = self->block;
-    if (present(block) && self->core != NULL) {     /* dropped without free(): never raises, never blocks */
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        self->block = NULL;
-        PyObject *r = core_free(self->core, block, Py_False);
-        if (r == NULL)
-            PyErr_Clear();
-        Py_XDECREF(r);
-        Py_DECREF(block);
-        PyErr_Restore(type, value, tb);
-    }
     Buffer_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
