@@ -70,21 +70,21 @@ def _power_of_2(item: str, text: str) -> int:
 def _divisions(item: str, value: str) -> tuple[int, ...] | None:
     """roundup_power2_divisions: one power of 2, or [size_mb:divisions,...,>:divisions]."""
     if not value.startswith("["):
-        d = _power_of_2(item, value)
-        return None if d == 1 else (d,) * ROUNDUP_POWER2_INTERVALS
+        one = _power_of_2(item, value)
+        return None if one == 1 else (one,) * ROUNDUP_POWER2_INTERVALS
     if not value.endswith("]"):
         raise _error(item, "expected [size_mb:divisions,...,>:divisions]")
     divs = [0] * ROUNDUP_POWER2_INTERVALS
     done = 0                                  # intervals below this index are set
     bounds: set[str] = set()
     for part in value[1:-1].split(","):
-        bound, sep, d = (s.strip() for s in part.partition(":"))
+        bound, sep, count = (s.strip() for s in part.partition(":"))
         if not sep:
             raise _error(item, f"{part.strip()!r} is not size_mb:divisions")
         if bound in bounds:
             raise _error(item, f"bound {bound!r} is given twice")
         bounds.add(bound)
-        n = _power_of_2(item, d)
+        n = _power_of_2(item, count)
         if bound == ">":
             end = ROUNDUP_POWER2_INTERVALS
         else:

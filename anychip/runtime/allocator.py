@@ -155,6 +155,13 @@ def segment_size(size: int) -> int:
     return (size + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
 
 
+def _list_of(block: Block) -> FreeList:
+    """The list a block is in (free) or returns to (allocated, pending)."""
+    fl = block._fl
+    assert fl is not None, block
+    return fl
+
+
 def _is_split(block: Block) -> bool:
     return block.prev is not None or block.next is not None
 
@@ -205,8 +212,8 @@ class _AllocatorBase(Core):
         self._pending: dict[Any, deque] = {}   # stream -> FIFO of (event, Block | _Migration)
         self._later: list[Block] = []          # record_stream-ed blocks when there are no events
         self._users: dict[Any, int] = {}       # stream -> live blocks that record_stream named it for
-        for counter in COUNTERS:
-            setattr(self, counter, 0)
+        self.num_alloc_retries = self.num_ooms = self.num_sync_all_streams = 0     # COUNTERS
+        self.num_device_alloc = self.num_device_free = 0
         self._configure(1 << 62 if conf.max_split_size is None else conf.max_split_size,
                         conf.roundup_power2_divisions)
 
@@ -348,6 +355,7 @@ class _AllocatorBase(Core):
     def _free_later(self, block: Block) -> None:
         """A freed block also used on other streams: reusable when their events complete."""
         uses = block._uses
+        assert uses is not None
         block._uses = None
         if self._event_record is None:
             for s in uses:
@@ -381,6 +389,7 @@ class _AllocatorBase(Core):
         """Release what the events of ``q`` held, in order: all of them (``wait``)
         or up to the first not yet complete."""
         query, sync, destroy = self._event_query, self._event_synchronize, self._event_destroy
+        assert query is not None            # something is pending only where there are events
         while q:
             ev, target = q[0]
             if wait:
@@ -593,7 +602,7 @@ class CachingAllocator(_AllocatorBase):
 
     def _to_no_stream(self, b: Block) -> None:
         """Move the free block ``b`` out of its list into the pool's stream-less one."""
-        small = b._fl.small
+        small = _list_of(b).small
         self._unlist(b)
         b._mig = None
         self._insert_free(b, self._any_small if small else self._any_large, _is_split(b))
@@ -608,7 +617,7 @@ class CachingAllocator(_AllocatorBase):
                 self._make_streamless(fl)
 
     def _release_pending(self, block: Block) -> None:
-        fl = block._fl
+        fl = _list_of(block)
         small = fl.small
         if fl.retired:
             fl = self._any_small if small else self._any_large
@@ -647,9 +656,10 @@ class CachingAllocator(_AllocatorBase):
     def _garbage_collect(self) -> None:
         """Free unused segments, oldest first, while reserved > threshold * total."""
         _, total = self._device_mem()
-        if total is None:
+        threshold = self.conf.garbage_collection_threshold
+        if total is None or threshold is None:
             return
-        limit = self.conf.garbage_collection_threshold * total
+        limit = threshold * total
         reserved = stats_dict(self._stat_values())["reserved_bytes.all.current"]
         freed = 0
         for head in self._unused_segments():
@@ -710,7 +720,7 @@ class NativeAllocator(_AllocatorBase):
         return self._take(fl, block, nbytes, nbytes)
 
     def _release_pending(self, block: Block) -> None:
-        small = block._fl.small
+        small = _list_of(block).small
         self._release(block, None, small)
         del self._live[block]
         self._raw_free(block.handle)

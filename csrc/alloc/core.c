@@ -54,7 +54,7 @@ struct FreeList {
     Py_ssize_t n, cap;
     PyObject *stream;
     PyObject *mig;              /* outstanding cross-stream move away from this list, or None */
-    int small, retired;
+    char small, retired;
 };
 
 typedef struct {
@@ -888,7 +888,7 @@ static PyObject *FreeList_new(PyTypeObject *type, PyObject *args, PyObject *kwds
         return NULL;
     fl->stream = Py_NewRef(stream);
     fl->mig = Py_NewRef(Py_None);
-    fl->small = small;
+    fl->small = (char)small;
     return (PyObject *)fl;
 }
 
@@ -948,9 +948,9 @@ static PyMethodDef FreeList_methods[] = {
 
 static PyMemberDef FreeList_members[] = {
     {"stream", T_OBJECT, offsetof(FreeList, stream), READONLY, NULL},
-    {"small", T_INT, offsetof(FreeList, small), READONLY, NULL},
+    {"small", T_BOOL, offsetof(FreeList, small), READONLY, NULL},
     {"mig", T_OBJECT, offsetof(FreeList, mig), 0, NULL},
-    {"retired", T_INT, offsetof(FreeList, retired), 0, NULL},
+    {"retired", T_BOOL, offsetof(FreeList, retired), 0, NULL},
     {NULL},
 };
 
