@@ -8,11 +8,11 @@ import re
 
 import numpy as np
 import pytest
-from anychip._lib._alloc import ALLOCATED, FREE
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
+from anychip._lib._alloc import ALLOCATED, FREE
 from anychip.runtime.allocator import (
     LARGE_BUFFER,
     MIN_BLOCK_SIZE,
@@ -561,6 +561,18 @@ def test_absurd_size_is_out_of_memory(dev: FakeDevice, cls: type, nbytes: int) -
     assert info.value.requested == nbytes and dev.calls == []
     assert f"{nbytes} bytes were requested: no device can hold it" in str(info.value)
     assert al.memory_stats()["num_ooms"] == 1
+
+
+def test_abandoned_allocator(dev: FakeDevice, alloc: CachingAllocator) -> None:
+    a, b = alloc.malloc(4 * KiB), alloc.malloc(4 * KiB)
+    alloc._lock.acquire()                           # e.g. held by another thread at a fork()
+    alloc.abandon("its memory belongs to the parent process")
+    with pytest.raises(InvalidArgumentError, match="free\\(\\) on fake:0: its memory belongs to the parent process"):
+        alloc.free(a)
+    alloc.free(b, False)                            # a finalizer: ignored, never blocks
+    with pytest.raises(InvalidArgumentError, match="malloc on fake:0: its memory belongs"):
+        alloc.malloc(512)
+    assert dev.calls == [("alloc", SMALL_BUFFER)] and b._state == ALLOCATED
 
 
 def test_finalizer_free_while_busy_is_deferred(dev: FakeDevice, alloc: CachingAllocator) -> None:

@@ -185,8 +185,8 @@ class _Migration:
 
 class _AllocatorBase(Core):
     __slots__ = ("name", "conf", "_raw_alloc", "_raw_free", "_mem_info", "_event_record", "_event_query",
-                 "_event_synchronize", "_event_destroy", "_lock", "_pending", "_later", "_users", *COUNTERS,
-                 "__weakref__")
+                 "_event_synchronize", "_event_destroy", "_lock", "_pending", "_later", "_users", "_abandoned",
+                 *COUNTERS, "__weakref__")
 
     def __init__(self, raw_alloc: Callable[[int], Any], raw_free: Callable[[Any], None], *,
                  mem_info: Callable[[], tuple[int, int] | None] | None = None,
@@ -212,6 +212,7 @@ class _AllocatorBase(Core):
         self._pending: dict[Any, deque] = {}   # stream -> FIFO of (event, Block | _Migration)
         self._later: list[Block] = []          # record_stream-ed blocks when there are no events
         self._users: dict[Any, int] = {}       # stream -> live blocks that record_stream named it for
+        self._abandoned: str | None = None     # why this allocator's memory is unusable (see abandon)
         self.num_alloc_retries = self.num_ooms = self.num_sync_all_streams = 0     # COUNTERS
         self.num_device_alloc = self.num_device_free = 0
         self._configure(1 << 62 if conf.max_split_size is None else conf.max_split_size,
@@ -221,6 +222,17 @@ class _AllocatorBase(Core):
         s = stats_dict(self._stat_values())
         return (f"<{type(self).__name__} {self.name}: {s['allocated_bytes.all.current']} bytes allocated, "
                 f"{s['reserved_bytes.all.current']} reserved in {s['segment.all.current']} segments>")
+
+    def abandon(self, why: str) -> None:
+        """This allocator's memory is unusable from now on (e.g. in a process forked
+        after it was made): malloc and an explicit free raise InvalidArgumentError
+        saying ``why``, a finalizer's free does nothing, and neither touches the lock
+        (another thread may have held it at the fork)."""
+        self._abandoned = why
+        self._cached_path = 0
+
+    def _refuse(self, what: str) -> InvalidArgumentError:
+        return InvalidArgumentError(f"{what} on {self.name}: {self._abandoned}")
 
     # -- locking ----------------------------------------------------------
     @contextmanager
@@ -252,6 +264,8 @@ class _AllocatorBase(Core):
     # -- malloc -----------------------------------------------------------
     def _malloc_slow(self, nbytes: Any, stream: Any) -> Block:
         """malloc when the compiled cached path steps aside."""
+        if self._abandoned:
+            raise self._refuse("malloc")
         if nbytes.__class__ is not int or nbytes <= 0:
             nbytes = self._check_size(nbytes)
             if not nbytes:
@@ -296,6 +310,10 @@ class _AllocatorBase(Core):
     def _free_slow(self, block: Any, explicit: bool = True) -> None:
         """free when the compiled path steps aside. A finalizer (``explicit=False``)
         never blocks: when the lock is taken the block is freed by its holder."""
+        if self._abandoned:
+            if explicit:
+                raise self._refuse("free()")
+            return
         if not self._lock.acquire(explicit):
             self._deferred.append(block)
             return

@@ -1088,7 +1088,8 @@ static void Buffer_dealloc(BufferObject *self)
 static PyObject *Buffer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     PyErr_SetString(invalid_argument ? invalid_argument : PyExc_TypeError,
-                    "an anychip.Buffer is made by device.alloc(nbytes), not anychip.Buffer()");
+                    "anychip.Buffer cannot be constructed directly; use Device.alloc(nbytes), e.g. "
+                    "anychip.device('cpu:0').alloc(1024)");
     return NULL;
 }
 
