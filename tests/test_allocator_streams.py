@@ -132,6 +132,13 @@ def test_many_threads_then_everything_returns(device):
         ("allocated_bytes", "reserved_bytes", "active_bytes", "segment", "inactive_split"), 0)
 
 
+def test_buffer_of_a_numpy_size(device):
+    buf = device.allocator.buffer(device, np.int64(1000), device.default_stream)
+    assert (buf.nbytes, type(buf.nbytes), buf.device) == (1000, int, device)
+    buf.free()
+    assert buf.freed
+
+
 def test_buffers_collected_in_reference_cycles_are_freed(device):
     settle(device)
 

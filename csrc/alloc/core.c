@@ -1002,9 +1002,6 @@ static PyObject *Core_buffer(Core *self, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_TypeError, "buffer(device, nbytes, stream)");
         return NULL;
     }
-    Py_ssize_t nbytes = PyLong_AsSsize_t(args[1]);
-    if (nbytes == -1 && PyErr_Occurred())
-        PyErr_Clear();          /* malloc says what is wrong with it */
     PyObject *block = core_malloc(self, args[1], args[2]);
     if (block == NULL)
         return NULL;
@@ -1017,7 +1014,7 @@ static PyObject *Core_buffer(Core *self, PyObject *const *args, Py_ssize_t nargs
     buf->device = Py_NewRef(args[0]);
     buf->block = block;
     buf->core = (Core *)Py_NewRef(self);
-    buf->nbytes = nbytes;
+    buf->nbytes = ((Block *)block)->requested;
     buf->offset = ((Block *)block)->offset;
     return (PyObject *)buf;
 }
