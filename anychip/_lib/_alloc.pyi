@@ -5,7 +5,6 @@ FREE: int
 ALLOCATED: int
 PENDING: int
 ZERO: int
-ANY_STREAM: str
 
 class Block:
     @property
@@ -24,8 +23,6 @@ class Block:
     def requested(self) -> int: ...
     @property
     def _fl(self) -> FreeList | None: ...
-    @property
-    def _owner(self) -> str: ...
     _mig: Any
     _uses: set[Any] | None
     _state: int

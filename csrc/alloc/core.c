@@ -788,12 +788,6 @@ static PyObject *Block_repr(Block *b)
                                 b->stream ? b->stream : Py_None);
 }
 
-static PyObject *Block_get_owner(Block *b, void *unused)
-{
-    static const char *names[] = {"free", "allocated", "pending", "zero"};
-    return PyUnicode_FromString(names[b->state]);
-}
-
 static PyObject *get_ptr(PyObject *p)
 {
     return Py_NewRef(p != NULL ? p : Py_None);
@@ -842,7 +836,6 @@ static PyGetSetDef Block_getset[] = {
     {"_mig", (getter)Block_get_mig, (setter)Block_set_mig, NULL, NULL},
     {"_uses", (getter)Block_get_uses, (setter)Block_set_uses, NULL, NULL},
     {"_state", (getter)Block_get_state, (setter)Block_set_state, NULL, NULL},
-    {"_owner", (getter)Block_get_owner, NULL, NULL, NULL},
     {NULL},
 };
 
@@ -1207,8 +1200,7 @@ PyMODINIT_FUNC PyInit__alloc(void)
         || PyModule_AddObjectRef(m, "Core", (PyObject *)&Core_Type) < 0
         || PyModule_AddObjectRef(m, "BufferBase", (PyObject *)&BufferBase_Type) < 0
         || PyModule_AddIntConstant(m, "FREE", ST_FREE) < 0 || PyModule_AddIntConstant(m, "ALLOCATED", ST_ALLOCATED) < 0
-        || PyModule_AddIntConstant(m, "PENDING", ST_PENDING) < 0 || PyModule_AddIntConstant(m, "ZERO", ST_ZERO) < 0
-        || PyModule_AddObjectRef(m, "ANY_STREAM", any_token) < 0)
+        || PyModule_AddIntConstant(m, "PENDING", ST_PENDING) < 0 || PyModule_AddIntConstant(m, "ZERO", ST_ZERO) < 0)
         return NULL;
     return m;
 }
