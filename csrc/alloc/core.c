@@ -279,7 +279,7 @@ static long long round_size(const long long *divs, long long n)
 static Block *lookup(Core *self, FreeList *fl, long long size)
 {
     Block *b = fl_find(self, fl, size);
-    return b != NULL ? b : fl_find(self, self->any[fl->small], size);
+    return b != NULL ? b : fl_find(self, self->any[fl->small != 0], size);
 }
 
 /* Hand out b (out of any list; a new segment or a block just found) for
