@@ -92,8 +92,20 @@ cached path to the slow path meanwhile. A finalizer's free that finds the lock
 taken is queued and done when the holder leaves.
 
 Where the time goes, on a cached pair through ``Device.alloc`` + ``Buffer.free``
-(512 bytes split from a free 2 MiB segment and merged back; see
-``benchmarks/bench_allocator.py``): WHERE_TIME_GOES
+(512 bytes split from a free 2 MiB segment and merged back), medians of
+interleaved rounds on the 2-core development machine under load (Python 3.11,
+cpu:0), beside a NumPy ``np.empty(512)`` + ``del`` pair at 0.23 µs:
+
+* 0.13 µs  the compiled malloc + free, called from Python (best fit by binary
+  search, split, merge, five statistics per call, each for its pool and "all");
+* 0.06 µs  the Buffer made, freed and dropped (also compiled: no Python
+  ``__del__``);
+* 0.16 µs  ``Device.alloc``'s Python frame: size and stream checks, the call;
+* 0.08 µs  without ``stream=``, the thread-local current-stream lookup.
+
+About 0.36 µs with ``stream=`` (1.6x NumPy's pair), 0.43 µs without; it was
+2.3 µs before the core was compiled. ``benchmarks/bench_allocator.py`` reports
+the pair and NumPy's in one run.
 """
 from __future__ import annotations
 
