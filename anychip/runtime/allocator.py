@@ -118,14 +118,21 @@ from contextlib import contextmanager, suppress
 from operator import index as _as_index
 from typing import Any
 
-from .._lib._alloc import ALLOCATED, FREE, PENDING, ZERO, Block, Core, FreeList
-from .._lib._alloc import round_size as _round_size
+try:
+    from .._lib._alloc import ALLOCATED, FREE, PENDING, ZERO, Block, BufferBase, Core, FreeList, register_buffer, view
+    from .._lib._alloc import round_size as _round_size
+except ImportError as exc:      # a source tree that was not built
+    raise ImportError(f"anychip's compiled allocator core is missing ({exc}); build it with "
+                      "`pip install -e .` (or `ci/test`), which compiles csrc/") from exc
 from .alloc_conf import ENV_VAR, AllocatorConf
 from .alloc_stats import COUNTERS, Kind, stats_dict
 from .errors import InvalidArgumentError, OutOfMemoryError
 
 __all__ = [
     "AllocatorConf",
+    "BufferBase",
+    "register_buffer",
+    "view",
     "Block",
     "CachingAllocator",
     "NativeAllocator",

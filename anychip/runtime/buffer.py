@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._lib._alloc import BufferBase, register_buffer
-from .._lib._alloc import view as _view
+from .allocator import BufferBase, register_buffer
+from .allocator import view as _view
 from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
