@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import pickle
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -573,6 +574,46 @@ def test_abandoned_allocator(dev: FakeDevice, alloc: CachingAllocator) -> None:
     with pytest.raises(InvalidArgumentError, match="malloc on fake:0: its memory belongs"):
         alloc.malloc(512)
     assert dev.calls == [("alloc", SMALL_BUFFER)] and b._state == ALLOCATED
+
+
+def test_threads_race_the_cached_path_against_the_slow_path() -> None:
+    dev = FakeDevice(auto_done=True)
+    al = dev.allocator()
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        live: list[Block] = []
+        try:
+            for _ in range(3000):
+                r = rng.random()
+                if live and r < 0.45:
+                    al.free(live.pop(int(rng.integers(len(live)))))
+                elif r < 0.47:
+                    al.empty_cache()
+                elif r < 0.49:
+                    al.memory_stats()
+                elif r < 0.5 and live:
+                    al.record_stream(live[-1], f"s{seed + 1}")
+                else:
+                    live.append(al.malloc(int(rng.choice([512, 3000, 64 * KiB, MiB + 5, 3 * MiB])), f"s{seed}"))
+            for b in live:
+                al.free(b)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    al.synchronize_and_free_events()
+    al.empty_cache()
+    s = al.memory_stats()
+    assert (s["allocated_bytes.all.current"], s["active_bytes.all.current"], s["reserved_bytes.all.current"],
+            s["inactive_split.all.current"]) == (0, 0, 0, 0)
+    assert dev.live == {}
 
 
 def test_finalizer_free_while_busy_is_deferred(dev: FakeDevice, alloc: CachingAllocator) -> None:
