@@ -1,8 +1,10 @@
 /* The compiled core of anychip's caching allocator (anychip/runtime/allocator.py).
  *
  * It holds the data structures and the operations on them: blocks (Block),
- * free lists ordered by size (FreeList), the statistics (stats.h), and the
- * cached malloc / free pair, which never calls back into Python. Everything
+ * free lists ordered by size (FreeList), the statistics (stats.h), the cached
+ * malloc / free pair, which never calls back into Python, and the storage and
+ * lifetime of anychip.Buffer (BufferBase), so that an alloc + free through a
+ * Buffer runs no Python code beyond Device.alloc's checks. Everything
  * else (new segments, events, cross-stream moves, out-of-memory, empty_cache,
  * configuration) is the Python subclass's, reached through `_malloc_slow` and
  * `_free_slow` and the underscore methods below, which are the same functions
