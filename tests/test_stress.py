@@ -121,9 +121,6 @@ def test_stress_data_and_statistics(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.xfail(strict=True, reason="two allocator defects (free blocks of different streams never merge; "
-                                       "empty_cache keeps their segments) keep memory reserved; fixed in the "
-                                       "allocator rewrite")
 def test_stress_reserved_back_to_zero(backend):
     assert _run(CROSS_STREAM, backend) == {"reserved": 0, "segments": 0}
     res = stress(backend)
