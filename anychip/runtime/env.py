@@ -104,7 +104,7 @@ def _log_level(text: str) -> str | None:
 
 
 def _alloc_conf(text: str) -> str | None:
-    from .allocator import AllocatorConf
+    from .alloc_conf import AllocatorConf
     from .errors import AnychipError
     try:
         AllocatorConf.parse(text)
