@@ -228,6 +228,9 @@ def _check_range(buf: Buffer, offset: int, nbytes: int, what: str) -> None:
             f"{what}: range [{offset}, {offset + nbytes}) runs past the end of a {buf.nbytes}-byte buffer")
 
 
+_U8 = np.dtype(np.uint8)
+
+
 def _host_bytes(obj: Any, writable: bool, side: str) -> np.ndarray:
     """A 1-D uint8 view of host memory (copied to contiguous form when a source needs it)."""
     if not isinstance(obj, np.ndarray):
@@ -262,7 +265,7 @@ def _host_bytes(obj: Any, writable: bool, side: str) -> np.ndarray:
         arr = np.ascontiguousarray(arr)
     if writable and not arr.flags.writeable:
         raise InvalidArgumentError(f"the {side} host array is read-only")
-    return arr.reshape(-1).view(np.uint8)
+    return arr.ravel().view(_U8)        # (ravel of a C-contiguous array is a view, and fast)
 
 
 def _copy_size(nbytes: Any, src_offset: int, ssize: int, dst_offset: int, dsize: int) -> int:
