@@ -121,7 +121,8 @@ def test_values_selecting_nothing(value):
 
 
 # Cases of oneAPI's own selector tests, with anychip's backends in place of oneAPI's
-# (level_zero, hip -> ascend): intel/llvm sycl/test-e2e/OneapiDeviceSelector/*.cpp,
+# (level_zero, hip -> ascend): intel/llvm sycl/doc/EnvironmentVariables.md and
+# sycl/test-e2e/OneapiDeviceSelector/*.cpp,
 # unified-runtime test/conformance/device/urDeviceGetSelected.cpp and
 # test/loader/device_selector/{backend,device,filter,matcher}.cpp.
 # A list is the selected devices; a string is the problem the error names.
@@ -204,6 +205,11 @@ ONEAPI = [
     ("Cpu:*", ["cpu:0"]),
     ("!*:gpu", f"device type 'gpu' {TYPE}"),                          # discard_filters
     ("*:*;!KunLun:1", [d for d in ALL if d != "kunlun:1"]),
+    # sycl/doc/EnvironmentVariables.md (ONEAPI_DEVICE_SELECTOR)
+    ("*:gpu;!cuda:*", f"device type 'gpu' {TYPE}"),
+    ("opencl:*;!*:cpu", f"device type 'cpu' {TYPE}"),
+    ("ascend:0;!ascend:1", ["ascend:0"]),                             # discarding what is not selected: no effect
+    ("opencl:*;!opencl:0", "selects no device"),
 ]
 
 
@@ -215,6 +221,9 @@ def test_oneapi_selector_cases(value, expected):
     with pytest.raises(SelectionError) as info:
         select(value, BACKENDS)
     first = str(info.value).partition("\n\n")[0]
+    if expected == "selects no device":
+        assert first == f"ANYCHIP_DEVICES={value!r} selects no device"
+        return
     assert first.startswith(f"bad ANYCHIP_DEVICES={value!r}: term ")
     assert first.endswith(f": {expected}")
     assert "is not a non-negative integer or *" not in str(info.value)
