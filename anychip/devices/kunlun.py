@@ -294,11 +294,6 @@ class KunlunPlugin(VendorPlugin):
     def _default_stream(self, index: int) -> Any:
         return self.ffi.NULL
 
-    def _after_fork_in_child(self) -> None:
-        super()._after_fork_in_child()
-        self._lock = threading.Lock()
-        self._streams = {}               # the parent's streams do not exist in the child
-
     def _stream_create(self, index: int) -> Any:
         self._use(index)
         out = self.ffi.new("XPUStream *")
