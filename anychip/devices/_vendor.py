@@ -166,7 +166,8 @@ class VendorPlugin(DevicePlugin):
         self._count = 0
         self._fns: dict[str, Any] = {}
         self._peers: set[tuple[int, int]] = set()
-        self._peer_lock = threading.Lock()
+        self._peer_lock = threading.Lock()        # also guards _streams
+        self._streams: dict[int, set] = {}        # device -> streams created and not destroyed
 
     # -- discovery --------------------------------------------------------
     def search_dirs(self) -> list[str]:
@@ -415,11 +416,21 @@ class VendorPlugin(DevicePlugin):
 
     def _stream_create(self, index: int) -> Any:
         self._use(index)
-        return self._out(self.stream_type, self.STREAM_CREATE)
+        stream = self._out(self.stream_type, self.STREAM_CREATE)
+        with self._peer_lock:
+            self._streams.setdefault(index, set()).add(stream)
+        return stream
 
     def _stream_destroy(self, index: int, stream: Any) -> None:
         self._use(index)
         self._call(self.STREAM_DESTROY, stream)
+        with self._peer_lock:
+            self._streams.get(index, set()).discard(stream)
+
+    def _device_streams(self, index: int) -> list:
+        """The default stream and the live streams this plugin created on ``index``."""
+        with self._peer_lock:
+            return [self.ffi.NULL, *self._streams.get(index, ())]
 
     def _stream_done(self, stream: Any) -> bool:
         """Whether the stream's work is complete (the vendor's query)."""
@@ -492,7 +503,14 @@ class VendorPlugin(DevicePlugin):
         if self._timed_device_wait is not None:
             while self._timed_device_wait(WAIT_SLICE_MS) == SIM_E_TIMEOUT:
                 pass
-        self._call(self.DEVICE_SYNCHRONIZE)
+        else:                                   # wait where Ctrl-C can interrupt: on each stream
+            for stream in self._device_streams(index):
+                self._wait(None, stream, self._stream_done)
+        if self.DEVICE_SYNCHRONIZE:
+            self._call(self.DEVICE_SYNCHRONIZE)
+            return
+        for stream in self._device_streams(index):    # a runtime without device synchronize
+            self._stream_synchronize(index, stream)
 
     def _mem_info_call(self, name: str, *args: Any) -> tuple[int, int]:
         """(free, total) from ``name(*args, &free, &total)``."""

@@ -154,11 +154,11 @@ class KunlunPlugin(VendorPlugin):
     EVENT_RECORD = "xpu_event_record"
     EVENT_SYNCHRONIZE = "xpu_event_wait"
     EVENT_ELAPSED = "anychip_sim_xpu_event_elapsed_time"      # simulator only (see _bind)
+    DEVICE_SYNCHRONIZE = ""             # none: the default stream and the streams created here
 
     def __init__(self) -> None:
         super().__init__()
         self._lock = threading.Lock()
-        self._streams: dict[int, set] = {}        # device -> live streams (for device synchronize)
         self._sizes: dict[int, int] = {}          # address -> bytes, for free memory without a runtime query
         self._allocated: dict[int, int] = {}      # device -> bytes allocated here
         self._fill: dict[int, np.ndarray] = {}    # byte value -> host buffer (memset fallback)
@@ -257,17 +257,6 @@ class KunlunPlugin(VendorPlugin):
             self._copy(index, dst, dst_off + done, fill, 0, n, H2D, stream)
 
     # -- streams and events ----------------------------------------------
-    def _stream_create(self, index: int) -> Any:
-        stream = super()._stream_create(index)
-        with self._lock:
-            self._streams.setdefault(index, set()).add(stream)
-        return stream
-
-    def _stream_destroy(self, index: int, stream: Any) -> None:
-        super()._stream_destroy(index, stream)
-        with self._lock:
-            self._streams.get(index, set()).discard(stream)
-
     def _stream_done(self, stream: Any) -> bool:
         return self._stream_done_by_event(stream)        # the runtime has no stream query
 
@@ -281,11 +270,3 @@ class KunlunPlugin(VendorPlugin):
         if self._ext_elapsed is None:
             raise UnsupportedError("the Kunlun XPU runtime has no event timing")
         return super()._event_elapsed_ms(index, start, end)
-
-    def _synchronize(self, index: int) -> None:
-        # no device-wide synchronize in the runtime: wait for the default stream and ours
-        self._stream_synchronize(index, self.ffi.NULL)
-        with self._lock:
-            streams = list(self._streams.get(index, ()))
-        for s in streams:
-            self._stream_synchronize(index, s)
