@@ -168,6 +168,14 @@ class VendorPlugin(DevicePlugin):
         self._peers: set[tuple[int, int]] = set()
         self._peer_lock = threading.Lock()        # also guards _streams
         self._streams: dict[int, set] = {}        # device -> streams created and not destroyed
+        # bound when the library loads (_finish)
+        self._cast: Any = None
+        self._from_buffer: Any = None
+        self._memcpy_async: Any = None
+        self._sync_stream: Any = None
+        self._timed_stream_wait: Any = None
+        self._timed_event_wait: Any = None
+        self._timed_device_wait: Any = None
 
     # -- discovery --------------------------------------------------------
     def search_dirs(self) -> list[str]:
@@ -192,7 +200,7 @@ class VendorPlugin(DevicePlugin):
             mode = simulate_mode()
         except ValueError as exc:
             return False, str(exc)
-        import cffi
+        import cffi  # type: ignore[import-untyped]
 
         names = " or ".join(self.vendor_libraries)
         path: str | None = None
