@@ -334,6 +334,16 @@ class ShmTransport(Transport):
         return arr[:nbytes]
 
     def _run_staged(self, specs: list[OpSpec], stream: Stream) -> None:
+        """The point-to-point ops of a group together, then each collective in order
+        (a later op of the group may read what an earlier one wrote)."""
+        p2p = [sp for sp in specs if sp.kind in ("send", "recv")]
+        if p2p:
+            self._stage(p2p, stream)
+        for sp in specs:
+            if sp.kind not in ("send", "recv"):
+                self._stage([sp], stream)
+
+    def _stage(self, specs: list[OpSpec], stream: Stream) -> None:
         """Device -> host on the stream, the engine on host memory, host -> device.
         Host copies of send and recv are distinct arrays (the same one when send is recv),
         so the in-place layouts need no special case."""

@@ -318,17 +318,21 @@ static inline uint16_t float_to_bf16(float f)
 
 /* T: element type, A: accumulator type (ints: wide, so avg divides the true sum;
  * halves: float). Sources are combined in order, so every caller gets the same bits. */
+/* T: element type, A: accumulator type (ints: wide, so avg divides the true sum;
+ * halves: float). Sources are combined in order, so every caller gets the same bits.
+ * Elements are accessed through 1-byte-aligned types: views may start at any byte. */
 #define DEF_REDUCE(NAME, T, A, LOAD, STORE)                                                    \
+    typedef T NAME##_u __attribute__((aligned(1)));                                             \
     static void NAME(void *dst_, const void *const *src, int ns, size_t n, int op, int div)   \
     {                                                                                           \
-        T *dst = (T *)dst_;                                                                     \
+        NAME##_u *dst = (NAME##_u *)dst_;                                                       \
         A acc[BLK];                                                                             \
         for (size_t base = 0; base < n; base += BLK) {                                          \
             size_t m = MIN((size_t)BLK, n - base);                                              \
-            const T *s0 = (const T *)src[0] + base;                                             \
+            const NAME##_u *s0 = (const NAME##_u *)src[0] + base;                               \
             for (size_t i = 0; i < m; i++) acc[i] = (A)LOAD(s0[i]);                             \
             for (int k = 1; k < ns; k++) {                                                      \
-                const T *s = (const T *)src[k] + base;                                          \
+                const NAME##_u *s = (const NAME##_u *)src[k] + base;                            \
                 APPLY(op, A, acc, s, m, LOAD)                                                   \
             }                                                                                   \
             if (op == CCL_AVG)                                                                  \
@@ -509,6 +513,7 @@ int ccl_comm_init(const char *id, int rank, int nranks, double timeout_s, ccl_co
     rank_line_t *me = &c->lines[rank];
     char state;
     me->pid = getpid();
+    atomic_store(&me->kind, -1);
     proc_state(me->pid, &me->starttime, &state);
     if (atomic_exchange(&me->state, ST_ATTACHED) != ST_EMPTY) {
         munmap(c->map, c->map_len);
@@ -764,9 +769,12 @@ static void not_arrived(ctx_t *x, const void *arg, char *buf, size_t len)
         rank_line_t *l = &c->lines[r];
         if (atomic_load(&l->seq) < target) {
             int kind = atomic_load(&l->kind);
-            p += (size_t)snprintf(buf + p, len - p, "%s %d (at op #%llu %s)", n++ ? "," : "", r,
-                                  (unsigned long long)atomic_load(&l->opno),
-                                  kind >= 0 && kind < CCL_KIND_COUNT ? KIND_NAMES[kind] : "?");
+            uint64_t at = atomic_load(&l->opno);
+            if (kind < 0 || kind >= CCL_KIND_COUNT || at == 0)
+                p += (size_t)snprintf(buf + p, len - p, "%s %d (has not started any op)", n++ ? "," : "", r);
+            else
+                p += (size_t)snprintf(buf + p, len - p, "%s %d (last in op #%llu %s)", n++ ? "," : "", r,
+                                      (unsigned long long)at, KIND_NAMES[kind]);
         }
     }
 }
