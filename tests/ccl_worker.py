@@ -235,8 +235,12 @@ def failures(comm, suite: str) -> int:
     n = 2**20 + 3
     buf = dev.alloc(4 * n).copy_from(np.ones(n, dtype=np.float32))
     if suite == "kill" and r == 1:
-        # one round of the chunked all_reduce with the others, then die while they are mid-op
-        comm.all_reduce(buf, count=1024 * 256).wait()
+        if comm.transport.mode == "sim":
+            # enqueued on the simulated stream: the worker thread is inside the op when the process dies
+            comm.all_reduce(buf, count=n)
+        else:
+            # one round of the chunked all_reduce with the others, then die while they are mid-op
+            comm.all_reduce(buf, count=1024 * 256).wait()
         os.kill(os.getpid(), signal.SIGKILL)
     if suite == "timeout" and r == comm.size - 1:
         sys.stdin.read()                      # alive, but never joins; the test closes stdin at the end
