@@ -128,7 +128,7 @@ class Case:
                                  f"expected {expect[bad[0]]}")
 
     def expected(self, xs: list[np.ndarray]) -> np.ndarray | None:
-        kind, dt, n, N, r = self.kind, self.dtype, self.count, self.comm.size, self.comm.rank
+        kind, dt, n, r = self.kind, self.dtype, self.count, self.comm.rank
         if kind == "all_reduce":
             return reduce_values(xs, self.op, dt)
         if kind == "reduce":

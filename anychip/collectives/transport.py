@@ -183,10 +183,13 @@ class ShmTransport(Transport):
         if self.mode == "sim":
             plugin = device.plugin
             sffi, slib = plugin.ffi, plugin.lib
-            opener = ffi.cast("ccl_ipc_open_fn", int(sffi.cast("uintptr_t", sffi.addressof(slib, "anychip_sim_ipc_open"))))
-            closer = ffi.cast("ccl_ipc_close_fn", int(sffi.cast("uintptr_t", sffi.addressof(slib, "anychip_sim_ipc_close"))))
-            lib.ccl_comm_set_ipc(self._comm, opener, closer)
-            self._host_fn = sffi.cast("void (*)(void *)", int(ffi.cast("uintptr_t", ffi.addressof(lib, "ccl_task_run"))))
+
+            def address(f: Any, lib: Any, name: str) -> int:
+                return int(f.cast("uintptr_t", f.addressof(lib, name)))
+
+            lib.ccl_comm_set_ipc(self._comm, ffi.cast("ccl_ipc_open_fn", address(sffi, slib, "anychip_sim_ipc_open")),
+                                 ffi.cast("ccl_ipc_close_fn", address(sffi, slib, "anychip_sim_ipc_close")))
+            self._host_fn = sffi.cast("void (*)(void *)", address(ffi, lib, "ccl_task_run"))
 
     # -- interface ------------------------------------------------------------
     def submit(self, specs: list[OpSpec], stream: Stream) -> Work:
