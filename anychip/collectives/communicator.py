@@ -44,6 +44,8 @@ REDUCE_OPS: tuple[str, ...] = ("sum", "prod", "min", "max", "avg")
 
 def dtype_name(dtype: Any) -> str | None:
     """The canonical name of ``dtype`` (a name, a NumPy dtype or type), or None when unsupported."""
+    if dtype in DTYPES:
+        return dtype
     if isinstance(dtype, str):
         name = dtype.strip().lower()
         name = _DTYPE_ALIASES.get(name, name)
@@ -55,7 +57,7 @@ def dtype_name(dtype: Any) -> str | None:
     return name if name in DTYPES else None
 
 
-@dataclass
+@dataclass(slots=True)
 class OpSpec:
     """One checked op, as a transport receives it.
 
@@ -410,6 +412,8 @@ class Communicator:
 
 
 def _op_name(kind: str, op: Any) -> str:
+    if op in REDUCE_OPS:
+        return op
     name = op.strip().lower() if isinstance(op, str) else getattr(op, "name", None)
     if isinstance(name, str):
         name = name.lower()
@@ -434,6 +438,8 @@ def _span(buf: Buffer, nbytes: int) -> tuple[int, int, int]:
 
 def _check_overlap(kind: str, send: Buffer, recv: Buffer, count: int, item: int, rank: int, size: int) -> None:
     """send and recv are either disjoint or the op's in-place layout."""
+    if send is recv and kind not in ("all_gather", "reduce_scatter"):
+        return
     mult_s = size if kind in ("reduce_scatter", "all_to_all") else 1
     mult_r = size if kind in ("all_gather", "all_to_all") else 1
     rs, s0, s1 = _span(send, count * mult_s * item)
