@@ -16,6 +16,7 @@ the block completes with the group.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -185,6 +186,7 @@ class Communicator:
         self._tls = threading.local()
         self._closed = False
         self._splits = 0
+        self._prepared: dict[tuple, tuple] = {}
 
     # -- identity -----------------------------------------------------------
     @property
@@ -325,9 +327,23 @@ class Communicator:
     def _submit(self, kind: str, send: Any, recv: Any, count: Any, dtype: Any, op: Any, root: Any,
                 stream: Stream | None, *, send_mult: int, recv_mult: int) -> Work:
         self._live()
-        spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
         stream = self._stream(kind, stream)
         g = getattr(self._tls, "group", None)
+        if g is None:
+            # a call repeated with the same buffers, stream and arguments reuses its checked,
+            # prepared form (the buffers are only checked not to have been freed since)
+            key = (kind, id(send), id(recv), count, dtype, op, root, id(stream))
+            hit = self._prepared.get(key)
+            if hit is not None and hit[0]() is send and hit[1]() is recv and hit[2]() is stream and \
+                    (send is None or not send.freed) and (recv is None or not recv.freed):
+                return self._transport.submit_prepared(hit[3], stream)
+        spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
+        if g is None:
+            if len(self._prepared) >= 32:
+                self._prepared.clear()
+            prepared = self._transport.prepare([spec])
+            self._prepared[key] = (_ref(send), _ref(recv), weakref.ref(stream), prepared)
+            return self._transport.submit_prepared(prepared, stream)
         if g is not None:
             if g.stream is not None and g.stream is not stream:
                 raise InvalidArgumentError(f"{kind}: every op of one comm.group() must use the same stream; "
@@ -409,6 +425,14 @@ class Communicator:
         if count < 0:
             raise InvalidArgumentError(f"{kind}: count must be >= 0, got {count}")
         return count
+
+
+def _none() -> None:
+    return None
+
+
+def _ref(obj: Any) -> Any:
+    return _none if obj is None else weakref.ref(obj)
 
 
 def _op_name(kind: str, op: Any) -> str:

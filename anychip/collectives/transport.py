@@ -82,6 +82,14 @@ class Transport:
     def submit(self, specs: list[OpSpec], stream: Stream) -> Work:
         raise NotImplementedError
 
+    def prepare(self, specs: list[OpSpec]) -> Any:
+        """Whatever makes repeated submits of the same checked ops cheaper (default: the specs);
+        valid while the specs' buffers are alive and not freed."""
+        return specs
+
+    def submit_prepared(self, prepared: Any, stream: Stream) -> Work:
+        return self.submit(prepared, stream)
+
     def exchange(self, obj: Any) -> list[Any]:
         raise NotImplementedError
 
@@ -196,13 +204,33 @@ class ShmTransport(Transport):
 
     # -- interface ------------------------------------------------------------
     def submit(self, specs: list[OpSpec], stream: Stream) -> Work:
+        return self.submit_prepared(self.prepare(specs), stream)
+
+    def prepare(self, specs: list[OpSpec]) -> Any:
+        """(specs, the engine's op array with addresses and, on simulated chips, IPC handles)."""
+        ffi, _ = engine()
+        if self.mode == "staged":
+            return specs, None
+        with self._lock:
+            ops, _ = self._ops(specs, None)
+            own = ffi.new("ccl_op[]", len(specs))
+            ffi.memmove(own, ops, ffi.sizeof("ccl_op") * len(specs))
+        if self.mode == "sim":
+            for i, sp in enumerate(specs):
+                if sp.count * sp.itemsize >= self._zc_min and sp.kind not in ("send", "recv", "barrier",
+                                                                                "all_to_all"):
+                    self._export(own[i].send, sp.send)
+                    self._export(own[i].recv, sp.recv)
+        return specs, own
+
+    def submit_prepared(self, prepared: Any, stream: Stream) -> Work:
         self._live()
+        specs, ops = prepared
         what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
         with self._lock:
             if self.mode == "sim":
-                return self._submit_sim(specs, stream, what)
+                return self._submit_sim(specs, ops, stream, what)
             if self.mode == "host":
-                ops, _ = self._ops(specs, None)
                 self._run(ops, len(specs))
             else:
                 self._run_staged(specs, stream)
@@ -311,15 +339,10 @@ class ShmTransport(Transport):
                 o.recv.ptr = rptr
         return ops, [specs]
 
-    def _submit_sim(self, specs: list[OpSpec], stream: Stream, what: str) -> Work:
+    def _submit_sim(self, specs: list[OpSpec], ops: Any, stream: Stream, what: str) -> Work:
         ffi, lib = engine()
-        ops, keep = self._ops(specs, None)
         plugin = self.device.plugin
-        for i, sp in enumerate(specs):
-            nbytes = sp.count * sp.itemsize
-            if nbytes >= self._zc_min and sp.kind not in ("send", "recv", "barrier"):
-                self._export(ops[i].send, sp.send)
-                self._export(ops[i].recv, sp.recv)
+        keep = specs
         task = lib.ccl_task_new(self._comm, ops, len(specs))
         if task == ffi.NULL:
             raise CollectiveError(f"{what}: out of host memory for the task")

@@ -26,7 +26,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ANYCHIP_CCL_CHUNK": ("1048576", "bytes per rank and round of the chunked shared-memory path"),
     "ANYCHIP_CCL_ZERO_COPY_MIN": ("65536", "message bytes from which simulated chips reduce zero-copy from the "
                                            "peers' device memory"),
-    "ANYCHIP_CCL_SPIN_US": ("50", "microseconds a collective wait spins before it sleeps on a futex"),
+    "ANYCHIP_CCL_SPIN_US": ("200", "microseconds a collective wait spins before it sleeps on a futex"),
     "ANYCHIP_RANK": ("(set by anychip launch)", "this process's rank; also ANYCHIP_WORLD_SIZE, ANYCHIP_LOCAL_RANK, "
                                                 "ANYCHIP_LOCAL_SIZE, ANYCHIP_JOB_ID"),
     "ANYCHIP_WORLD_SIZE": ("(set by anychip launch)", "number of ranks of the job"),
