@@ -336,14 +336,18 @@ class Communicator:
             hit = self._prepared.get(key)
             if hit is not None and hit[0]() is send and hit[1]() is recv and hit[2]() is stream and \
                     (send is None or not send.freed) and (recv is None or not recv.freed):
-                return self._transport.submit_prepared(hit[3], stream)
+                k, c, d, o, r, native = hit[3]
+                spec = OpSpec(k, send, recv if recv is not None or recv_mult == 0 else send, c, d, o, r)
+                return self._transport.submit_prepared(([spec], native), stream)
         spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
         if g is None:
             if len(self._prepared) >= 32:
                 self._prepared.clear()
-            prepared = self._transport.prepare([spec])
-            self._prepared[key] = (_ref(send), _ref(recv), weakref.ref(stream), prepared)
-            return self._transport.submit_prepared(prepared, stream)
+            specs, native = self._transport.prepare([spec])
+            # the cache holds the buffers weakly: their memory is released as usual when dropped
+            fields = (spec.kind, spec.count, spec.dtype, spec.op, spec.root, native)
+            self._prepared[key] = (_ref(send), _ref(recv), weakref.ref(stream), fields)
+            return self._transport.submit_prepared((specs, native), stream)
         if g is not None:
             if g.stream is not None and g.stream is not stream:
                 raise InvalidArgumentError(f"{kind}: every op of one comm.group() must use the same stream; "

@@ -82,13 +82,14 @@ class Transport:
     def submit(self, specs: list[OpSpec], stream: Stream) -> Work:
         raise NotImplementedError
 
-    def prepare(self, specs: list[OpSpec]) -> Any:
-        """Whatever makes repeated submits of the same checked ops cheaper (default: the specs);
-        valid while the specs' buffers are alive and not freed."""
-        return specs
+    def prepare(self, specs: list[OpSpec]) -> tuple[list[OpSpec], Any]:
+        """(specs, native): ``native`` is whatever makes repeated submits of the same checked ops
+        cheaper (default None). It must not hold the buffers (the communicator caches it and
+        rebuilds the specs around it); it stays valid while the buffers are alive and not freed."""
+        return specs, None
 
-    def submit_prepared(self, prepared: Any, stream: Stream) -> Work:
-        return self.submit(prepared, stream)
+    def submit_prepared(self, prepared: tuple[list[OpSpec], Any], stream: Stream) -> Work:
+        return self.submit(prepared[0], stream)
 
     def exchange(self, obj: Any) -> list[Any]:
         raise NotImplementedError

@@ -68,7 +68,12 @@
 extern "C" {
 #endif
 
+/* Compiled into another library (a simulator's HCCL / BKCL / RCCL front end), define
+ * CCL_EXPORT as __attribute__((visibility("hidden"))) so that library exports only its
+ * vendor's names. */
+#ifndef CCL_EXPORT
 #define CCL_EXPORT __attribute__((visibility("default")))
+#endif
 
 #define CCL_MAX_RANKS 64
 #define CCL_IPC_BYTES 64    /* size of an opaque IPC handle (anychip_sim_ipc_handle) */
