@@ -44,8 +44,9 @@
  *   Half types (float16, bfloat16) accumulate in float32 and are rounded once.
  *
  * Waiting and failure
- *   Waits spin briefly (ANYCHIP_CCL_SPIN_US, default 200; pause loops, then
- *   yielding the core between polls), then sleep on a futex. Every
+ *   Waits spin briefly (ANYCHIP_CCL_SPIN_US, default 200, or 2 when the communicator has
+ *   more ranks than the machine has cores; pause loops, then yielding the core between polls),
+ *   then sleep on a futex. Every
  *   wait checks the deadline (the communicator timeout, from the op's start) and the
  *   liveness of the peers (a robust mutex per rank: a killed rank is seen at once).
  *   A failure aborts the communicator: the ranks still waiting are woken and fail too
