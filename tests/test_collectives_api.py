@@ -321,3 +321,25 @@ def test_dropped_works_release_their_tasks_and_buffers() -> None:
     gc.collect()
     assert ref() is None
     c.destroy()
+
+
+def test_a_terminated_launcher_stops_its_ranks(tmp_path) -> None:
+    import signal
+    prog = tmp_path / "prog.py"
+    marker = tmp_path / "pids"
+    prog.write_text(textwrap.dedent(f"""
+        import os, signal
+        with open({str(marker)!r}, "a") as f:
+            f.write(f"{{os.getpid()}}\\n")
+        print("started", flush=True)
+        signal.pause()
+    """))
+    p = subprocess.Popen([sys.executable, "-m", "anychip.cli", "launch", "-n", "2", str(prog)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(2):                      # both ranks have started
+        assert "started" in p.stdout.readline()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) == 128 + signal.SIGTERM
+    for pid in map(int, marker.read_text().split()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
