@@ -171,6 +171,7 @@ class ShmTransport(Transport):
         self._tasks: collections.deque = collections.deque()     # (task, weakref to its Work), in order
         self._staging: dict[str, np.ndarray] = {}
         self._bases: dict[int, tuple] = {}
+        self._lib = lib
         self._op1 = ffi.new("ccl_op[1]")
         self._zero_op = bytes(ffi.sizeof("ccl_op"))
         out = ffi.new("ccl_comm **")
@@ -214,18 +215,23 @@ class ShmTransport(Transport):
         return specs, own
 
     def submit_prepared(self, prepared: Any, stream: Stream) -> Work:
-        self._live()
         specs, ops = prepared
-        what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
+        n = len(specs)
+        what = specs[0].kind if n == 1 else f"group of {n} ops"
         with self._lock:
-            if self.mode == "sim":
-                return self._submit_sim(specs, ops, stream, what)
+            comm = self._comm
+            if comm is None:
+                self._live()
             if self.mode == "host":
-                self._run(ops, len(specs))
+                rc = self._lib.ccl_run(comm, ops, n)
+                if rc:
+                    self._raise(rc)
+            elif self.mode == "sim":
+                return self._submit_sim(specs, ops, stream, what)
             else:
                 self._run_staged(specs, stream)
         w = Work(what)
-        w._finish(None)
+        w._done = True
         return w
 
     def exchange(self, obj: Any) -> list[Any]:
@@ -288,10 +294,13 @@ class ShmTransport(Transport):
             raise InvalidArgumentError(f"communicator {self.label} was destroyed")
 
     def _run(self, ops: Any, n: int) -> None:
-        ffi, lib = engine()
-        rc = lib.ccl_run(self._comm, ops, n)
+        rc = self._lib.ccl_run(self._comm, ops, n)
         if rc:
-            raise _error(rc, ffi.string(lib.ccl_comm_error(self._comm)).decode("utf-8", "replace"))
+            self._raise(rc)
+
+    def _raise(self, rc: int) -> None:
+        ffi, lib = engine()
+        raise _error(rc, ffi.string(lib.ccl_comm_error(self._comm)).decode("utf-8", "replace"))
 
     def _run_host(self, kind: str, send: np.ndarray | None, recv: np.ndarray | None, count: int,
                   dtype: str, op: str = "sum", root: int = -1) -> None:
