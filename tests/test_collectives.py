@@ -151,3 +151,20 @@ def test_send_recv_size_mismatch_fails_both_sides_at_once() -> None:
         kind, secs, msg = _result(out)
         assert (kind, msg) == ("CollectiveError", expect)
         assert secs < 10
+
+
+def test_ranks_started_by_mpiexec() -> None:
+    """MPICH's Hydra (the `mpich` wheel's mpiexec) sets PMI_RANK / PMI_SIZE / MPI_LOCALRANKID."""
+    import shutil
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec (pip install mpich)")
+    root = os.path.dirname(HERE)
+    env = {**os.environ, "ANYCHIP_LAUNCH_DEVICE": "kunlun"}
+    for v in ("ANYCHIP_RANK", "ANYCHIP_WORLD_SIZE", "ANYCHIP_JOB_ID", "RANK", "WORLD_SIZE"):
+        env.pop(v, None)
+    p = subprocess.run([mpiexec, "-n", "3", sys.executable, os.path.join(root, "examples", "allreduce.py")],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(p.stdout.splitlines()) == [
+        f"rank {r} of 3 on kunlun:{r}: [3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 21.0, 24.0] correct" for r in range(3)]
