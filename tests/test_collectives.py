@@ -76,6 +76,10 @@ def test_send_recv_ring_groups_and_split(backend: str, n: int) -> None:
     launch(n, backend, "p2p")
 
 
+def test_zero_copy_mappings_are_evicted_and_remade() -> None:
+    assert "PASS 140 cases" in launch(2, "hygon", "ipc_cache")
+
+
 # -- failures --------------------------------------------------------------------------
 
 def _spawn(n: int, suite: str, device: str, env: dict, hold_last: bool = False) -> list[tuple[int, str, str]]:
