@@ -9,8 +9,8 @@ accounting and caching, so a backend may assume:
 * ``stream`` / ``event`` arguments are handles this backend returned for the
   same device and that were not destroyed;
 * host memory is passed as a C-contiguous 1-D ``numpy.uint8`` array (writable
-  when it is the destination); the front end keeps it alive until the stream
-  that used it has been synchronized.
+  when it is the destination); the front end keeps it alive until the copy
+  that used it is known to be complete.
 
 Raw calls translate native failures into :mod:`anychip.runtime.errors`
 exceptions (``DeviceError`` with the vendor's code name; ``OutOfMemoryError``
