@@ -36,7 +36,6 @@ on return.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import socket
@@ -144,12 +143,22 @@ class Item:
     root: int
 
 
+class _Memory:
+    """Exposes raw host memory to NumPy (the array keeps the Buffer alive)."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, ptr: int, nbytes: int, owner: Any) -> None:
+        self.__array_interface__ = {"data": (ptr, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+        self.owner = owner
+
+
 def host_view(buf: Any, nbytes: int) -> np.ndarray:
     """The first ``nbytes`` of a host-addressable Buffer as a writable byte array."""
     ptr = buf.ptr if nbytes else None
     if not ptr:
         return np.empty(0, dtype=np.uint8)
-    return np.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype=np.uint8)
+    return np.asarray(_Memory(ptr, nbytes, buf))
 
 
 def sizes(sp: OpSpec, size: int) -> tuple[int, int]:
@@ -462,7 +471,7 @@ class HierTransport(StagedTransport):
         if nb == 0:
             return
         rhost, rlocal = self._where(it.root)
-        if self.rank == it.root and not np.shares_memory(it.src, it.dst):
+        if self.rank == it.root and not np.may_share_memory(it.src, it.dst):
             it.dst[:] = it.src
         if self.local_rank == rlocal:
             self.cross.bcast_bytes(it.dst, rhost)

@@ -49,13 +49,22 @@ def load_mpi() -> Any:
     return MPI
 
 
+_TYPES: dict[np.dtype, Any] = {}
+_OPS: dict[str, Any] = {}
+
+
 def _mpi_type(MPI: Any, dtype: np.dtype) -> Any:
-    return {"int8": MPI.INT8_T, "uint8": MPI.UINT8_T, "int32": MPI.INT32_T, "int64": MPI.INT64_T,
-            "float32": MPI.FLOAT, "float64": MPI.DOUBLE}[dtype.name]
+    if not _TYPES:
+        _TYPES.update({np.dtype(np.int8): MPI.INT8_T, np.dtype(np.uint8): MPI.UINT8_T,
+                       np.dtype(np.int32): MPI.INT32_T, np.dtype(np.int64): MPI.INT64_T,
+                       np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE})
+    return _TYPES[dtype]
 
 
 def _mpi_op(MPI: Any, op: str) -> Any:
-    return {"sum": MPI.SUM, "avg": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}[op]
+    if not _OPS:
+        _OPS.update(sum=MPI.SUM, avg=MPI.SUM, prod=MPI.PROD, min=MPI.MIN, max=MPI.MAX)
+    return _OPS[op]
 
 
 class MpiTransport(StagedTransport):
@@ -150,13 +159,15 @@ class MpiTransport(StagedTransport):
         if it.count == 0:
             return
         acc, fresh = to_acc(it.src, it.dtype, it.op)
-        if fresh or np.shares_memory(it.src, it.dst):
+        if fresh or np.may_share_memory(it.src, it.dst):
             self.reduce_array(acc if fresh else it.dst.view(acc.dtype), it.op)
             buf = acc if fresh else it.dst.view(acc.dtype)
         else:
             MPI = self.MPI
             t = _mpi_type(MPI, acc.dtype)
             self._wait([self.comm.Iallreduce([acc, t], [it.dst, t], _mpi_op(MPI, it.op))], "all_reduce")
+            if it.op != "avg":
+                return
             buf = it.dst.view(acc.dtype)
         finish_avg(buf, it.op, self.size)
         from_acc(buf, it.dtype, it.dst)
@@ -166,7 +177,7 @@ class MpiTransport(StagedTransport):
             return
         acc, fresh = to_acc(it.src, it.dtype, it.op)
         root = self.rank == it.root
-        if root and not fresh and not np.shares_memory(it.src, it.dst):
+        if root and not fresh and not np.may_share_memory(it.src, it.dst):
             MPI = self.MPI
             t = _mpi_type(MPI, acc.dtype)
             self._wait([self.comm.Ireduce([acc, t], [it.dst, t], _mpi_op(MPI, it.op), it.root)], "reduce")
@@ -182,7 +193,7 @@ class MpiTransport(StagedTransport):
         if it.count == 0:
             return
         acc, fresh = to_acc(it.src, it.dtype, it.op)
-        if not fresh and np.shares_memory(it.src, it.dst):
+        if not fresh and np.may_share_memory(it.src, it.dst):
             acc = acc.copy()
         out = it.dst.view(acc.dtype) if acc.dtype.itemsize == DTYPE_BYTES[it.dtype] else np.empty(it.count, acc.dtype)
         self.reduce_scatter_array(acc, out, it.op)
@@ -192,7 +203,7 @@ class MpiTransport(StagedTransport):
     def _broadcast(self, it: Item) -> None:
         if it.count == 0:
             return
-        if self.rank == it.root and not np.shares_memory(it.src, it.dst):
+        if self.rank == it.root and not np.may_share_memory(it.src, it.dst):
             it.dst[:] = it.src
         self.bcast_bytes(it.dst, it.root)
 
@@ -207,7 +218,7 @@ class MpiTransport(StagedTransport):
         if it.count == 0:
             return
         MPI = self.MPI
-        send = MPI.IN_PLACE if np.shares_memory(it.src, it.dst) else [it.src, MPI.BYTE]
+        send = MPI.IN_PLACE if np.may_share_memory(it.src, it.dst) else [it.src, MPI.BYTE]
         self._wait([self.comm.Ialltoall(send, [it.dst, MPI.BYTE])], "all_to_all")
 
     def _barrier(self, it: Item) -> None:
