@@ -1,0 +1,129 @@
+"""``anychip launch -n N [--device BACKEND] prog.py args...``: N ranks on this machine.
+
+Rank r runs ``python prog.py args...`` with ``ANYCHIP_RANK=r``, ``ANYCHIP_WORLD_SIZE=N``,
+``ANYCHIP_LOCAL_RANK=r``, ``ANYCHIP_LOCAL_SIZE=N``, a fresh ``ANYCHIP_JOB_ID`` and, with
+``--device``, ``ANYCHIP_LAUNCH_DEVICE`` (so :func:`anychip.collectives.init` puts rank r on
+``BACKEND:r``). Every line a rank prints is prefixed with ``[r]``. When a rank fails, the
+others are stopped (SIGTERM, then SIGKILL after ``--grace`` seconds) and the launcher exits
+with the first failing rank's exit code (128 + signal number for a signal), as torchrun does.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import IO
+
+__all__ = ["launch", "add_parser", "main"]
+
+
+def _pump(src: IO[bytes], dst: IO[str], prefix: str, lock: threading.Lock) -> None:
+    for raw in iter(src.readline, b""):
+        line = raw.decode("utf-8", "replace")
+        if not line.endswith("\n"):
+            line += "\n"
+        with lock:
+            dst.write(prefix + line)
+            dst.flush()
+    src.close()
+
+
+def _exit_code(rc: int) -> int:
+    return 128 - rc if rc < 0 else rc
+
+
+def launch(nprocs: int, argv: Sequence[str], device: str | None = None, grace: float = 5.0,
+           env: dict[str, str] | None = None) -> int:
+    """Run ``python argv...`` as ``nprocs`` ranks; returns the exit code (0 when all succeed)."""
+    if nprocs < 1:
+        raise ValueError(f"-n must be >= 1, got {nprocs}")
+    if not argv:
+        raise ValueError("no program given: anychip launch -n N prog.py [args...]")
+    base = dict(os.environ if env is None else env)
+    job = f"launch-{os.getpid()}-{secrets.token_hex(4)}"
+    lock = threading.Lock()
+    procs: list[subprocess.Popen] = []
+    pumps: list[threading.Thread] = []
+    cmd = [sys.executable, *argv] if argv[0].endswith(".py") or argv[0] == "-c" or argv[0] == "-m" else list(argv)
+    for r in range(nprocs):
+        e = dict(base)
+        e.update(ANYCHIP_RANK=str(r), ANYCHIP_WORLD_SIZE=str(nprocs), ANYCHIP_LOCAL_RANK=str(r),
+                 ANYCHIP_LOCAL_SIZE=str(nprocs), ANYCHIP_JOB_ID=job, PYTHONUNBUFFERED="1")
+        if device:
+            e["ANYCHIP_LAUNCH_DEVICE"] = device
+        p = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs.append(p)
+        for src, dst in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
+            t = threading.Thread(target=_pump, args=(src, dst, f"[{r}] ", lock), daemon=True)
+            t.start()
+            pumps.append(t)
+    failed: int | None = None
+    try:
+        while True:
+            alive = 0
+            for p in procs:
+                rc = p.poll()
+                if rc is None:
+                    alive += 1
+                elif rc != 0 and failed is None:
+                    failed = _exit_code(rc)
+            if failed is not None or not alive:
+                break
+            time.sleep(0.02)
+    except KeyboardInterrupt:
+        failed = 130
+    if failed is not None:
+        _stop(procs, grace)
+    for p in procs:
+        p.wait()
+    for t in pumps:
+        t.join(timeout=5)
+    return failed or 0
+
+
+def _stop(procs: list[subprocess.Popen], grace: float) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("launch", help="run a program as N collective ranks on this machine",
+                       description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("-n", "--nprocs", type=int, required=True, help="number of ranks")
+    p.add_argument("--device", default=None, help="backend of the ranks' devices (rank r uses BACKEND:r)")
+    p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL when stopping ranks")
+    p.add_argument("program", help="the Python program (prog.py), or -m module")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    p.set_defaults(func=_cmd)
+    return p
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from ..runtime.errors import InvalidArgumentError
+    if args.nprocs < 1:
+        raise InvalidArgumentError(f"launch: -n must be at least 1, got {args.nprocs}")
+    return launch(args.nprocs, [args.program, *args.args], device=args.device, grace=args.grace)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="anychip")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["launch", *(sys.argv[1:] if argv is None else argv)])
+    return _cmd(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
