@@ -20,6 +20,9 @@ __all__ = ["init", "Communicator", "Work", "OpSpec", "Transport", "ShmTransport"
            "REDUCE_OPS", "default_device"]
 
 
+_inits = 0
+
+
 def default_device(world: World) -> Any:
     """``<backend>:<local rank>``: the backend of ``ANYCHIP_LAUNCH_DEVICE`` (set by
     ``anychip launch --device``) or of the default device. A backend with fewer devices
@@ -56,7 +59,9 @@ def init(device: Any = None, *, world: World | None = None) -> Communicator:
         dev = device
     else:
         dev = lookup(device)
+    global _inits
+    _inits += 1      # every rank calls init equally often: the n-th init of a job has its own name
     # host transport: shared memory on one host, MPI between hosts (see host.py)
     from .host import host_transport
-    transport = host_transport(dev, world)
+    transport = host_transport(dev, world, f"{world.job_id}.world{_inits}")
     return Communicator(transport, dev, "world")

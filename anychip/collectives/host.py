@@ -87,8 +87,10 @@ def _mode() -> str:
     return mode
 
 
-def host_transport(device: Device, world: World) -> Transport:
-    """The host transport of the whole job for ``device`` (see the module docstring)."""
+def host_transport(device: Device, world: World, shm_id: str | None = None) -> Transport:
+    """The host transport of the whole job for ``device`` (see the module docstring);
+    ``shm_id`` names the shared-memory communicator when every rank is on one host."""
+    shm_id = shm_id or f"{world.job_id}.world"
     mode = _mode()
     spans = world.local_size != world.size
     mpi_launched = world.launcher in ("mpich", "openmpi")
@@ -104,9 +106,9 @@ def host_transport(device: Device, world: World) -> Transport:
             raise UnsupportedError(
                 f"the job spans more than one host ({world.size} ranks, {world.local_size} on this one, launched by "
                 f"{world.launcher}); between hosts anychip uses MPI: launch with mpiexec and install anychip[mpi]")
-        return ShmTransport(device, world.rank, world.size, f"{world.job_id}.world", "world")
+        return ShmTransport(device, world.rank, world.size, shm_id, "world")
     if not spans and not os.environ.get(HOSTID_ENV, "").strip():
-        return ShmTransport(device, world.rank, world.size, f"{world.job_id}.world", "world")
+        return ShmTransport(device, world.rank, world.size, shm_id, "world")
     from .mpi import MpiTransport
     flat = MpiTransport.world(device, world)
     return for_comm(device, flat, "world")
