@@ -346,8 +346,8 @@ class _ShmHost:
         for c, (kind, send, recv, count, dtype, op, root) in zip(cops, ops, strict=True):
             c.kind, c.dtype, c.redop = KINDS[kind], CCL_DTYPES[_ccl_name(dtype)], REDOPS[op]
             c.root, c.count = root, count
-            c.send.ptr = ffi.cast("void *", _ptr(send))
-            c.recv.ptr = ffi.cast("void *", _ptr(recv))
+            c.send.ptr = _ptr(send)          # (declared uintptr_t in the binding)
+            c.recv.ptr = _ptr(recv)
         rc = lib.ccl_run(self._comm, cops, len(ops))
         if rc:
             msg = ffi.string(lib.ccl_comm_error(self._comm)).decode("utf-8", "replace")
