@@ -15,11 +15,13 @@ and 2 MiB, the goal's range). Contenders, each a separate 2-process job:
 * ``gloo``: torch.distributed with Gloo, when torch imports in ``--torch-python``
   (default: this interpreter).
 
-Every op is waited for before the next one starts (latency, not pipelined launch
-rate). A cell is the best of ``--rounds`` rounds of ``iters`` ops, time = wall time /
-iters on rank 0. Sizes as nccl-tests: all_gather's size is the gathered total; algbw =
-size / time; busbw = algbw x 2(n-1)/n (all_reduce), (n-1)/n (all_gather), 1
-(broadcast). Ratios are anychip busbw / the peer's.
+Time per op as nccl-tests measures it: after a warm-up, ``iters`` ops back to back (on
+the stream, for anychip), synchronized at the end; the slowest rank's time / iters.
+The driver runs ``--rounds`` rounds, each launching every contender once in turn, and
+keeps each cell's best (a shared machine only ever makes a run slower). Sizes as
+nccl-tests: all_gather's size is the gathered total; algbw = size / time; busbw = algbw
+x 2(n-1)/n (all_reduce), (n-1)/n (all_gather), 1 (broadcast). Ratios are anychip busbw /
+the peer's.
 
 The ceilings come from ``collective_ceiling.c`` (compiled and run here): the fastest
 2-process all_reduce of the largest size through shared memory, zero-copy and staged.
@@ -70,35 +72,46 @@ def iterations(size: int) -> int:
 
 # ------------------------------------------------------------------ workers (one per rank)
 
-def _timed(run: Any, barrier: Any, iters: int, rounds: int) -> float:
-    for _ in range(min(iters, 20)):
+def _timed(run: Any, start: Any, sync: Any, iters: int) -> float:
+    """Seconds per op on this rank: warm-up, then ``iters`` ops back to back."""
+    for _ in range(min(iters, 10)):
         run()
-    best = float("inf")
-    for _ in range(rounds):
-        barrier()
-        t = time.perf_counter()
-        for _ in range(iters):
-            run()
-        best = min(best, (time.perf_counter() - t) / iters)
-    return best
+    sync()
+    start()
+    t = time.perf_counter()
+    for _ in range(iters):
+        run()
+    sync()
+    return (time.perf_counter() - t) / iters
 
 
 def worker_anychip(args: argparse.Namespace) -> tuple[int, dict]:
     from anychip import collectives
-    comm = collectives.init(ANYCHIP_KINDS[args.worker])
+    comm = collectives.init()           # the launcher's device: <backend>:<local rank>
     n, dev = comm.size, comm.device
-    barrier = lambda: comm.barrier().wait()  # noqa: E731
+    stream = dev.current_stream()
+    last: list = [None]
+
+    def sync() -> None:
+        if last[0] is not None:
+            last[0].wait()
+        stream.synchronize()
+
     out: dict = {"transport": comm.transport.name}
     for op in args.ops:
         for size in args.sizes:
             count = size // 4 // (n if op == "all_gather" else 1)
             send = dev.alloc(count * 4).copy_from(np.full(count, comm.rank + 1, np.float32))
             recv = dev.alloc(count * 4 * (n if op == "all_gather" else 1))
-            run = {"all_reduce": lambda: comm.all_reduce(send, recv, count).wait(),
-                   "all_gather": lambda: comm.all_gather(send, recv, count).wait(),
-                   "broadcast": lambda: comm.broadcast(send, recv, count, root=0).wait()}[op]
-            out[f"{op}/{size}"] = _timed(run, barrier, iterations(size), args.rounds)
+            fn = {"all_reduce": comm.all_reduce, "all_gather": comm.all_gather,
+                  "broadcast": lambda s, r, c: comm.broadcast(s, r, c, root=0)}[op]
+
+            def run(fn: Any = fn, send: Any = send, recv: Any = recv, count: int = count) -> None:
+                last[0] = fn(send, recv, count)
+            t = _timed(run, lambda: comm.barrier().wait(), sync, iterations(size))
+            out[f"{op}/{size}"] = max(comm.exchange(t))
             _verify(op, recv.to_numpy(np.float32), n, count)
+    comm.destroy()
     return comm.rank, out
 
 
@@ -112,14 +125,13 @@ def worker_mpich(args: argparse.Namespace) -> tuple[int, dict]:
             count = size // 4 // (n if op == "all_gather" else 1)
             send = np.full(count, comm.rank + 1, np.float32)
             recv = np.zeros(count * (n if op == "all_gather" else 1), np.float32)
-
-            def bcast(send: np.ndarray = send, recv: np.ndarray = recv) -> None:
-                if comm.rank == 0:
-                    recv[:] = send
-                comm.Bcast(recv, 0)
-            run = {"all_reduce": lambda: comm.Allreduce(send, recv, MPI.SUM),
-                   "all_gather": lambda: comm.Allgather(send, recv), "broadcast": bcast}[op]
-            out[f"{op}/{size}"] = _timed(run, comm.Barrier, iterations(size), args.rounds)
+            if op == "broadcast":        # MPI_Bcast is in place: the root's recv holds the data
+                recv[:] = send
+            run = {"all_reduce": lambda s=send, r=recv: comm.Allreduce(s, r, MPI.SUM),
+                   "all_gather": lambda s=send, r=recv: comm.Allgather(s, r),
+                   "broadcast": lambda r=recv: comm.Bcast(r, 0)}[op]
+            t = _timed(run, comm.Barrier, lambda: None, iterations(size))
+            out[f"{op}/{size}"] = comm.allreduce(t, op=MPI.MAX)
             _verify(op, recv, n, count)
     return comm.rank, out
 
@@ -135,18 +147,17 @@ def worker_gloo(args: argparse.Namespace) -> tuple[int, dict]:
             count = size // 4 // (n if op == "all_gather" else 1)
             send = torch.full((count,), float(rank + 1), dtype=torch.float32)
             recv = torch.zeros(count * (n if op == "all_gather" else 1), dtype=torch.float32)
-
-            def allreduce(send: Any = send, recv: Any = recv) -> None:
-                recv.copy_(send)             # Gloo reduces in place; the copy keeps it out of place
+            if op != "all_gather":       # Gloo's all_reduce and broadcast work in place
+                recv.copy_(send)
+            run = {"all_reduce": lambda r=recv: dist.all_reduce(r),
+                   "all_gather": lambda s=send, r=recv: dist.all_gather_into_tensor(r, s),
+                   "broadcast": lambda r=recv: dist.broadcast(r, 0)}[op]
+            t = torch.tensor([_timed(run, dist.barrier, lambda: None, iterations(size))])
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            out[f"{op}/{size}"] = float(t)
+            if op == "all_reduce":       # repeated in place: the last value is not checkable
+                recv.copy_(send)
                 dist.all_reduce(recv)
-
-            def bcast(send: Any = send, recv: Any = recv) -> None:
-                if rank == 0:
-                    recv.copy_(send)
-                dist.broadcast(recv, 0)
-            run = {"all_reduce": allreduce, "all_gather": lambda: dist.all_gather_into_tensor(recv, send),
-                   "broadcast": bcast}[op]
-            out[f"{op}/{size}"] = _timed(run, dist.barrier, iterations(size), args.rounds)
             _verify(op, recv.numpy(), n, count)
     dist.destroy_process_group()
     return rank, out
@@ -181,14 +192,14 @@ def _free_port() -> int:
 def _clean_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PMI_", "OMPI_", "MPI_", "ANYCHIP_RANK", "ANYCHIP_LOCAL", "ANYCHIP_WORLD",
-                                "ANYCHIP_JOB", "ANYCHIP_HOST"))}
+                                "ANYCHIP_JOB", "ANYCHIP_HOST", "ANYCHIP_LAUNCH"))}
     env.update(ANYCHIP_SIMULATE="always", **extra)
     return env
 
 
 def _worker_args(kind: str, args: argparse.Namespace) -> list[str]:
-    return [str(Path(__file__).resolve()), "--worker", kind, "--rounds", str(args.rounds),
-            "--ops", ",".join(args.ops), "--sizes", ",".join(map(str, args.sizes))]
+    return [str(Path(__file__).resolve()), "--worker", kind, "--ops", ",".join(args.ops),
+            "--sizes", ",".join(map(str, args.sizes))]
 
 
 def mpiexec() -> str | None:
@@ -202,7 +213,8 @@ def run_job(kind: str, args: argparse.Namespace, nranks: int = 2) -> dict | str:
         exe = mpiexec()
         if exe is None:
             return "mpiexec not found (pip install anychip[mpi])"
-        env = _clean_env(ANYCHIP_HOST_TRANSPORT="mpi" if kind == "any-mpi" else "auto")
+        env = _clean_env(ANYCHIP_HOST_TRANSPORT="mpi" if kind == "any-mpi" else "auto",
+                         ANYCHIP_LAUNCH_DEVICE=ANYCHIP_KINDS.get(kind, "cpu"))
         if kind == "hier":
             half = nranks // 2
             cmd = [exe, "-n", str(half), "-env", "ANYCHIP_HOSTID", "a", *py, *_worker_args(kind, args), ":",
@@ -218,26 +230,36 @@ def run_job(kind: str, args: argparse.Namespace, nranks: int = 2) -> dict | str:
                 return f"torch not importable by {py[0]}"
             port = str(_free_port())
         procs = []
-        job = f"bench{os.getpid()}-{kind}-{time.monotonic_ns()}"
-        for r in range(nranks):
-            if kind == "gloo":
+        if kind == "gloo":
+            for r in range(nranks):
                 env = _clean_env(RANK=str(r), WORLD_SIZE=str(nranks), LOCAL_RANK=str(r),
                                  MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
                 env.pop("PYTHONPATH", None)
-            else:
-                env = _clean_env(ANYCHIP_RANK=str(r), ANYCHIP_WORLD_SIZE=str(nranks), ANYCHIP_LOCAL_RANK=str(r),
-                                 ANYCHIP_LOCAL_SIZE=str(nranks), ANYCHIP_JOB_ID=job)
-            procs.append(subprocess.Popen([*py, *_worker_args(kind, args)], env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
+                procs.append(subprocess.Popen([*py, *_worker_args(kind, args)], env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True))
+        else:
+            cmd = [*py, "-m", "anychip.cli", "launch", "-n", str(nranks), "--device", ANYCHIP_KINDS[kind],
+                   *_worker_args(kind, args)]
+            procs.append(subprocess.Popen(cmd, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
     outs = [p.communicate(timeout=1800) for p in procs]
     for p, (so, se) in zip(procs, outs, strict=True):
         if p.returncode:
             return f"failed (exit {p.returncode}): {(se or so).strip()[-400:]}"
     for so, _ in outs:
         for line in so.splitlines():
-            if line.startswith("BENCH "):
-                return json.loads(line[6:])
+            if "BENCH " in line:
+                return json.loads(line.split("BENCH ", 1)[1])
     return "no result printed"
+
+
+def best_of(old: dict | str | None, new: dict | str) -> dict | str:
+    """Cell-wise minimum time of two results (a failed run keeps the other's)."""
+    if not isinstance(new, dict):
+        return old if isinstance(old, dict) else new
+    if not isinstance(old, dict):
+        return new
+    return {k: min(v, old.get(k, v)) if isinstance(v, float) else v for k, v in new.items()}
 
 
 def ceilings(size: int) -> dict | str:
@@ -352,11 +374,18 @@ def main() -> None:
         names = [k for k in names if k in args.only.split(",")]
     print(f"# bench_collectives: 2 ranks, float32, {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
     results: dict = {}
+    for rnd in range(args.rounds):
+        for kind in names:
+            print(f"#   round {rnd + 1}/{args.rounds}: {kind}", file=sys.stderr, flush=True)
+            results[kind] = best_of(results.get(kind), run_job(kind, args))
     for kind in names:
-        results[kind] = run_job(kind, args)
         r = results[kind]
         print(f"#   {kind:10} {r['transport'] if isinstance(r, dict) else 'not run: ' + r}", flush=True)
-    ceil = ceilings(max(args.sizes))
+    ceil = best_of(None, ceilings(max(args.sizes)))
+    for _ in range(args.rounds - 1):
+        again = ceilings(max(args.sizes))
+        if isinstance(ceil, dict) and isinstance(again, dict):
+            ceil = {k: max(v, again[k]) for k, v in ceil.items()}
     if isinstance(ceil, dict):
         print(f"#   ceilings at {human(max(args.sizes))} (collective_ceiling.c): zero-copy {ceil['zero_copy']:.2f}"
               f" GB/s, staged {ceil['staged']:.2f} GB/s, memcpy {ceil['memcpy']:.2f} GB/s")
@@ -368,7 +397,10 @@ def main() -> None:
             print("  " + line)
     if args.hier and "all_reduce" in args.ops:
         hargs = argparse.Namespace(**{**vars(args), "ops": ["all_reduce"]})
-        hier = {k: run_job(k, hargs, nranks=4) for k in ("hier", "mpich")}
+        hier: dict = {}
+        for _ in range(args.rounds):
+            for k in ("hier", "mpich"):
+                hier[k] = best_of(hier.get(k), run_job(k, hargs, nranks=4))
         for k, r in hier.items():
             print(f"\n#   4 ranks {k:6} {r['transport'] if isinstance(r, dict) else 'not run: ' + r}", end="")
         print()
