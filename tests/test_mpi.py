@@ -248,7 +248,16 @@ def main(argv: list[str]) -> int:
     opts = dict(a.split("=", 1) for a in argv)
     faulthandler.dump_traceback_later(float(opts.get("hang", 200)), exit=True)   # a hang shows where
     chk = None
-    for name in opts["devices"].split(","):
+    if opts.get("smoke") == "1":             # auto on one host: the engine, MPI never initialised
+        comm = collectives.init("cpu")
+        chk = Checker(comm.rank)
+        chk.true(f"transport {comm.transport.name}, want shm/host", comm.transport.name == "shm/host")
+        b = comm.device.alloc(12).copy_from(np.arange(3, dtype=np.int32) + comm.rank)
+        comm.all_reduce(b, dtype="int32").wait()
+        chk.equal("all_reduce", b.to_numpy(np.int32), np.arange(3, dtype=np.int32) * comm.size + 1)
+        chk.true("mpi4py was imported", "mpi4py" not in sys.modules)
+        opts["devices"] = ""
+    for name in filter(None, opts["devices"].split(",")):
         comm = collectives.init(name)
         chk = chk or Checker(comm.rank)
         chk.true(f"transport {comm.transport.name}, want {opts['transport']}", comm.transport.name == opts["transport"])
@@ -354,3 +363,8 @@ def test_uneven_hosts_fall_back_to_flat_mpi() -> None:
     res = job([(2, {"ANYCHIP_HOSTID": "a"}), (1, {"ANYCHIP_HOSTID": "b"})],
               dict(devices="cpu", transport="mpi", parity="", halves=""))
     assert outcome(res) == [(planned(3, ["cpu"], r, named=False), 0) for r in range(3)]
+
+
+def test_one_host_under_mpiexec_uses_the_engine_without_mpi() -> None:
+    res = job([(2, {})], dict(devices="", smoke="1"), env={"ANYCHIP_HOST_TRANSPORT": "auto"})
+    assert outcome(res) == [(3, 0), (3, 0)]
