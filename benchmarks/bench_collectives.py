@@ -23,8 +23,10 @@ nccl-tests: all_gather's size is the gathered total; algbw = size / time; busbw 
 x 2(n-1)/n (all_reduce), (n-1)/n (all_gather), 1 (broadcast). Ratios are anychip busbw /
 the peer's.
 
-The ceilings come from ``collective_ceiling.c`` (compiled and run here): the fastest
-2-process all_reduce of the largest size through shared memory, zero-copy and staged.
+The ceilings come from ``collective_ceiling.c`` (compiled and run here, best of the
+rounds): the fastest 2-process all_reduce of the largest size through shared memory,
+zero-copy and staged (the staged ceiling is the better of whole-message copies and
+256 KiB rounds that stay in cache).
 With ``--hier`` (default on), also 4 ranks as 2 hosts x 2 (``ANYCHIP_HOSTID``: the
 hierarchical transport) against flat MPICH with 4 ranks, all_reduce only.
 
@@ -274,6 +276,8 @@ def ceilings(size: int) -> dict | str:
     for line in out.splitlines():
         way, nbytes, secs = line.split()
         res[way] = int(nbytes) / float(secs) / 1e9
+    # the staged ceiling is the better of whole-message and cache-sized rounds
+    res["staged_best"] = max(res["staged"], res.get("staged_chunked", 0.0))
     return res
 
 
@@ -330,12 +334,12 @@ def goals(results: dict, ceil: dict | str, args: argparse.Namespace) -> list[str
             worst_g = min(t("gloo", s) / t(k, s) for s in sizes)
             out.append(f"{verdict(worst_g > 1)} {k}: faster than Gloo at every size: worst speed-up {worst_g:.2f}x")
     if isinstance(ceil, dict):
-        for k, way in (("zero-copy", "zero_copy"), ("staged", "staged")):
+        for k, way in (("zero-copy", "zero_copy"), ("staged", "staged_best")):
             if t(k, big):
                 bw = busbw("all_reduce", big, t(k, big), 2)
                 frac = bw / ceil[way]
                 out.append(f"{verdict(frac >= 0.7)} {k}: {human(big)} busbw {bw:.2f} GB/s = {frac:.0%} of the "
-                           f"{way.replace('_', '-')} ceiling {ceil[way]:.2f} GB/s (goal >= 70%)")
+                           f"{k} ceiling {ceil[way]:.2f} GB/s (goal >= 70%)")
         if t("staged", big) and t("mpich", big):
             r = t("mpich", big) / t("staged", big)
             out.append(f"{verdict(r >= 1)} staged: {human(big)} busbw = {r:.2f}x MPICH's (goal >= 1)")
@@ -387,8 +391,9 @@ def main() -> None:
         if isinstance(ceil, dict) and isinstance(again, dict):
             ceil = {k: max(v, again[k]) for k, v in ceil.items()}
     if isinstance(ceil, dict):
-        print(f"#   ceilings at {human(max(args.sizes))} (collective_ceiling.c): zero-copy {ceil['zero_copy']:.2f}"
-              f" GB/s, staged {ceil['staged']:.2f} GB/s, memcpy {ceil['memcpy']:.2f} GB/s")
+        print(f"#   ceilings at {human(max(args.sizes))} (collective_ceiling.c, busbw): zero-copy "
+              f"{ceil['zero_copy']:.2f} GB/s, staged {ceil['staged']:.2f} GB/s whole / "
+              f"{ceil['staged_chunked']:.2f} GB/s in 256 KiB rounds; memcpy {ceil['memcpy']:.2f} GB/s")
     print_tables(results, args, names, 2, "2 ranks")
     lines = goals(results, ceil, args)
     if lines:
