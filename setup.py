@@ -1,6 +1,8 @@
 """Build the C parts of anychip.
 
-Every entry of ``C_LIBRARIES`` is compiled into a plain shared library inside
+``anychip._lib._alloc`` is a Python extension module: the compiled core of the
+caching allocator (csrc/alloc, see anychip/runtime/allocator.py). Every entry
+of ``C_LIBRARIES`` is compiled into a plain shared library inside
 the package (``anychip/_lib/<name>.<ext-suffix>``). They are not Python
 extension modules: the backends ``dlopen`` them through cffi (ABI mode), exactly
 as they would open a vendor's library. ``anychip.runtime._libs.find_library``
@@ -26,10 +28,10 @@ EXTRA_FLAGS: dict[str, list[str]] = {"libanychip_ccl": ["-O3", "-fwrapv"]}
 
 
 class build_clib_as_ext(build_ext):
-    """Plain shared libraries: no PyInit symbol is required or exported."""
+    """Plain shared libraries: no PyInit symbol is required or exported (except by the allocator core)."""
 
     def get_export_symbols(self, ext):
-        return []
+        return super().get_export_symbols(ext) if ext.name == "anychip._lib._alloc" else []
 
 
 ext_modules = [
@@ -42,5 +44,7 @@ ext_modules = [
     )
     for name, (sources, libs) in C_LIBRARIES.items()
 ]
+ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"], depends=["csrc/alloc/stats.h"],
+                             extra_compile_args=COMMON_FLAGS))
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": build_clib_as_ext})

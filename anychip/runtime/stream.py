@@ -121,12 +121,17 @@ class Stream:
             keep.clear()
 
     def destroy(self) -> None:
-        """Wait for the stream's work, then release it. The default stream cannot be destroyed."""
+        """Wait for the stream's work, then release it. The memory the device's
+        allocator cached for it becomes usable on every stream. The default stream
+        cannot be destroyed."""
         if self._default:
             raise InvalidArgumentError("the default stream of a device cannot be destroyed")
         if self._destroyed:
             return
         dev = self.device
+        dev.plugin._stream_synchronize(dev.index, self._handle)
+        if dev._allocator is not None:
+            dev._allocator.retire_stream(self)
         self._destroyed = True
         dev.plugin._stream_destroy(dev.index, self._handle)
         self._keep.clear()
