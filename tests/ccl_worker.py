@@ -31,8 +31,9 @@ def storage(dtype: str) -> np.dtype:
 
 def encode(values: np.ndarray, dtype: str) -> np.ndarray:
     """int64 / float64 values -> the dtype's bytes (bfloat16 as the top half of float32)."""
-    if dtype == "bfloat16":
-        return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if dtype == "bfloat16":     # round to nearest even, as the engine does
+        u = values.astype(np.float32).view(np.uint32).astype(np.uint64)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     return values.astype(storage(dtype))
 
 
@@ -61,8 +62,13 @@ def reduce_values(arrs: list[np.ndarray], op: str, dtype: str) -> np.ndarray:
         out = stack.min(axis=0)
     else:
         out = stack.max(axis=0)
-    if op == "avg":
-        out = np.fix(out / len(arrs)).astype(np.int64) if dtype.startswith(("int", "uint")) else out / len(arrs)
+    if op == "avg":     # the engine divides the (exact) sum in the accumulation type: float32 for halves
+        if dtype.startswith(("int", "uint")):
+            out = np.fix(out / len(arrs)).astype(np.int64)
+        elif dtype == "float64":
+            out = out / len(arrs)
+        else:
+            out = (out.astype(np.float32) / np.float32(len(arrs))).astype(np.float64)
     return decode(encode(out, dtype), dtype)    # integer results wrap like the dtype
 
 

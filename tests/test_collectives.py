@@ -61,6 +61,8 @@ def test_chunked_rounds_with_tiny_slots() -> None:
     # a 4 KiB chunk and a 64-byte small slot: many rounds, blocks split across rounds
     env = {"ANYCHIP_CCL_SMALL": "64", "ANYCHIP_CCL_CHUNK": "4096"}
     launch(4, "cpu", "matrix", "0,1,7,1000,5000", "0", env=env)
+    # three ranks: slices and blocks of uneven sizes
+    launch(3, "cpu", "matrix", "1,7,1000,5000", "0", env=env)
     # the same on a simulated chip with zero-copy disabled: the staged path on device memory
     launch(2, "kunlun", "matrix", "7,5000", "0", env={**env, "ANYCHIP_CCL_ZERO_COPY_MIN": str(2**40)})
 

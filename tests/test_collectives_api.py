@@ -297,3 +297,27 @@ def test_init_twice_in_one_job(tmp_path) -> None:
     """, 3)
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(p.stdout.split()) == ["[0]", "[1]", "[2]", "ok", "ok", "ok"]
+
+
+def test_dropped_works_release_their_tasks_and_buffers() -> None:
+    import gc
+    import weakref
+    c = solo("hygon:0")
+    dev = c.device
+    s = anychip.Stream(dev)
+    dev.plugin.sim_hold_stream(dev.index, s._handle)
+    b = buf_of(dev, np.ones(4, np.float32))
+    for _ in range(3):
+        c.all_reduce(b, stream=s)          # Works dropped while the stream holds them back
+    gc.collect()
+    assert len(c.transport._orphans) == 3
+    dev.plugin.sim_release_stream(dev.index, s._handle)
+    s.synchronize()
+    ref = weakref.ref(b)
+    del b
+    c.barrier(stream=s).wait()             # the next submit frees what completed
+    assert c.transport._orphans == []
+    s.synchronize()
+    gc.collect()
+    assert ref() is None
+    c.destroy()

@@ -357,7 +357,20 @@ class ShmTransport(Transport):
         stream._keep_alive(keep)
         self._pending = [r for r in self._pending if (w := r()) is not None and not w._done]
         self._pending.append(weakref.ref(work))
+        if self._orphans:
+            self._reap()
         return work
+
+    def _reap(self) -> None:
+        """Free the tasks of Works dropped before they completed, once they have."""
+        _, lib = engine()
+        left = []
+        for task, keep in self._orphans:
+            if lib.ccl_task_status(task) == STATUS["pending"]:
+                left.append((task, keep))
+            else:
+                lib.ccl_task_free(task)
+        self._orphans = left
 
     def _export(self, cbuf: Any, buf: Any) -> None:
         if buf is None or buf.nbytes == 0:

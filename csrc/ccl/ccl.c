@@ -317,8 +317,42 @@ static inline uint16_t float_to_bf16(float f)
         break;                                                                                  \
     }
 
+#define APPLY2(OP, A, acc, s0, s1, m, LOAD)                                                     \
+    switch (OP) {                                                                               \
+    case CCL_SUM:                                                                               \
+    case CCL_AVG:                                                                               \
+        for (size_t i = 0; i < m; i++) acc[i] = (A)((A)LOAD(s0[i]) + (A)LOAD(s1[i]));           \
+        break;                                                                                  \
+    case CCL_PROD:                                                                              \
+        for (size_t i = 0; i < m; i++) acc[i] = (A)((A)LOAD(s0[i]) * (A)LOAD(s1[i]));           \
+        break;                                                                                  \
+    case CCL_MIN:                                                                               \
+        for (size_t i = 0; i < m; i++) { A a = (A)LOAD(s0[i]), b = (A)LOAD(s1[i]); acc[i] = b < a ? b : a; } \
+        break;                                                                                  \
+    default:                                                                                    \
+        for (size_t i = 0; i < m; i++) { A a = (A)LOAD(s0[i]), b = (A)LOAD(s1[i]); acc[i] = b > a ? b : a; } \
+        break;                                                                                  \
+    }
+
 /* T: element type, A: accumulator type (ints: wide, so avg divides the true sum;
  * halves: float). Sources are combined in order, so every caller gets the same bits. */
+#define APPLY2(OP, A, acc, s0, s1, m, LOAD)                                                     \
+    switch (OP) {                                                                               \
+    case CCL_SUM:                                                                               \
+    case CCL_AVG:                                                                               \
+        for (size_t i = 0; i < m; i++) acc[i] = (A)((A)LOAD(s0[i]) + (A)LOAD(s1[i]));           \
+        break;                                                                                  \
+    case CCL_PROD:                                                                              \
+        for (size_t i = 0; i < m; i++) acc[i] = (A)((A)LOAD(s0[i]) * (A)LOAD(s1[i]));           \
+        break;                                                                                  \
+    case CCL_MIN:                                                                               \
+        for (size_t i = 0; i < m; i++) { A a = (A)LOAD(s0[i]), b = (A)LOAD(s1[i]); acc[i] = b < a ? b : a; } \
+        break;                                                                                  \
+    default:                                                                                    \
+        for (size_t i = 0; i < m; i++) { A a = (A)LOAD(s0[i]), b = (A)LOAD(s1[i]); acc[i] = b > a ? b : a; } \
+        break;                                                                                  \
+    }
+
 /* T: element type, A: accumulator type (ints: wide, so avg divides the true sum;
  * halves: float). Sources are combined in order, so every caller gets the same bits.
  * Elements are accessed through 1-byte-aligned types: views may start at any byte. */
@@ -330,8 +364,15 @@ static inline uint16_t float_to_bf16(float f)
         for (size_t base = 0; base < n; base += BLK) {                                          \
             size_t m = MIN((size_t)BLK, n - base);                                              \
             const NAME##_u *s0 = (const NAME##_u *)src[0] + base;                               \
-            for (size_t i = 0; i < m; i++) acc[i] = (A)LOAD(s0[i]);                             \
-            for (int k = 1; k < ns; k++) {                                                      \
+            int k = 1;                                                                          \
+            if (ns >= 2) { /* the first two sources in one pass */                             \
+                const NAME##_u *s1 = (const NAME##_u *)src[1] + base;                           \
+                APPLY2(op, A, acc, s0, s1, m, LOAD)                                             \
+                k = 2;                                                                          \
+            } else {                                                                            \
+                for (size_t i = 0; i < m; i++) acc[i] = (A)LOAD(s0[i]);                         \
+            }                                                                                   \
+            for (; k < ns; k++) {                                                               \
                 const NAME##_u *s = (const NAME##_u *)src[k] + base;                            \
                 APPLY(op, A, acc, s, m, LOAD)                                                   \
             }                                                                                   \
