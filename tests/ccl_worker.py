@@ -152,7 +152,7 @@ class Case:
                 f"inplace={self.inplace}, offset={self.offset}) on {self.comm.device} rank {self.comm.rank}")
 
 
-def matrix(comm, counts: list[int], big: int | None) -> int:
+def matrix(comm, counts: list[int], big: int | None, big_dtypes: tuple[str, ...]) -> int:
     case = 0
     for count in counts:
         for dt in DTYPES:
@@ -161,7 +161,7 @@ def matrix(comm, counts: list[int], big: int | None) -> int:
                     Case(comm, case, kind, dt, op, count, inplace=case % 3 == 1, offset=3 if case % 2 else 0).run()
                     case += 1
     if big:
-        for dt in ("float32", "bfloat16", "int8", "float64"):
+        for dt in big_dtypes:
             for kind in OPS:
                 for op in (("sum", "max") if kind in REDUCING else (None,)):
                     Case(comm, case, kind, dt, op, big, inplace=case % 3 == 1, offset=3 if case % 2 else 0).run()
@@ -280,7 +280,8 @@ def main() -> None:
     if suite == "matrix":
         counts = [int(c) for c in sys.argv[2].split(",")]
         big = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] != "0" else None
-        n = matrix(comm, counts, big)
+        big_dtypes = tuple(sys.argv[4].split(",")) if len(sys.argv) > 4 else ("float32", "bfloat16", "int8", "float64")
+        n = matrix(comm, counts, big, big_dtypes)
     elif suite == "p2p":
         n = p2p(comm) + groups(comm)
     elif suite in ("kill", "timeout", "check", "p2p_mismatch"):

@@ -94,3 +94,27 @@ def test_unaligned_sources_and_destination() -> None:
     b[:] = 2.0
     reduce_local([a, b], "float32", "max", out=out)
     assert np.array_equal(out, np.maximum(np.arange(1000, dtype=np.float32), 2))
+
+
+def test_c_program_on_the_engine_api(tmp_path) -> None:
+    """tests/c/ccl_api.c: the C API (ccl_run, groups, tasks, check mode) from forked C ranks."""
+    import os
+    import shutil
+    import subprocess
+
+    from anychip.runtime._libs import find_library
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    lib = find_library("libanychip_ccl")
+    libdir, libfile = os.path.split(lib)
+    exe = tmp_path / "ccl_api"
+    build = subprocess.run([cc, "-std=gnu11", "-Wall", "-Werror", "-I", os.path.join(root, "csrc"), "-o", str(exe),
+                            os.path.join(root, "tests", "c", "ccl_api.c"), f"-L{libdir}", f"-l:{libfile}",
+                            f"-Wl,-rpath,{libdir}"], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    for n in (2, 3):
+        p = subprocess.run([str(exe), f"ccl-api-{os.getpid()}-{n}", str(n)], capture_output=True, text=True,
+                           timeout=120)
+        assert (p.returncode, p.stdout) == (0, "ccl ok\n"), p.stderr

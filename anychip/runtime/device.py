@@ -157,10 +157,13 @@ class Device:
         self.allocator.empty_cache()
 
     def synchronize(self) -> None:
-        """Wait for all work on every stream of this device."""
+        """Wait for all work on every stream of this device. Ctrl-C interrupts the wait
+        (KeyboardInterrupt) on every backend; the work itself goes on."""
+        points = [(s, s._seq) for s in list(self._streams)]
         self.plugin._synchronize(self.index)
-        for s in list(self._streams):
-            s._keep.clear()
+        for s, upto in points:
+            if s._keep:
+                s._release(upto)
         if self._allocator is not None:      # the device is idle: blocks waiting on events can be reused
             self._allocator.synchronize_and_free_events()
 

@@ -549,6 +549,9 @@ int ccl_comm_init(const char *id, int rank, int nranks, double timeout_s, ccl_co
     c->chunk = ALIGN_UP((uint64_t)env_double("ANYCHIP_CCL_CHUNK", 1 << 20), 4096);
     c->chan = nranks <= 8 ? 256 * 1024 : 64 * 1024;
     c->spin_ns = (int)(env_double("ANYCHIP_CCL_SPIN_US", 200) * 1000);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!getenv("ANYCHIP_CCL_SPIN_US") && cores > 0 && nranks > cores)
+        c->spin_ns = 2000; /* more ranks than cores: a spinning rank takes the core its peer needs */
     c->small_max = c->small;
     c->zc_min = 65536;
     snprintf(c->label, sizeof c->label, "group of %d ranks", nranks);
@@ -734,8 +737,9 @@ static int wait_until(ctx_t *x, ready_fn ready, const void *arg, uint64_t peers,
     ccl_comm *c = x->c;
     if (ready(x, arg))
         return CCL_OK;
-    /* spin: a few microseconds of pause loops, then yield the core between polls (ranks may
-     * outnumber cores), until the spin time is up; then sleep on the doorbell */
+    /* spin until the spin time is up (2 us when ranks outnumber cores), then sleep on the
+     * doorbell; after the first microseconds the spin yields the core between polls (as
+     * MPICH's progress loop does), which keeps latency low on a busy machine */
     uint64_t start = now_ns(), spin_until = start + (uint64_t)c->spin_ns;
     for (unsigned k = 1;; k++) {
         if (ready(x, arg))
