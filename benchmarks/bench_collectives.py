@@ -346,6 +346,26 @@ def goals(results: dict, ceil: dict | str, args: argparse.Namespace) -> list[str
     return out
 
 
+def size_list(lo: int, hi: int, factor: int) -> list[int]:
+    """lo, lo*factor, ... up to hi, plus hi and, within [lo, hi], 256 KiB and 2 MiB (the goal's range)."""
+    sizes, s = set(), lo
+    while s <= hi:
+        sizes.add(s)
+        s *= factor
+    sizes |= {x for x in (256 << 10, 2 << 20, hi) if lo <= x <= hi}
+    return sorted(x for x in sizes if x % 8 == 0 or x == lo)
+
+
+def run_rounds(names: list[str], args: argparse.Namespace, nranks: int) -> dict:
+    """Each round runs every contender once, in turn; each cell keeps its best time."""
+    results: dict = {}
+    for rnd in range(args.rounds):
+        for kind in names:
+            print(f"#   round {rnd + 1}/{args.rounds}: {kind} ({nranks} ranks)", file=sys.stderr, flush=True)
+            results[kind] = best_of(results.get(kind), run_job(kind, args, nranks))
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-b", "--begin", default="8")
@@ -367,21 +387,12 @@ def main() -> None:
     if args.worker:
         args.sizes = [int(s) for s in args.sizes.split(",")]
         return worker_main(args)
-    sizes, s = set(), parse_size(args.begin)
-    while s <= parse_size(args.end):
-        sizes.add(s)
-        s *= args.factor
-    sizes |= {x for x in (256 << 10, 2 << 20, parse_size(args.end)) if parse_size(args.begin) <= x}
-    args.sizes = sorted(x for x in sizes if x % 8 == 0 or x == parse_size(args.begin))
+    args.sizes = size_list(parse_size(args.begin), parse_size(args.end), args.factor)
     names = ["zero-copy", "staged", "any-mpi", "mpich", "gloo"]
     if args.only:
         names = [k for k in names if k in args.only.split(",")]
     print(f"# bench_collectives: 2 ranks, float32, {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
-    results: dict = {}
-    for rnd in range(args.rounds):
-        for kind in names:
-            print(f"#   round {rnd + 1}/{args.rounds}: {kind}", file=sys.stderr, flush=True)
-            results[kind] = best_of(results.get(kind), run_job(kind, args))
+    results = run_rounds(names, args, 2)
     for kind in names:
         r = results[kind]
         print(f"#   {kind:10} {r['transport'] if isinstance(r, dict) else 'not run: ' + r}", flush=True)
@@ -402,10 +413,7 @@ def main() -> None:
             print("  " + line)
     if args.hier and "all_reduce" in args.ops:
         hargs = argparse.Namespace(**{**vars(args), "ops": ["all_reduce"]})
-        hier: dict = {}
-        for _ in range(args.rounds):
-            for k in ("hier", "mpich"):
-                hier[k] = best_of(hier.get(k), run_job(k, hargs, nranks=4))
+        hier = run_rounds(["hier", "mpich"], hargs, 4)
         for k, r in hier.items():
             print(f"\n#   4 ranks {k:6} {r['transport'] if isinstance(r, dict) else 'not run: ' + r}", end="")
         print()

@@ -135,10 +135,10 @@ def for_comm(device: Device, flat: MpiTransport, label: str) -> Transport:
 
 @dataclass
 class Item:
-    """An OpSpec on host memory: raw byte arrays for send / recv (None where absent)."""
+    """An OpSpec on host memory: raw byte arrays for send / recv (empty where absent)."""
     kind: str
-    src: np.ndarray | None
-    dst: np.ndarray | None
+    src: np.ndarray
+    dst: np.ndarray
     count: int
     dtype: str
     op: str
@@ -253,6 +253,10 @@ class StagedTransport(Transport):
     def abort(self, reason: str) -> None:
         self._failed = self._failed or reason
 
+    def _p2p(self, items: list[Item]) -> None:
+        """Run the point-to-point ops of a group together (subclasses)."""
+        raise NotImplementedError
+
     def _execute(self, items: list[Item]) -> None:
         p2p = [it for it in items if it.kind in ("send", "recv")]
         if p2p:
@@ -290,7 +294,7 @@ class StagedTransport(Transport):
         from ..runtime.device import copy
         for i, sp in enumerate(specs):
             s_n, r_n = sizes(sp, self.size)
-            src = dst = None
+            src = dst = _EMPTY
             if sp.send is not None and s_n:
                 src = self._host_array(f"s{i}", s_n) if staged else host_view(sp.send, s_n)
                 if staged:
@@ -298,7 +302,7 @@ class StagedTransport(Transport):
             if sp.recv is not None and r_n:
                 if not staged:
                     dst = host_view(sp.recv, r_n)
-                elif src is not None and s_n == r_n and _same_span(sp.send, sp.recv):
+                elif src.nbytes and s_n == r_n and _same_span(sp.send, sp.recv):
                     dst = src
                 else:
                     dst = self._host_array(f"r{i}", r_n)
@@ -321,8 +325,11 @@ def _same_span(a: Any, b: Any) -> bool:
     return ra is rb and a._offset == b._offset
 
 
-def _ptr(arr: np.ndarray | None) -> int:
-    return arr.ctypes.data if arr is not None and arr.nbytes else 0
+def _ptr(arr: np.ndarray) -> int:
+    return arr.ctypes.data if arr.nbytes else 0
+
+
+_EMPTY = np.empty(0, dtype=np.uint8)
 
 
 class _ShmHost:

@@ -31,7 +31,6 @@ from .host import DTYPE_BYTES, Item, StagedTransport, finish_avg, from_acc, to_a
 if TYPE_CHECKING:
     from ..runtime.device import Device
     from ._bootstrap import World
-    from .transport import Transport
 
 __all__ = ["MpiTransport", "load_mpi"]
 
@@ -95,7 +94,7 @@ class MpiTransport(StagedTransport):
         self._live()
         return self.comm.allgather(obj)
 
-    def sub(self, ranks: list[int], tag: str, label: str) -> Transport:
+    def sub(self, ranks: list[int], tag: str, label: str) -> MpiTransport:
         group = self.comm.Get_group().Incl(ranks)
         comm = self.comm.Create_group(group, zlib.crc32(tag.encode()) & 0x7FFF)
         group.Free()
@@ -150,7 +149,7 @@ class MpiTransport(StagedTransport):
         req = self.comm.Ireduce_scatter_block([src, t], [out, t], _mpi_op(MPI, op))
         self._wait([req], "reduce_scatter")
 
-    def gather_bytes(self, src: np.ndarray | None, out: np.ndarray, in_place: bool = False) -> None:
+    def gather_bytes(self, src: np.ndarray, out: np.ndarray, in_place: bool = False) -> None:
         MPI = self.MPI
         send = MPI.IN_PLACE if in_place else [src, MPI.BYTE]
         self._wait([self.comm.Iallgather(send, [out, MPI.BYTE])], "all_gather")
