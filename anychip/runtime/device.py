@@ -126,7 +126,7 @@ class Device:
         plugin, index = self.plugin, self.index
 
         def event_record(stream: Stream) -> Any:
-            ev = plugin._event_create(index)
+            ev = plugin._event_create_untimed(index)
             plugin._event_record(index, ev, stream._handle)
             return ev
 

@@ -141,6 +141,11 @@ class DevicePlugin:
     def _event_create(self, index: int) -> Any:
         raise NotImplementedError
 
+    def _event_create_untimed(self, index: int) -> Any:
+        """An event used only for ordering (never timed): the caching allocator's. Backends whose
+        untimed events are cheaper override this (CUDA: ``disable_timing=True``)."""
+        return self._event_create(index)
+
     def _event_destroy(self, index: int, event: Any) -> None:
         raise NotImplementedError
 
