@@ -209,7 +209,9 @@ def test_bad_launcher_variable(bare_env) -> None:
         from_environment()
 
 
-def test_multi_host_job_is_refused_by_the_shared_memory_transport() -> None:
+def test_multi_host_job_is_refused_by_the_shared_memory_transport(monkeypatch) -> None:
+    # (ANYCHIP_HOST_TRANSPORT=auto would take MPI between the hosts: tests/test_mpi.py)
+    monkeypatch.setenv("ANYCHIP_HOST_TRANSPORT", "shm")
     with pytest.raises(anychip.UnsupportedError, match="spans more than one host"):
         collectives.init("cpu:0", world=World(0, 4, 0, 2, "x", "mpich"))
 

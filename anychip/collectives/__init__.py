@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.errors import InvalidArgumentError, UnsupportedError
+from ..runtime.errors import InvalidArgumentError
 from ._bootstrap import World, from_environment
 from .communicator import DTYPES, REDUCE_OPS, Communicator, OpSpec, Work
 from .transport import ShmTransport, Transport
@@ -59,11 +59,9 @@ def init(device: Any = None, *, world: World | None = None) -> Communicator:
         dev = device
     else:
         dev = lookup(device)
-    if world.local_size != world.size:
-        raise UnsupportedError(
-            f"collectives.init: the job spans more than one host ({world.size} ranks, {world.local_size} on "
-            "this one); the shared-memory transport works within one host")
     global _inits
     _inits += 1      # every rank calls init equally often: the n-th init of a job has its own name
-    transport = ShmTransport(dev, world.rank, world.size, f"{world.job_id}.world{_inits}", "world")
+    # host transport: shared memory on one host, MPI between hosts (see host.py)
+    from .host import host_transport
+    transport = host_transport(dev, world, f"{world.job_id}.world{_inits}")
     return Communicator(transport, dev, "world")
