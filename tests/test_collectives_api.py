@@ -237,6 +237,20 @@ def test_launch_prefixes_output_and_sets_the_variables(tmp_path) -> None:
     assert sorted(p.stderr.splitlines()) == ["[0] to stderr", "[1] to stderr", "[2] to stderr"]
 
 
+def test_launch_output_into_a_closed_pipe_drops_the_rest_quietly(tmp_path) -> None:
+    """``anychip launch ... | head -1``: the ranks still finish and the launcher exits 0, silent."""
+    prog = tmp_path / "prog.py"
+    prog.write_text("for i in range(50000):\n    print('line', i)\n")
+    launcher = subprocess.Popen([sys.executable, "-m", "anychip.cli", "launch", "-n", "2", str(prog)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert launcher.stdout is not None and launcher.stderr is not None
+    assert launcher.stdout.readline().startswith(b"[")
+    launcher.stdout.close()                 # the reader goes away
+    err = launcher.stderr.read().decode()
+    assert launcher.wait(timeout=120) == 0, err
+    assert err == ""
+
+
 def test_launch_propagates_the_first_failure_and_stops_the_others(tmp_path) -> None:
     t = time.monotonic()
     p = _run_launch(tmp_path, """

@@ -31,13 +31,23 @@ class _Stopped(Exception):
 
 
 def _pump(src: IO[bytes], dst: IO[str], prefix: str, lock: threading.Lock) -> None:
+    """Copy a rank's output line by line, prefixed. When the reader of ``dst`` goes away
+    (``anychip launch ... | head``) the rest is drained and dropped, so ranks never block."""
+    reader_gone = False
     for raw in iter(src.readline, b""):
+        if reader_gone:
+            continue
         line = raw.decode("utf-8", "replace")
         if not line.endswith("\n"):
             line += "\n"
         with lock:
-            dst.write(prefix + line)
-            dst.flush()
+            try:
+                dst.write(prefix + line)
+                dst.flush()
+            except BrokenPipeError:
+                reader_gone = True
+                # as Python's docs advise: no second error when the interpreter flushes at exit
+                os.dup2(os.open(os.devnull, os.O_WRONLY), dst.fileno())
     src.close()
 
 
