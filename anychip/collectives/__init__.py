@@ -14,6 +14,7 @@ from typing import Any
 from ..runtime.errors import InvalidArgumentError, UnsupportedError
 from ._bootstrap import World, from_environment
 from .communicator import DTYPES, REDUCE_OPS, Communicator, OpSpec, Work
+from .native import make_transport
 from .transport import ShmTransport, Transport
 
 __all__ = ["init", "Communicator", "Work", "OpSpec", "Transport", "ShmTransport", "World", "DTYPES",
@@ -60,5 +61,5 @@ def init(device: Any = None, *, world: World | None = None) -> Communicator:
         raise UnsupportedError(
             f"collectives.init: the job spans more than one host ({world.size} ranks, {world.local_size} on "
             "this one); the shared-memory transport works within one host")
-    transport = ShmTransport(dev, world.rank, world.size, f"{world.job_id}.world", "world")
+    transport = make_transport(dev, world.rank, world.size, f"{world.job_id}.world", "world")
     return Communicator(transport, dev, "world")
