@@ -519,7 +519,8 @@ class NativeTransport(Transport):
         self.device = device
         self.rank, self.size, self.label = rank, size, label
         self.lib = library
-        self.mode = "native"
+        # as ShmTransport's modes: "sim" = ops enqueued on a simulated stream
+        self.mode = "sim" if library.simulated else "device"
         self.name = f"native/{library.api}" + (" (simulated)" if library.simulated else "")
         self._pending: list[weakref.ref] = []
         self._boot = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
@@ -642,7 +643,7 @@ class NcclTransport(Transport):
     ``cupy.cuda.nccl`` has no all-to-all: it is a group of send / recv pairs, as
     torch.distributed does it; barrier is an all-reduce of one element."""
 
-    mode = "native"
+    mode = "device"
 
     def __init__(self, device: Device, rank: int, size: int, comm_id: str, label: str = "world",
                  nccl: Any = None, boot: Transport | None = None) -> None:
