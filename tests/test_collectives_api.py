@@ -263,3 +263,24 @@ def test_example_allreduce_on_simulated_ascend() -> None:
     lines = sorted(p.stdout.splitlines())
     assert lines == [f"[{r}] rank {r} of 4 on ascend:{r}: [6.0, 10.0, 14.0, 18.0, 22.0, 26.0, 30.0, 34.0] correct"
                      for r in range(4)]
+
+
+def test_repeated_calls_do_not_keep_dropped_buffers_alive(comm) -> None:
+    import gc
+    import weakref
+    b = buf_of(comm.device, np.ones(4, np.float32))
+    for _ in range(3):
+        comm.all_reduce(b).wait()          # the second and third reuse the prepared call
+    ref = weakref.ref(b)
+    del b
+    gc.collect()
+    assert ref() is None
+
+
+def test_repeated_call_after_free_is_refused(comm) -> None:
+    b = buf_of(comm.device, np.ones(4, np.float32))
+    comm.all_reduce(b).wait()
+    comm.all_reduce(b).wait()
+    b.free()
+    with pytest.raises(anychip.InvalidArgumentError, match="^all_reduce: send was freed$"):
+        comm.all_reduce(b)

@@ -4,21 +4,27 @@ Without a GPU these tests cover what needs none: the reasons the backend gives
 when CuPy is missing, fails to load or finds no GPU (in subprocesses, with a
 stand-in ``cupy`` package on ``sys.path``); ``CUDA_VISIBLE_DEVICES`` parsing;
 the CUDA error table and translation; NCCL unique-id normalisation; and the
-plugin's call logic (pointers + offsets, copy kinds, current device, streams,
-the CuPy allocator bridge) against ``FakeCuPy`` below, an in-memory stand-in
-for the few ``cupy.cuda`` calls the backend makes. The fake proves the plugin
-passes the right arguments, not that CUDA behaves: the tests marked ``gpu``
-run the same paths on a real GPU (``ci/gpu-check``) and skip here with the reason.
+plugin's call logic (pointers + offsets, copy kinds, current device and
+contexts, streams and their queries, the CuPy allocator bridge) against
+``tests/cupy_standin.py``, a stand-in for the parts of CuPy the backend calls
+that behaves like CuPy where the backend depends on it (checked against the
+real classes when CuPy is importable). The stand-in proves the plugin passes
+the right arguments, not that CUDA behaves: the tests marked ``gpu`` run the
+same paths on a real GPU (``ci/gpu-check``) and skip here with the reason.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,6 +41,11 @@ from anychip.devices.cuda import (
 from anychip.runtime.errors import DeviceError, InvalidArgumentError, OutOfMemoryError
 from anychip.runtime.plugin import D2D, D2H, H2D
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    tomllib = None
+
 # ---------------------------------------------------------------- the real thing, when present
 
 _REAL = CUDAPlugin()
@@ -42,238 +53,28 @@ _REAL_OK, _REAL_REASON = _REAL.available()
 gpu = pytest.mark.skipif(not _REAL_OK, reason=f"needs a CUDA GPU with CuPy: {_REAL_REASON}")
 
 
-# ---------------------------------------------------------------- a stand-in for cupy.cuda
+# ---------------------------------------------------------------- a stand-in for CuPy
 
-FAKE_CUPY_SOURCE = r'''
-"""Stand-in for the parts of cupy.cuda the anychip CUDA backend calls (tests only)."""
-import ctypes, types, sys
-
-__version__ = "14.0.0"
-import os
-COUNT = 2
-CAPACITY = int(os.environ.get("FAKE_CUPY_CAPACITY", 1 << 24))
+STANDIN = Path(__file__).with_name("cupy_standin.py")
+_CUPY_MODULES = ("cupy", "cupy.cuda", "cupy.cuda.runtime", "cupy.cuda.driver", "cupy.cuda.memory",
+                 "cupy.cuda.nccl")
 
 
-class CUDARuntimeError(RuntimeError):
-    _names = {1: "cudaErrorInvalidValue", 2: "cudaErrorMemoryAllocation", 100: "cudaErrorNoDevice",
-              101: "cudaErrorInvalidDevice", 400: "cudaErrorInvalidResourceHandle"}
-
-    def __init__(self, status):
-        self.status = status
-        super().__init__(f"{self._names.get(status, 'cudaErrorUnknown')}: fake error {status}")
-
-
-class _Runtime(types.ModuleType):
-    def __init__(self):
-        super().__init__("cupy.cuda.runtime")
-        self.CUDARuntimeError = CUDARuntimeError
-        self.current = 0
-        self.allocs = {}          # ptr -> (ctypes buffer, device, size)
-        self.used = [0] * COUNT
-        self.calls = []
-        self.fail_count = None    # an exception to raise from getDeviceCount
-
-    def getDeviceCount(self):
-        if self.fail_count is not None:
-            raise self.fail_count
-        return COUNT
-
-    def _dev(self, d):
-        if not 0 <= d < COUNT:
-            raise CUDARuntimeError(101)
-
-    def getDevice(self):
-        return self.current
-
-    def setDevice(self, d):
-        self._dev(d)
-        self.current = d
-
-    def getDeviceProperties(self, d):
-        self._dev(d)
-        return {"name": b"Fake GPU %d" % d, "totalGlobalMem": CAPACITY, "major": 9, "minor": 0,
-                "multiProcessorCount": 132, "pciBusID": 0x10 + d, "pciDeviceID": 0, "pciDomainID": 0,
-                "uuid": bytes(range(16))}
-
-    def runtimeGetVersion(self):
-        return 12040
-
-    def driverGetVersion(self):
-        return 12040
-
-    def memGetInfo(self):
-        return CAPACITY - self.used[self.current], CAPACITY
-
-    def malloc(self, n):
-        d = self.current
-        if self.used[d] + n > CAPACITY:
-            raise CUDARuntimeError(2)
-        buf = ctypes.create_string_buffer(max(n, 1))
-        ptr = ctypes.addressof(buf)
-        self.allocs[ptr] = (buf, d, n)
-        self.used[d] += n
-        self.calls.append(("malloc", d, n))
-        return ptr
-
-    def free(self, ptr):
-        if ptr not in self.allocs:
-            raise CUDARuntimeError(1)
-        buf, d, n = self.allocs.pop(ptr)
-        assert d == self.current, "cudaFree with another device current"
-        self.used[d] -= n
-        self.calls.append(("free", d, n))
-
-    def _check_dev_range(self, ptr, n, device):
-        for base, (buf, d, size) in self.allocs.items():
-            if base <= ptr and ptr + n <= base + size:
-                assert d == device, f"pointer of device {d} used on device {device}"
-                return
-        raise CUDARuntimeError(1)
-
-    def _check_stream(self, stream):
-        s = _streams.get(stream)
-        if s is not None:
-            assert s.device == self.current, "stream of another device used"
-
-    def memcpyAsync(self, dst, src, n, kind, stream):
-        self._check_stream(stream)
-        if kind in (1, 3):
-            self._check_dev_range(dst, n, self.current)
-        if kind in (2, 3):
-            self._check_dev_range(src, n, self.current)
-        self.calls.append(("memcpyAsync", kind, n, stream))
-        ctypes.memmove(dst, src, n)
-
-    def memcpyPeerAsync(self, dst, dst_dev, src, src_dev, n, stream):
-        self._check_stream(stream)
-        self._check_dev_range(dst, n, dst_dev)
-        self._check_dev_range(src, n, src_dev)
-        self.calls.append(("memcpyPeerAsync", dst_dev, src_dev, n))
-        ctypes.memmove(dst, src, n)
-
-    def memsetAsync(self, ptr, value, n, stream):
-        self._check_stream(stream)
-        self._check_dev_range(ptr, n, self.current)
-        ctypes.memset(ptr, value, n)
-
-    def deviceSynchronize(self):
-        self.calls.append(("deviceSynchronize", self.current))
-
-
-runtime = _Runtime()
-_streams = {}
-
-
-class Device:
-    def __init__(self, d):
-        self.id = d
-
-    def __enter__(self):
-        self._prev = runtime.current
-        runtime.setDevice(self.id)
-        return self
-
-    def __exit__(self, *exc):
-        runtime.current = self._prev
-
-
-class Stream:
-    _next = 0x1000
-
-    def __init__(self, null=False, non_blocking=False):
-        if null:
-            self.ptr, self.device = 0, None
-        else:
-            Stream._next += 0x10
-            self.ptr, self.device = Stream._next, runtime.current
-            _streams[self.ptr] = self
-        self.non_blocking = non_blocking
-        self.waited = []
-
-    done = True
-
-    def synchronize(self):
-        runtime.calls.append(("streamSynchronize", self.ptr))
-
-    def wait_event(self, event):
-        self.waited.append(event)
-
-
-Stream.null = Stream(null=True)
-
-
-class Event:
-    _clock = 0.0
-
-    def __init__(self, block=False, disable_timing=False, interprocess=False):
-        self.device = runtime.current
-        self.time = None
-
-    def record(self, stream=None):
-        Event._clock += 1.5
-        self.time = Event._clock
-
-    def synchronize(self):
-        pass
-
-    @property
-    def done(self):
-        return True
-
-
-def get_elapsed_time(a, b):
-    return b.time - a.time
-
-
-def alloc_pinned_memory(n):
-    return bytearray(n)
-
-
-class UnownedMemory:
-    def __init__(self, ptr, size, owner, device_id=-1):
-        self.ptr, self.size, self.owner, self.device_id = ptr, size, owner, device_id
-
-
-class MemoryPointer:
-    def __init__(self, mem, offset):
-        self.mem, self.ptr = mem, mem.ptr + offset
-
-
-_allocator = None
-
-
-def set_allocator(fn=None):
-    global _allocator
-    _allocator = fn
-
-
-def get_allocator():
-    return _allocator
-
-
-nccl = types.ModuleType("cupy.cuda.nccl")
-nccl.available = False
-
-cuda = types.ModuleType("cupy.cuda")
-for _name in ("runtime", "Device", "Stream", "Event", "get_elapsed_time", "alloc_pinned_memory",
-              "UnownedMemory", "MemoryPointer", "set_allocator", "get_allocator", "nccl"):
-    setattr(cuda, _name, globals()[_name])
-sys.modules["cupy.cuda"] = cuda
-sys.modules["cupy.cuda.runtime"] = runtime
-sys.modules["cupy.cuda.nccl"] = nccl
-'''
+def _load_standin(monkeypatch) -> types.ModuleType:
+    """Run tests/cupy_standin.py as ``cupy`` until the test ends (a real CuPy comes back after)."""
+    for name in _CUPY_MODULES:
+        monkeypatch.setitem(sys.modules, name, None)
+    mod = types.ModuleType("cupy")
+    mod.__file__ = str(STANDIN)
+    sys.modules["cupy"] = mod
+    exec(compile(STANDIN.read_text(), str(STANDIN), "exec"), mod.__dict__)
+    return mod
 
 
 @pytest.fixture
 def fake_cupy(monkeypatch):
-    """Install the stand-in as ``cupy`` for this test; yields the module."""
-    mod = types.ModuleType("cupy")
-    for name in ("cupy.cuda", "cupy.cuda.runtime", "cupy.cuda.nccl"):
-        monkeypatch.setitem(sys.modules, name, None)   # restored (or removed) after the test
-    monkeypatch.setitem(sys.modules, "cupy", mod)
-    exec(compile(FAKE_CUPY_SOURCE, "<fake cupy>", "exec"), mod.__dict__)
-    mod.cuda = sys.modules["cupy.cuda"]
-    yield mod
+    """The stand-in as ``cupy`` for this test; yields the module."""
+    yield _load_standin(monkeypatch)
 
 
 @pytest.fixture
@@ -327,7 +128,7 @@ def test_unavailable_when_cupy_fails_to_load(tmp_path):
 def _write_fake_package(tmp_path, extra: str = "") -> str:
     pkg = tmp_path / "cupy"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text(FAKE_CUPY_SOURCE + "\n" + textwrap.dedent(extra))
+    (pkg / "__init__.py").write_text(STANDIN.read_text() + "\n" + textwrap.dedent(extra))
     return str(tmp_path)
 
 
@@ -406,11 +207,31 @@ def test_properties_record_visibility_and_nccl(fake_cupy, monkeypatch):
     assert props["total_memory"] == fake_cupy.CAPACITY
     assert props["compute_capability"] == "9.0"
     assert props["pci_bus_id"] == "0000:11:00"
-    assert props["uuid"] == "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+    assert props["uuid"] == "GPU-8f2a1c3e-aa55-bb66-cc77-dd88ee99ff02"
     assert props["nccl_available"] is False
     assert p.native_ccl() is None
-    fake_cupy.cuda.nccl.available = True
+    fake_cupy.NCCL_AVAILABLE = True
+    sys.modules.pop("cupy.cuda.nccl")
+    del fake_cupy.cuda.nccl
+    p = CUDAPlugin()
+    ok, reason = p.available()
+    assert ok and reason.endswith("; NCCL available")
     assert p.nccl_available() and p.native_ccl() is fake_cupy.cuda.nccl
+
+
+@pytest.mark.parametrize("uuid, luid, expected", [
+    (bytes.fromhex("8f2a1c3eaa00bb66cc77dd88ee99ff01"), bytes(8), None),          # a zero byte cuts it
+    (bytes.fromhex("00000000000000000000000000000001"), bytes(8), None),
+    (bytes.fromhex("8f2a1c3eaa55bb66cc77dd88ee99ff00"), bytes(8), None),          # 15 bytes
+    (bytes.fromhex("8f2a1c3eaa55bb66cc77dd88ee99ff01"), b"\x11\x22" + bytes(6),   # runs on into luid
+     "GPU-8f2a1c3e-aa55-bb66-cc77-dd88ee99ff01"),
+], ids=["zero-inside", "zero-first", "zero-last", "runs-on"])
+def test_uuid_as_cupy_returns_it(fake_cupy, uuid, luid, expected):
+    fake_cupy.UUIDS[0], fake_cupy.LUID = uuid, luid
+    assert len(fake_cupy.cuda.runtime.getDeviceProperties(0)["uuid"]) != 16
+    p = CUDAPlugin()
+    assert p.available()[0]
+    assert p.properties(0)["uuid"] == expected
 
 
 # ---------------------------------------------------------------- errors
@@ -440,13 +261,21 @@ def test_translate_oom():
     assert "cuda:1" in str(err)
 
 
-@pytest.mark.parametrize("status", [1, 101, 400, 700, 719])
+_STICKY = (700, 702, 710, 714, 715, 716, 717, 718, 719, 911)
+
+
+@pytest.mark.parametrize("status", [1, 46, 101, 400, 600, 701, 720, 999, *_STICKY])
 def test_translate_other_errors(status):
     err = translate_cuda_error(_FakeRuntimeError(status), "cudaMemcpyAsync", device="cuda:0")
     assert type(err) is DeviceError
-    assert err.code == status and err.code_name == cuda_mod.CUDA_ERROR_NAMES[status]
+    assert err.code == status and err.code_name == cuda_error_name(status)
     assert "cudaMemcpyAsync failed on cuda:0" in str(err)
-    assert ("unusable" in str(err)) == (status in (700, 719))
+    assert ("(the CUDA context is now unusable; restart the process)" in str(err)) == (status in _STICKY)
+
+
+def test_sticky_error_names():
+    assert [cuda_error_name(s) for s in (717, 718, 911)] == [
+        "cudaErrorInvalidAddressSpace", "cudaErrorInvalidPc", "cudaErrorExternalDevice"]
 
 
 def test_translate_without_status():
@@ -503,6 +332,7 @@ def test_unique_id_back_to_cupy_shape():
 
 def test_malloc_free_on_the_right_device(fplugin, fake_cupy):
     rt = fake_cupy.cuda.runtime
+    rt.setDevice(0)                                           # as a CuPy user would have
     h = fplugin._malloc(1, 4096)
     assert rt.allocs[h][1] == 1 and rt.current == 0           # device restored after the call
     assert fplugin._mem_info(1) == (fake_cupy.CAPACITY - 4096, fake_cupy.CAPACITY)
@@ -554,10 +384,11 @@ def test_default_stream_is_the_legacy_stream_per_device(fplugin):
 
 
 def test_streams_and_events(fplugin, fake_cupy):
+    rt = fake_cupy.cuda.runtime
     s = fplugin._stream_create(1)
-    assert s.cupy_stream.non_blocking and s.cupy_stream.device == 1
+    assert s.cupy_stream.is_non_blocking and s.cupy_stream.device_id == 1
     e0, e1 = fplugin._event_create(1), fplugin._event_create(1)
-    assert e0.device == 1
+    assert rt.events[e0.ptr] == {"device": 1, "flags": 0, "time": None}     # timing on
     fplugin._event_record(1, e0, s)
     fplugin._event_record(1, e1, s)
     assert fplugin._event_query(1, e1)
@@ -565,17 +396,18 @@ def test_streams_and_events(fplugin, fake_cupy):
     assert fplugin._event_elapsed_ms(1, e0, e1) == pytest.approx(1.5)
     s2 = fplugin._stream_create(1)
     fplugin._stream_wait_event(1, s2, e1)
-    assert s2.cupy_stream.waited == [e1]
+    assert rt.calls[-1] == ("streamWaitEvent", s2.ptr, e1.ptr)
     assert fplugin._stream_query(1, s2)
     fplugin._stream_destroy(1, s2)
-    assert s2.cupy_stream is None
+    assert s2.cupy_stream is None and s2.ptr not in rt.streams        # CuPy destroyed it
     fplugin._synchronize(1)
     assert ("deviceSynchronize", 1) in fake_cupy.cuda.runtime.calls
 
 
-def test_pinned_empty(fplugin):
+def test_pinned_empty(fplugin, fake_cupy):
     arr = fplugin.pinned_empty(100)
     assert arr.dtype == np.uint8 and arr.size == 100 and arr.flags.writeable
+    assert fake_cupy.cuda.runtime.calls[-1] == ("hostAlloc", 0, 100, 1)     # portable, on GPU 0
 
 
 def test_cupy_allocator_bridge(fake_cupy, monkeypatch):
@@ -587,12 +419,13 @@ def test_cupy_allocator_bridge(fake_cupy, monkeypatch):
     monkeypatch.delenv("ANYCHIP_DEVICES", raising=False)
     anychip.runtime.registry.reset()
     try:
+        before = fake_cupy.cuda.get_allocator()
         previous = cuda_mod.use_anychip_allocator_for_cupy()
-        assert previous is None
+        assert previous == before                                 # CuPy's pool
         alloc = fake_cupy.cuda.get_allocator()
-        fake_cupy.cuda.runtime.current = 1
+        fake_cupy.cuda.runtime.setDevice(1)
         mp = alloc(1000)
-        buf = mp.mem.owner
+        buf = mp.mem._owner
         assert isinstance(buf, anychip.Buffer) and buf.device.name == "cuda:1"
         assert mp.ptr == buf.ptr and mp.mem.size == 1000 and mp.mem.device_id == 1
         stats = buf.device.memory_stats()
@@ -603,15 +436,229 @@ def test_cupy_allocator_bridge(fake_cupy, monkeypatch):
         gc.collect()
         assert anychip.device("cuda:1").memory_stats()["allocated_bytes.all.current"] == 0
         empty = alloc(0)
-        assert empty.ptr == 0 and empty.mem.owner is None
+        assert empty.ptr == 0 and empty.mem._owner is None
         with pytest.raises(InvalidArgumentError):
             cuda_mod.use_anychip_allocator_for_cupy("cpu:0")
         cuda_mod.use_anychip_allocator_for_cupy(0)
-        fake_cupy.cuda.runtime.current = 1
-        assert fake_cupy.cuda.get_allocator()(64).mem.owner.device.name == "cuda:0"
+        assert fake_cupy.cuda.get_allocator()(64).mem._owner.device.name == "cuda:0"
     finally:
-        fake_cupy.cuda.runtime.current = 0
         anychip.runtime.registry.reset()
+
+
+def test_cupy_allocator_bridge_raises_cupys_out_of_memory(fake_cupy, monkeypatch):
+    """cub.pyx and CuPy's users catch cupy.cuda.memory.OutOfMemoryError."""
+    import anychip
+
+    if not _front_end_allocates():
+        pytest.skip("the caching allocator (anychip.runtime.allocator) is not in this tree yet")
+    monkeypatch.delenv("ANYCHIP_DEVICES", raising=False)
+    anychip.runtime.registry.reset()
+    try:
+        cuda_mod.use_anychip_allocator_for_cupy("cuda:1")
+        keep = fake_cupy.cuda.get_allocator()(1 << 20)
+        with pytest.raises(fake_cupy.cuda.memory.OutOfMemoryError) as ei:
+            fake_cupy.cuda.get_allocator()(fake_cupy.CAPACITY)
+        err = ei.value
+        assert isinstance(err.__cause__, OutOfMemoryError) and str(err) == str(err.__cause__)
+        assert str(err).startswith(f"out of memory on cuda:1: tried to allocate {fake_cupy.CAPACITY / 2**20:.2f} MiB")
+        assert err._size == fake_cupy.CAPACITY and err._total == 1 << 20
+        del keep
+    finally:
+        anychip.runtime.registry.reset()
+
+
+# ---------------------------------------------------------------- queries, contexts, events
+
+@pytest.mark.parametrize("kind", ["stream", "event"])
+def test_queries_raise_errors_instead_of_not_done(fplugin, fake_cupy, kind):
+    rt = fake_cupy.cuda.runtime
+    s = fplugin._stream_create(1)
+    if kind == "stream":
+        handle, query, what = s, fplugin._stream_query, "cudaStreamQuery"
+    else:
+        handle, query, what = fplugin._event_create(1), fplugin._event_query, "cudaEventQuery"
+        fplugin._event_record(1, handle, s)
+    assert query(1, handle) is True
+    rt.query_status[handle.ptr] = 600                          # cudaErrorNotReady
+    assert query(1, handle) is False
+    rt.query_status[handle.ptr] = 700                          # sticky: CuPy's done says False
+    with pytest.raises(DeviceError) as ei:
+        query(1, handle)
+    assert ei.value.code == 700 and ei.value.code_name == "cudaErrorIllegalAddress"
+    assert str(ei.value) == (f"[cuda] {what} failed on cuda:1: cudaErrorIllegalAddress: stand-in error 700 "
+                             "(the CUDA context is now unusable; restart the process) (cudaErrorIllegalAddress = 700)")
+
+
+def _in_new_thread(fn):
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            out["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_new_thread_creates_no_context_on_gpu0(fplugin, fake_cupy):
+    """cudaGetDevice() is 0 in a new thread; setting it back would create GPU 0's context."""
+    rt = fake_cupy.cuda.runtime
+
+    def work():
+        h = fplugin._malloc(1, 4096)
+        info = fplugin._mem_info(1)
+        fplugin._free(1, h)
+        return rt.current, info
+
+    assert _in_new_thread(work) == (1, (fake_cupy.CAPACITY - 4096, fake_cupy.CAPACITY))
+    assert rt.contexts == {1}
+    assert _in_new_thread(lambda: fplugin.pinned_empty(64, 1).size) == 64
+    assert rt.contexts == {1} and rt.calls[-1] == ("hostAlloc", 1, 64, 1)    # pinned, on the intended GPU
+
+
+def test_exclusive_process_gpu0_does_not_hide_the_result(fplugin, fake_cupy):
+    rt = fake_cupy.cuda.runtime
+    rt.exclusive.add(0)                                        # held by another process
+    h = _in_new_thread(lambda: fplugin._malloc(1, 512))
+    assert rt.allocs[h][1] == 1 and rt.contexts == {1}
+    with pytest.raises(DeviceError) as ei:                     # GPU 0 itself: a clear error
+        fplugin._malloc(0, 512)
+    assert ei.value.code_name == "cudaErrorDevicesUnavailable" and "cudaMalloc failed on cuda:0" in str(ei.value)
+
+
+def test_failed_restore_is_logged_and_the_result_kept(fplugin, fake_cupy, monkeypatch, caplog):
+    rt = fake_cupy.cuda.runtime
+    rt.setDevice(0)
+    set_device = rt.setDevice
+
+    def refuse_zero(d):
+        if d == 0:
+            raise fake_cupy.CUDARuntimeError(700)
+        set_device(d)
+
+    monkeypatch.setattr(rt, "setDevice", refuse_zero)
+    with caplog.at_level(logging.WARNING, logger="anychip"):
+        h = fplugin._malloc(1, 512)
+    assert rt.allocs[h][1] == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "cuda: could not make cuda:0 current again after cudaMalloc: cudaErrorIllegalAddress: stand-in error 700"]
+
+
+def test_untimed_events(fplugin, fake_cupy):
+    rt = fake_cupy.cuda.runtime
+    s = fplugin._stream_create(1)
+    a, b = fplugin._event_create_untimed(1), fplugin._event_create_untimed(1)
+    assert rt.events[a.ptr] == {"device": 1, "flags": rt.eventDisableTiming, "time": None}
+    fplugin._event_record(1, a, s)
+    fplugin._event_record(1, b, s)
+    assert fplugin._event_query(1, b)
+    with pytest.raises(DeviceError) as ei:                     # no timing data, as in CUDA
+        fplugin._event_elapsed_ms(1, a, b)
+    assert ei.value.code_name == "cudaErrorInvalidResourceHandle"
+
+
+def test_probe_keeps_nccl_warning_quiet_and_info_reports_it(tmp_path):
+    path = _write_fake_package(tmp_path)
+    out = _run("""
+        import warnings
+        warnings.simplefilter("always")
+        from anychip.cli import main
+        main(["info"])
+    """, path=path)
+    assert out.returncode == 0, out.stderr
+    assert "nccl library could not be loaded" not in out.stderr and "Warning" not in out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.strip().startswith("cuda "))
+    assert line.endswith("2 CUDA GPUs via CuPy 14.2.0: Fake GPU 0; Fake GPU 1; NCCL unavailable: ImportError "
+                         "(libnccl.so.2: cannot open shared object file: No such file or directory); "
+                         'install it with: pip install "nvidia-nccl-cu12>=2.18.1,<3"'), line
+
+
+# ---------------------------------------------------------------- the stand-in against CuPy
+
+def _names(obj) -> set:
+    return {n for n in dir(obj) if not n.startswith("__")}
+
+
+def test_standin_names_match_cupy(monkeypatch):
+    """Every name the stand-in offers exists in the installed CuPy, with the same
+    signatures and constants, and the behaviour the backend relies on holds."""
+    cupy = pytest.importorskip("cupy")
+    cuda = cupy.cuda
+    if hasattr(cuda.runtime, "KNOBS"):
+        pytest.skip("the cupy on sys.path is this stand-in")
+    event = cuda.Event.__new__(cuda.Event)
+    try:
+        event.__init__()                     # sets ptr = 0, then needs a GPU
+    except Exception:  # noqa: BLE001
+        pass
+    mem = cuda.UnownedMemory(0, 0, None, 0)
+    real = {
+        "cuda": _names(cuda), "runtime": _names(cuda.runtime), "driver": _names(cuda.driver),
+        "memory": _names(cuda.memory), "Stream": _names(cuda.Stream.null), "Event": _names(event),
+        "UnownedMemory": _names(mem), "MemoryPointer": _names(cuda.MemoryPointer(mem, 0)),
+        "OutOfMemoryError": _names(cuda.memory.OutOfMemoryError(1, 0)),
+    }
+    signatures = {c: str(inspect.signature(getattr(cuda, c).__init__)) for c in ("Stream", "Event")}
+    signatures["OutOfMemoryError"] = str(inspect.signature(cuda.memory.OutOfMemoryError.__init__))
+    assert cuda.Stream.null.device_id == -1 and mem._owner is None
+    previous = cuda.get_allocator()
+    cuda.set_allocator(None)
+    assert cuda.get_allocator() is cuda.memory._malloc
+    cuda.set_allocator(previous)
+
+    fake = _load_standin(monkeypatch)
+    fcuda, frt = fake.cuda, fake.cuda.runtime
+    fmem = fcuda.UnownedMemory(0, 0, None, 0)
+    mine = {
+        "cuda": _names(fcuda),
+        "runtime": {n for n in _names(type(frt)) | _names(frt) if n[0] != "_"} - frt.KNOBS - _names(types.ModuleType),
+        "driver": _names(fcuda.driver), "memory": _names(fcuda.memory), "Stream": _names(fcuda.Stream.null),
+        "Event": _names(fcuda.Event()), "UnownedMemory": _names(fmem),
+        "MemoryPointer": _names(fcuda.MemoryPointer(fmem, 0)),
+        "OutOfMemoryError": _names(fcuda.memory.OutOfMemoryError(1, 0)),
+    }
+    for key, names in mine.items():
+        assert names <= real[key], f"{key}: the stand-in has names CuPy lacks: {sorted(names - real[key])}"
+    for c, sig in signatures.items():
+        cls = fcuda.memory.OutOfMemoryError if c == "OutOfMemoryError" else getattr(fcuda, c)
+        assert str(inspect.signature(cls.__init__)) == sig, c
+    for n in ("streamDefault", "streamNonBlocking", "streamLegacy", "streamPerThread", "eventDefault",
+              "eventBlockingSync", "eventDisableTiming", "eventInterprocess", "hostAllocPortable"):
+        assert getattr(frt, n) == getattr(cuda.runtime, n), n
+
+
+def test_real_cupy_nccl_probe_is_quiet():
+    """Against the installed CuPy (no GPU needed): its NCCL warning is kept quiet and parsed."""
+    cupy = pytest.importorskip("cupy")
+    if hasattr(cupy.cuda.runtime, "KNOBS"):
+        pytest.skip("the cupy on sys.path is this stand-in")
+    out = subprocess.run([sys.executable, "-W", "always", "-c", textwrap.dedent("""
+        from anychip.devices.cuda import _load_nccl
+        nccl, why = _load_nccl()
+        print(nccl is not None, why, sep="|")
+    """)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    loaded, why = out.stdout.strip().split("|", 1)
+    if loaded == "True":
+        assert why == ""
+    else:
+        assert re.fullmatch(r"\w+Error \(.+\); install it with: \S.*", why), why
+
+
+def test_cuda_extra_works_with_only_the_driver():
+    """CuPy 14's [ctk] extra brings NVRTC and the other CUDA libraries as wheels, and
+    nvidia-nccl-cu12 the NCCL that CuPy looks for (what its missing-NCCL warning names)."""
+    if tomllib is None:
+        pytest.skip("tomllib needs Python 3.11")
+    root = Path(__file__).resolve().parent.parent
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["cuda"] == ["cupy-cuda12x[ctk]>=14", "nvidia-nccl-cu12>=2.18.1,<3"]
 
 
 def test_device_api_body_on_the_stand_in(tmp_path):
@@ -656,6 +703,13 @@ def test_gpu_roundtrip_and_offsets():
         p._stream_synchronize(0, s)
         assert (out[:4096] == 7).all()
         np.testing.assert_array_equal(out[4096:], data)
+        pinned = p.pinned_empty(4096, 0)                      # page-locked: a DMA copy each way
+        pinned[:] = data[:4096]
+        p._copy(0, h, 0, pinned, 0, 4096, H2D, s)
+        pinned[:] = 0
+        p._copy(0, pinned, 0, h, 0, 4096, D2H, s)
+        p._stream_synchronize(0, s)
+        np.testing.assert_array_equal(pinned, data[:4096])
     finally:
         p._free(0, h)
         p._stream_destroy(0, s)
@@ -679,8 +733,24 @@ def test_gpu_events_and_oom():
     assert ei.value.code_name == "cudaErrorMemoryAllocation"
 
 
+def _kernels_unavailable() -> str | None:
+    """Why CuPy cannot compile kernels here (no NVRTC), or None."""
+    try:
+        import cupy
+
+        cupy.cuda.nvrtc.getVersion()
+    except Exception as exc:  # noqa: BLE001 - DynamicLibNotFoundError, CUDA errors
+        return (f"CuPy cannot compile kernels here ({type(exc).__name__}: {exc}); NVRTC comes with "
+                "pip install 'cupy-cuda12x[ctk]' (CuPy 14) or a CUDA toolkit")
+    return None
+
+
 @gpu
 def test_gpu_cupy_bridge_shares_the_pool():
+    """CuPy arrays in anychip's pool, filled and read by copies (no kernel, so no NVRTC);
+    out of memory raises CuPy's class."""
+    import gc
+
     import cupy
 
     import anychip
@@ -689,17 +759,86 @@ def test_gpu_cupy_bridge_shares_the_pool():
     try:
         dev = anychip.device("cuda:0")
         before = dev.memory_stats()["allocated_bytes.all.current"]
+        data = np.arange(1 << 20, dtype=np.int64)
         with cupy.cuda.Device(0):
-            x = cupy.arange(1 << 20, dtype=cupy.float32)
-            assert float(x.sum()) == float(np.arange(1 << 20, dtype=np.float32).sum(dtype=np.float64))
-        assert dev.memory_stats()["allocated_bytes.all.current"] >= before + x.nbytes
-        del x
-        import gc
-
-        gc.collect()
-        assert dev.memory_stats()["allocated_bytes.all.current"] == before
+            x = cupy.empty(data.shape, data.dtype)
+            x.set(data)
+            np.testing.assert_array_equal(x.get(), data)
+            assert x.data.mem._owner.device.name == "cuda:0"
+            assert dev.memory_stats()["allocated_bytes.all.current"] >= before + x.nbytes
+            del x
+            gc.collect()
+            assert dev.memory_stats()["allocated_bytes.all.current"] == before
+            with pytest.raises(cupy.cuda.memory.OutOfMemoryError) as ei:
+                cupy.empty(dev.mem_info()[1] * 2, cupy.uint8)
+        assert isinstance(ei.value.__cause__, OutOfMemoryError) and "out of memory on cuda:0" in str(ei.value)
     finally:
         cupy.cuda.set_allocator(previous)
+
+
+@gpu
+def test_gpu_cupy_kernels_on_the_bridge():
+    why = _kernels_unavailable()
+    if why:
+        pytest.skip(why)
+    import cupy
+
+    previous = cuda_mod.use_anychip_allocator_for_cupy("cuda:0")
+    try:
+        with cupy.cuda.Device(0):
+            x = cupy.arange(1 << 20, dtype=cupy.int64)
+            assert int(x.sum()) == (1 << 20) * ((1 << 20) - 1) // 2
+    finally:
+        cupy.cuda.set_allocator(previous)
+
+
+@gpu
+def test_gpu_new_thread_has_no_context_until_used():
+    """What the device restore relies on: a new thread reports device 0 and no context."""
+    import cupy
+
+    p, last = _REAL, _REAL.device_count() - 1
+
+    def work():
+        fresh = (cupy.cuda.runtime.getDevice(), cupy.cuda.driver.ctxGetCurrent())
+        p._free(last, p._malloc(last, 512))
+        return fresh, cupy.cuda.runtime.getDevice(), cupy.cuda.driver.ctxGetCurrent() != 0
+
+    assert _in_new_thread(work) == ((0, 0), last, True)
+
+
+@gpu
+def test_gpu_stream_query_and_untimed_events():
+    p = _REAL
+    s = p._stream_create(0)
+    a, b = p._event_create_untimed(0), p._event_create_untimed(0)
+    h = p._malloc(0, 1 << 20)
+    try:
+        p._event_record(0, a, s)
+        p._memset(0, h, 0, 3, 1 << 20, s)
+        p._event_record(0, b, s)
+        p._stream_synchronize(0, s)
+        assert p._stream_query(0, s) is True and p._event_query(0, b) is True
+        with pytest.raises(DeviceError) as ei:
+            p._event_elapsed_ms(0, a, b)
+        assert ei.value.code_name == "cudaErrorInvalidResourceHandle"
+    finally:
+        p._free(0, h)
+        p._stream_destroy(0, s)
+
+
+@gpu
+def test_gpu_uuid_matches_nvidia_smi():
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        pytest.skip("nvidia-smi is not on PATH")
+    listed = subprocess.run([smi, "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True,
+                            text=True, timeout=30).stdout.split()
+    uuid = _REAL.properties(0)["uuid"]
+    if uuid is None:       # only when the UUID holds a zero byte, which CuPy's bytes cut off
+        assert any(0 in bytes.fromhex(u.split("-", 1)[1].replace("-", "")) for u in listed), listed
+    else:
+        assert uuid in listed
 
 
 @gpu

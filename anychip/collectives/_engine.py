@@ -12,9 +12,11 @@ from ..runtime.errors import CollectiveError
 
 __all__ = ["CDEF", "engine", "KINDS", "DTYPES", "REDOPS", "STATUS"]
 
+# ccl_buf.ptr is declared uintptr_t here (same size and place as the header's void *),
+# so addresses are assigned as Python ints without a cast per call.
 CDEF = """
 typedef struct ccl_buf {
-    void *ptr; uint64_t ipc_offset; int32_t has_ipc; int32_t reserved; uint8_t ipc_handle[64];
+    uintptr_t ptr; uint64_t ipc_offset; int32_t has_ipc; int32_t reserved; uint8_t ipc_handle[64];
 } ccl_buf;
 typedef struct ccl_op {
     int32_t kind; int32_t dtype; int32_t redop; int32_t root; uint64_t count; ccl_buf send; ccl_buf recv;

@@ -16,6 +16,7 @@ the block completes with the group.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ REDUCE_OPS: tuple[str, ...] = ("sum", "prod", "min", "max", "avg")
 
 def dtype_name(dtype: Any) -> str | None:
     """The canonical name of ``dtype`` (a name, a NumPy dtype or type), or None when unsupported."""
+    if dtype in DTYPES:
+        return dtype
     if isinstance(dtype, str):
         name = dtype.strip().lower()
         name = _DTYPE_ALIASES.get(name, name)
@@ -55,7 +58,7 @@ def dtype_name(dtype: Any) -> str | None:
     return name if name in DTYPES else None
 
 
-@dataclass
+@dataclass(slots=True)
 class OpSpec:
     """One checked op, as a transport receives it.
 
@@ -183,6 +186,7 @@ class Communicator:
         self._tls = threading.local()
         self._closed = False
         self._splits = 0
+        self._prepared: dict[tuple, tuple] = {}
 
     # -- identity -----------------------------------------------------------
     @property
@@ -323,9 +327,27 @@ class Communicator:
     def _submit(self, kind: str, send: Any, recv: Any, count: Any, dtype: Any, op: Any, root: Any,
                 stream: Stream | None, *, send_mult: int, recv_mult: int) -> Work:
         self._live()
-        spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
         stream = self._stream(kind, stream)
         g = getattr(self._tls, "group", None)
+        if g is None:
+            # a call repeated with the same buffers, stream and arguments reuses its checked,
+            # prepared form (the buffers are only checked not to have been freed since)
+            key = (kind, id(send), id(recv), count, dtype, op, root, id(stream))
+            hit = self._prepared.get(key)
+            if hit is not None and hit[0]() is send and hit[1]() is recv and hit[2]() is stream and \
+                    (send is None or not send.freed) and (recv is None or not recv.freed):
+                k, c, d, o, r, native = hit[3]
+                spec = OpSpec(k, send, recv if recv is not None or recv_mult == 0 else send, c, d, o, r)
+                return self._transport.submit_prepared(([spec], native), stream)
+        spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
+        if g is None:
+            if len(self._prepared) >= 32:
+                self._prepared.clear()
+            specs, native = self._transport.prepare([spec])
+            # the cache holds the buffers weakly: their memory is released as usual when dropped
+            fields = (spec.kind, spec.count, spec.dtype, spec.op, spec.root, native)
+            self._prepared[key] = (_ref(send), _ref(recv), weakref.ref(stream), fields)
+            return self._transport.submit_prepared((specs, native), stream)
         if g is not None:
             if g.stream is not None and g.stream is not stream:
                 raise InvalidArgumentError(f"{kind}: every op of one comm.group() must use the same stream; "
@@ -409,7 +431,17 @@ class Communicator:
         return count
 
 
+def _none() -> None:
+    return None
+
+
+def _ref(obj: Any) -> Any:
+    return _none if obj is None else weakref.ref(obj)
+
+
 def _op_name(kind: str, op: Any) -> str:
+    if op in REDUCE_OPS:
+        return op
     name = op.strip().lower() if isinstance(op, str) else getattr(op, "name", None)
     if isinstance(name, str):
         name = name.lower()
@@ -434,6 +466,8 @@ def _span(buf: Buffer, nbytes: int) -> tuple[int, int, int]:
 
 def _check_overlap(kind: str, send: Buffer, recv: Buffer, count: int, item: int, rank: int, size: int) -> None:
     """send and recv are either disjoint or the op's in-place layout."""
+    if send is recv and kind not in ("all_gather", "reduce_scatter"):
+        return
     mult_s = size if kind in ("reduce_scatter", "all_to_all") else 1
     mult_r = size if kind in ("all_gather", "all_to_all") else 1
     rs, s0, s1 = _span(send, count * mult_s * item)

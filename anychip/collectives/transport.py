@@ -82,6 +82,15 @@ class Transport:
     def submit(self, specs: list[OpSpec], stream: Stream) -> Work:
         raise NotImplementedError
 
+    def prepare(self, specs: list[OpSpec]) -> tuple[list[OpSpec], Any]:
+        """(specs, native): ``native`` is whatever makes repeated submits of the same checked ops
+        cheaper (default None). It must not hold the buffers (the communicator caches it and
+        rebuilds the specs around it); it stays valid while the buffers are alive and not freed."""
+        return specs, None
+
+    def submit_prepared(self, prepared: tuple[list[OpSpec], Any], stream: Stream) -> Work:
+        return self.submit(prepared[0], stream)
+
     def exchange(self, obj: Any) -> list[Any]:
         raise NotImplementedError
 
@@ -172,6 +181,9 @@ class ShmTransport(Transport):
         self._pending: list[weakref.ref] = []
         self._orphans: list = []
         self._staging: dict[str, np.ndarray] = {}
+        self._bases: dict[int, tuple] = {}
+        self._op1 = ffi.new("ccl_op[1]")
+        self._zero_op = bytes(ffi.sizeof("ccl_op"))
         out = ffi.new("ccl_comm **")
         rc = lib.ccl_comm_init(comm_id.encode(), rank, size, collective_timeout(), out)
         if rc:
@@ -193,15 +205,36 @@ class ShmTransport(Transport):
 
     # -- interface ------------------------------------------------------------
     def submit(self, specs: list[OpSpec], stream: Stream) -> Work:
-        self._live()
-        what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
+        return self.submit_prepared(self.prepare(specs), stream)
+
+    def prepare(self, specs: list[OpSpec]) -> Any:
+        """(specs, the engine's op array with addresses and, on simulated chips, IPC handles)."""
+        ffi, _ = engine()
+        if self.mode == "staged":
+            return specs, None
+        with self._lock:
+            ops, _ = self._ops(specs, None)
+            own = ffi.new("ccl_op[]", len(specs))
+            ffi.memmove(own, ops, ffi.sizeof("ccl_op") * len(specs))
         if self.mode == "sim":
-            return self._submit_sim(specs, stream, what)
-        if self.mode == "host":
-            ops, keep = self._ops(specs, None)
-            self._run(ops, len(specs))
-        else:
-            self._run_staged(specs, stream)
+            for i, sp in enumerate(specs):
+                if sp.count * sp.itemsize >= self._zc_min and sp.kind not in ("send", "recv", "barrier",
+                                                                                "all_to_all"):
+                    self._export(own[i].send, sp.send)
+                    self._export(own[i].recv, sp.recv)
+        return specs, own
+
+    def submit_prepared(self, prepared: Any, stream: Stream) -> Work:
+        self._live()
+        specs, ops = prepared
+        what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
+        with self._lock:
+            if self.mode == "sim":
+                return self._submit_sim(specs, ops, stream, what)
+            if self.mode == "host":
+                self._run(ops, len(specs))
+            else:
+                self._run_staged(specs, stream)
         w = Work(what)
         w._finish(None)
         return w
@@ -267,15 +300,31 @@ class ShmTransport(Transport):
         o = ops[0]
         o.kind, o.dtype, o.redop, o.root, o.count = KINDS[kind], CCL_DTYPES[dtype], REDOPS[op], root, count
         if send is not None and send.nbytes:
-            o.send.ptr = ffi.cast("void *", send.ctypes.data)
+            o.send.ptr = send.ctypes.data
         if recv is not None and recv.nbytes:
-            o.recv.ptr = ffi.cast("void *", recv.ctypes.data)
+            o.recv.ptr = recv.ctypes.data
         self._run(ops, 1)
+
+    def _addr(self, buf: Any) -> int:
+        """Address of a Buffer's first byte (segment base addresses are cached)."""
+        root = buf._root if buf._root is not None else buf
+        h = root._block.handle
+        if type(h) is int:
+            return h + buf._offset
+        hit = self._bases.get(id(h))
+        if hit is None or hit[0]() is not h:
+            hit = (weakref.ref(h), buf.device.plugin._pointer(h, 0))
+            self._bases[id(h)] = hit
+        return hit[1] + buf._offset
 
     def _ops(self, specs: list[OpSpec], ptrs: list[tuple[int | None, int | None]] | None) -> tuple[Any, list]:
         """ccl_op array for specs; ``ptrs`` overrides the buffers' addresses (staging)."""
         ffi, _ = engine()
-        ops = ffi.new("ccl_op[]", len(specs))
+        if len(specs) == 1:
+            ops = self._op1
+            ffi.memmove(ops, self._zero_op, ffi.sizeof("ccl_op"))
+        else:
+            ops = ffi.new("ccl_op[]", len(specs))
         for i, sp in enumerate(specs):
             o = ops[i]
             o.kind, o.dtype, o.redop, o.root, o.count = (KINDS[sp.kind], CCL_DTYPES[sp.dtype], REDOPS[sp.op],
@@ -283,23 +332,18 @@ class ShmTransport(Transport):
             if ptrs is not None:
                 sptr, rptr = ptrs[i]
             else:
-                sptr = sp.send.ptr if sp.send is not None else None
-                rptr = sp.recv.ptr if sp.recv is not None else None
+                sptr = self._addr(sp.send) if sp.send is not None and sp.send.nbytes else None
+                rptr = self._addr(sp.recv) if sp.recv is not None and sp.recv.nbytes else None
             if sptr:
-                o.send.ptr = ffi.cast("void *", sptr)
+                o.send.ptr = sptr
             if rptr:
-                o.recv.ptr = ffi.cast("void *", rptr)
+                o.recv.ptr = rptr
         return ops, [specs]
 
-    def _submit_sim(self, specs: list[OpSpec], stream: Stream, what: str) -> Work:
+    def _submit_sim(self, specs: list[OpSpec], ops: Any, stream: Stream, what: str) -> Work:
         ffi, lib = engine()
-        ops, keep = self._ops(specs, None)
         plugin = self.device.plugin
-        for i, sp in enumerate(specs):
-            nbytes = sp.count * sp.itemsize
-            if nbytes >= self._zc_min and sp.kind not in ("send", "recv", "barrier"):
-                self._export(ops[i].send, sp.send)
-                self._export(ops[i].recv, sp.recv)
+        keep = specs
         task = lib.ccl_task_new(self._comm, ops, len(specs))
         if task == ffi.NULL:
             raise CollectiveError(f"{what}: out of host memory for the task")

@@ -32,13 +32,24 @@ Streams and events
     CuPy uses unless told otherwise), so work anychip does on it is ordered
     with a user's CuPy work. ``Stream(device)`` creates
     ``cupy.cuda.Stream(non_blocking=True)``. Events are ``cupy.cuda.Event()``
-    (timing enabled).
+    (timing enabled), or ``Event(disable_timing=True)`` from
+    ``_event_create_untimed`` (for the caching allocator). Queries call
+    ``cudaStreamQuery`` / ``cudaEventQuery`` themselves: CuPy's ``done``
+    reads an error as "not done".
+
+Current device
+    Each call runs with its device current (``cudaSetDevice``) and makes the
+    thread's previous device current again afterwards, unless that thread
+    had no CUDA context yet: restoring would create GPU 0's context (hundreds
+    of MiB, or an error on an EXCLUSIVE_PROCESS GPU) in every process.
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -108,18 +119,23 @@ CUDA_ERROR_NAMES: dict[int, str] = {
     714: "cudaErrorHardwareStackError",
     715: "cudaErrorIllegalInstruction",
     716: "cudaErrorMisalignedAddress",
+    717: "cudaErrorInvalidAddressSpace",
+    718: "cudaErrorInvalidPc",
     719: "cudaErrorLaunchFailure",
     800: "cudaErrorNotPermitted",
     801: "cudaErrorNotSupported",
     802: "cudaErrorSystemNotReady",
     803: "cudaErrorSystemDriverMismatch",
     804: "cudaErrorCompatNotSupportedOnDevice",
+    911: "cudaErrorExternalDevice",
     999: "cudaErrorUnknown",
 }
 
 _OOM_STATUS = 2  # cudaErrorMemoryAllocation
+_NOT_READY = 600  # cudaErrorNotReady: what a query returns while work is pending
 #: errors after which the CUDA context is unusable until the process exits
-_STICKY = {700, 714, 715, 716, 719, 710}
+#: (the runtime's documentation: "the process must be terminated and relaunched")
+_STICKY = {700, 702, 710, 714, 715, 716, 717, 718, 719, 911}
 
 _NCCL_UNIQUE_ID_BYTES = 128
 
@@ -250,6 +266,9 @@ class CUDAPlugin(DevicePlugin):
     def __init__(self) -> None:
         self._cupy: Any = None
         self._rt: Any = None
+        self._driver: Any = None
+        self._nccl: Any = None
+        self._nccl_reason = "not probed"
         self._count = 0
         self._reason = "not probed"
         self._probed = False
@@ -286,8 +305,9 @@ class CUDAPlugin(DevicePlugin):
             if count <= 0:
                 self._reason = "CuPy found no CUDA GPU" + _visibility_note(visible)
                 return
-            self._cupy, self._rt, self._count = cupy, rt, count
+            self._cupy, self._rt, self._driver, self._count = cupy, rt, cupy.cuda.driver, count
             self._reason = ""
+            self._nccl, self._nccl_reason = _load_nccl()
 
     def available(self) -> tuple[bool, str]:
         try:
@@ -302,8 +322,9 @@ class CUDAPlugin(DevicePlugin):
                 names.append(self.properties(i)["name"])
             except Exception as exc:  # noqa: BLE001
                 names.append(f"? ({exc})")
+        nccl = "NCCL available" if self._nccl is not None else f"NCCL unavailable: {self._nccl_reason}"
         return True, f"{self._count} CUDA GPU{'s' if self._count != 1 else ''} via CuPy " \
-                     f"{self._cupy.__version__}: " + "; ".join(names)
+                     f"{self._cupy.__version__}: " + "; ".join(names) + f"; {nccl}"
 
     def device_count(self) -> int:
         self._probe()
@@ -335,7 +356,6 @@ class CUDAPlugin(DevicePlugin):
             name = p.get("name", b"")
             if isinstance(name, bytes):
                 name = name.decode(errors="replace")
-            uuid = p.get("uuid")
             props = {
                 "name": name.strip("\x00 "),
                 "total_memory": int(p.get("totalGlobalMem", 0)),
@@ -343,7 +363,7 @@ class CUDAPlugin(DevicePlugin):
                 "multiprocessors": p.get("multiProcessorCount"),
                 "pci_bus_id": f"{p.get('pciDomainID', 0):04x}:{p.get('pciBusID', 0):02x}:"
                               f"{p.get('pciDeviceID', 0):02x}",
-                "uuid": _format_uuid(uuid) if isinstance(uuid, (bytes, bytearray)) else None,
+                "uuid": _format_uuid(p.get("uuid")),
                 "cuda_visible_devices": self._visible_at_init,
                 "runtime_version": _safe(lambda: rt.runtimeGetVersion()),
                 "driver_version": _safe(lambda: rt.driverGetVersion()),
@@ -355,18 +375,13 @@ class CUDAPlugin(DevicePlugin):
 
     def nccl_available(self) -> bool:
         """Whether CuPy's NCCL binding (``cupy.cuda.nccl``) is usable."""
-        try:
-            from cupy.cuda import nccl
-        except Exception:  # noqa: BLE001 - any import failure means no NCCL
-            return False
-        return bool(getattr(nccl, "available", False))
+        self._probe()
+        return self._nccl is not None
 
     def native_ccl(self) -> Any:
-        if not self.nccl_available():
-            return None
-        from cupy.cuda import nccl
-
-        return nccl
+        """``cupy.cuda.nccl`` when NCCL loaded, else None (the reason is in ``available()``)."""
+        self._probe()
+        return self._nccl
 
     # ------------------------------------------------------------------ helpers
     @contextmanager
@@ -392,16 +407,20 @@ class CUDAPlugin(DevicePlugin):
                                     requested=requested, mem_info=info)
 
     def _call(self, index: int, what: str, fn: Any, *args: Any, requested: int | None = None) -> Any:
-        """``fn(*args)`` with device ``index`` current (the previous one restored after),
-        CUDA errors translated. The hot path: no context managers, and no device
-        switch when ``index`` is current already."""
+        """``fn(*args)`` with device ``index`` current, CUDA errors translated.
+
+        The thread's previous device is made current again after, but only if
+        the thread had a context: in a new thread ``cudaGetDevice`` says 0
+        without any context, and ``cudaSetDevice(0)`` would create GPU 0's.
+        The hot path: no context managers, no switch when ``index`` is current."""
         rt = self._rt
         if rt is None:
             rt = self._ready()
         prev = rt.getDevice()
-        switch = prev != index
+        restore = False
         try:
-            if switch:
+            if prev != index:
+                restore = self._driver.ctxGetCurrent() != 0
                 rt.setDevice(index)
             return fn(*args)
         except DeviceError:
@@ -411,8 +430,24 @@ class CUDAPlugin(DevicePlugin):
                 raise
             raise self._error(exc, what, index, requested) from exc
         finally:
-            if switch:
-                rt.setDevice(prev)
+            if restore:
+                self._restore_device(prev, what)
+
+    def _restore_device(self, prev: int, what: str) -> None:
+        try:
+            self._rt.setDevice(prev)
+        except Exception as exc:  # noqa: BLE001 - the call's own result or error wins
+            log.warning("cuda: could not make cuda:%d current again after %s: %s", prev, what, exc)
+
+    def _query(self, index: int, what: str, fn: Any, ptr: int) -> bool:
+        """cudaStreamQuery / cudaEventQuery: 0 done, 600 not ready, anything else raised
+        (CuPy's ``done`` would read a sticky error as "not done" forever)."""
+        status = self._call(index, what, fn, ptr)
+        if status == 0:
+            return True
+        if status == _NOT_READY:
+            return False
+        raise self._error(self._rt.CUDARuntimeError(status), what, index, None)
 
     # ------------------------------------------------------------------ memory
     def _malloc(self, index: int, nbytes: int) -> int:
@@ -429,10 +464,11 @@ class CUDAPlugin(DevicePlugin):
     def _pointer(self, handle: Any, offset: int) -> int:
         return int(handle) + offset
 
-    def pinned_empty(self, nbytes: int) -> np.ndarray:
-        """A page-locked host array (uint8) for fully asynchronous copies."""
+    def pinned_empty(self, nbytes: int, index: int = 0) -> np.ndarray:
+        """A page-locked host array (uint8) for fully asynchronous copies, allocated
+        with GPU ``index`` current (CuPy's pinned memory is portable: any GPU may use it)."""
         self._ready()
-        mem = self._cupy.cuda.alloc_pinned_memory(nbytes)
+        mem = self._call(index, "cudaHostAlloc", self._cupy.cuda.alloc_pinned_memory, nbytes, requested=nbytes)
         return np.frombuffer(mem, dtype=np.uint8, count=nbytes)
 
     # ------------------------------------------------------------------ copies
@@ -488,7 +524,7 @@ class CUDAPlugin(DevicePlugin):
         self._call(index, "cudaStreamSynchronize", stream.cupy_stream.synchronize)
 
     def _stream_query(self, index: int, stream: Any) -> bool:
-        return bool(self._call(index, "cudaStreamQuery", getattr, stream.cupy_stream, "done"))
+        return self._query(index, "cudaStreamQuery", self._rt.streamQuery, stream.ptr)
 
     def _stream_wait_event(self, index: int, stream: Any, event: Any) -> None:
         self._call(index, "cudaStreamWaitEvent", stream.cupy_stream.wait_event, event)
@@ -497,6 +533,12 @@ class CUDAPlugin(DevicePlugin):
     def _event_create(self, index: int) -> Any:
         self._ready()
         return self._call(index, "cudaEventCreate", self._cupy.cuda.Event)
+
+    def _event_create_untimed(self, index: int) -> Any:
+        """An event without timing (``cudaEventDisableTiming``), cheaper to record and
+        query: what the caching allocator needs for stream-ordered reuse."""
+        self._ready()
+        return self._call(index, "cudaEventCreateWithFlags", partial(self._cupy.cuda.Event, disable_timing=True))
 
     def _event_destroy(self, index: int, event: Any) -> None:
         pass  # CuPy destroys the event when the object goes
@@ -508,7 +550,7 @@ class CUDAPlugin(DevicePlugin):
         self._call(index, "cudaEventSynchronize", event.synchronize)
 
     def _event_query(self, index: int, event: Any) -> bool:
-        return bool(self._call(index, "cudaEventQuery", getattr, event, "done"))
+        return self._query(index, "cudaEventQuery", self._rt.eventQuery, event.ptr)
 
     def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
         return float(self._call(index, "cudaEventElapsedTime", self._cupy.cuda.get_elapsed_time, start, end))
@@ -527,9 +569,37 @@ def _visibility_note(visible: str | None) -> str:
     return f" (CUDA_VISIBLE_DEVICES={visible!r})"
 
 
-def _format_uuid(raw: bytes) -> str:
+def _format_uuid(raw: Any) -> str | None:
+    """``GPU-xxxxxxxx-xxxx-...`` from ``getDeviceProperties()['uuid']``, or None.
+
+    CuPy hands over ``char uuid[16]`` as Cython converts a ``char[]``: the bytes
+    up to the first zero byte, running on into the next field when there is
+    none. So 16 or more bytes hold the whole UUID; fewer mean it contained a
+    zero byte and the rest is lost (``nvidia-smi -L`` shows it)."""
+    if not isinstance(raw, (bytes, bytearray)) or len(raw) < 16:
+        return None
     h = bytes(raw[:16]).hex()
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _load_nccl() -> tuple[Any, str]:
+    """``cupy.cuda.nccl`` (or None) and why it is unusable.
+
+    When libnccl is missing, CuPy warns on import with a multi-line message;
+    it is kept out of the output here and condensed into the reason."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            from cupy.cuda import nccl
+        except Exception as exc:  # noqa: BLE001 - any failure means no NCCL
+            return None, f"cupy.cuda.nccl failed to import: {type(exc).__name__}: {exc}"
+    if getattr(nccl, "available", False):
+        return nccl, ""
+    text = "\n".join(str(w.message) for w in caught)
+    reason = re.search(r"^Reason: (.+)$", text, re.M)
+    fix = re.search(r"^\s*\$ (.+)$", text, re.M)
+    why = reason.group(1) if reason else "cupy.cuda.nccl.available is False"
+    return None, why + (f"; install it with: {fix.group(1)}" if fix else "")
 
 
 def _safe(fn: Any) -> Any:
@@ -552,6 +622,8 @@ def use_anychip_allocator_for_cupy(device: Any = None) -> Any:
 
     ``device`` (``"cuda:1"``, a Device, or an int) pins every allocation to
     that GPU; None (the default) allocates on CuPy's current device.
+    Out of memory raises ``cupy.cuda.memory.OutOfMemoryError`` (what CuPy and
+    its users catch) with anychip's message; anychip's error is its ``__cause__``.
     Returns the allocator CuPy had before, for ``cupy.cuda.set_allocator``.
     """
     import cupy
@@ -574,10 +646,16 @@ def use_anychip_allocator_for_cupy(device: Any = None) -> Any:
                 dev = cache[idx] = anychip.device(f"cuda:{idx}")
         if size == 0:
             return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(0, 0, None, dev.index), 0)
-        buf = dev.alloc(size)
+        try:
+            buf = dev.alloc(size)
+        except OutOfMemoryError as exc:
+            # CuPy (cub's fallbacks, ...) and its users catch CuPy's class
+            err = cupy.cuda.memory.OutOfMemoryError(size, exc.stats.get("allocated_bytes.all.current", -1))
+            err.args = (str(exc),)
+            raise err from exc
         mem = cupy.cuda.UnownedMemory(buf.ptr, size, buf, dev.index)
         return cupy.cuda.MemoryPointer(mem, 0)
 
-    previous = _safe(cupy.cuda.get_allocator) if hasattr(cupy.cuda, "get_allocator") else None
+    previous = cupy.cuda.get_allocator()
     cupy.cuda.set_allocator(allocate)
     return previous

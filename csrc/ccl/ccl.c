@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -323,9 +324,8 @@ static inline uint16_t float_to_bf16(float f)
  * Elements are accessed through 1-byte-aligned types: views may start at any byte. */
 #define DEF_REDUCE(NAME, T, A, LOAD, STORE)                                                    \
     typedef T NAME##_u __attribute__((aligned(1)));                                             \
-    static void NAME(void *dst_, const void *const *src, int ns, size_t n, int op, int div)   \
+    static void NAME(void *const *dsts, int nd, const void *const *src, int ns, size_t n, int op, int div) \
     {                                                                                           \
-        NAME##_u *dst = (NAME##_u *)dst_;                                                       \
         A acc[BLK];                                                                             \
         for (size_t base = 0; base < n; base += BLK) {                                          \
             size_t m = MIN((size_t)BLK, n - base);                                              \
@@ -337,7 +337,10 @@ static inline uint16_t float_to_bf16(float f)
             }                                                                                   \
             if (op == CCL_AVG)                                                                  \
                 for (size_t i = 0; i < m; i++) acc[i] = (A)(acc[i] / (A)div);                   \
-            for (size_t i = 0; i < m; i++) dst[base + i] = STORE(acc[i]);                       \
+            for (int d = 0; d < nd; d++) {                                                      \
+                NAME##_u *dst = (NAME##_u *)dsts[d] + base;                                     \
+                for (size_t i = 0; i < m; i++) dst[i] = STORE(acc[i]);                          \
+            }                                                                                   \
         }                                                                                       \
     }
 
@@ -350,15 +353,20 @@ DEF_REDUCE(red_bf16, uint16_t, float, bf16_to_float, float_to_bf16)
 DEF_REDUCE(red_f32, float, float, ID, (float))
 DEF_REDUCE(red_f64, double, double, ID, (double))
 
-typedef void (*reduce_fn)(void *, const void *const *, int, size_t, int, int);
+typedef void (*reduce_fn)(void *const *, int, const void *const *, int, size_t, int, int);
 static const reduce_fn REDUCERS[] = {red_i8, red_u8, red_i32, red_i64, red_f16, red_bf16, red_f32, red_f64};
+
+static void reduce1(const ccl_op *o, void *dst, const void *const *srcs, int n, uint64_t m)
+{
+    REDUCERS[o->dtype](&dst, 1, srcs, n, (size_t)m, o->redop, n);
+}
 
 int ccl_reduce_local(void *dst, const void *const *srcs, int nsrc, uint64_t n, int dtype, int redop, int divisor)
 {
     if (dtype < 0 || dtype >= CCL_DTYPE_COUNT || redop < 0 || redop >= CCL_REDOP_COUNT || nsrc < 1 || divisor < 1)
         return CCL_E_INVALID;
     if (n)
-        REDUCERS[dtype](dst, srcs, nsrc, (size_t)n, redop, divisor);
+        REDUCERS[dtype](&dst, 1, srcs, nsrc, (size_t)n, redop, divisor);
     return CCL_OK;
 }
 
@@ -499,7 +507,7 @@ int ccl_comm_init(const char *id, int rank, int nranks, double timeout_s, ccl_co
     c->small = ALIGN_UP(c->small, 64);
     c->chunk = ALIGN_UP((uint64_t)env_double("ANYCHIP_CCL_CHUNK", 1 << 20), 4096);
     c->chan = nranks <= 8 ? 256 * 1024 : 64 * 1024;
-    c->spin_ns = (int)(env_double("ANYCHIP_CCL_SPIN_US", 50) * 1000);
+    c->spin_ns = (int)(env_double("ANYCHIP_CCL_SPIN_US", 200) * 1000);
     c->small_max = c->small;
     c->zc_min = 65536;
     snprintf(c->label, sizeof c->label, "group of %d ranks", nranks);
@@ -685,7 +693,9 @@ static int wait_until(ctx_t *x, ready_fn ready, const void *arg, uint64_t peers,
     ccl_comm *c = x->c;
     if (ready(x, arg))
         return CCL_OK;
-    uint64_t spin_until = now_ns() + (uint64_t)c->spin_ns;
+    /* spin: a few microseconds of pause loops, then yield the core between polls (ranks may
+     * outnumber cores), until the spin time is up; then sleep on the doorbell */
+    uint64_t start = now_ns(), spin_until = start + (uint64_t)c->spin_ns;
     for (unsigned k = 1;; k++) {
         if (ready(x, arg))
             return CCL_OK;
@@ -693,8 +703,11 @@ static int wait_until(ctx_t *x, ready_fn ready, const void *arg, uint64_t peers,
         if ((k & 63) == 0) {
             if (atomic_load(&c->hdr->aborted) == 2)
                 return check_abort(x);
-            if (now_ns() > spin_until)
+            uint64_t t = now_ns();
+            if (t > spin_until)
                 break;
+            if (t - start > 5000)
+                sched_yield();
         }
     }
     rank_line_t *me = &c->lines[c->rank];
@@ -889,7 +902,7 @@ static int one_barrier_rounds(ctx_t *x, int small)
                 break;
             for (int r = 0; r < N; r++)
                 srcs[r] = slotf(c, r, b);
-            REDUCERS[o->dtype](recv + lo * es, srcs, N, m, o->redop, N);
+            reduce1(o, recv + lo * es, srcs, N, m);
             break;
         case CCL_BROADCAST:
             if (me != o->root)
@@ -902,7 +915,7 @@ static int one_barrier_rounds(ctx_t *x, int small)
         case CCL_REDUCE_SCATTER:
             for (int r = 0; r < N; r++)
                 srcs[r] = slotf(c, r, b) + (size_t)me * cap * es;
-            REDUCERS[o->dtype](recv + lo * es, srcs, N, m, o->redop, N);
+            reduce1(o, recv + lo * es, srcs, N, m);
             break;
         case CCL_ALL_TO_ALL:
             for (int r = 0; r < N; r++)
@@ -941,7 +954,7 @@ static int reduce_rounds(ctx_t *x)
         for (int r = 0; r < N; r++)
             srcs[r] = big_slot(c, r, b) + s0 * es;
         if (s1 > s0)
-            REDUCERS[o->dtype](big_slot(c, me, b) + s0 * es, srcs, N, s1 - s0, o->redop, N);
+            reduce1(o, big_slot(c, me, b) + s0 * es, srcs, N, s1 - s0);
         if ((st = barrier_step(x)))
             return st;
         if (o->kind == CCL_REDUCE && me != o->root)
@@ -1036,12 +1049,14 @@ static int zero_copy(ctx_t *x, int parity)
             uint64_t m = MIN(step, hi - a);
             for (int r = 0; r < N; r++)
                 srcs[r] = sp[r] + a * es;
-            char *dst = o->kind == CCL_REDUCE ? rp[o->root] : rp[me];
-            REDUCERS[o->dtype](dst + a * es, srcs, N, m, o->redop, N);
-            if (o->kind == CCL_ALL_REDUCE)
+            void *dsts[CCL_MAX_RANKS];
+            int nd = 0;
+            if (o->kind == CCL_REDUCE)
+                dsts[nd++] = rp[o->root] + a * es;
+            else
                 for (int r = 0; r < N; r++)
-                    if (r != me)
-                        copy(rp[r] + a * es, dst + a * es, m * es);
+                    dsts[nd++] = rp[r] + a * es;
+            REDUCERS[o->dtype](dsts, nd, srcs, N, m, o->redop, N);
         }
         break;
     case CCL_BROADCAST:
@@ -1057,7 +1072,7 @@ static int zero_copy(ctx_t *x, int parity)
             uint64_t m = MIN(step, n - a);
             for (int r = 0; r < N; r++)
                 srcs[r] = sp[r] + ((size_t)me * n + a) * es;
-            REDUCERS[o->dtype](rp[me] + a * es, srcs, N, m, o->redop, N);
+            reduce1(o, rp[me] + a * es, srcs, N, m);
         }
         break;
     default:

@@ -44,7 +44,8 @@
  *   Half types (float16, bfloat16) accumulate in float32 and are rounded once.
  *
  * Waiting and failure
- *   Waits spin briefly (ANYCHIP_CCL_SPIN_US, default 50), then sleep on a futex. Every
+ *   Waits spin briefly (ANYCHIP_CCL_SPIN_US, default 200; pause loops, then
+ *   yielding the core between polls), then sleep on a futex. Every
  *   wait checks the deadline (the communicator timeout, from the op's start) and the
  *   liveness of the peers (a robust mutex per rank: a killed rank is seen at once).
  *   A failure aborts the communicator: the ranks still waiting are woken and fail too
@@ -67,7 +68,12 @@
 extern "C" {
 #endif
 
+/* Compiled into another library (a simulator's HCCL / BKCL / RCCL front end), define
+ * CCL_EXPORT as __attribute__((visibility("hidden"))) so that library exports only its
+ * vendor's names. */
+#ifndef CCL_EXPORT
 #define CCL_EXPORT __attribute__((visibility("default")))
+#endif
 
 #define CCL_MAX_RANKS 64
 #define CCL_IPC_BYTES 64    /* size of an opaque IPC handle (anychip_sim_ipc_handle) */
