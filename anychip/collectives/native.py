@@ -466,7 +466,8 @@ def native_library(device: Device) -> tuple[NativeLibrary | None, str]:
 # transports
 # ---------------------------------------------------------------------------------------------
 
-_LABEL = re.compile(r"\((op #\d+), [^()]*\)")
+#: how the simulator's libraries name their communicators in messages (csrc/sim/collective.c)
+_LABEL = re.compile(r"\b(?:hccl|nccl|bkcl) communicator [\w.-]+")
 
 
 class _EventWork(Work):
@@ -619,7 +620,7 @@ class NativeTransport(Transport):
             return None
         detail = self.lib.detail()
         if detail:
-            msg = _LABEL.sub(lambda m: f"({m.group(1)}, group {self.label})", detail, count=1)
+            msg = _LABEL.sub(lambda m: f"group {self.label}", detail)
         else:
             msg = f"{what} (group {self.label}) failed: {self.lib.api} reported {self.lib.code_name(code)}"
         timed_out = code in self.lib.timeout_codes or " timed out after " in detail
