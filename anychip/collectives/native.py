@@ -122,6 +122,10 @@ class NativeLibrary:
             return InvalidArgumentError(msg)
         return CollectiveError(msg)
 
+    def comm_detail(self, comm: Any) -> str:
+        """The library's message for a failure of ``comm``'s enqueued work."""
+        return self.detail()
+
     def check(self, code: int, what: str) -> None:
         if code:
             raise self.error(code, what)
@@ -260,6 +264,7 @@ int ncclCommDestroy(void *comm);
 int ncclCommAbort(void *comm);
 int ncclCommGetAsyncError(void *comm, int *asyncError);
 const char *ncclGetErrorString(int result);
+const char *ncclGetLastError(void *comm);
 int ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, int datatype, int op, void *comm, void *stream);
 int ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, int datatype, int root, void *comm,
                   void *stream);
@@ -309,6 +314,10 @@ class Rccl(NativeLibrary):
         err = self.ffi.new("int *")
         rc = self.lib.ncclCommGetAsyncError(comm, err)
         return rc or int(err[0])
+
+    def comm_detail(self, comm: Any) -> str:
+        p = self.lib.ncclGetLastError(comm)
+        return self.ffi.string(p).decode("utf-8", "replace") if p != self.ffi.NULL else ""
 
     def group_start(self) -> int:
         return self.lib.ncclGroupStart()
@@ -618,7 +627,7 @@ class NativeTransport(Transport):
         code = self.lib.async_error(self._comm)
         if not code:
             return None
-        detail = self.lib.detail()
+        detail = self.lib.comm_detail(self._comm)
         if detail:
             msg = _LABEL.sub(lambda m: f"group {self.label}", detail)
         else:
@@ -680,7 +689,7 @@ class NcclTransport(Transport):
             return self._boot.submit(specs, stream)
         what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
         handle = stream._live()
-        sptr = int(getattr(handle, "ptr", handle) or 0)
+        sptr = int(getattr(handle, "ptr", 0) or 0)         # a CUDA stream handle carries the cudaStream_t
         nccl = self.nccl
         grouped = len(specs) > 1 or any(sp.kind == "all_to_all" for sp in specs)
         if grouped:
