@@ -167,6 +167,29 @@ static int run(int rank, int nranks, ncclUniqueId id)
     get(o, recv, 1000 * sizeof(float));
     CHECK(o[999] == (float)(prev * 1000 + 999), "ring recv [999] = %g", o[999]);
 
+    /* ops of one communicator issued on two streams run in call order; a group may span streams */
+    hipStream_t s2;
+    hipStreamCreate(&s2);
+    for (int i = 0; i < 1000; i++)
+        h[i] = (float)(rank + 1);
+    put(send, h, 1000 * sizeof(float));
+    NCCL(ncclAllReduce(send, recv, 1000, ncclFloat32, ncclSum, comm, stream));
+    NCCL(ncclAllReduce(recv, recv, 1000, ncclFloat32, ncclSum, comm, s2));
+    hipStreamSynchronize(s2);
+    get(o, recv, 1000 * sizeof(float));
+    CHECK(o[500] == (float)(nranks * nranks * (nranks + 1) / 2), "two streams [500] = %g", o[500]);
+    hipStreamSynchronize(stream);
+    put(send, h, 1000 * sizeof(float));
+    NCCL(ncclGroupStart());
+    NCCL(ncclSend(send, 1000, ncclFloat32, next, comm, s2));
+    NCCL(ncclRecv(recv, 1000, ncclFloat32, prev, comm, stream));
+    NCCL(ncclGroupEnd());
+    hipStreamSynchronize(stream);
+    hipStreamSynchronize(s2);
+    get(o, recv, 1000 * sizeof(float));
+    CHECK(o[999] == (float)(prev + 1), "group on two streams [999] = %g", o[999]);
+    hipStreamDestroy(s2);
+
     /* errors found when called: the vendor's codes */
     CHECK(ncclAllReduce(send, recv, 4, (ncclDataType_t)42, ncclSum, comm, stream) == ncclInvalidArgument, "type");
     CHECK(ncclAllReduce(send, recv, 4, ncclFloat32, (ncclRedOp_t)9, comm, stream) == ncclInvalidArgument, "op");
