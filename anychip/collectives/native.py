@@ -41,7 +41,6 @@ import os
 import re
 import threading
 import time
-import weakref
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..runtime.errors import CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
@@ -532,7 +531,6 @@ class NativeTransport(Transport):
         # as ShmTransport's modes: "sim" = ops enqueued on a simulated stream
         self.mode = "sim" if library.simulated else "device"
         self.name = f"native/{library.api}" + (" (simulated)" if library.simulated else "")
-        self._pending: list[weakref.ref] = []
         self._boot = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
         self._comm: Any = None
         try:
@@ -567,10 +565,7 @@ class NativeTransport(Transport):
                 lib.check(lib.group_end(), f"{what}: {lib.api} group end")
         event = stream.record_event()
         stream._keep_alive(specs)
-        work = _EventWork(what, self, event, specs)
-        self._pending = [r for r in self._pending if (w := r()) is not None and not w._done]
-        self._pending.append(weakref.ref(work))
-        return work
+        return _EventWork(what, self, event, specs)
 
     def exchange(self, obj: Any) -> list[Any]:
         self._live()
