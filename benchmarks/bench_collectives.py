@@ -3,7 +3,8 @@
     python benchmarks/bench_collectives.py [--ops all_reduce,all_gather,broadcast]
                                            [--min 8] [--max 64M] [--factor 8] [--json out.json]
 
-Two ranks, float32, out of place. Contenders, all in one run:
+Two ranks, float32; all_reduce and all_gather out of place, broadcast in place (as MPI_Bcast).
+Contenders, all in one run:
   anychip zero-copy  simulated hygon chips (device memory mapped by the peer)
   anychip staged     cpu (host memory through the engine's shared slots)
   mpich              mpi4py on the `mpich` wheel (`mpiexec -n 2`), when installed
@@ -93,7 +94,7 @@ def worker_anychip(ops: list[str], szs: list[int]) -> None:
             recv = dev.alloc(per * 4 * (NRANKS if op == "all_gather" else 1))
             call = {"all_reduce": functools.partial(run, comm.all_reduce, send, recv, count=n),
                     "all_gather": functools.partial(run, comm.all_gather, send, recv, count=per),
-                    "broadcast": functools.partial(run, comm.broadcast, send, recv, count=n, root=0)}[op]
+                    "broadcast": functools.partial(run, comm.broadcast, send, count=n, root=0)}[op]
             slow = max(comm.exchange(_time(call, iters_for(size), sync)))
             if comm.rank == 0:
                 print("BENCH " + json.dumps({"op": op, "size": size, "time": slow}), flush=True)

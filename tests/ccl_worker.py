@@ -236,8 +236,10 @@ def failures(comm, suite: str) -> int:
     buf = dev.alloc(4 * n).copy_from(np.ones(n, dtype=np.float32))
     if suite == "kill" and r == 1:
         if comm.transport.mode == "sim":
-            # enqueued on the simulated stream: the worker thread is inside the op when the process dies
-            comm.all_reduce(buf, count=n)
+            # enqueued behind a held stream: the others wait in the op for a rank that never comes
+            stream = dev.current_stream()
+            dev.plugin.sim_hold_stream(dev.index, stream._handle)
+            comm.all_reduce(buf, count=n, stream=stream)
         else:
             # one round of the chunked all_reduce with the others, then die while they are mid-op
             comm.all_reduce(buf, count=1024 * 256).wait()
@@ -248,7 +250,14 @@ def failures(comm, suite: str) -> int:
     count = n if suite != "check" else 10 + r
     t = time.perf_counter()
     try:
-        comm.all_reduce(buf, count=count).wait()
+        if suite == "p2p_mismatch":
+            if r == 0:
+                comm.send(buf, 1, count=10).wait()
+                comm.barrier().wait()        # fails: rank 1 aborted the communicator
+            else:
+                comm.recv(buf, 0, count=11).wait()
+        else:
+            comm.all_reduce(buf, count=count).wait()
         outcome = "none"
         msg = ""
     except anychip.AnychipError as exc:
@@ -268,7 +277,7 @@ def main() -> None:
         n = matrix(comm, counts, big)
     elif suite == "p2p":
         n = p2p(comm) + groups(comm)
-    elif suite in ("kill", "timeout", "check"):
+    elif suite in ("kill", "timeout", "check", "p2p_mismatch"):
         failures(comm, suite)
         return
     else:

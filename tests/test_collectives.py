@@ -137,3 +137,13 @@ def test_check_mode_reports_what_each_rank_called() -> None:
         assert kind == "CollectiveError"
         assert msg == ("mismatched collective in group world (op #1; ANYCHIP_COLLECTIVE_CHECK): rank 0 called "
                        "all_reduce(count=10, float32, sum), rank 1 called all_reduce(count=11, float32, sum)")
+
+
+def test_send_recv_size_mismatch_fails_both_sides_at_once() -> None:
+    results = _spawn(2, "p2p_mismatch", "cpu", {"ANYCHIP_COLLECTIVE_TIMEOUT": "60"})
+    expect = "recv (group world): rank 0 sends 40 bytes but rank 1 expects 44 bytes"
+    for rc, out, err in results:
+        assert rc == 0, err
+        kind, secs, msg = _result(out)
+        assert (kind, msg) == ("CollectiveError", expect)
+        assert secs < 10

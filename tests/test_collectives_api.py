@@ -284,3 +284,16 @@ def test_repeated_call_after_free_is_refused(comm) -> None:
     b.free()
     with pytest.raises(anychip.InvalidArgumentError, match="^all_reduce: send was freed$"):
         comm.all_reduce(b)
+
+
+def test_init_twice_in_one_job(tmp_path) -> None:
+    p = _run_launch(tmp_path, """
+        from anychip import collectives
+        for _ in range(3):
+            comm = collectives.init("cpu:0")
+            assert comm.exchange(comm.rank) == [0, 1, 2]
+            comm.destroy()
+        print("ok")
+    """, 3)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(p.stdout.split()) == ["[0]", "[1]", "[2]", "ok", "ok", "ok"]

@@ -21,6 +21,9 @@ __all__ = ["init", "Communicator", "Work", "OpSpec", "Transport", "ShmTransport"
            "REDUCE_OPS", "default_device"]
 
 
+_inits = 0
+
+
 def default_device(world: World) -> Any:
     """``<backend>:<local rank>``: the backend of ``ANYCHIP_LAUNCH_DEVICE`` (set by
     ``anychip launch --device``) or of the default device. A backend with fewer devices
@@ -61,5 +64,7 @@ def init(device: Any = None, *, world: World | None = None) -> Communicator:
         raise UnsupportedError(
             f"collectives.init: the job spans more than one host ({world.size} ranks, {world.local_size} on "
             "this one); the shared-memory transport works within one host")
-    transport = make_transport(dev, world.rank, world.size, f"{world.job_id}.world", "world")
+    global _inits
+    _inits += 1      # every rank calls init equally often: the n-th init of a job has its own name
+    transport = make_transport(dev, world.rank, world.size, f"{world.job_id}.world{_inits}", "world")
     return Communicator(transport, dev, "world")

@@ -1010,17 +1010,19 @@ static int map_peers(ctx_t *x, int parity, char **sp, char **rp)
             continue;
         }
         sp[r] = rp[r] = NULL;
-        if (p->send_ipc) {
-            char *b = ipc_map(c, p->send_h);
-            if (!b)
-                return fail(x, CCL_E_IPC, "%s (%s): cannot map rank %d's send buffer", x->name, c->label, r);
-            sp[r] = b + p->send_off;
-        }
-        if (p->recv_ipc) {
-            char *b = ipc_map(c, p->recv_h);
-            if (!b)
-                return fail(x, CCL_E_IPC, "%s (%s): cannot map rank %d's recv buffer", x->name, c->label, r);
-            rp[r] = b + p->recv_off;
+        for (int which = 0; which < 2; which++) {
+            if (!(which ? p->recv_ipc : p->send_ipc))
+                continue;
+            char *b = ipc_map(c, which ? p->recv_h : p->send_h);
+            if (!b) {
+                const char *why;
+                if (peer_gone(c, r, &why))
+                    return fail(x, CCL_E_PEER_DEAD, "%s (op #%llu, %s) failed: missing rank %d (pid %d %s)", x->name,
+                                (unsigned long long)c->opno, c->label, r, c->lines[r].pid, why);
+                return fail(x, CCL_E_IPC, "%s (op #%llu, %s): cannot map rank %d's %s buffer", x->name,
+                            (unsigned long long)c->opno, c->label, r, which ? "recv" : "send");
+            }
+            *(which ? &rp[r] : &sp[r]) = b + (which ? p->recv_off : p->send_off);
         }
     }
     return CCL_OK;
@@ -1341,19 +1343,18 @@ int ccl_run(ccl_comm *c, const ccl_op *ops, int nops)
     ctx_t x = {c, NULL, "send/recv", deadline};
     atomic_store(&me->kind, CCL_SEND);
     int st = run_p2p(&x, ops, nops);
-    if (st)
-        return st;
-    for (int i = 0; i < nops; i++) {
+    for (int i = 0; i < nops && !st; i++) {
         if (ops[i].kind == CCL_SEND || ops[i].kind == CCL_RECV)
             continue;
         c->opno++;
         atomic_store(&me->opno, c->opno);
         atomic_store(&me->kind, ops[i].kind);
         ctx_t y = {c, &ops[i], KIND_NAMES[ops[i].kind], deadline};
-        if ((st = collective(&y)))
-            return st;
+        st = collective(&y);
     }
-    return CCL_OK;
+    if (st) /* peers may be waiting on this rank inside the op: end their waits too */
+        do_abort(c, st, c->err);
+    return st;
 }
 
 /* ========================================================================== */
