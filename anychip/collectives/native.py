@@ -44,6 +44,7 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..runtime.errors import CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
+from ..runtime.stream import Event
 from .communicator import OpSpec, Work
 from .transport import ShmTransport, Transport
 
@@ -491,6 +492,9 @@ class _EventWork(Work):
     def _settle(self) -> bool:
         exc = self._transport._async_failure(self._what)
         self._finish(exc)
+        pool = self._transport._events
+        if len(pool) < 64:
+            pool.append(self._event)          # passed: it may be recorded again
         self._event = self._keep = None
         return True
 
@@ -532,6 +536,7 @@ class NativeTransport(Transport):
         self.mode = "sim" if library.simulated else "device"
         self.name = f"native/{library.api}" + (" (simulated)" if library.simulated else "")
         self._boot = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
+        self._events: list[Event] = []          # completion events that have passed, for reuse
         self._comm: Any = None
         try:
             uid = library.unique_id() if rank == 0 else None
@@ -563,7 +568,8 @@ class NativeTransport(Transport):
         finally:
             if grouped:
                 lib.check(lib.group_end(), f"{what}: {lib.api} group end")
-        event = stream.record_event()
+        event = self._events.pop() if self._events else Event(self.device)
+        event.record(stream)
         stream._keep_alive(specs)
         return _EventWork(what, self, event, specs)
 
@@ -663,6 +669,7 @@ class NcclTransport(Transport):
         self.dtypes = {k: getattr(nccl, v) for k, v in _NCCL_DTYPES.items() if hasattr(nccl, v)}
         self.redops = {k: getattr(nccl, v) for k, v in _NCCL_OPS.items() if hasattr(nccl, v)}
         self._scratch: Any = None
+        self._events: list[Event] = []
         try:
             uid = nccl.get_unique_id() if rank == 0 else None
             uid = self._boot.exchange(uid)[0]
@@ -695,7 +702,8 @@ class NcclTransport(Transport):
         finally:
             if grouped:
                 nccl.groupEnd()
-        event = stream.record_event()
+        event = self._events.pop() if self._events else Event(self.device)
+        event.record(stream)
         stream._keep_alive(specs)
         return _EventWork(what, self, event, specs)
 
