@@ -1,6 +1,8 @@
 """Build the C parts of anychip.
 
-Every entry of ``C_LIBRARIES`` is compiled into a plain shared library inside
+``anychip._lib._alloc`` is a Python extension module: the compiled core of the
+caching allocator (csrc/alloc, see anychip/runtime/allocator.py). Every entry
+of ``C_LIBRARIES`` is compiled into a plain shared library inside
 the package (``anychip/_lib/<name>.<ext-suffix>``). They are not Python
 extension modules: the backends ``dlopen`` them through cffi (ABI mode), exactly
 as they would open a vendor's library. ``anychip.runtime._libs.find_library``
@@ -9,14 +11,18 @@ locates them. A C source added later only needs a line here.
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wno-unused-function"]
+# every warning is an error: the C code builds clean or not at all
+COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wextra", "-Werror"]
+
+# the chip simulator's core, one file per concern (see csrc/sim/core.h)
+SIM_CORE = [f"csrc/sim/{name}.c" for name in ("config", "memory", "ipc", "handles", "wait", "stream", "event")]
 
 # name -> (sources, extra libraries)
 C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
     # the chip simulator: one core, one front end per vendor API (see docs/simulator.md)
-    "libascend_sim": (["csrc/sim/core.c", "csrc/sim/acl.c"], []),
-    "libkunlun_sim": (["csrc/sim/core.c", "csrc/sim/xpu.c"], []),
-    "libhygon_sim": (["csrc/sim/core.c", "csrc/sim/hip.c"], []),
+    "libascend_sim": ([*SIM_CORE, "csrc/sim/acl.c"], ["dl"]),
+    "libkunlun_sim": ([*SIM_CORE, "csrc/sim/xpu.c"], ["dl"]),
+    "libhygon_sim": ([*SIM_CORE, "csrc/sim/hip.c"], ["dl"]),
     # the shared-memory collective engine (see csrc/ccl/ccl.h)
     "libanychip_ccl": (["csrc/ccl/ccl.c"], []),
 }
@@ -33,10 +39,10 @@ for _lib, _api in SIM_COLLECTIVES.items():
 
 
 class build_clib_as_ext(build_ext):
-    """Plain shared libraries: no PyInit symbol is required or exported."""
+    """Plain shared libraries: no PyInit symbol is required or exported (except by the allocator core)."""
 
     def get_export_symbols(self, ext):
-        return []
+        return super().get_export_symbols(ext) if ext.name == "anychip._lib._alloc" else []
 
 
 ext_modules = [
@@ -49,5 +55,9 @@ ext_modules = [
     )
     for name, (sources, libs) in C_LIBRARIES.items()
 ]
+# CPython's method signatures fix parameters (self, args, closure) a function may not use
+PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]
+ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"], depends=["csrc/alloc/stats.h"],
+                             extra_compile_args=PY_EXT_FLAGS))
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": build_clib_as_ext})

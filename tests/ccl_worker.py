@@ -31,8 +31,9 @@ def storage(dtype: str) -> np.dtype:
 
 def encode(values: np.ndarray, dtype: str) -> np.ndarray:
     """int64 / float64 values -> the dtype's bytes (bfloat16 as the top half of float32)."""
-    if dtype == "bfloat16":
-        return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if dtype == "bfloat16":     # round to nearest even, as the engine does
+        u = values.astype(np.float32).view(np.uint32).astype(np.uint64)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     return values.astype(storage(dtype))
 
 
@@ -61,8 +62,13 @@ def reduce_values(arrs: list[np.ndarray], op: str, dtype: str) -> np.ndarray:
         out = stack.min(axis=0)
     else:
         out = stack.max(axis=0)
-    if op == "avg":
-        out = np.fix(out / len(arrs)).astype(np.int64) if dtype.startswith(("int", "uint")) else out / len(arrs)
+    if op == "avg":     # the engine divides the (exact) sum in the accumulation type: float32 for halves
+        if dtype.startswith(("int", "uint")):
+            out = np.fix(out / len(arrs)).astype(np.int64)
+        elif dtype == "float64":
+            out = out / len(arrs)
+        else:
+            out = (out.astype(np.float32) / np.float32(len(arrs))).astype(np.float64)
     return decode(encode(out, dtype), dtype)    # integer results wrap like the dtype
 
 
@@ -146,7 +152,7 @@ class Case:
                 f"inplace={self.inplace}, offset={self.offset}) on {self.comm.device} rank {self.comm.rank}")
 
 
-def matrix(comm, counts: list[int], big: int | None) -> int:
+def matrix(comm, counts: list[int], big: int | None, big_dtypes: tuple[str, ...]) -> int:
     case = 0
     for count in counts:
         for dt in DTYPES:
@@ -155,7 +161,7 @@ def matrix(comm, counts: list[int], big: int | None) -> int:
                     Case(comm, case, kind, dt, op, count, inplace=case % 3 == 1, offset=3 if case % 2 else 0).run()
                     case += 1
     if big:
-        for dt in ("float32", "bfloat16", "int8", "float64"):
+        for dt in big_dtypes:
             for kind in OPS:
                 for op in (("sum", "max") if kind in REDUCING else (None,)):
                     Case(comm, case, kind, dt, op, big, inplace=case % 3 == 1, offset=3 if case % 2 else 0).run()
@@ -274,7 +280,8 @@ def main() -> None:
     if suite == "matrix":
         counts = [int(c) for c in sys.argv[2].split(",")]
         big = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] != "0" else None
-        n = matrix(comm, counts, big)
+        big_dtypes = tuple(sys.argv[4].split(",")) if len(sys.argv) > 4 else ("float32", "bfloat16", "int8", "float64")
+        n = matrix(comm, counts, big, big_dtypes)
     elif suite == "p2p":
         n = p2p(comm) + groups(comm)
     elif suite in ("kill", "timeout", "check", "p2p_mismatch"):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import re
+import threading
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
+from anychip._lib._alloc import ALLOCATED, FREE
 from anychip.runtime.allocator import (
     LARGE_BUFFER,
     MIN_BLOCK_SIZE,
@@ -268,8 +271,8 @@ def test_merge_with_equal_size_neighbours(alloc: CachingAllocator) -> None:
     assert (c.handle, c.offset) == (a.handle, 0)
 
 
-def test_size_index_stays_small(alloc: CachingAllocator) -> None:
-    # many distinct sizes come and go: empty size buckets are dropped, not kept forever
+def test_free_list_holds_exactly_the_free_blocks(alloc: CachingAllocator) -> None:
+    # many distinct sizes come and go: the free list holds the free blocks, sorted, and nothing else
     keep = []
     for r in range(8):
         blocks = []
@@ -279,9 +282,11 @@ def test_size_index_stays_small(alloc: CachingAllocator) -> None:
         for b in blocks:
             alloc.free(b)
         keep += [alloc.malloc(b.requested) for b in blocks]
-    fl = alloc._small[None]
-    assert fl.sizes == sorted(set(fl.sizes)) and set(fl.sizes) == set(fl.buckets)
-    assert len(fl.sizes) <= 128
+    listed = [b for fl in (alloc._small[None], alloc._any_small) for b in fl.blocks()]
+    assert [b.size for b in alloc._small[None].blocks()] == sorted(b.size for b in alloc._small[None].blocks())
+    inactive = {(seg["handle"], off, size) for seg in alloc.snapshot() for off, size, st in seg["blocks"]
+                if st == "inactive"}
+    assert {(repr(b.handle), b.offset, b.size) for b in listed} == inactive and len(listed) == len(inactive)
     for b in keep:
         alloc.free(b)
     assert alloc.memory_stats()["allocated_bytes.all.current"] == 0
@@ -488,6 +493,136 @@ def test_without_events(dev: FakeDevice) -> None:
     d = al.malloc(64 * MiB, "D")
     assert d.handle in (b.handle, c.handle)
     assert len(dev.allocs()) == 3
+
+
+def test_free_blocks_of_two_streams_coalesce_once_their_work_is_done(dev: FakeDevice,
+                                                                     alloc: CachingAllocator) -> None:
+    a, b = alloc.malloc(4 * KiB, "s1"), alloc.malloc(4 * KiB, "s1")
+    alloc.free(a)
+    c = alloc.malloc(SMALL_SIZE, "s2")              # miss on s2: event on s1, s1's blocks marked
+    c2 = alloc.malloc(SMALL_SIZE, "s2")             # s2's segment is full
+    dev.complete("s1")
+    d = alloc.malloc(4 * KiB, "s2")                 # s1's free blocks are stream-less now: d is a's place
+    assert (d.handle, d.offset) == (a.handle, 0) and dev.allocs() == [SMALL_BUFFER, SMALL_BUFFER]
+    for x in (b, c, c2, d):
+        alloc.free(x)
+    # b went back to s1's list, d to s2's: the segment is whole only once both are stream-less
+    assert len(blocks_of(alloc, b.handle)) > 1
+    alloc.synchronize_and_free_events()             # the device is idle
+    assert blocks_of(alloc, b.handle) == [(0, SMALL_BUFFER, "inactive")]
+    assert blocks_of(alloc, c.handle) == [(0, SMALL_BUFFER, "inactive")]
+    assert alloc.memory_stats()["inactive_split.all.current"] == 0
+    alloc.empty_cache()
+    assert dev.live == {} and alloc.memory_stats()["reserved_bytes.all.current"] == 0
+
+
+def test_empty_cache_returns_segments_freed_on_several_streams(dev: FakeDevice, alloc: CachingAllocator) -> None:
+    a = alloc.malloc(4 * KiB, "s1")
+    alloc.free(a)
+    alloc.malloc(SMALL_SIZE, "s2")                  # event on s1 (not done); a new segment for s2...
+    alloc.malloc(SMALL_SIZE, "s2")                  # ...which is full now
+    dev.complete()
+    b = alloc.malloc(4 * KiB, "s2")                 # a's segment, now s2's block inside a stream-less rest
+    assert b.handle is a.handle
+    alloc.free(b)                                   # back to s2's list, next to stream-less free memory
+    assert [st for _, _, st in blocks_of(alloc, a.handle)] == ["inactive", "inactive"]
+    alloc.empty_cache()                             # every block of the segment is free: it goes
+    assert a.handle.id in dev.frees()
+    assert alloc.memory_stats()["segment.all.current"] == 1
+
+
+def test_retire_stream(dev: FakeDevice, alloc: CachingAllocator) -> None:
+    live = alloc.malloc(8 * KiB, "s1")
+    cached = alloc.malloc(4 * KiB, "s1")
+    alloc.free(cached)
+    other = alloc.malloc(512, "s2")
+    alloc.record_stream(other, "s1")
+    n_events = len(dev.events)
+    alloc.retire_stream("s1")
+    assert "s1" not in alloc._small and len(dev.events) == n_events
+    got = alloc.malloc(4 * KiB, "s3")               # s1's cached memory serves any stream at once
+    assert (got.handle, got.offset) == (cached.handle, cached.offset)
+    alloc.free(other)                               # no event is recorded on the retired stream
+    alloc.free(live)                                # freed after its stream was retired: stream-less
+    assert len(dev.events) == n_events
+    assert live in alloc._any_small.blocks() or live.prev in alloc._any_small.blocks()
+    alloc.retire_stream("never used")               # nothing to do
+    alloc.free(got)
+    alloc.synchronize_and_free_events()
+    alloc.empty_cache()
+    assert dev.live == {}
+
+
+@pytest.mark.parametrize("cls", [CachingAllocator, NativeAllocator])
+@pytest.mark.parametrize("nbytes", [1 << 62, 1 << 63, 1 << 64, 10**30])
+def test_absurd_size_is_out_of_memory(dev: FakeDevice, cls: type, nbytes: int) -> None:
+    al = dev.allocator(cls=cls)
+    with pytest.raises(OutOfMemoryError) as info:
+        al.malloc(nbytes)
+    assert info.value.requested == nbytes and dev.calls == []
+    assert f"{nbytes} bytes were requested: no device can hold it" in str(info.value)
+    assert al.memory_stats()["num_ooms"] == 1
+
+
+def test_abandoned_allocator(dev: FakeDevice, alloc: CachingAllocator) -> None:
+    a, b = alloc.malloc(4 * KiB), alloc.malloc(4 * KiB)
+    alloc._lock.acquire()                           # e.g. held by another thread at a fork()
+    alloc.abandon("its memory belongs to the parent process")
+    with pytest.raises(InvalidArgumentError, match="free\\(\\) on fake:0: its memory belongs to the parent process"):
+        alloc.free(a)
+    alloc.free(b, False)                            # a finalizer: ignored, never blocks
+    with pytest.raises(InvalidArgumentError, match="malloc on fake:0: its memory belongs"):
+        alloc.malloc(512)
+    assert dev.calls == [("alloc", SMALL_BUFFER)] and b._state == ALLOCATED
+
+
+def test_threads_race_the_cached_path_against_the_slow_path() -> None:
+    dev = FakeDevice(auto_done=True)
+    al = dev.allocator()
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        live: list[Block] = []
+        try:
+            for _ in range(3000):
+                r = rng.random()
+                if live and r < 0.45:
+                    al.free(live.pop(int(rng.integers(len(live)))))
+                elif r < 0.47:
+                    al.empty_cache()
+                elif r < 0.49:
+                    al.memory_stats()
+                elif r < 0.5 and live:
+                    al.record_stream(live[-1], f"s{seed + 1}")
+                else:
+                    live.append(al.malloc(int(rng.choice([512, 3000, 64 * KiB, MiB + 5, 3 * MiB])), f"s{seed}"))
+            for b in live:
+                al.free(b)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    al.synchronize_and_free_events()
+    al.empty_cache()
+    s = al.memory_stats()
+    assert (s["allocated_bytes.all.current"], s["active_bytes.all.current"], s["reserved_bytes.all.current"],
+            s["inactive_split.all.current"]) == (0, 0, 0, 0)
+    assert dev.live == {}
+
+
+def test_finalizer_free_while_busy_is_deferred(dev: FakeDevice, alloc: CachingAllocator) -> None:
+    a = alloc.malloc(4 * KiB)
+    with alloc._locked():                           # another operation is under way
+        alloc.free(a, False)                        # a finalizer: queued, never blocks
+        assert a._state == ALLOCATED
+    assert a._state == FREE                         # freed when the holder left
+    assert alloc.memory_stats()["allocated_bytes.all.current"] == 0
 
 
 # ---------------------------------------------------------------------------
@@ -771,6 +906,15 @@ def test_conf_parse(text: str | None, expect: AllocatorConf) -> None:
     ("roundup_power2_divisions:[512:2,256:1]", "roundup_power2_divisions:[512:2,256:1]"),
     ("roundup_power2_divisions:[256:1", "roundup_power2_divisions:[256:1"),
     ("backend:native,backend:caching", "backend:caching"),
+    ("max_split_size_mb:\uff16\uff14", "max_split_size_mb:\uff16\uff14"),      # full-width digits
+    ("max_split_size_mb:64_0", "max_split_size_mb:64_0"),
+    ("max_split_size_mb:+64", "max_split_size_mb:+64"),
+    ("garbage_collection_threshold:0_5", "garbage_collection_threshold:0_5"),
+    ("garbage_collection_threshold:\uff10.\uff15", "garbage_collection_threshold:\uff10.\uff15"),
+    ("garbage_collection_threshold:5e-1", "garbage_collection_threshold:5e-1"),
+    ("roundup_power2_divisions:\u0664", "roundup_power2_divisions:\u0664"),   # Arabic-Indic 4
+    ("roundup_power2_divisions:[256:1,256:2]", "roundup_power2_divisions:[256:1,256:2]"),
+    ("roundup_power2_divisions:[256:1,>:2,>:4]", "roundup_power2_divisions:[256:1,>:2,>:4]"),
 ])
 def test_conf_parse_errors(text: str, item: str) -> None:
     with pytest.raises(InvalidArgumentError) as info:
@@ -781,6 +925,16 @@ def test_conf_parse_errors(text: str, item: str) -> None:
     for key in AllocatorConf.KEYS:
         assert key in msg
     assert "example: ANYCHIP_ALLOC_CONF=max_split_size_mb:64" in msg
+
+
+@pytest.mark.parametrize("text, why", [
+    ("max_split_size_mb:64_0", "'64_0' is not an integer number of MiB (plain digits 0-9)"),
+    ("roundup_power2_divisions:[256:1,256:2]", "bound '256' is given twice"),
+    ("max_split_size_mb:64,max_split_size_mb:64", "max_split_size_mb is given twice"),
+])
+def test_conf_parse_error_reasons(text: str, why: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=re.escape(why)):
+        AllocatorConf.parse(text)
 
 
 def test_block_has_slots(alloc: CachingAllocator) -> None:
@@ -877,6 +1031,16 @@ class AllocatorMachine(RuleBasedStateMachine):
     def empty_cache(self) -> None:
         self.al.empty_cache()
 
+    @rule(stream=st.sampled_from(STREAMS))
+    def retire_stream(self, stream: object) -> None:
+        # as Stream.destroy: the stream's work is complete first
+        for e in self.dev.events:
+            if e.stream == stream:
+                e.done = True
+        self.al.retire_stream(stream)
+        assert stream not in self.al._small and stream not in self.al._large
+        assert all(b._uses is None or stream not in b._uses for b in self.live.values())
+
     @rule()
     def synchronize(self) -> None:
         self.al.synchronize_and_free_events()
@@ -925,20 +1089,28 @@ class AllocatorMachine(RuleBasedStateMachine):
                 cur, peak = s[f"{name}.{pool}.current"], s[f"{name}.{pool}.peak"]
                 assert 0 <= cur <= peak
                 assert s[f"{name}.{pool}.allocated"] - s[f"{name}.{pool}.freed"] == cur
-        # every free block sits in its list, and adjacent free blocks of one list are merged
-        for pools in (al._small, al._large):
-            for fl in pools.values():
-                for size, bucket in fl.buckets.items():
-                    for i, b in enumerate(bucket):
-                        assert b.size == size and b._bi == i and b._fl is fl and b._owner is None
+        # every free block sits in one list, sorted by size, and adjacent free blocks of one list are merged
+        listed = set()
+        for fl in [*al._small.values(), *al._large.values(), al._any_small, al._any_large]:
+            blocks = fl.blocks()
+            assert [b.size for b in blocks] == sorted(b.size for b in blocks)
+            for b in blocks:
+                assert b._fl is fl and b._state == FREE and id(b) not in listed
+                assert bool(fl.small) == (b.handle.size == SMALL_BUFFER)      # the pool of its segment
+                listed.add(id(b))
+        n_free = 0
         for head in al._segments:
             b = head
-            while b.next is not None:
+            assert b.prev is None
+            while b is not None:
+                n_free += b._state == FREE
                 n = b.next
-                assert n.prev is b
-                if b._owner is None and n._owner is None:
-                    assert b._fl is not n._fl, "adjacent free blocks of one list not merged"
+                if n is not None:
+                    assert n.prev is b
+                    if b._state == FREE and n._state == FREE:
+                        assert b._fl is not n._fl, "adjacent free blocks of one list not merged"
                 b = n
+        assert n_free == len(listed)
 
 
 class AllocatorMachineConf(AllocatorMachine):

@@ -297,3 +297,49 @@ def test_init_twice_in_one_job(tmp_path) -> None:
     """, 3)
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(p.stdout.split()) == ["[0]", "[1]", "[2]", "ok", "ok", "ok"]
+
+
+def test_dropped_works_release_their_tasks_and_buffers() -> None:
+    import gc
+    import weakref
+    c = solo("hygon:0")
+    dev = c.device
+    s = anychip.Stream(dev)
+    dev.plugin.sim_hold_stream(dev.index, s._handle)
+    b = buf_of(dev, np.ones(4, np.float32))
+    for _ in range(3):
+        c.all_reduce(b, stream=s)          # Works dropped while the stream holds them back
+    gc.collect()
+    assert len(c.transport._tasks) == 3
+    dev.plugin.sim_release_stream(dev.index, s._handle)
+    s.synchronize()
+    ref = weakref.ref(b)
+    del b
+    c.barrier(stream=s).wait()             # the next submit frees what completed
+    assert len(c.transport._tasks) == 1    # the barrier's own task, freed by the next submit
+    s.synchronize()
+    gc.collect()
+    assert ref() is None
+    c.destroy()
+
+
+def test_a_terminated_launcher_stops_its_ranks(tmp_path) -> None:
+    import signal
+    prog = tmp_path / "prog.py"
+    marker = tmp_path / "pids"
+    prog.write_text(textwrap.dedent(f"""
+        import os, signal
+        with open({str(marker)!r}, "a") as f:
+            f.write(f"{{os.getpid()}}\\n")
+        print("started", flush=True)
+        signal.pause()
+    """))
+    p = subprocess.Popen([sys.executable, "-m", "anychip.cli", "launch", "-n", "2", str(prog)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(2):                      # both ranks have started
+        assert "started" in p.stdout.readline()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) == 128 + signal.SIGTERM
+    for pid in map(int, marker.read_text().split()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -56,7 +56,7 @@ def test_c_program_through_vendor_names(tmp_path, source, libname, expected):
     exe = tmp_path / source.replace(".c", "")
     libdir, libfile = os.path.split(lib)
     build = subprocess.run(
-        [gcc, "-std=c11", "-Wall", "-Werror", "-o", str(exe), os.path.join(HERE, "c", source),
+        [gcc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", str(exe), os.path.join(HERE, "c", source),
          f"-L{libdir}", f"-l:{libfile}", f"-Wl,-rpath,{libdir}", "-lpthread"],
         capture_output=True, text=True)
     assert build.returncode == 0, build.stderr

@@ -89,9 +89,68 @@ def test_memory_size_units_and_device_count():
         print(json.dumps([p.device_count(), p._mem_info(0)[1]]))
     """
     assert run_py(code, ANYCHIP_SIM_MEMORY="3G", ANYCHIP_SIM_DEVICES="3") == [3, 3 << 30]
-    assert run_py(code, ANYCHIP_SIM_MEMORY="512k") == [8, 512 << 10]
-    assert run_py(code, ANYCHIP_SIM_MEMORY="1048576") == [8, 1 << 20]
+    assert run_py(code, ANYCHIP_SIM_MEMORY="1048576") == [8, 1 << 20]          # the smallest accepted
+    assert run_py(code, ANYCHIP_SIM_MEMORY="1 TiB") == [8, 1 << 40]             # the largest accepted
+    assert run_py(code, ANYCHIP_SIM_MEMORY=" 512 mb ") == [8, 512 << 20]
+    assert run_py(code, ANYCHIP_SIM_MEMORY="1.5g") == [8, 3 << 29]
+    assert run_py(code, ANYCHIP_SIM_MEMORY="1000000.7k") == [8, 1024000512]   # rounded down to 512 bytes
     assert run_py(code) == [8, 16 << 30]
+
+
+ALL_THREE = """
+    import json
+    from anychip.devices.ascend import AscendPlugin
+    from anychip.devices.kunlun import KunlunPlugin
+    from anychip.devices.hygon import HygonPlugin
+    out = []
+    for cls in (AscendPlugin, KunlunPlugin, HygonPlugin):
+        p = cls(); p.available()
+        out.append([p.device_count(), p._mem_info(0)[1]])
+    print(json.dumps(out))
+"""
+
+
+def run_warned(**env: str) -> tuple[list, list[str]]:
+    """ALL_THREE in a fresh process: (each library's [devices, capacity], stderr lines)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_VARS)}
+    full["PYTHONPATH"] = ROOT + os.pathsep + full.get("PYTHONPATH", "")
+    full.update(env)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(ALL_THREE)], capture_output=True, text=True,
+                          env=full, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), proc.stderr.splitlines()
+
+
+MEMORY_RANGE = "want from 1MiB to 1TiB of memory per device"
+MEMORY_SYNTAX = "want bytes, or a number with a unit K, M, G or T, from 1MiB to 1TiB (e.g. 16GiB)"
+
+
+@pytest.mark.parametrize("value,why", [
+    ("nan", MEMORY_SYNTAX), ("NaN G", MEMORY_SYNTAX), ("-nan", MEMORY_SYNTAX), ("inf", MEMORY_SYNTAX),
+    ("-5G", MEMORY_SYNTAX), ("1e9", MEMORY_SYNTAX), ("16 GiBs", MEMORY_SYNTAX), ("0x10M", MEMORY_SYNTAX),
+    ("G", MEMORY_SYNTAX), ("100T", MEMORY_RANGE), ("1024.5G", MEMORY_RANGE), ("0", MEMORY_RANGE),
+    ("1048575", MEMORY_RANGE), ("512k", MEMORY_RANGE),
+])
+def test_bad_memory_size_warns_once_per_process_and_uses_the_default(value, why):
+    out, err = run_warned(ANYCHIP_SIM_MEMORY=value)
+    assert out == [[8, 16 << 30]] * 3                   # all three libraries use the default
+    assert err == [f'anychip simulator: ignoring ANYCHIP_SIM_MEMORY="{value}": {why}; using the default, 16GiB']
+
+
+def test_each_bad_setting_warns_once_and_good_ones_are_quiet():
+    out, err = run_warned(ANYCHIP_SIM_SPIN_US="fast", ANYCHIP_SIM_DEVICES="3 devices", ANYCHIP_SIM_MEMORY="2G")
+    assert out == [[8, 2 << 30]] * 3
+    assert err == [
+        'anychip simulator: ignoring ANYCHIP_SIM_DEVICES="3 devices": want a whole number of devices from 0 to 64; '
+        "using the default, 8",
+        'anychip simulator: ignoring ANYCHIP_SIM_SPIN_US="fast": want a whole number of microseconds from 0 to '
+        "1000000; using the default, 20",
+    ]
+    for spin in ("-1", "1000001", "2.5", "20us"):
+        assert len(run_warned(ANYCHIP_SIM_SPIN_US=spin)[1]) == 1, spin
+    out, err = run_warned(ANYCHIP_SIM_SPIN_US="0", ANYCHIP_SIM_DEVICES=" 64 ", ANYCHIP_SIM_MEMORY="1M")
+    assert out == [[64, 1 << 20]] * 3 and err == []
+    assert run_warned(ANYCHIP_SIM_DEVICES="65")[0] == [[8, 16 << 30]] * 3
 
 
 VISIBLE = """

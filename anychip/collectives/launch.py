@@ -23,6 +23,12 @@ from typing import IO
 __all__ = ["launch", "add_parser", "main"]
 
 
+class _Stopped(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 def _pump(src: IO[bytes], dst: IO[str], prefix: str, lock: threading.Lock) -> None:
     for raw in iter(src.readline, b""):
         line = raw.decode("utf-8", "replace")
@@ -64,6 +70,13 @@ def launch(nprocs: int, argv: Sequence[str], device: str | None = None, grace: f
             t.start()
             pumps.append(t)
     failed: int | None = None
+
+    def on_term(signum: int, frame: object) -> None:
+        raise _Stopped(signum)
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, on_term)     # a stopped launcher stops its ranks
     try:
         while True:
             alive = 0
@@ -78,6 +91,11 @@ def launch(nprocs: int, argv: Sequence[str], device: str | None = None, grace: f
             time.sleep(0.02)
     except KeyboardInterrupt:
         failed = 130
+    except _Stopped as stop:
+        failed = 128 + stop.signum
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if failed is not None:
         _stop(procs, grace)
     for p in procs:

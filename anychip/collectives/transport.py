@@ -29,6 +29,7 @@ three ways, chosen by the device:
 """
 from __future__ import annotations
 
+import collections
 import os
 import pickle
 import threading
@@ -113,13 +114,13 @@ def _error(status: int, message: str) -> CollectiveError:
 
 
 class _TaskWork(Work):
-    """An engine task enqueued on a stream."""
+    """An engine task enqueued on a stream. The transport owns the task: it frees it once
+    it has completed and this Work has taken its outcome (or is gone)."""
 
-    def __init__(self, what: str, transport: ShmTransport, task: Any, keep: Any) -> None:
+    def __init__(self, what: str, task: Any) -> None:
         super().__init__(what)
-        self._transport = transport
         self._task = task
-        self._keep = keep
+        self._busy = False
 
     def _settle(self, status: int) -> bool:
         if status == STATUS["pending"]:
@@ -129,30 +130,19 @@ class _TaskWork(Work):
         if status != STATUS["ok"]:
             exc = _error(status, ffi.string(lib.ccl_task_error(self._task)).decode("utf-8", "replace"))
         self._finish(exc)
-        self._keep = None
         return True
 
     def _poll(self) -> bool:
-        if self._done:
-            return True
-        _, lib = engine()
-        return self._settle(lib.ccl_task_status(self._task))
+        return self._done or self._settle(engine()[1].ccl_task_status(self._task))
 
     def _block(self, timeout: float | None) -> bool:
         if self._done:
             return True
-        _, lib = engine()
-        return self._settle(lib.ccl_task_wait(self._task, -1.0 if timeout is None else float(timeout)))
-
-    def __del__(self) -> None:
+        self._busy = True
         try:
-            if self._task is not None and (self._done or self._poll()):
-                engine()[1].ccl_task_free(self._task)
-                self._task = None
-            elif self._task is not None:
-                self._transport._orphans.append((self._task, self._keep))
-        except Exception:  # noqa: BLE001 - never raise from a finalizer
-            pass
+            return self._settle(engine()[1].ccl_task_wait(self._task, -1.0 if timeout is None else float(timeout)))
+        finally:
+            self._busy = False
 
 
 def _device_mode(device: Device) -> str:
@@ -178,10 +168,10 @@ class ShmTransport(Transport):
         self.mode = _device_mode(device)
         self.name = f"shm/{self.mode}"
         self._lock = threading.Lock()
-        self._pending: list[weakref.ref] = []
-        self._orphans: list = []
+        self._tasks: collections.deque = collections.deque()     # (task, weakref to its Work), in order
         self._staging: dict[str, np.ndarray] = {}
         self._bases: dict[int, tuple] = {}
+        self._lib = lib
         self._op1 = ffi.new("ccl_op[1]")
         self._zero_op = bytes(ffi.sizeof("ccl_op"))
         out = ffi.new("ccl_comm **")
@@ -225,18 +215,23 @@ class ShmTransport(Transport):
         return specs, own
 
     def submit_prepared(self, prepared: Any, stream: Stream) -> Work:
-        self._live()
         specs, ops = prepared
-        what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
+        n = len(specs)
+        what = specs[0].kind if n == 1 else f"group of {n} ops"
         with self._lock:
-            if self.mode == "sim":
-                return self._submit_sim(specs, ops, stream, what)
+            comm = self._comm
+            if comm is None:
+                self._live()
             if self.mode == "host":
-                self._run(ops, len(specs))
+                rc = self._lib.ccl_run(comm, ops, n)
+                if rc:
+                    self._raise(rc)
+            elif self.mode == "sim":
+                return self._submit_sim(specs, ops, stream, what)
             else:
                 self._run_staged(specs, stream)
         w = Work(what)
-        w._finish(None)
+        w._done = True
         return w
 
     def exchange(self, obj: Any) -> list[Any]:
@@ -272,15 +267,26 @@ class ShmTransport(Transport):
     def quiesce(self, timeout: float | None = None) -> None:
         """Wait for this transport's enqueued tasks (so the calling thread may run the engine)."""
         _, lib = engine()
-        for ref in self._pending:
-            w = ref()
-            if w is not None and not w._done:
-                w._block(timeout)
-        for task, _keep in self._orphans:
+        for task, _ in self._tasks:
             lib.ccl_task_wait(task, -1.0 if timeout is None else timeout)
+        self._reap()
+
+    def _reap(self) -> None:
+        """Free completed tasks from the oldest on, handing their outcome to a live Work first."""
+        _, lib = engine()
+        tasks = self._tasks
+        while tasks:
+            task, ref = tasks[0]
+            status = lib.ccl_task_status(task)
+            if status == STATUS["pending"]:
+                return
+            work = ref()
+            if work is not None and not work._done:
+                if work._busy:          # another thread is waiting on it; it settles itself
+                    return
+                work._settle(status)
             lib.ccl_task_free(task)
-        self._orphans.clear()
-        self._pending.clear()
+            tasks.popleft()
 
     # -- helpers ------------------------------------------------------------------
     def _live(self) -> None:
@@ -288,10 +294,13 @@ class ShmTransport(Transport):
             raise InvalidArgumentError(f"communicator {self.label} was destroyed")
 
     def _run(self, ops: Any, n: int) -> None:
-        ffi, lib = engine()
-        rc = lib.ccl_run(self._comm, ops, n)
+        rc = self._lib.ccl_run(self._comm, ops, n)
         if rc:
-            raise _error(rc, ffi.string(lib.ccl_comm_error(self._comm)).decode("utf-8", "replace"))
+            self._raise(rc)
+
+    def _raise(self, rc: int) -> None:
+        ffi, lib = engine()
+        raise _error(rc, ffi.string(lib.ccl_comm_error(self._comm)).decode("utf-8", "replace"))
 
     def _run_host(self, kind: str, send: np.ndarray | None, recv: np.ndarray | None, count: int,
                   dtype: str, op: str = "sum", root: int = -1) -> None:
@@ -347,16 +356,16 @@ class ShmTransport(Transport):
         task = lib.ccl_task_new(self._comm, ops, len(specs))
         if task == ffi.NULL:
             raise CollectiveError(f"{what}: out of host memory for the task")
-        work = _TaskWork(what, self, task, keep)
+        work = _TaskWork(what, task)
         plugin._use(self.device.index)
         rc = plugin.lib.anychip_sim_stream_enqueue_host_fn(stream._live(), self._host_fn, task)
         if rc:
-            work._task = None
             lib.ccl_task_free(task)
             raise CollectiveError(f"{what}: enqueueing on {stream!r} failed: {plugin._detail()}")
-        stream._keep_alive(keep)
-        self._pending = [r for r in self._pending if (w := r()) is not None and not w._done]
-        self._pending.append(weakref.ref(work))
+        stream._keep_alive(keep)                  # the buffers live until the stream has run the op
+        if self._tasks:
+            self._reap()
+        self._tasks.append((task, weakref.ref(work)))
         return work
 
     def _export(self, cbuf: Any, buf: Any) -> None:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..runtime._libs import find_library
 from ..runtime.errors import DeviceError, OutOfMemoryError, UnsupportedError
-from ..runtime.plugin import DevicePlugin
+from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
 
 __all__ = ["VendorPlugin", "simulate_mode", "find_vendor_library", "roots", "SIM_CDEF"]
 
@@ -37,6 +39,9 @@ typedef struct anychip_sim_ipc_handle {
 int anychip_sim_stream_hold(void *stream);
 int anychip_sim_stream_release(void *stream);
 int anychip_sim_stream_enqueue_host_fn(void *stream, void (*fn)(void *), void *arg);
+int anychip_sim_stream_wait(void *stream, int timeout_ms);
+int anychip_sim_event_wait(void *event, int timeout_ms);
+int anychip_sim_device_wait(int timeout_ms);
 const char *anychip_sim_last_error(void);
 const char *anychip_sim_status_string(int status);
 int anychip_sim_config(int *physical_devices, int *visible_devices, uint64_t *capacity);
@@ -46,6 +51,11 @@ int anychip_sim_ipc_open(const anychip_sim_ipc_handle *handle, void **devptr);
 int anychip_sim_ipc_open_fd(int fd, const anychip_sim_ipc_handle *handle, void **devptr);
 int anychip_sim_ipc_close(void *devptr);
 """
+
+#: the simulator's status for a timed wait that ran out (sim_status SIM_E_TIMEOUT, csrc/sim/core.h)
+SIM_E_TIMEOUT = 18
+#: longest time a wait stays in C: Python runs signal handlers (Ctrl-C) between slices
+WAIT_SLICE_MS = 50
 
 _announced: set[str] = set()
 _announce_lock = threading.Lock()
@@ -102,8 +112,12 @@ def _thread_state(path: str) -> _ThreadState:
 
 
 class VendorPlugin(DevicePlugin):
-    """Base of the cffi vendor backends: library discovery, loading, the per-thread
-    current device, and translation of status codes into anychip errors."""
+    """Base of the cffi vendor backends: library discovery and loading, the per-thread
+    current device, one checked way to call the library (:meth:`_call`), waits that
+    Ctrl-C interrupts, and every operation of the plugin interface written once over the
+    vendor's calls. A vendor module supplies its declarations, the names of its calls
+    (the upper-case class attributes below) and a few adapters where argument orders or
+    semantics differ."""
 
     #: the vendor's library file names, in order of preference
     vendor_libraries: ClassVar[tuple[str, ...]] = ()
@@ -117,7 +131,30 @@ class VendorPlugin(DevicePlugin):
     code_names: ClassVar[dict[int, str]] = {}
     #: status codes meaning "out of device memory"
     oom_codes: ClassVar[frozenset[int]] = frozenset()
+    #: copy kind -> the vendor's memcpy-kind value
+    copy_kinds: ClassVar[dict[str, int]] = {}
+    #: C types of stream and event handles
+    stream_type: ClassVar[str] = "void *"
+    event_type: ClassVar[str] = "void *"
 
+    # names of the vendor's calls that take the same arguments everywhere
+    SET_DEVICE: ClassVar[str] = ""
+    MALLOC: ClassVar[str] = ""
+    FREE: ClassVar[str] = ""
+    STREAM_CREATE: ClassVar[str] = ""
+    STREAM_DESTROY: ClassVar[str] = ""
+    STREAM_SYNCHRONIZE: ClassVar[str] = ""
+    STREAM_WAIT_EVENT: ClassVar[str] = ""
+    EVENT_CREATE: ClassVar[str] = ""
+    EVENT_DESTROY: ClassVar[str] = ""
+    EVENT_RECORD: ClassVar[str] = ""
+    EVENT_SYNCHRONIZE: ClassVar[str] = ""
+    EVENT_ELAPSED: ClassVar[str] = ""
+    DEVICE_SYNCHRONIZE: ClassVar[str] = ""
+    #: the asynchronous copy: (dst, src, count, kind, stream), or with copy_dest_max
+    #: (dst, destMax, src, count, kind, stream)
+    MEMCPY_ASYNC: ClassVar[str] = ""
+    copy_dest_max: ClassVar[bool] = False
     def __init__(self) -> None:
         self._state: tuple[bool, str] | None = None
         self._load_lock = threading.Lock()
@@ -127,6 +164,18 @@ class VendorPlugin(DevicePlugin):
         self.library_path: str | None = None
         self.simulated = False
         self._count = 0
+        self._fns: dict[str, Any] = {}
+        self._peers: set[tuple[int, int]] = set()
+        self._peer_lock = threading.Lock()        # also guards _streams
+        self._streams: dict[int, set] = {}        # device -> streams created and not destroyed
+        # bound when the library loads (_finish)
+        self._cast: Any = None
+        self._from_buffer: Any = None
+        self._memcpy_async: Any = None
+        self._sync_stream: Any = None
+        self._timed_stream_wait: Any = None
+        self._timed_event_wait: Any = None
+        self._timed_device_wait: Any = None
 
     # -- discovery --------------------------------------------------------
     def search_dirs(self) -> list[str]:
@@ -151,7 +200,7 @@ class VendorPlugin(DevicePlugin):
             mode = simulate_mode()
         except ValueError as exc:
             return False, str(exc)
-        import cffi
+        import cffi  # type: ignore[import-untyped]
 
         names = " or ".join(self.vendor_libraries)
         path: str | None = None
@@ -194,6 +243,14 @@ class VendorPlugin(DevicePlugin):
     def _finish(self, ffi: Any, lib: Any, path: str, simulated: bool) -> tuple[bool, str]:
         self.ffi, self.lib, self.library_path, self.simulated = ffi, lib, path, simulated
         self._tls = _thread_state(path)
+        self._fns = {}
+        self._cast, self._from_buffer = ffi.cast, ffi.from_buffer
+        self._memcpy_async = getattr(lib, self.MEMCPY_ASYNC) if self.MEMCPY_ASYNC else None
+        self._sync_stream = self._fn(self.STREAM_SYNCHRONIZE) if self.STREAM_SYNCHRONIZE else None
+        # the simulator's timed waits; on a vendor library, waits poll the vendor's queries
+        self._timed_stream_wait = lib.anychip_sim_stream_wait if simulated else None
+        self._timed_event_wait = lib.anychip_sim_event_wait if simulated else None
+        self._timed_device_wait = lib.anychip_sim_device_wait if simulated else None
         self._count = self._open()
         self._bind()
         kind = f"simulated {self.api_label}" if simulated else self.api_label
@@ -216,7 +273,34 @@ class VendorPlugin(DevicePlugin):
         ok, _ = self.available()
         return self._count if ok else 0
 
-    # -- helpers ----------------------------------------------------------
+    # -- calling the library ------------------------------------------------
+    def _fn(self, name: str) -> Any:
+        """The library's function ``name`` (cached)."""
+        fn = self._fns.get(name)
+        if fn is None:
+            fn = self._fns[name] = getattr(self.lib, name)
+        return fn
+
+    def _sym(self, name: str) -> Any:
+        """A function of the loaded library, or None when the library lacks it."""
+        try:
+            return self._fn(name)
+        except (AttributeError, NotImplementedError):
+            return None
+
+    def _call(self, name: str, *args: Any) -> None:
+        """Call the library's function ``name``; a non-zero status raises DeviceError
+        with the vendor's name for the code and message (the one checked way to call)."""
+        rc = self._fn(name)(*args)
+        if rc:
+            raise self._error(rc, name)
+
+    def _out(self, ctype: str, name: str, *args: Any) -> Any:
+        """Call ``name(*args, &out)`` for an output of type ``ctype`` and return ``out``."""
+        out = self.ffi.new(ctype + " *")
+        self._call(name, *args, out)
+        return out[0]
+
     def _use(self, index: int) -> None:
         """Make ``index`` the current device of this thread (only when it is not already)."""
         if self._tls.dev != index:
@@ -224,14 +308,23 @@ class VendorPlugin(DevicePlugin):
             self._tls.dev = index
 
     def _set_device(self, index: int) -> None:
-        raise NotImplementedError
+        self._call(self.SET_DEVICE, index)
 
-    def _sym(self, name: str) -> Any:
-        """A function of the loaded library, or None when the library lacks it."""
-        try:
-            return getattr(self.lib, name)
-        except (AttributeError, NotImplementedError):
-            return None
+    # -- waiting ----------------------------------------------------------
+    # Waits come back to Python at least every WAIT_SLICE_MS, so that a signal handler
+    # runs (Ctrl-C raises KeyboardInterrupt in the loop) even when the work never
+    # completes. On the simulator they use its timed waits (anychip_sim_*_wait); on a
+    # vendor library they poll the vendor's query with growing sleeps. The vendor's own
+    # synchronize follows and reports the failures of the work with the vendor's code.
+    def _wait(self, timed: Any, handle: Any, done: Callable[[Any], bool]) -> None:
+        if timed is not None:
+            while timed(handle, WAIT_SLICE_MS) == SIM_E_TIMEOUT:
+                pass
+            return
+        delay = 0.0
+        while not done(handle):
+            time.sleep(delay)
+            delay = min(delay * 2 or 1e-5, 1e-3)
 
     def code_name(self, code: int) -> str:
         return self.code_names.get(code, f"status {code}")
@@ -287,35 +380,194 @@ class VendorPlugin(DevicePlugin):
             props["physical_index"] = int(self.lib.anychip_sim_physical_device(index))
         return props
 
+    # -- memory ---------------------------------------------------------
+    def _malloc_args(self, out: Any, nbytes: int) -> tuple:
+        """Arguments of MALLOC in the vendor's order (``out`` is a void **)."""
+        return out, nbytes
+
+    def _malloc(self, index: int, nbytes: int) -> Any:
+        self._use(index)
+        out = self.ffi.new("void **")
+        rc = self._fn(self.MALLOC)(*self._malloc_args(out, max(nbytes, 1)))
+        if rc:
+            raise self._oom(abs(rc), index, nbytes, self.MALLOC)
+        return int(self._cast("uintptr_t", out[0]))
+
+    def _free(self, index: int, handle: Any) -> None:
+        self._use(index)
+        self._call(self.FREE, self._cast("void *", handle))
+
+    # -- copies ---------------------------------------------------------
+    def _copy(self, index: int, dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int, kind: str,
+              stream: Any) -> None:
+        if self._tls.dev != index:
+            self._use(index)
+        cast = self._cast
+        if kind == H2D:
+            d, s = cast("void *", dst + dst_off), self._from_buffer(src) + src_off
+        elif kind == D2H:
+            d, s = self._from_buffer(dst) + dst_off, cast("void *", src + src_off)
+        elif kind == D2D:
+            d, s = cast("void *", dst + dst_off), cast("void *", src + src_off)
+        else:
+            raise DeviceError(f"unknown copy kind {kind!r}", backend=self.name)
+        if self.copy_dest_max:
+            rc = self._memcpy_async(d, nbytes, s, nbytes, self.copy_kinds[kind], stream)
+        else:
+            rc = self._memcpy_async(d, s, nbytes, self.copy_kinds[kind], stream)
+        if rc:
+            raise self._error(rc, self.MEMCPY_ASYNC)
+
+    # -- streams --------------------------------------------------------
+    def _default_stream(self, index: int) -> Any:
+        return self.ffi.NULL
+
+    def _stream_create(self, index: int) -> Any:
+        self._use(index)
+        stream = self._out(self.stream_type, self.STREAM_CREATE)
+        with self._peer_lock:
+            self._streams.setdefault(index, set()).add(stream)
+        return stream
+
+    def _stream_destroy(self, index: int, stream: Any) -> None:
+        self._use(index)
+        self._call(self.STREAM_DESTROY, stream)
+        with self._peer_lock:
+            self._streams.get(index, set()).discard(stream)
+
+    def _device_streams(self, index: int) -> list:
+        """The default stream and the live streams this plugin created on ``index``."""
+        with self._peer_lock:
+            return [self.ffi.NULL, *self._streams.get(index, ())]
+
+    def _stream_done(self, stream: Any) -> bool:
+        """Whether the stream's work is complete (the vendor's query)."""
+        raise NotImplementedError
+
+    def _stream_synchronize(self, index: int, stream: Any) -> None:
+        if self._tls.dev != index:
+            self._use(index)
+        timed = self._timed_stream_wait
+        if timed is None:
+            self._wait(None, stream, self._stream_done)
+        else:                           # the hot path of every synchronous copy, inlined
+            while timed(stream, WAIT_SLICE_MS) == SIM_E_TIMEOUT:
+                pass
+        rc = self._sync_stream(stream)
+        if rc:
+            raise self._error(rc, self.STREAM_SYNCHRONIZE)
+
+    def _stream_query(self, index: int, stream: Any) -> bool:
+        self._use(index)
+        return self._stream_done(stream)
+
+    def _stream_done_by_event(self, stream: Any) -> bool:
+        """Stream query for runtimes without one: record an event and ask it."""
+        ev = self._out(self.event_type, self.EVENT_CREATE)
+        try:
+            self._call(self.EVENT_RECORD, ev, stream)
+            return self._event_done(ev)
+        finally:
+            self._call(self.EVENT_DESTROY, ev)
+
+    def _stream_wait_event(self, index: int, stream: Any, event: Any) -> None:
+        self._use(index)
+        self._call(self.STREAM_WAIT_EVENT, stream, event)
+
+    # -- events ---------------------------------------------------------
+    def _event_create(self, index: int) -> Any:
+        self._use(index)
+        return self._out(self.event_type, self.EVENT_CREATE)
+
+    def _event_destroy(self, index: int, event: Any) -> None:
+        self._use(index)
+        self._call(self.EVENT_DESTROY, event)
+
+    def _event_record(self, index: int, event: Any, stream: Any) -> None:
+        self._use(index)
+        self._call(self.EVENT_RECORD, event, stream)
+
+    def _event_done(self, event: Any) -> bool:
+        """Whether the event's recorded work is complete (the vendor's query)."""
+        raise NotImplementedError
+
+    def _event_synchronize(self, index: int, event: Any) -> None:
+        self._use(index)
+        self._wait(self._timed_event_wait, event, self._event_done)
+        self._call(self.EVENT_SYNCHRONIZE, event)
+
+    def _event_query(self, index: int, event: Any) -> bool:
+        self._use(index)
+        return self._event_done(event)
+
+    def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
+        self._use(index)
+        ms = self.ffi.new("float *")
+        self._call(self.EVENT_ELAPSED, ms, start, end)
+        return float(ms[0])
+
+    def _synchronize(self, index: int) -> None:
+        self._use(index)
+        if self._timed_device_wait is not None:
+            while self._timed_device_wait(WAIT_SLICE_MS) == SIM_E_TIMEOUT:
+                pass
+        else:                                   # wait where Ctrl-C can interrupt: on each stream
+            for stream in self._device_streams(index):
+                self._wait(None, stream, self._stream_done)
+        if self.DEVICE_SYNCHRONIZE:
+            self._call(self.DEVICE_SYNCHRONIZE)
+            return
+        for stream in self._device_streams(index):    # a runtime without device synchronize
+            self._stream_synchronize(index, stream)
+
+    def _mem_info_call(self, name: str, *args: Any) -> tuple[int, int]:
+        """(free, total) from ``name(*args, &free, &total)``."""
+        free = self.ffi.new("size_t *")
+        total = self.ffi.new("size_t *")
+        self._call(name, *args, free, total)
+        return int(free[0]), int(total[0])
+
+    def _enable_peer(self, src_index: int, dst_index: int, name: str, already: int | None = None) -> None:
+        """Enable access from ``src_index`` (current) to ``dst_index`` once per pair;
+        ``already`` is the vendor's "already enabled" code, which is not an error."""
+        pair = (src_index, dst_index)
+        if src_index == dst_index or pair in self._peers:
+            return
+        with self._peer_lock:
+            rc = self._fn(name)(dst_index, 0)
+            if rc and rc != already:
+                raise self._error(rc, f"{name}({dst_index})")
+            self._peers.add(pair)
+
     # -- simulator controls ------------------------------------------------
     def _sim_only(self, what: str) -> None:
         if not self.simulated:
             raise UnsupportedError(f"{what} exists only on the simulator; {self.name} runs on {self.library_path}")
+
+    def _sim_call(self, what: str, name: str, *args: Any) -> None:
+        """Call a simulator control (it returns the simulator's own status)."""
+        self._sim_only(what)
+        if self._fn(name)(*args):
+            raise DeviceError(f"{what} failed: {self._detail()}", backend=self.name)
 
     def sim_hold_stream(self, index: int, stream: Any) -> None:
         """Stop ``stream`` from starting queued work until :meth:`sim_release_stream`
         (simulator only): queued work stays pending, so "not ready" is deterministic."""
         self._sim_only("sim_hold_stream")
         self._use(index)
-        rc = self.lib.anychip_sim_stream_hold(stream)
-        if rc:
-            raise DeviceError(f"sim_hold_stream failed: {self._detail()}", backend=self.name)
+        self._sim_call("sim_hold_stream", "anychip_sim_stream_hold", stream)
 
     def sim_release_stream(self, index: int, stream: Any) -> None:
         """Let a held stream run its queued work again (simulator only)."""
         self._sim_only("sim_release_stream")
         self._use(index)
-        rc = self.lib.anychip_sim_stream_release(stream)
-        if rc:
-            raise DeviceError(f"sim_release_stream failed: {self._detail()}", backend=self.name)
+        self._sim_call("sim_release_stream", "anychip_sim_stream_release", stream)
 
     def sim_ipc_handle(self, handle: int) -> bytes:
         """A 64-byte handle another process can open with :meth:`sim_ipc_open` (simulator only)."""
         self._sim_only("sim_ipc_handle")
         h = self.ffi.new("anychip_sim_ipc_handle *")
-        rc = self.lib.anychip_sim_ipc_get_handle(self.ffi.cast("void *", handle), h)
-        if rc:
-            raise DeviceError(f"sim_ipc_handle failed: {self._detail()}", backend=self.name)
+        self._sim_call("sim_ipc_handle", "anychip_sim_ipc_get_handle", self.ffi.cast("void *", handle), h)
         return bytes(self.ffi.buffer(h))
 
     def sim_ipc_open(self, blob: bytes) -> int:
@@ -324,13 +576,8 @@ class VendorPlugin(DevicePlugin):
         h = self.ffi.new("anychip_sim_ipc_handle *")
         self.ffi.memmove(h, blob, self.ffi.sizeof("anychip_sim_ipc_handle"))
         out = self.ffi.new("void **")
-        rc = self.lib.anychip_sim_ipc_open(h, out)
-        if rc:
-            raise DeviceError(f"sim_ipc_open failed: {self._detail()}", backend=self.name)
+        self._sim_call("sim_ipc_open", "anychip_sim_ipc_open", h, out)
         return int(self.ffi.cast("uintptr_t", out[0]))
 
     def sim_ipc_close(self, address: int) -> None:
-        self._sim_only("sim_ipc_close")
-        rc = self.lib.anychip_sim_ipc_close(self.ffi.cast("void *", address))
-        if rc:
-            raise DeviceError(f"sim_ipc_close failed: {self._detail()}", backend=self.name)
+        self._sim_call("sim_ipc_close", "anychip_sim_ipc_close", self.ffi.cast("void *", address))

@@ -10,10 +10,8 @@ Handles: device memory is an integer address; streams and events are the
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from ..runtime.errors import DeviceError
 from ..runtime.plugin import D2D, D2H, H2D
 from ._vendor import VendorPlugin, roots
 
@@ -130,7 +128,6 @@ CODE_NAMES: dict[int, str] = {
     507899: "ACL_ERROR_RT_DRV_INTERNAL_ERROR",
 }
 
-_KIND = {H2D: 1, D2H: 2, D2D: 3}      # aclrtMemcpyKind
 
 
 class AscendPlugin(VendorPlugin):
@@ -142,11 +139,25 @@ class AscendPlugin(VendorPlugin):
     cdef = CDEF
     code_names = CODE_NAMES
     oom_codes = frozenset({207001, 200000})     # ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_BAD_ALLOC
+    copy_kinds = {H2D: 1, D2H: 2, D2D: 3}      # aclrtMemcpyKind
+    stream_type = "aclrtStream"
+    event_type = "aclrtEvent"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._peers: set[tuple[int, int]] = set()
-        self._peer_lock = threading.Lock()
+    SET_DEVICE = "aclrtSetDevice"
+    MALLOC = "aclrtMalloc"
+    FREE = "aclrtFree"
+    MEMCPY_ASYNC = "aclrtMemcpyAsync"
+    copy_dest_max = True
+    STREAM_CREATE = "aclrtCreateStream"
+    STREAM_DESTROY = "aclrtDestroyStream"
+    STREAM_SYNCHRONIZE = "aclrtSynchronizeStream"
+    STREAM_WAIT_EVENT = "aclrtStreamWaitEvent"
+    EVENT_CREATE = "aclrtCreateEvent"
+    EVENT_DESTROY = "aclrtDestroyEvent"
+    EVENT_RECORD = "aclrtRecordEvent"
+    EVENT_SYNCHRONIZE = "aclrtSynchronizeEvent"
+    EVENT_ELAPSED = "aclrtEventElapsedTime"
+    DEVICE_SYNCHRONIZE = "aclrtSynchronizeDevice"
 
     def search_dirs(self) -> list[str]:
         dirs = []
@@ -158,25 +169,7 @@ class AscendPlugin(VendorPlugin):
         rc = self.lib.aclInit(self.ffi.NULL)
         if rc not in (ACL_SUCCESS, ACL_ERROR_REPEAT_INITIALIZE):
             raise self._error(rc, "aclInit")
-        count = self.ffi.new("uint32_t *")
-        rc = self.lib.aclrtGetDeviceCount(count)
-        if rc:
-            raise self._error(rc, "aclrtGetDeviceCount")
-        return int(count[0])
-
-    def _bind(self) -> None:
-        lib, ffi = self.lib, self.ffi
-        self._cast = ffi.cast
-        self._from_buffer = ffi.from_buffer
-        self._memcpy_async = lib.aclrtMemcpyAsync
-        self._sync_stream = lib.aclrtSynchronizeStream
-        self._stream_query_fn = self._sym("aclrtStreamQuery")
-        self._soc_name = self._sym("aclrtGetSocName")
-
-    def _set_device(self, index: int) -> None:
-        rc = self.lib.aclrtSetDevice(index)
-        if rc:
-            raise self._error(rc, f"aclrtSetDevice({index})")
+        return int(self._out("uint32_t", "aclrtGetDeviceCount"))
 
     def _vendor_message(self, code: int) -> str:
         p = self.lib.aclGetRecentErrMsg()
@@ -185,171 +178,34 @@ class AscendPlugin(VendorPlugin):
     def properties(self, index: int) -> dict:
         props = super().properties(index)
         self._use(index)
-        if self._soc_name is not None:
-            p = self._soc_name()
-            if p != self.ffi.NULL:
-                props["name"] = self.ffi.string(p).decode()
-        free, total = self._mem_info(index)
-        props["total_memory"] = total
+        soc = self._sym("aclrtGetSocName")
+        p = soc() if soc is not None else self.ffi.NULL
+        if p != self.ffi.NULL:
+            props["name"] = self.ffi.string(p).decode()
+        props["total_memory"] = self._mem_info(index)[1]
         return props
 
-    # -- memory ---------------------------------------------------------
-    def _malloc(self, index: int, nbytes: int) -> Any:
-        self._use(index)
-        out = self.ffi.new("void **")
-        rc = self.lib.aclrtMalloc(out, max(nbytes, 1), 0)      # ACL_MEM_MALLOC_HUGE_FIRST
-        if rc:
-            raise self._oom(rc, index, nbytes, "aclrtMalloc")
-        return int(self._cast("uintptr_t", out[0]))
-
-    def _free(self, index: int, handle: Any) -> None:
-        self._use(index)
-        rc = self.lib.aclrtFree(self._cast("void *", handle))
-        if rc:
-            raise self._error(rc, "aclrtFree")
+    def _malloc_args(self, out: Any, nbytes: int) -> tuple:
+        return out, nbytes, 0                    # ACL_MEM_MALLOC_HUGE_FIRST
 
     def _mem_info(self, index: int) -> tuple[int, int]:
         self._use(index)
-        free = self.ffi.new("size_t *")
-        total = self.ffi.new("size_t *")
-        rc = self.lib.aclrtGetMemInfo(ACL_HBM_MEM, free, total)
-        if rc:
-            raise self._error(rc, "aclrtGetMemInfo")
-        return int(free[0]), int(total[0])
-
-    # -- copies ---------------------------------------------------------
-    def _copy(self, index: int, dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int, kind: str,
-              stream: Any) -> None:
-        if self._tls.dev != index:
-            self._use(index)
-        if kind == H2D:
-            d = self._cast("void *", dst + dst_off)
-            s = self._from_buffer(src) + src_off
-        elif kind == D2H:
-            d = self._from_buffer(dst) + dst_off
-            s = self._cast("void *", src + src_off)
-        elif kind == D2D:
-            d = self._cast("void *", dst + dst_off)
-            s = self._cast("void *", src + src_off)
-        else:
-            raise DeviceError(f"unknown copy kind {kind!r}", backend=self.name)
-        rc = self._memcpy_async(d, nbytes, s, nbytes, _KIND[kind], stream)
-        if rc:
-            raise self._error(rc, "aclrtMemcpyAsync")
+        return self._mem_info_call("aclrtGetMemInfo", ACL_HBM_MEM)
 
     def _copy_peer(self, dst_index: int, dst: Any, dst_off: int, src_index: int, src: Any, src_off: int,
                    nbytes: int, stream: Any) -> None:
         self._use(src_index)
-        pair = (src_index, dst_index)
-        if src_index != dst_index and pair not in self._peers:
-            with self._peer_lock:
-                rc = self.lib.aclrtDeviceEnablePeerAccess(dst_index, 0)
-                if rc:
-                    raise self._error(rc, f"aclrtDeviceEnablePeerAccess({dst_index})")
-                self._peers.add(pair)
-        rc = self._memcpy_async(self._cast("void *", dst + dst_off), nbytes, self._cast("void *", src + src_off),
-                                nbytes, 3, stream)
-        if rc:
-            raise self._error(rc, "aclrtMemcpyAsync (peer)")
+        self._enable_peer(src_index, dst_index, "aclrtDeviceEnablePeerAccess")
+        self._copy(src_index, dst, dst_off, src, src_off, nbytes, D2D, stream)
 
     def _memset(self, index: int, dst: Any, dst_off: int, value: int, nbytes: int, stream: Any) -> None:
         self._use(index)
-        rc = self.lib.aclrtMemsetAsync(self._cast("void *", dst + dst_off), nbytes, value, nbytes, stream)
-        if rc:
-            raise self._error(rc, "aclrtMemsetAsync")
+        self._call("aclrtMemsetAsync", self._cast("void *", dst + dst_off), nbytes, value, nbytes, stream)
 
-    # -- streams --------------------------------------------------------
-    def _default_stream(self, index: int) -> Any:
-        return self.ffi.NULL
+    def _stream_done(self, stream: Any) -> bool:
+        if self._sym("aclrtStreamQuery") is None:    # older CANN: ask an event
+            return self._stream_done_by_event(stream)
+        return int(self._out("aclrtStreamStatus", "aclrtStreamQuery", stream)) == 0   # COMPLETE
 
-    def _stream_create(self, index: int) -> Any:
-        self._use(index)
-        out = self.ffi.new("aclrtStream *")
-        rc = self.lib.aclrtCreateStream(out)
-        if rc:
-            raise self._error(rc, "aclrtCreateStream")
-        return out[0]
-
-    def _stream_destroy(self, index: int, stream: Any) -> None:
-        self._use(index)
-        rc = self.lib.aclrtDestroyStream(stream)
-        if rc:
-            raise self._error(rc, "aclrtDestroyStream")
-
-    def _stream_synchronize(self, index: int, stream: Any) -> None:
-        if self._tls.dev != index:
-            self._use(index)
-        rc = self._sync_stream(stream)
-        if rc:
-            raise self._error(rc, "aclrtSynchronizeStream")
-
-    def _stream_query(self, index: int, stream: Any) -> bool:
-        self._use(index)
-        if self._stream_query_fn is not None:
-            status = self.ffi.new("aclrtStreamStatus *")
-            rc = self._stream_query_fn(stream, status)
-            if rc:
-                raise self._error(rc, "aclrtStreamQuery")
-            return int(status[0]) == 0          # ACL_STREAM_STATUS_COMPLETE
-        # older CANN has no aclrtStreamQuery: record an event and ask it
-        ev = self._event_create(index)
-        try:
-            self._event_record(index, ev, stream)
-            return self._event_query(index, ev)
-        finally:
-            self._event_destroy(index, ev)
-
-    def _stream_wait_event(self, index: int, stream: Any, event: Any) -> None:
-        self._use(index)
-        rc = self.lib.aclrtStreamWaitEvent(stream, event)
-        if rc:
-            raise self._error(rc, "aclrtStreamWaitEvent")
-
-    # -- events ---------------------------------------------------------
-    def _event_create(self, index: int) -> Any:
-        self._use(index)
-        out = self.ffi.new("aclrtEvent *")
-        rc = self.lib.aclrtCreateEvent(out)
-        if rc:
-            raise self._error(rc, "aclrtCreateEvent")
-        return out[0]
-
-    def _event_destroy(self, index: int, event: Any) -> None:
-        self._use(index)
-        rc = self.lib.aclrtDestroyEvent(event)
-        if rc:
-            raise self._error(rc, "aclrtDestroyEvent")
-
-    def _event_record(self, index: int, event: Any, stream: Any) -> None:
-        self._use(index)
-        rc = self.lib.aclrtRecordEvent(event, stream)
-        if rc:
-            raise self._error(rc, "aclrtRecordEvent")
-
-    def _event_synchronize(self, index: int, event: Any) -> None:
-        self._use(index)
-        rc = self.lib.aclrtSynchronizeEvent(event)
-        if rc:
-            raise self._error(rc, "aclrtSynchronizeEvent")
-
-    def _event_query(self, index: int, event: Any) -> bool:
-        self._use(index)
-        status = self.ffi.new("aclrtEventRecordedStatus *")
-        rc = self.lib.aclrtQueryEventStatus(event, status)
-        if rc:
-            raise self._error(rc, "aclrtQueryEventStatus")
-        return int(status[0]) == 1              # ACL_EVENT_RECORDED_STATUS_COMPLETE
-
-    def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
-        self._use(index)
-        ms = self.ffi.new("float *")
-        rc = self.lib.aclrtEventElapsedTime(ms, start, end)
-        if rc:
-            raise self._error(rc, "aclrtEventElapsedTime")
-        return float(ms[0])
-
-    def _synchronize(self, index: int) -> None:
-        self._use(index)
-        rc = self.lib.aclrtSynchronizeDevice()
-        if rc:
-            raise self._error(rc, "aclrtSynchronizeDevice")
+    def _event_done(self, event: Any) -> bool:
+        return int(self._out("aclrtEventRecordedStatus", "aclrtQueryEventStatus", event)) == 1   # COMPLETE

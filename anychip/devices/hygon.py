@@ -9,10 +9,8 @@ null stream.
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from ..runtime.errors import DeviceError
 from ..runtime.plugin import D2D, D2H, H2D
 from ._vendor import VendorPlugin, roots
 
@@ -107,7 +105,6 @@ CODE_NAMES: dict[int, str] = {
     999: "hipErrorUnknown",
 }
 
-_KIND = {H2D: 1, D2H: 2, D2D: 3}          # hipMemcpyKind
 
 
 class HygonPlugin(VendorPlugin):
@@ -119,11 +116,23 @@ class HygonPlugin(VendorPlugin):
     cdef = CDEF
     code_names = CODE_NAMES
     oom_codes = frozenset({2})                    # hipErrorOutOfMemory
+    copy_kinds = {H2D: 1, D2H: 2, D2D: 3}         # hipMemcpyKind
+    stream_type = "hipStream_t"
+    event_type = "hipEvent_t"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._peers: set[tuple[int, int]] = set()
-        self._peer_lock = threading.Lock()
+    SET_DEVICE = "hipSetDevice"
+    MALLOC = "hipMalloc"
+    FREE = "hipFree"
+    MEMCPY_ASYNC = "hipMemcpyAsync"
+    STREAM_CREATE = "hipStreamCreate"
+    STREAM_DESTROY = "hipStreamDestroy"
+    STREAM_SYNCHRONIZE = "hipStreamSynchronize"
+    EVENT_CREATE = "hipEventCreate"
+    EVENT_DESTROY = "hipEventDestroy"
+    EVENT_RECORD = "hipEventRecord"
+    EVENT_SYNCHRONIZE = "hipEventSynchronize"
+    EVENT_ELAPSED = "hipEventElapsedTime"
+    DEVICE_SYNCHRONIZE = "hipDeviceSynchronize"
 
     def search_dirs(self) -> list[str]:
         dirs = []
@@ -142,18 +151,6 @@ class HygonPlugin(VendorPlugin):
             raise self._error(rc, "hipGetDeviceCount")
         return int(count[0])
 
-    def _bind(self) -> None:
-        ffi, lib = self.ffi, self.lib
-        self._cast = ffi.cast
-        self._from_buffer = ffi.from_buffer
-        self._memcpy_async = lib.hipMemcpyAsync
-        self._sync_stream = lib.hipStreamSynchronize
-
-    def _set_device(self, index: int) -> None:
-        rc = self.lib.hipSetDevice(index)
-        if rc:
-            raise self._error(rc, f"hipSetDevice({index})")
-
     def _vendor_message(self, code: int) -> str:
         p = self.lib.hipGetErrorString(code)
         return self.ffi.string(p).decode("utf-8", "replace") if p != self.ffi.NULL else ""
@@ -161,169 +158,42 @@ class HygonPlugin(VendorPlugin):
     def properties(self, index: int) -> dict:
         props = super().properties(index)
         name = self.ffi.new("char[256]")
-        rc = self.lib.hipDeviceGetName(name, 256, index)
-        if rc:
-            raise self._error(rc, "hipDeviceGetName")
+        self._call("hipDeviceGetName", name, 256, index)
         total = self.ffi.new("size_t *")
-        rc = self.lib.hipDeviceTotalMem(total, index)
-        if rc:
-            raise self._error(rc, "hipDeviceTotalMem")
+        self._call("hipDeviceTotalMem", total, index)
         props["name"] = self.ffi.string(name).decode("utf-8", "replace")
         props["total_memory"] = int(total[0])
         return props
 
-    # -- memory ---------------------------------------------------------
-    def _malloc(self, index: int, nbytes: int) -> Any:
-        self._use(index)
-        out = self.ffi.new("void **")
-        rc = self.lib.hipMalloc(out, max(nbytes, 1))
-        if rc:
-            raise self._oom(rc, index, nbytes, "hipMalloc")
-        return int(self._cast("uintptr_t", out[0]))
-
-    def _free(self, index: int, handle: Any) -> None:
-        self._use(index)
-        rc = self.lib.hipFree(self._cast("void *", handle))
-        if rc:
-            raise self._error(rc, "hipFree")
-
     def _mem_info(self, index: int) -> tuple[int, int]:
         self._use(index)
-        free = self.ffi.new("size_t *")
-        total = self.ffi.new("size_t *")
-        rc = self.lib.hipMemGetInfo(free, total)
-        if rc:
-            raise self._error(rc, "hipMemGetInfo")
-        return int(free[0]), int(total[0])
-
-    # -- copies ---------------------------------------------------------
-    def _copy(self, index: int, dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int, kind: str,
-              stream: Any) -> None:
-        if self._tls.dev != index:
-            self._use(index)
-        if kind == H2D:
-            d = self._cast("void *", dst + dst_off)
-            s = self._from_buffer(src) + src_off
-        elif kind == D2H:
-            d = self._from_buffer(dst) + dst_off
-            s = self._cast("void *", src + src_off)
-        elif kind == D2D:
-            d = self._cast("void *", dst + dst_off)
-            s = self._cast("void *", src + src_off)
-        else:
-            raise DeviceError(f"unknown copy kind {kind!r}", backend=self.name)
-        rc = self._memcpy_async(d, s, nbytes, _KIND[kind], stream)
-        if rc:
-            raise self._error(rc, "hipMemcpyAsync")
+        return self._mem_info_call("hipMemGetInfo")
 
     def _copy_peer(self, dst_index: int, dst: Any, dst_off: int, src_index: int, src: Any, src_off: int,
                    nbytes: int, stream: Any) -> None:
         self._use(src_index)
-        pair = (src_index, dst_index)
-        if src_index != dst_index and pair not in self._peers:
-            with self._peer_lock:
-                rc = self.lib.hipDeviceEnablePeerAccess(dst_index, 0)
-                if rc not in (hipSuccess, hipErrorPeerAccessAlreadyEnabled):
-                    raise self._error(rc, f"hipDeviceEnablePeerAccess({dst_index})")
-                self.lib.hipGetLastError()          # "already enabled" is fine
-                self._peers.add(pair)
-        rc = self.lib.hipMemcpyPeerAsync(self._cast("void *", dst + dst_off), dst_index,
-                                         self._cast("void *", src + src_off), src_index, nbytes, stream)
-        if rc:
-            raise self._error(rc, "hipMemcpyPeerAsync")
+        self._enable_peer(src_index, dst_index, "hipDeviceEnablePeerAccess", hipErrorPeerAccessAlreadyEnabled)
+        self.lib.hipGetLastError()                   # "already enabled" is not an error
+        self._call("hipMemcpyPeerAsync", self._cast("void *", dst + dst_off), dst_index,
+                   self._cast("void *", src + src_off), src_index, nbytes, stream)
 
     def _memset(self, index: int, dst: Any, dst_off: int, value: int, nbytes: int, stream: Any) -> None:
         self._use(index)
-        rc = self.lib.hipMemsetAsync(self._cast("void *", dst + dst_off), value, nbytes, stream)
-        if rc:
-            raise self._error(rc, "hipMemsetAsync")
-
-    # -- streams --------------------------------------------------------
-    def _default_stream(self, index: int) -> Any:
-        return self.ffi.NULL
-
-    def _stream_create(self, index: int) -> Any:
-        self._use(index)
-        out = self.ffi.new("hipStream_t *")
-        rc = self.lib.hipStreamCreate(out)
-        if rc:
-            raise self._error(rc, "hipStreamCreate")
-        return out[0]
-
-    def _stream_destroy(self, index: int, stream: Any) -> None:
-        self._use(index)
-        rc = self.lib.hipStreamDestroy(stream)
-        if rc:
-            raise self._error(rc, "hipStreamDestroy")
-
-    def _stream_synchronize(self, index: int, stream: Any) -> None:
-        if self._tls.dev != index:
-            self._use(index)
-        rc = self._sync_stream(stream)
-        if rc:
-            raise self._error(rc, "hipStreamSynchronize")
-
-    def _stream_query(self, index: int, stream: Any) -> bool:
-        self._use(index)
-        rc = self.lib.hipStreamQuery(stream)
-        if rc == hipSuccess:
-            return True
-        if rc == hipErrorNotReady:
-            return False
-        raise self._error(rc, "hipStreamQuery")
+        self._call("hipMemsetAsync", self._cast("void *", dst + dst_off), value, nbytes, stream)
 
     def _stream_wait_event(self, index: int, stream: Any, event: Any) -> None:
         self._use(index)
-        rc = self.lib.hipStreamWaitEvent(stream, event, 0)
-        if rc:
-            raise self._error(rc, "hipStreamWaitEvent")
+        self._call("hipStreamWaitEvent", stream, event, 0)
 
-    # -- events ---------------------------------------------------------
-    def _event_create(self, index: int) -> Any:
-        self._use(index)
-        out = self.ffi.new("hipEvent_t *")
-        rc = self.lib.hipEventCreate(out)
-        if rc:
-            raise self._error(rc, "hipEventCreate")
-        return out[0]
+    def _ready(self, name: str, handle: Any) -> bool:
+        """hipStreamQuery / hipEventQuery: hipSuccess or hipErrorNotReady."""
+        rc = self._fn(name)(handle)
+        if rc and rc != hipErrorNotReady:
+            raise self._error(rc, name)
+        return rc == hipSuccess
 
-    def _event_destroy(self, index: int, event: Any) -> None:
-        self._use(index)
-        rc = self.lib.hipEventDestroy(event)
-        if rc:
-            raise self._error(rc, "hipEventDestroy")
+    def _stream_done(self, stream: Any) -> bool:
+        return self._ready("hipStreamQuery", stream)
 
-    def _event_record(self, index: int, event: Any, stream: Any) -> None:
-        self._use(index)
-        rc = self.lib.hipEventRecord(event, stream)
-        if rc:
-            raise self._error(rc, "hipEventRecord")
-
-    def _event_synchronize(self, index: int, event: Any) -> None:
-        self._use(index)
-        rc = self.lib.hipEventSynchronize(event)
-        if rc:
-            raise self._error(rc, "hipEventSynchronize")
-
-    def _event_query(self, index: int, event: Any) -> bool:
-        self._use(index)
-        rc = self.lib.hipEventQuery(event)
-        if rc == hipSuccess:
-            return True
-        if rc == hipErrorNotReady:
-            return False
-        raise self._error(rc, "hipEventQuery")
-
-    def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
-        self._use(index)
-        ms = self.ffi.new("float *")
-        rc = self.lib.hipEventElapsedTime(ms, start, end)
-        if rc:
-            raise self._error(rc, "hipEventElapsedTime")
-        return float(ms[0])
-
-    def _synchronize(self, index: int) -> None:
-        self._use(index)
-        rc = self.lib.hipDeviceSynchronize()
-        if rc:
-            raise self._error(rc, "hipDeviceSynchronize")
+    def _event_done(self, event: Any) -> bool:
+        return self._ready("hipEventQuery", event)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.errors import DeviceError, UnsupportedError
+from ..runtime.errors import UnsupportedError
 from ..runtime.plugin import D2D, D2H, H2D
 from ._vendor import VendorPlugin, roots
 
@@ -125,7 +125,6 @@ MESSAGES: dict[int, str] = {
     809: "DMA aborted (bad device or host address)",
 }
 
-_KIND = {D2H: 0, H2D: 1, D2D: 2}          # XPUMemcpyKind: device-to-host comes first
 _FILL_CHUNK = 1 << 20                     # host fill buffer for the memset fallback
 
 
@@ -138,11 +137,28 @@ class KunlunPlugin(VendorPlugin):
     cdef = CDEF
     code_names = CODE_NAMES
     oom_codes = frozenset({705})                  # XPUERR_NOMEM
+    copy_kinds = {D2H: 0, H2D: 1, D2D: 2}         # XPUMemcpyKind: device-to-host comes first
+    stream_type = "XPUStream"
+    event_type = "XPUEvent"
+
+    SET_DEVICE = "xpu_set_device"
+    MALLOC = "xpu_malloc"
+    FREE = "xpu_free"
+    MEMCPY_ASYNC = "xpu_memcpy_async"
+    STREAM_CREATE = "xpu_stream_create"
+    STREAM_DESTROY = "xpu_stream_destroy"
+    STREAM_SYNCHRONIZE = "xpu_wait"
+    STREAM_WAIT_EVENT = "xpu_stream_wait_event"
+    EVENT_CREATE = "xpu_event_create"
+    EVENT_DESTROY = "xpu_event_destroy"
+    EVENT_RECORD = "xpu_event_record"
+    EVENT_SYNCHRONIZE = "xpu_event_wait"
+    EVENT_ELAPSED = "anychip_sim_xpu_event_elapsed_time"      # simulator only (see _bind)
+    DEVICE_SYNCHRONIZE = ""             # none: the default stream and the streams created here
 
     def __init__(self) -> None:
         super().__init__()
         self._lock = threading.Lock()
-        self._streams: dict[int, set] = {}        # device -> live streams (for device synchronize)
         self._sizes: dict[int, int] = {}          # address -> bytes, for free memory without a runtime query
         self._allocated: dict[int, int] = {}      # device -> bytes allocated here
         self._fill: dict[int, np.ndarray] = {}    # byte value -> host buffer (memset fallback)
@@ -154,18 +170,9 @@ class KunlunPlugin(VendorPlugin):
         return dirs
 
     def _open(self) -> int:
-        count = self.ffi.new("int *")
-        rc = self.lib.xpu_device_count(count)
-        if rc:
-            raise self._error(rc, "xpu_device_count")
-        return int(count[0])
+        return int(self._out("int", "xpu_device_count"))
 
     def _bind(self) -> None:
-        ffi, lib = self.ffi, self.lib
-        self._cast = ffi.cast
-        self._from_buffer = ffi.from_buffer
-        self._memcpy_async = lib.xpu_memcpy_async
-        self._wait = lib.xpu_wait
         self._ext_memset = self._sym("anychip_sim_xpu_memset_async")
         self._ext_elapsed = self._sym("anychip_sim_xpu_event_elapsed_time")
         self._ext_mem_info = self._sym("anychip_sim_xpu_mem_info")
@@ -175,11 +182,7 @@ class KunlunPlugin(VendorPlugin):
         (what a real libxpurt.so offers); the tests use this to exercise the fallbacks."""
         self.available()
         self._ext_memset = self._ext_elapsed = self._ext_mem_info = None
-
-    def _set_device(self, index: int) -> None:
-        rc = self.lib.xpu_set_device(index)
-        if rc:
-            raise self._error(rc, f"xpu_set_device({index})")
+        self._timed_stream_wait = self._timed_event_wait = self._timed_device_wait = None
 
     def code_name(self, code: int) -> str:
         return self.code_names.get(abs(code), f"status {code}")   # some releases return -code
@@ -189,9 +192,7 @@ class KunlunPlugin(VendorPlugin):
 
     def _attr(self, index: int, attr: int) -> int:
         v = self.ffi.new("uint64_t *")
-        rc = self.lib.xpu_device_get_attr(v, attr, index)
-        if rc:
-            raise self._error(rc, "xpu_device_get_attr")
+        self._call("xpu_device_get_attr", v, attr, index)
         return int(v[0])
 
     def properties(self, index: int) -> dict:
@@ -204,23 +205,18 @@ class KunlunPlugin(VendorPlugin):
         return props
 
     # -- memory ---------------------------------------------------------
+    def _malloc_args(self, out: Any, nbytes: int) -> tuple:
+        return out, nbytes, 0                             # XPU_MEM_MAIN
+
     def _malloc(self, index: int, nbytes: int) -> Any:
-        self._use(index)
-        out = self.ffi.new("void **")
-        rc = self.lib.xpu_malloc(out, max(nbytes, 1), 0)          # XPU_MEM_MAIN
-        if rc:
-            raise self._oom(abs(rc), index, nbytes, "xpu_malloc")
-        addr = int(self._cast("uintptr_t", out[0]))
+        addr = super()._malloc(index, nbytes)
         with self._lock:
             self._sizes[addr] = nbytes
             self._allocated[index] = self._allocated.get(index, 0) + nbytes
         return addr
 
     def _free(self, index: int, handle: Any) -> None:
-        self._use(index)
-        rc = self.lib.xpu_free(self._cast("void *", handle))
-        if rc:
-            raise self._error(rc, "xpu_free")
+        super()._free(index, handle)
         with self._lock:
             n = self._sizes.pop(handle, 0)
             self._allocated[index] = self._allocated.get(index, 0) - n
@@ -230,9 +226,7 @@ class KunlunPlugin(VendorPlugin):
         if self._ext_mem_info is not None:
             free = self.ffi.new("uint64_t *")
             total = self.ffi.new("uint64_t *")
-            rc = self._ext_mem_info(free, total)
-            if rc:
-                raise self._error(rc, "anychip_sim_xpu_mem_info")
+            self._call("anychip_sim_xpu_mem_info", free, total)
             return int(free[0]), int(total[0])
         total = self._attr(index, 5)
         with self._lock:
@@ -240,40 +234,17 @@ class KunlunPlugin(VendorPlugin):
         return max(total - used, 0), total          # what this process allocated; others are not seen
 
     # -- copies ---------------------------------------------------------
-    def _copy(self, index: int, dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int, kind: str,
-              stream: Any) -> None:
-        if self._tls.dev != index:
-            self._use(index)
-        if kind == H2D:
-            d = self._cast("void *", dst + dst_off)
-            s = self._from_buffer(src) + src_off
-        elif kind == D2H:
-            d = self._from_buffer(dst) + dst_off
-            s = self._cast("void *", src + src_off)
-        elif kind == D2D:
-            d = self._cast("void *", dst + dst_off)
-            s = self._cast("void *", src + src_off)
-        else:
-            raise DeviceError(f"unknown copy kind {kind!r}", backend=self.name)
-        rc = self._memcpy_async(d, s, nbytes, _KIND[kind], stream)
-        if rc:
-            raise self._error(rc, "xpu_memcpy_async")
-
     def _copy_peer(self, dst_index: int, dst: Any, dst_off: int, src_index: int, src: Any, src_off: int,
                    nbytes: int, stream: Any) -> None:
         # xpu_memcpy_peer is synchronous: order it after the stream's work, then copy
         self._stream_synchronize(src_index, stream)
-        rc = self.lib.xpu_memcpy_peer(dst_index, self._cast("void *", dst + dst_off), src_index,
-                                      self._cast("void *", src + src_off), nbytes)
-        if rc:
-            raise self._error(rc, "xpu_memcpy_peer")
+        self._call("xpu_memcpy_peer", dst_index, self._cast("void *", dst + dst_off), src_index,
+                   self._cast("void *", src + src_off), nbytes)
 
     def _memset(self, index: int, dst: Any, dst_off: int, value: int, nbytes: int, stream: Any) -> None:
         self._use(index)
         if self._ext_memset is not None:
-            rc = self._ext_memset(self._cast("void *", dst + dst_off), value, nbytes, stream)
-            if rc:
-                raise self._error(rc, "anychip_sim_xpu_memset_async")
+            self._call("anychip_sim_xpu_memset_async", self._cast("void *", dst + dst_off), value, nbytes, stream)
             return
         # the runtime has no memset: copy from a host buffer holding the byte, which stays
         # alive (and unchanged) for the life of the plugin, so the copies may run later
@@ -281,108 +252,21 @@ class KunlunPlugin(VendorPlugin):
             fill = self._fill.get(value)
             if fill is None:
                 fill = self._fill[value] = np.full(_FILL_CHUNK, value, dtype=np.uint8)
-        src = self._from_buffer(fill)
-        done = 0
-        while done < nbytes:
+        for done in range(0, nbytes, _FILL_CHUNK):
             n = min(_FILL_CHUNK, nbytes - done)
-            rc = self._memcpy_async(self._cast("void *", dst + dst_off + done), src, n, 1, stream)
-            if rc:
-                raise self._error(rc, "xpu_memcpy_async (memset)")
-            done += n
+            self._copy(index, dst, dst_off + done, fill, 0, n, H2D, stream)
 
-    # -- streams --------------------------------------------------------
-    def _default_stream(self, index: int) -> Any:
-        return self.ffi.NULL
+    # -- streams and events ----------------------------------------------
+    def _stream_done(self, stream: Any) -> bool:
+        return self._stream_done_by_event(stream)        # the runtime has no stream query
 
-    def _stream_create(self, index: int) -> Any:
-        self._use(index)
-        out = self.ffi.new("XPUStream *")
-        rc = self.lib.xpu_stream_create(out)
-        if rc:
-            raise self._error(rc, "xpu_stream_create")
-        with self._lock:
-            self._streams.setdefault(index, set()).add(out[0])
-        return out[0]
-
-    def _stream_destroy(self, index: int, stream: Any) -> None:
-        self._use(index)
-        rc = self.lib.xpu_stream_destroy(stream)
-        if rc:
-            raise self._error(rc, "xpu_stream_destroy")
-        with self._lock:
-            self._streams.get(index, set()).discard(stream)
-
-    def _stream_synchronize(self, index: int, stream: Any) -> None:
-        if self._tls.dev != index:
-            self._use(index)
-        rc = self._wait(stream)
-        if rc:
-            raise self._error(rc, "xpu_wait")
-
-    def _stream_query(self, index: int, stream: Any) -> bool:
-        ev = self._event_create(index)        # the runtime has no stream query: ask an event
-        try:
-            self._event_record(index, ev, stream)
-            return self._event_query(index, ev)
-        finally:
-            self._event_destroy(index, ev)
-
-    def _stream_wait_event(self, index: int, stream: Any, event: Any) -> None:
-        self._use(index)
-        rc = self.lib.xpu_stream_wait_event(stream, event)
-        if rc:
-            raise self._error(rc, "xpu_stream_wait_event")
-
-    # -- events ---------------------------------------------------------
-    def _event_create(self, index: int) -> Any:
-        self._use(index)
-        out = self.ffi.new("XPUEvent *")
-        rc = self.lib.xpu_event_create(out)
-        if rc:
-            raise self._error(rc, "xpu_event_create")
-        return out[0]
-
-    def _event_destroy(self, index: int, event: Any) -> None:
-        self._use(index)
-        rc = self.lib.xpu_event_destroy(event)
-        if rc:
-            raise self._error(rc, "xpu_event_destroy")
-
-    def _event_record(self, index: int, event: Any, stream: Any) -> None:
-        self._use(index)
-        rc = self.lib.xpu_event_record(event, stream)
-        if rc:
-            raise self._error(rc, "xpu_event_record")
-
-    def _event_synchronize(self, index: int, event: Any) -> None:
-        self._use(index)
-        rc = self.lib.xpu_event_wait(event)
-        if rc:
-            raise self._error(rc, "xpu_event_wait")
-
-    def _event_query(self, index: int, event: Any) -> bool:
-        self._use(index)
+    def _event_done(self, event: Any) -> bool:
         rc = self.lib.xpu_event_query(event)
-        if rc == XPU_SUCCESS:
-            return True
-        if abs(rc) == XPUERR_BUSY:
-            return False
-        raise self._error(rc, "xpu_event_query")
+        if rc and abs(rc) != XPUERR_BUSY:
+            raise self._error(rc, "xpu_event_query")
+        return rc == XPU_SUCCESS
 
     def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
         if self._ext_elapsed is None:
             raise UnsupportedError("the Kunlun XPU runtime has no event timing")
-        self._use(index)
-        ms = self.ffi.new("float *")
-        rc = self._ext_elapsed(ms, start, end)
-        if rc:
-            raise self._error(rc, "anychip_sim_xpu_event_elapsed_time")
-        return float(ms[0])
-
-    def _synchronize(self, index: int) -> None:
-        # no device-wide synchronize in the runtime: wait for the default stream and ours
-        self._stream_synchronize(index, self.ffi.NULL)
-        with self._lock:
-            streams = list(self._streams.get(index, ()))
-        for s in streams:
-            self._stream_synchronize(index, s)
+        return super()._event_elapsed_ms(index, start, end)

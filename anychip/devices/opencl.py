@@ -34,7 +34,9 @@ Host arrays
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -457,8 +459,30 @@ class OpenCLPlugin(DevicePlugin):
         self._state(index).streams.discard(stream)
         stream.queue = None
 
+    def _wait_for(self, event: Any) -> None:
+        """Return once ``event`` is complete (or failed). clFinish / clWaitForEvents
+        cannot be interrupted, so this polls the event while yielding the CPU for up to
+        100 us (a short copy completes within that), then waits on a completion
+        callback in 50 ms slices, so that Ctrl-C raises KeyboardInterrupt even when the
+        event never completes."""
+        until = time.perf_counter() + 1e-4
+        while event.command_execution_status > 0:        # queued, submitted or running
+            if time.perf_counter() > until:
+                self._wait_callback(event)
+                return
+            os.sched_yield()
+
+    def _wait_callback(self, event: Any) -> None:
+        done = threading.Event()
+        event.set_callback(self._cl.command_execution_status.COMPLETE, lambda status: done.set())
+        while not done.wait(0.05):
+            pass
+
     def _stream_synchronize(self, index: int, stream: Any) -> None:
+        last = stream.last
         try:
+            if last is not None:
+                self._wait_for(last)
             stream.queue.finish()
         except self._cl.Error as exc:
             raise self._convert(exc, "clFinish", index, None) from exc
@@ -517,6 +541,7 @@ class OpenCLPlugin(DevicePlugin):
         if event.marker is None:
             return
         with self._translate("clWaitForEvents", index):
+            self._wait_for(event.marker)
             event.marker.wait()
 
     def _event_query(self, index: int, event: Any) -> bool:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .allocator import BufferBase, register_buffer
+from .allocator import view as _view
 from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -19,14 +21,16 @@ if TYPE_CHECKING:
 __all__ = ["Buffer"]
 
 
-class Buffer:
-    __slots__ = ("device", "nbytes", "_block", "_offset", "_root", "__weakref__")
+class Buffer(BufferBase):
+    """Device memory from ``device.alloc(nbytes)``. Its storage (``device``,
+    ``nbytes``, the allocator block, offset and viewed buffer), ``free()`` and the
+    free when the last reference goes are compiled with the allocator's core
+    (``BufferBase``); ``anychip.Buffer()`` raises InvalidArgumentError."""
+
+    __slots__ = ()
 
     device: Device
     nbytes: int
-
-    def __init__(self) -> None:  # pragma: no cover - made by Device.alloc
-        raise TypeError("Buffers are made by Device.alloc(nbytes)")
 
     # -- identity -------------------------------------------------------
     def _check(self) -> Any:
@@ -62,17 +66,6 @@ class Buffer:
         return root._block is None
 
     # -- memory ---------------------------------------------------------
-    def free(self) -> None:
-        """Return the memory to the device's allocator (stream-ordered: work already
-        enqueued that uses it still completes first). Freeing twice is an error."""
-        if self._root is not None:
-            raise InvalidArgumentError("free() on a view: free the buffer it views instead")
-        block = self._block
-        if block is None:
-            raise InvalidArgumentError(f"double free of a buffer ({self.nbytes} bytes on {self.device})")
-        self._block = None
-        self.device._free_block(block, True)
-
     def record_stream(self, stream: Stream) -> None:
         """Tell the allocator this memory is also used on ``stream``: after free it is
         reused only once the work enqueued so far on ``stream`` is done."""
@@ -89,13 +82,7 @@ class Buffer:
         if offset + nbytes > self.nbytes:
             raise InvalidArgumentError(
                 f"view [{offset}, {offset + nbytes}) lies outside the buffer of {self.nbytes} bytes")
-        v = Buffer.__new__(Buffer)
-        v.device = self.device
-        v.nbytes = nbytes
-        v._block = None
-        v._offset = self._offset + offset
-        v._root = self._root if self._root is not None else self
-        return v
+        return _view(self.device, nbytes, self._offset + offset, self._root if self._root is not None else self)
 
     # -- copies ---------------------------------------------------------
     def copy_from(self, src: Any, nbytes: int | None = None, *, offset: int = 0, src_offset: int = 0,
@@ -134,15 +121,6 @@ class Buffer:
         return self
 
     # -- lifetime -------------------------------------------------------
-    def __del__(self) -> None:
-        block = self._block
-        if block is not None:
-            self._block = None
-            try:
-                self.device._free_block(block)
-            except Exception:  # noqa: BLE001 - never raise from a finalizer
-                pass
-
     def __len__(self) -> int:
         return self.nbytes
 
@@ -151,6 +129,9 @@ class Buffer:
             return f"<anychip.Buffer {self.nbytes} bytes on {self.device} (freed)>"
         kind = " view" if self._root is not None else ""
         return f"<anychip.Buffer{kind} {self.nbytes} bytes on {self.device} at offset {self._offset}>"
+
+
+register_buffer(Buffer, InvalidArgumentError)
 
 
 def _size(value: Any, what: str) -> int:

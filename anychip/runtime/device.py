@@ -38,7 +38,6 @@ class Device:
         self.name = f"{info.name}:{index}"
         self._info = info
         self._lock = threading.Lock()
-        self._deferred: list = []          # blocks freed by finalizers while the lock was busy
         self._allocator: Any = None
         self._default: Stream | None = None
         self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
@@ -128,48 +127,18 @@ class Device:
         if type(nbytes) is not int or nbytes < 0:
             nbytes = _size(nbytes, "nbytes")
         if stream is None:
-            stream = _tls.streams.get(self) or self.default_stream
+            stream = _tls.streams.get(self) or self._default or self.default_stream
         elif stream.__class__ is not Stream or stream.device is not self:
             raise InvalidArgumentError(f"alloc on {self} got {stream!r}; pass a Stream of {self}")
-        allocator = self._allocator or self.allocator
-        with self._lock:
-            if self._deferred:
-                self._free_deferred()
-            block = allocator.malloc(nbytes, stream)
-        buf = Buffer.__new__(Buffer)
-        buf.device = self
-        buf.nbytes = nbytes
-        buf._block = block
-        buf._offset = block.offset
-        buf._root = None
-        return buf
-
-    def _free_block(self, block: Any, explicit: bool = False) -> None:
-        # Called from Buffer.free (explicit) and Buffer.__del__. A finalizer may run
-        # while this thread is inside the allocator (garbage collection), so it never
-        # blocks: when the lock is busy the block is freed by the next alloc or free.
-        lock = self._lock
-        if lock.acquire(explicit):
-            try:
-                if self._deferred:
-                    self._free_deferred()
-                self._allocator.free(block)
-            finally:
-                lock.release()
-        else:
-            self._deferred.append(block)
-
-    def _free_deferred(self) -> None:
-        pending, self._deferred = self._deferred, []
-        for block in pending:
-            self._allocator.free(block)
+        if stream._destroyed:
+            raise InvalidArgumentError(f"alloc on {self} got {stream!r}; pass a live Stream of {self}")
+        return (self._allocator or self.allocator).buffer(self, nbytes, stream)
 
     def _record_stream(self, block: Any, stream: Stream) -> None:
         if not isinstance(stream, Stream) or stream.device is not self:
             raise InvalidArgumentError(f"record_stream needs a Stream of {self}, got {stream!r}")
         stream._live()
-        with self._lock:
-            self._allocator.record_stream(block, stream)
+        self._allocator.record_stream(block, stream)
 
     def mem_info(self) -> tuple[int, int]:
         """(free, total) bytes of device memory as the backend reports them."""
@@ -178,32 +147,25 @@ class Device:
 
     def memory_stats(self) -> dict[str, int]:
         """Allocator statistics with PyTorch's dotted names (``allocated_bytes.all.current``...)."""
-        allocator = self.allocator
-        with self._lock:
-            if self._deferred:
-                self._free_deferred()
-            return dict(allocator.memory_stats())
+        return self.allocator.memory_stats()
 
     def reset_peak_memory_stats(self) -> None:
-        with self._lock:
-            self.allocator.reset_peak_stats()
+        self.allocator.reset_peak_stats()
 
     def empty_cache(self) -> None:
         """Return cached, unused memory to the backend."""
-        allocator = self.allocator
-        with self._lock:
-            if self._deferred:
-                self._free_deferred()
-            allocator.empty_cache()
+        self.allocator.empty_cache()
 
     def synchronize(self) -> None:
-        """Wait for all work on every stream of this device."""
+        """Wait for all work on every stream of this device. Ctrl-C interrupts the wait
+        (KeyboardInterrupt) on every backend; the work itself goes on."""
+        points = [(s, s._seq) for s in list(self._streams)]
         self.plugin._synchronize(self.index)
-        for s in list(self._streams):
-            s._keep.clear()
-        if self._allocator is not None:
-            with self._lock:       # the device is idle: blocks waiting on events can be reused
-                self._allocator.synchronize_and_free_events()
+        for s, upto in points:
+            if s._keep:
+                s._release(upto)
+        if self._allocator is not None:      # the device is idle: blocks waiting on events can be reused
+            self._allocator.synchronize_and_free_events()
 
     # -- copies and memset ---------------------------------------------
     def copy(self, dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0,

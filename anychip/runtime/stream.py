@@ -7,6 +7,7 @@ the device's backend; all checks happen here, once.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidArgumentError
@@ -15,6 +16,9 @@ if TYPE_CHECKING:
     from .device import Device
 
 __all__ = ["Stream", "Event", "current_stream"]
+
+#: host memory a stream keeps alive for enqueued copies before enqueuing waits for it
+_KEEP_LIMIT_BYTES = 256 << 20
 
 
 class _State(threading.local):
@@ -48,14 +52,18 @@ class Stream:
     (and its device the current device) on this thread.
     """
 
-    __slots__ = ("device", "_handle", "_keep", "_default", "_destroyed", "__weakref__")
+    # Host memory used by enqueued copies is kept alive per op: each kept object is
+    # tagged with its op's position in the stream (_seq counts the objects kept), and is
+    # released only once work up to that position is known complete: by a synchronize
+    # or query that began after it was enqueued, or by an event recorded after it.
+    # Objects of ops enqueued later (say by another thread) are never released early.
+    __slots__ = ("device", "_handle", "_keep", "_seq", "_kept_bytes", "_keep_lock", "_default", "_destroyed",
+                 "__weakref__")
 
     def __init__(self, device: Any = None) -> None:
         dev = _resolve_device(device)
         self.device = dev
-        self._default = False
-        self._destroyed = False
-        self._keep: list = []
+        self._init_keep(False)
         self._handle = dev.plugin._stream_create(dev.index)
         dev._streams.add(self)
 
@@ -63,12 +71,18 @@ class Stream:
     def _wrap_default(cls, dev: Device) -> Stream:
         s = cls.__new__(cls)
         s.device = dev
-        s._default = True
-        s._destroyed = False
-        s._keep = []
+        s._init_keep(True)
         s._handle = dev.plugin._default_stream(dev.index)
         dev._streams.add(s)
         return s
+
+    def _init_keep(self, default: bool) -> None:
+        self._default = default
+        self._destroyed = False
+        self._keep: deque = deque()     # (position, host object), in position order
+        self._seq = 0                   # position of the next kept object
+        self._kept_bytes = 0
+        self._keep_lock = threading.Lock()
 
     # -- checks ---------------------------------------------------------
     def _live(self) -> Any:
@@ -78,17 +92,21 @@ class Stream:
 
     # -- operations -----------------------------------------------------
     def synchronize(self) -> None:
-        """Wait until all work enqueued on this stream is done."""
+        """Wait until all work enqueued on this stream is done. Ctrl-C interrupts the
+        wait (KeyboardInterrupt) on every backend; the work itself goes on."""
         dev = self.device
+        upto = self._seq
         dev.plugin._stream_synchronize(dev.index, self._live())
-        self._keep.clear()
+        if self._keep:
+            self._release(upto)
 
     def query(self) -> bool:
         """True when all work enqueued on this stream is done (never blocks)."""
         dev = self.device
+        upto = self._seq
         done = bool(dev.plugin._stream_query(dev.index, self._live()))
-        if done:
-            self._keep.clear()
+        if done and self._keep:
+            self._release(upto)
         return done
 
     def wait_event(self, event: Event) -> None:
@@ -114,19 +132,41 @@ class Stream:
         return event
 
     def _keep_alive(self, obj: Any) -> None:
-        """Hold a host object until this stream has been synchronized."""
+        """Hold a host object until the op just enqueued on this stream has completed.
+
+        Host memory held this way is bounded: past _KEEP_LIMIT_BYTES the caller waits
+        for the stream (as a CUDA copy to pageable memory waits), so a thread that only
+        enqueues cannot pile up completed copies faster than they are released."""
+        with self._keep_lock:
+            self._keep.append((self._seq, obj))
+            self._seq += 1
+            self._kept_bytes += getattr(obj, "nbytes", 0)
+            check = self._seq % 64 == 0
+            full = self._kept_bytes > _KEEP_LIMIT_BYTES
+        if full:
+            self.synchronize()
+        elif check:
+            self.query()
+
+    def _release(self, upto: int) -> None:
+        """Let go of the host objects of ops before position ``upto`` (known complete)."""
         keep = self._keep
-        keep.append(obj)
-        if len(keep) % 64 == 0 and self.query():
-            keep.clear()
+        with self._keep_lock:
+            while keep and keep[0][0] < upto:
+                self._kept_bytes -= getattr(keep.popleft()[1], "nbytes", 0)
 
     def destroy(self) -> None:
-        """Wait for the stream's work, then release it. The default stream cannot be destroyed."""
+        """Wait for the stream's work, then release it. The memory the device's
+        allocator cached for it becomes usable on every stream. The default stream
+        cannot be destroyed."""
         if self._default:
             raise InvalidArgumentError("the default stream of a device cannot be destroyed")
         if self._destroyed:
             return
         dev = self.device
+        dev.plugin._stream_synchronize(dev.index, self._handle)
+        if dev._allocator is not None:
+            dev._allocator.retire_stream(self)
         self._destroyed = True
         dev.plugin._stream_destroy(dev.index, self._handle)
         self._keep.clear()
@@ -172,13 +212,14 @@ def current_stream(device: Any = None) -> Stream:
 class Event:
     """A point in a stream: record it, wait for it, time between two of them."""
 
-    __slots__ = ("device", "_handle", "_recorded", "_destroyed", "__weakref__")
+    __slots__ = ("device", "_handle", "_recorded", "_destroyed", "_point", "__weakref__")
 
     def __init__(self, device: Any = None) -> None:
         dev = _resolve_device(device)
         self.device = dev
         self._recorded = False
         self._destroyed = False
+        self._point: tuple[Stream, int] | None = None   # (stream, keep position) of the last record
         self._handle = dev.plugin._event_create(dev.index)
 
     def _live(self) -> Any:
@@ -195,20 +236,33 @@ class Event:
             raise InvalidArgumentError(f"record expects an anychip.Stream, got {type(stream).__name__}")
         elif stream.device is not dev:
             raise InvalidArgumentError(f"{self!r} cannot be recorded on {stream!r}: different devices")
+        point = (stream, stream._seq)
         dev.plugin._event_record(dev.index, self._live(), stream._live())
         self._recorded = True
+        self._point = point
         return self
 
+    def _completed(self, point: tuple[Stream, int] | None) -> None:
+        if point is not None and point[0]._keep:
+            point[0]._release(point[1])
+
     def synchronize(self) -> None:
-        """Wait until the work before the record point is done (no-op if never recorded)."""
+        """Wait until the work before the record point is done (no-op if never recorded).
+        Ctrl-C interrupts the wait (KeyboardInterrupt) on every backend."""
         if self._recorded:
+            point = self._point
             self.device.plugin._event_synchronize(self.device.index, self._live())
+            self._completed(point)
 
     def query(self) -> bool:
         """True when the recorded work is done (an event never recorded counts as done)."""
         if not self._recorded:
             return True
-        return bool(self.device.plugin._event_query(self.device.index, self._live()))
+        point = self._point
+        done = bool(self.device.plugin._event_query(self.device.index, self._live()))
+        if done:
+            self._completed(point)
+        return done
 
     def wait(self, stream: Stream | None = None) -> None:
         """Make ``stream`` (default: the current stream) wait for this event."""

@@ -317,8 +317,42 @@ static inline uint16_t float_to_bf16(float f)
         break;                                                                                  \
     }
 
+#define APPLY2(OP, A, acc, s0, s1, m, LOAD)                                                     \
+    switch (OP) {                                                                               \
+    case CCL_SUM:                                                                               \
+    case CCL_AVG:                                                                               \
+        for (size_t i = 0; i < m; i++) acc[i] = (A)((A)LOAD(s0[i]) + (A)LOAD(s1[i]));           \
+        break;                                                                                  \
+    case CCL_PROD:                                                                              \
+        for (size_t i = 0; i < m; i++) acc[i] = (A)((A)LOAD(s0[i]) * (A)LOAD(s1[i]));           \
+        break;                                                                                  \
+    case CCL_MIN:                                                                               \
+        for (size_t i = 0; i < m; i++) { A a = (A)LOAD(s0[i]), b = (A)LOAD(s1[i]); acc[i] = b < a ? b : a; } \
+        break;                                                                                  \
+    default:                                                                                    \
+        for (size_t i = 0; i < m; i++) { A a = (A)LOAD(s0[i]), b = (A)LOAD(s1[i]); acc[i] = b > a ? b : a; } \
+        break;                                                                                  \
+    }
+
 /* T: element type, A: accumulator type (ints: wide, so avg divides the true sum;
  * halves: float). Sources are combined in order, so every caller gets the same bits. */
+#define APPLY2(OP, A, acc, s0, s1, m, LOAD)                                                     \
+    switch (OP) {                                                                               \
+    case CCL_SUM:                                                                               \
+    case CCL_AVG:                                                                               \
+        for (size_t i = 0; i < m; i++) acc[i] = (A)((A)LOAD(s0[i]) + (A)LOAD(s1[i]));           \
+        break;                                                                                  \
+    case CCL_PROD:                                                                              \
+        for (size_t i = 0; i < m; i++) acc[i] = (A)((A)LOAD(s0[i]) * (A)LOAD(s1[i]));           \
+        break;                                                                                  \
+    case CCL_MIN:                                                                               \
+        for (size_t i = 0; i < m; i++) { A a = (A)LOAD(s0[i]), b = (A)LOAD(s1[i]); acc[i] = b < a ? b : a; } \
+        break;                                                                                  \
+    default:                                                                                    \
+        for (size_t i = 0; i < m; i++) { A a = (A)LOAD(s0[i]), b = (A)LOAD(s1[i]); acc[i] = b > a ? b : a; } \
+        break;                                                                                  \
+    }
+
 /* T: element type, A: accumulator type (ints: wide, so avg divides the true sum;
  * halves: float). Sources are combined in order, so every caller gets the same bits.
  * Elements are accessed through 1-byte-aligned types: views may start at any byte. */
@@ -330,8 +364,15 @@ static inline uint16_t float_to_bf16(float f)
         for (size_t base = 0; base < n; base += BLK) {                                          \
             size_t m = MIN((size_t)BLK, n - base);                                              \
             const NAME##_u *s0 = (const NAME##_u *)src[0] + base;                               \
-            for (size_t i = 0; i < m; i++) acc[i] = (A)LOAD(s0[i]);                             \
-            for (int k = 1; k < ns; k++) {                                                      \
+            int k = 1;                                                                          \
+            if (ns >= 2) { /* the first two sources in one pass */                             \
+                const NAME##_u *s1 = (const NAME##_u *)src[1] + base;                           \
+                APPLY2(op, A, acc, s0, s1, m, LOAD)                                             \
+                k = 2;                                                                          \
+            } else {                                                                            \
+                for (size_t i = 0; i < m; i++) acc[i] = (A)LOAD(s0[i]);                         \
+            }                                                                                   \
+            for (; k < ns; k++) {                                                               \
                 const NAME##_u *s = (const NAME##_u *)src[k] + base;                            \
                 APPLY(op, A, acc, s, m, LOAD)                                                   \
             }                                                                                   \
@@ -508,6 +549,9 @@ int ccl_comm_init(const char *id, int rank, int nranks, double timeout_s, ccl_co
     c->chunk = ALIGN_UP((uint64_t)env_double("ANYCHIP_CCL_CHUNK", 1 << 20), 4096);
     c->chan = nranks <= 8 ? 256 * 1024 : 64 * 1024;
     c->spin_ns = (int)(env_double("ANYCHIP_CCL_SPIN_US", 200) * 1000);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!getenv("ANYCHIP_CCL_SPIN_US") && cores > 0 && nranks > cores)
+        c->spin_ns = 2000; /* more ranks than cores: a spinning rank takes the core its peer needs */
     c->small_max = c->small;
     c->zc_min = 65536;
     snprintf(c->label, sizeof c->label, "group of %d ranks", nranks);
@@ -693,8 +737,9 @@ static int wait_until(ctx_t *x, ready_fn ready, const void *arg, uint64_t peers,
     ccl_comm *c = x->c;
     if (ready(x, arg))
         return CCL_OK;
-    /* spin: a few microseconds of pause loops, then yield the core between polls (ranks may
-     * outnumber cores), until the spin time is up; then sleep on the doorbell */
+    /* spin until the spin time is up (2 us when ranks outnumber cores), then sleep on the
+     * doorbell; after the first microseconds the spin yields the core between polls (as
+     * MPICH's progress loop does), which keeps latency low on a busy machine */
     uint64_t start = now_ns(), spin_until = start + (uint64_t)c->spin_ns;
     for (unsigned k = 1;; k++) {
         if (ready(x, arg))

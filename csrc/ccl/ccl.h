@@ -44,10 +44,12 @@
  *   Half types (float16, bfloat16) accumulate in float32 and are rounded once.
  *
  * Waiting and failure
- *   Waits spin briefly (ANYCHIP_CCL_SPIN_US, default 200; pause loops, then
- *   yielding the core between polls), then sleep on a futex. Every
- *   wait checks the deadline (the communicator timeout, from the op's start) and the
- *   liveness of the peers (a robust mutex per rank: a killed rank is seen at once).
+ *   Waits spin briefly (ANYCHIP_CCL_SPIN_US, default 200, or 2 when the communicator has
+ *   more ranks than the machine has cores; after 5 us it yields the core between polls),
+ *   then sleep on a futex. Every
+ *   wait checks the deadline (the communicator timeout, from the op's start) and, while
+ *   it sleeps (at most every 10 ms), the liveness of the peers: /proc/<pid>/stat, where a
+ *   zombie counts as dead and the start time guards against a reused pid.
  *   A failure aborts the communicator: the ranks still waiting are woken and fail too
  *   (CCL_E_ABORTED), naming the op and the missing ranks. After an error the
  *   communicator only accepts ccl_comm_destroy.

@@ -99,6 +99,7 @@ typedef enum aclrtCallbackBlockType {
 #define ACL_ERROR_RT_INTERNAL_ERROR 507000
 #define ACL_ERROR_RT_EVENT_NOT_COMPLETE 507006
 #define ACL_ERROR_RT_SYS_DMA 507013
+#define ACL_ERROR_RT_STREAM_SYNC_TIMEOUT 507046
 
 static pthread_once_t fe_once = PTHREAD_ONCE_INIT;
 static int acl_initialized;
@@ -122,7 +123,9 @@ static aclError acl_code(sim_status st)
     case SIM_E_BAD_FREE:
     case SIM_E_OUT_OF_RANGE:
     case SIM_E_DIRECTION: return ACL_ERROR_RT_PARAM_INVALID;
-    case SIM_E_INVALID_HANDLE: return ACL_ERROR_RT_INVALID_HANDLE;
+    case SIM_E_INVALID_HANDLE:
+    case SIM_E_INVALID_STREAM: return ACL_ERROR_RT_INVALID_HANDLE;
+    case SIM_E_TIMEOUT: return ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
     case SIM_E_NOT_READY: return ACL_ERROR_RT_EVENT_NOT_COMPLETE;
     case SIM_E_NOT_RECORDED: return ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID;
     case SIM_E_ASYNC_FAULT: return ACL_ERROR_RT_SYS_DMA;
@@ -220,12 +223,7 @@ ACL_API aclError aclrtGetDevice(int32_t *deviceId)
     ENTER();
     if (!deviceId)
         return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtGetDevice: deviceId is NULL"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return acl_code(st);
-    *deviceId = sim_phys_to_logical(phys);
-    return ACL_SUCCESS;
+    return acl_code(sim_current_logical(deviceId));
 }
 
 ACL_API aclError aclrtGetDeviceCount(uint32_t *count)
@@ -240,11 +238,7 @@ ACL_API aclError aclrtGetDeviceCount(uint32_t *count)
 ACL_API aclError aclrtSynchronizeDevice(void)
 {
     ENTER();
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return acl_code(st);
-    return acl_code(sim_device_synchronize(phys));
+    return acl_code(sim_device_synchronize(SIM_CURRENT));
 }
 
 ACL_API aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId)
@@ -289,11 +283,7 @@ ACL_API aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy po
     (void)policy; /* huge / normal pages are the same thing in the simulator */
     if (!devPtr || size == 0)
         return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtMalloc: %s", devPtr ? "size is 0" : "devPtr is NULL"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return acl_code(st);
-    return acl_code(sim_malloc(phys, size, devPtr));
+    return acl_code(sim_malloc(SIM_CURRENT, size, devPtr));
 }
 
 ACL_API aclError aclrtFree(void *devPtr)
@@ -325,41 +315,37 @@ ACL_API aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total)
     ENTER();
     if (!free || !total || (unsigned)attr > ACL_HBM_MEM_P2P_NORMAL)
         return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtGetMemInfo: bad argument"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return acl_code(st);
-    return acl_code(sim_mem_info(phys, free, total));
+    return acl_code(sim_mem_info(SIM_CURRENT, free, total));
+}
+
+/* the core's direction for a copy of `count` bytes into `destMax`, or -1 (message set) */
+static int copy_dir(const char *fn, size_t destMax, size_t count, aclrtMemcpyKind kind)
+{
+    int dir = memcpy_dir(kind);
+    if (dir < 0) {
+        sim_fail(SIM_E_INVALID_VALUE, "%s: unknown aclrtMemcpyKind %d", fn, (int)kind);
+        return -1;
+    }
+    if (count > destMax) {
+        sim_fail(SIM_E_INVALID_VALUE, "%s: count %zu exceeds destMax %zu", fn, count, destMax);
+        return -1;
+    }
+    return dir;
 }
 
 ACL_API aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind)
 {
     ENTER();
-    int dir = memcpy_dir(kind);
-    if (dir < 0)
-        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtMemcpy: unknown aclrtMemcpyKind %d", (int)kind));
-    if (count > destMax)
-        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtMemcpy: count %zu exceeds destMax %zu", count, destMax));
-    return acl_code(sim_memcpy_sync(dst, src, count, dir));
+    int dir = copy_dir(__func__, destMax, count, kind);
+    return dir < 0 ? ACL_ERROR_INVALID_PARAM : acl_code(sim_memcpy_sync(dst, src, count, dir));
 }
 
 ACL_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
                                   aclrtStream stream)
 {
     ENTER();
-    int dir = memcpy_dir(kind);
-    if (dir < 0)
-        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtMemcpyAsync: unknown aclrtMemcpyKind %d", (int)kind));
-    if (count > destMax)
-        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtMemcpyAsync: count %zu exceeds destMax %zu", count,
-                                 destMax));
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return acl_code(st);
-    st = sim_memcpy_async(dst, src, count, dir, s);
-    sim_stream_put(s);
-    return acl_code(st);
+    int dir = copy_dir(__func__, destMax, count, kind);
+    return dir < 0 ? ACL_ERROR_INVALID_PARAM : acl_code(sim_memcpy_async(dst, src, count, dir, stream));
 }
 
 ACL_API aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
@@ -376,13 +362,7 @@ ACL_API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, 
     if (count > maxCount)
         return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtMemsetAsync: count %zu exceeds maxCount %zu", count,
                                  maxCount));
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return acl_code(st);
-    st = sim_memset_async(devPtr, value, count, 0, s);
-    sim_stream_put(s);
-    return acl_code(st);
+    return acl_code(sim_memset_async(devPtr, value, count, 0, stream));
 }
 
 /* ---- streams ------------------------------------------------------------------ */
@@ -390,13 +370,7 @@ ACL_API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, 
 ACL_API aclError aclrtCreateStream(aclrtStream *stream)
 {
     ENTER();
-    if (!stream)
-        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtCreateStream: stream is NULL"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return acl_code(st);
-    return acl_code(sim_stream_create(phys, stream));
+    return acl_code(sim_stream_create(stream));
 }
 
 ACL_API aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag)
@@ -415,13 +389,7 @@ ACL_API aclError aclrtDestroyStream(aclrtStream stream)
 ACL_API aclError aclrtSynchronizeStream(aclrtStream stream)
 {
     ENTER();
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return acl_code(st);
-    st = sim_stream_synchronize(s);
-    sim_stream_put(s);
-    return acl_code(st);
+    return acl_code(sim_stream_synchronize(stream));
 }
 
 ACL_API aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status)
@@ -429,30 +397,15 @@ ACL_API aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status)
     ENTER();
     if (!status)
         return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtStreamQuery: status is NULL"));
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return acl_code(st);
-    *status = sim_stream_query(s) == SIM_OK ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
-    sim_stream_put(s);
-    return ACL_SUCCESS;
+    sim_status st = sim_stream_query(stream);
+    *status = st == SIM_OK ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
+    return st == SIM_E_NOT_READY ? ACL_SUCCESS : acl_code(st);
 }
 
 ACL_API aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)
 {
     ENTER();
-    sim_stream *s;
-    sim_event *e;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return acl_code(st);
-    st = sim_event_get(event, &e);
-    if (st == SIM_OK) {
-        st = sim_stream_wait_event(s, e);
-        sim_event_put(e);
-    }
-    sim_stream_put(s);
-    return acl_code(st);
+    return acl_code(sim_stream_wait_event(stream, event));
 }
 
 ACL_API aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
@@ -460,13 +413,7 @@ ACL_API aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCall
 {
     ENTER();
     (void)blockType; /* callbacks run on the stream's own worker, in order, either way */
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return acl_code(st);
-    st = sim_enqueue_host_fn(s, fn, userData);
-    sim_stream_put(s);
-    return acl_code(st);
+    return acl_code(sim_enqueue_host_fn(stream, fn, userData));
 }
 
 /* ---- events ------------------------------------------------------------------ */
@@ -474,13 +421,7 @@ ACL_API aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCall
 ACL_API aclError aclrtCreateEvent(aclrtEvent *event)
 {
     ENTER();
-    if (!event)
-        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtCreateEvent: event is NULL"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return acl_code(st);
-    return acl_code(sim_event_create(phys, event));
+    return acl_code(sim_event_create(event));
 }
 
 ACL_API aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag)
@@ -498,30 +439,13 @@ ACL_API aclError aclrtDestroyEvent(aclrtEvent event)
 ACL_API aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
 {
     ENTER();
-    sim_event *e;
-    sim_stream *s;
-    sim_status st = sim_event_get(event, &e);
-    if (st != SIM_OK)
-        return acl_code(st);
-    st = sim_stream_get(stream, &s);
-    if (st == SIM_OK) {
-        st = sim_event_record(e, s);
-        sim_stream_put(s);
-    }
-    sim_event_put(e);
-    return acl_code(st);
+    return acl_code(sim_event_record(event, stream));
 }
 
 ACL_API aclError aclrtSynchronizeEvent(aclrtEvent event)
 {
     ENTER();
-    sim_event *e;
-    sim_status st = sim_event_get(event, &e);
-    if (st != SIM_OK)
-        return acl_code(st);
-    st = sim_event_synchronize(e);
-    sim_event_put(e);
-    return acl_code(st);
+    return acl_code(sim_event_synchronize(event));
 }
 
 ACL_API aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status)
@@ -529,13 +453,9 @@ ACL_API aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatu
     ENTER();
     if (!status)
         return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtQueryEventStatus: status is NULL"));
-    sim_event *e;
-    sim_status st = sim_event_get(event, &e);
-    if (st != SIM_OK)
-        return acl_code(st);
-    *status = sim_event_query(e) == SIM_OK ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
-    sim_event_put(e);
-    return ACL_SUCCESS;
+    sim_status st = sim_event_query(event);
+    *status = st == SIM_OK ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    return st == SIM_E_NOT_READY ? ACL_SUCCESS : acl_code(st);
 }
 
 ACL_API aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status)
@@ -543,27 +463,13 @@ ACL_API aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status)
     ENTER();
     if (!status)
         return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtQueryEvent: status is NULL"));
-    sim_event *e;
-    sim_status st = sim_event_get(event, &e);
-    if (st != SIM_OK)
-        return acl_code(st);
-    *status = sim_event_query(e) == SIM_OK ? ACL_EVENT_STATUS_COMPLETE : ACL_EVENT_STATUS_NOT_READY;
-    sim_event_put(e);
-    return ACL_SUCCESS;
+    sim_status st = sim_event_query(event);
+    *status = st == SIM_OK ? ACL_EVENT_STATUS_COMPLETE : ACL_EVENT_STATUS_NOT_READY;
+    return st == SIM_E_NOT_READY ? ACL_SUCCESS : acl_code(st);
 }
 
 ACL_API aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent)
 {
     ENTER();
-    sim_event *a, *b;
-    sim_status st = sim_event_get(startEvent, &a);
-    if (st != SIM_OK)
-        return acl_code(st);
-    st = sim_event_get(endEvent, &b);
-    if (st == SIM_OK) {
-        st = sim_event_elapsed(ms, a, b);
-        sim_event_put(b);
-    }
-    sim_event_put(a);
-    return acl_code(st);
+    return acl_code(sim_event_elapsed(ms, startEvent, endEvent));
 }

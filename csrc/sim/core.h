@@ -26,6 +26,11 @@
  *   events   record / wait / synchronize / query, CLOCK_MONOTONIC completion time.
  *   handles  streams and events are handed out as opaque, never reused values that
  *            are validated on every call: a destroyed handle is an error, not a crash.
+ *
+ * Files: config.c (environment, visibility, current device, messages, fork), memory.c
+ * (arenas, allocation table, range checks), ipc.c (sharing memory between processes),
+ * handles.c (the handle registry), wait.c (the one spin-then-sleep wait), stream.c
+ * (stream workers, copies), event.c. Their shared internals are in internal.h.
  */
 #ifndef ANYCHIP_SIM_CORE_H
 #define ANYCHIP_SIM_CORE_H
@@ -50,13 +55,15 @@ typedef enum sim_status {
     SIM_E_BAD_FREE,        /* free of a pointer that is not a live allocation */
     SIM_E_OUT_OF_RANGE,    /* a copy / memset touches memory outside a live allocation */
     SIM_E_DIRECTION,       /* the pointers do not match the copy direction */
-    SIM_E_INVALID_HANDLE,  /* unknown or destroyed stream / event */
+    SIM_E_INVALID_HANDLE,  /* unknown or destroyed event */
     SIM_E_NOT_READY,       /* queued work is not complete yet */
     SIM_E_NOT_RECORDED,    /* elapsed time of an event that was never recorded */
     SIM_E_ASYNC_FAULT,     /* an op failed while it ran on a stream */
     SIM_E_NOT_SUPPORTED,
     SIM_E_OS,              /* an operating-system call failed */
     SIM_E_BUSY,            /* operation not allowed in this state (e.g. destroy from own worker) */
+    SIM_E_INVALID_STREAM,  /* unknown or destroyed stream (SIM_E_INVALID_HANDLE: event) */
+    SIM_E_TIMEOUT,         /* a timed wait ran out before the work completed */
     SIM_STATUS_COUNT
 } sim_status;
 
@@ -69,14 +76,21 @@ enum {
     SIM_VIS_CUDA = 1,  /* list order, reading stops at the first invalid or repeated id; "" lists none */
 };
 
-typedef struct sim_stream sim_stream;
-typedef struct sim_event sim_event;
 typedef void (*sim_host_fn)(void *);
 
-/* ---- setup ------------------------------------------------------------- */
+/* Where a core call takes a device: the calling thread's current device. */
+#define SIM_CURRENT (-1)
+
+/* Entry points take the vendors' own handles: `void *stream` (NULL is the default
+ * stream of the calling thread's current device) and `void *event`. The core looks
+ * them up, checks them and holds them for the length of the call, so a front-end
+ * function is an argument check and one core call. */
+
+/* ---- setup (config.c) ---------------------------------------------------- */
 
 /* Read ANYCHIP_SIM_* once and apply the vendor's visibility variable (NULL = unset).
- * Called by each front end before anything else (idempotent, thread-safe). */
+ * Called by each front end before anything else (idempotent, thread-safe). An invalid
+ * value is reported on stderr once per process (not once per simulator library). */
 SIM_HIDDEN void sim_core_init(const char *visible, int rule);
 /* ACL needs an explicit aclrtSetDevice; HIP and XPU default to device 0. */
 SIM_HIDDEN void sim_set_require_current(int yes);
@@ -90,10 +104,11 @@ SIM_HIDDEN size_t sim_capacity(void);
 /* the calling thread's current device (physical index) */
 SIM_HIDDEN sim_status sim_set_current(int logical);
 SIM_HIDDEN sim_status sim_current_phys(int *phys);        /* applies the default-device rule */
+SIM_HIDDEN sim_status sim_current_logical(int *logical);
 SIM_HIDDEN int sim_current_raw(void);                     /* -1 when never set on this thread */
 SIM_HIDDEN void sim_clear_current(void);
 
-/* ---- errors -------------------------------------------------------------- */
+/* ---- errors (config.c) ----------------------------------------------------- */
 
 /* Detail message of the calling thread's most recent failure ("" when none). */
 SIM_HIDDEN const char *sim_last_message(void);
@@ -102,8 +117,9 @@ SIM_HIDDEN sim_status sim_fail(sim_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 SIM_HIDDEN const char *sim_status_name(sim_status st);
 
-/* ---- memory ---------------------------------------------------------------- */
+/* ---- memory (memory.c) ------------------------------------------------------ */
 
+/* phys: a physical device, or SIM_CURRENT */
 SIM_HIDDEN sim_status sim_malloc(int phys, size_t nbytes, void **out);
 SIM_HIDDEN sim_status sim_free(void *ptr);
 SIM_HIDDEN sim_status sim_mem_info(int phys, size_t *free_bytes, size_t *total_bytes);
@@ -114,41 +130,42 @@ SIM_HIDDEN int sim_device_of(const void *ptr);
 SIM_HIDDEN sim_status sim_host_alloc(size_t nbytes, void **out);
 SIM_HIDDEN sim_status sim_host_free(void *ptr);
 
-/* ---- streams ------------------------------------------------------------- */
+/* ---- streams (stream.c) -------------------------------------------------------- */
 
-/* Look up a stream handle, taking a reference (drop it with sim_stream_put). NULL is the
- * default stream of the calling thread's current device. */
-SIM_HIDDEN sim_status sim_stream_get(void *handle, sim_stream **out);
-SIM_HIDDEN void sim_stream_put(sim_stream *s);
-SIM_HIDDEN sim_status sim_stream_create(int phys, void **handle);
-SIM_HIDDEN sim_status sim_stream_destroy(void *handle);
-SIM_HIDDEN int sim_stream_device(const sim_stream *s);
-SIM_HIDDEN sim_status sim_stream_synchronize(sim_stream *s);
-SIM_HIDDEN sim_status sim_stream_query(sim_stream *s);
-SIM_HIDDEN sim_status sim_stream_hold(sim_stream *s);
-SIM_HIDDEN sim_status sim_stream_release(sim_stream *s);
+/* on the current device */
+SIM_HIDDEN sim_status sim_stream_create(void **stream);
+SIM_HIDDEN sim_status sim_stream_destroy(void *stream);
+SIM_HIDDEN sim_status sim_stream_synchronize(void *stream);
+SIM_HIDDEN sim_status sim_stream_query(void *stream);      /* SIM_OK or SIM_E_NOT_READY */
+SIM_HIDDEN sim_status sim_stream_hold(void *stream);
+SIM_HIDDEN sim_status sim_stream_release(void *stream);
+/* Wait up to timeout_ms (< 0: no limit) for the work queued on the stream when called:
+ * SIM_OK, or SIM_E_TIMEOUT. Failures of that work are left for the next synchronize. */
+SIM_HIDDEN sim_status sim_stream_wait(void *stream, int timeout_ms);
+/* phys: a physical device, or SIM_CURRENT */
 SIM_HIDDEN sim_status sim_device_synchronize(int phys);
+SIM_HIDDEN sim_status sim_device_wait(int phys, int timeout_ms);
 
 /* enqueue work; the direction is checked against the allocation table */
-SIM_HIDDEN sim_status sim_memcpy_async(void *dst, const void *src, size_t n, int dir, sim_stream *s);
+SIM_HIDDEN sim_status sim_memcpy_async(void *dst, const void *src, size_t n, int dir, void *stream);
 /* device_only: refuse host memory (HIP, XPU); ACL's memset accepts either */
-SIM_HIDDEN sim_status sim_memset_async(void *dst, int value, size_t n, int device_only, sim_stream *s);
-SIM_HIDDEN sim_status sim_enqueue_host_fn(sim_stream *s, sim_host_fn fn, void *arg);
+SIM_HIDDEN sim_status sim_memset_async(void *dst, int value, size_t n, int device_only, void *stream);
+SIM_HIDDEN sim_status sim_enqueue_host_fn(void *stream, sim_host_fn fn, void *arg);
 /* synchronous forms: drain the current device's default stream, then act inline */
 SIM_HIDDEN sim_status sim_memcpy_sync(void *dst, const void *src, size_t n, int dir);
 SIM_HIDDEN sim_status sim_memset_sync(void *dst, int value, size_t n, int device_only);
 
-/* ---- events ---------------------------------------------------------------- */
+/* ---- events (event.c) ---------------------------------------------------------- */
 
-SIM_HIDDEN sim_status sim_event_create(int phys, void **handle);
-SIM_HIDDEN sim_status sim_event_get(void *handle, sim_event **out);
-SIM_HIDDEN void sim_event_put(sim_event *e);
-SIM_HIDDEN sim_status sim_event_destroy(void *handle);
-SIM_HIDDEN sim_status sim_event_record(sim_event *e, sim_stream *s);
-SIM_HIDDEN sim_status sim_stream_wait_event(sim_stream *s, sim_event *e);
-SIM_HIDDEN sim_status sim_event_synchronize(sim_event *e);
-SIM_HIDDEN sim_status sim_event_query(sim_event *e);            /* SIM_OK or SIM_E_NOT_READY */
-SIM_HIDDEN sim_status sim_event_elapsed(float *ms, sim_event *start, sim_event *end);
+/* on the current device */
+SIM_HIDDEN sim_status sim_event_create(void **event);
+SIM_HIDDEN sim_status sim_event_destroy(void *event);
+SIM_HIDDEN sim_status sim_event_record(void *event, void *stream);
+SIM_HIDDEN sim_status sim_stream_wait_event(void *stream, void *event);
+SIM_HIDDEN sim_status sim_event_synchronize(void *event);
+SIM_HIDDEN sim_status sim_event_wait(void *event, int timeout_ms);  /* SIM_OK or SIM_E_TIMEOUT */
+SIM_HIDDEN sim_status sim_event_query(void *event);            /* SIM_OK or SIM_E_NOT_READY */
+SIM_HIDDEN sim_status sim_event_elapsed(float *ms, void *start, void *end);
 
 /* ---- exported controls (same names in every simulator library) ------------- */
 
@@ -160,6 +177,14 @@ SIM_EXPORT int anychip_sim_stream_hold(void *stream);
 SIM_EXPORT int anychip_sim_stream_release(void *stream);
 /* Run fn(arg) on the stream's worker thread, in order with the stream's other work. */
 SIM_EXPORT int anychip_sim_stream_enqueue_host_fn(void *stream, void (*fn)(void *), void *arg);
+/* Interruptible waits: wait at most timeout_ms (< 0: no limit) for the work queued when
+ * called on a stream, for an event, or for every stream of the calling thread's current
+ * device. 0 when complete, SIM_E_TIMEOUT otherwise, or the handle's error. They only
+ * wait: a failure of the work is still reported by the vendor's synchronize, so a caller
+ * that must react to signals waits in slices and then calls the vendor's synchronize. */
+SIM_EXPORT int anychip_sim_stream_wait(void *stream, int timeout_ms);
+SIM_EXPORT int anychip_sim_event_wait(void *event, int timeout_ms);
+SIM_EXPORT int anychip_sim_device_wait(int timeout_ms);
 /* Detail of the calling thread's most recent failure; "" when none. */
 SIM_EXPORT const char *anychip_sim_last_error(void);
 SIM_EXPORT const char *anychip_sim_status_string(int status);
@@ -167,6 +192,10 @@ SIM_EXPORT const char *anychip_sim_status_string(int status);
 SIM_EXPORT int anychip_sim_config(int *physical_devices, int *visible_devices, uint64_t *capacity);
 /* physical index of a visible (logical) device, -1 when out of range */
 SIM_EXPORT int anychip_sim_physical_device(int logical);
+/* Process-wide bit set of the configuration warnings already printed. Every simulator
+ * library exports it; the copy in the first one loaded is the one used (config.c), so a
+ * process that loads several simulator libraries prints each warning once. */
+SIM_EXPORT extern unsigned anychip_sim_warned;
 
 /* Inter-process memory handles (the simulated counterpart of cudaIpcGetMemHandle).
  * A handle names a whole allocation of the exporting process; opening it in another

@@ -87,8 +87,10 @@ static hipError_t map_status(sim_status st)
     case SIM_E_OUT_OF_RANGE: return hipErrorInvalidValue;
     case SIM_E_DIRECTION: return hipErrorInvalidMemcpyDirection;
     case SIM_E_INVALID_HANDLE:
+    case SIM_E_INVALID_STREAM:
     case SIM_E_NOT_RECORDED: return hipErrorInvalidHandle;
-    case SIM_E_NOT_READY: return hipErrorNotReady;
+    case SIM_E_NOT_READY:
+    case SIM_E_TIMEOUT: return hipErrorNotReady;
     case SIM_E_ASYNC_FAULT: return hipErrorIllegalAddress;
     case SIM_E_NOT_SUPPORTED: return hipErrorNotSupported;
     case SIM_E_BUSY: return hipErrorInvalidValue;
@@ -222,12 +224,7 @@ HIP_API hipError_t hipGetDevice(int *deviceId)
     ENTER();
     if (!deviceId)
         return ret(sim_fail(SIM_E_INVALID_VALUE, "hipGetDevice: deviceId is NULL"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return ret(st);
-    *deviceId = sim_phys_to_logical(phys);
-    return hipSuccess;
+    return ret(sim_current_logical(deviceId));
 }
 
 HIP_API hipError_t hipDeviceGetName(char *name, int len, hipDevice_t device)
@@ -260,11 +257,7 @@ HIP_API hipError_t hipDeviceTotalMem(size_t *bytes, hipDevice_t device)
 HIP_API hipError_t hipDeviceSynchronize(void)
 {
     ENTER();
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return ret(st);
-    return ret(sim_device_synchronize(phys));
+    return ret(sim_device_synchronize(SIM_CURRENT));
 }
 
 HIP_API hipError_t hipDeviceCanAccessPeer(int *canAccessPeer, int deviceId, int peerDeviceId)
@@ -333,11 +326,7 @@ HIP_API hipError_t hipMalloc(void **ptr, size_t size)
         *ptr = NULL;
         return hipSuccess;
     }
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return ret(st);
-    return ret(sim_malloc(phys, size, ptr));
+    return ret(sim_malloc(SIM_CURRENT, size, ptr));
 }
 
 HIP_API hipError_t hipFree(void *ptr)
@@ -375,11 +364,7 @@ HIP_API hipError_t hipMemGetInfo(size_t *free, size_t *total)
     ENTER();
     if (!free || !total)
         return ret(sim_fail(SIM_E_INVALID_VALUE, "hipMemGetInfo: NULL argument"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return ret(st);
-    return ret(sim_mem_info(phys, free, total));
+    return ret(sim_mem_info(SIM_CURRENT, free, total));
 }
 
 HIP_API hipError_t hipMemcpy(void *dst, const void *src, size_t sizeBytes, hipMemcpyKind kind)
@@ -398,13 +383,7 @@ HIP_API hipError_t hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes, 
     int dir = memcpy_dir(kind);
     if (dir < 0)
         return ret(sim_fail(SIM_E_DIRECTION, "hipMemcpyAsync: unknown hipMemcpyKind %d", (int)kind));
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return ret(st);
-    st = sim_memcpy_async(dst, src, sizeBytes, dir, s);
-    sim_stream_put(s);
-    return ret(st);
+    return ret(sim_memcpy_async(dst, src, sizeBytes, dir, stream));
 }
 
 static sim_status check_peer(void *dst, int dstDevice, const void *src, int srcDevice, size_t n)
@@ -423,9 +402,7 @@ HIP_API hipError_t hipMemcpyPeer(void *dst, int dstDevice, const void *src, int 
 {
     ENTER();
     sim_status st = check_peer(dst, dstDevice, src, srcDevice, sizeBytes);
-    if (st != SIM_OK)
-        return ret(st);
-    return ret(sim_memcpy_sync(dst, src, sizeBytes, SIM_D2D));
+    return ret(st != SIM_OK ? st : sim_memcpy_sync(dst, src, sizeBytes, SIM_D2D));
 }
 
 HIP_API hipError_t hipMemcpyPeerAsync(void *dst, int dstDeviceId, const void *src, int srcDevice, size_t sizeBytes,
@@ -433,15 +410,7 @@ HIP_API hipError_t hipMemcpyPeerAsync(void *dst, int dstDeviceId, const void *sr
 {
     ENTER();
     sim_status st = check_peer(dst, dstDeviceId, src, srcDevice, sizeBytes);
-    if (st != SIM_OK)
-        return ret(st);
-    sim_stream *s;
-    st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return ret(st);
-    st = sim_memcpy_async(dst, src, sizeBytes, SIM_D2D, s);
-    sim_stream_put(s);
-    return ret(st);
+    return ret(st != SIM_OK ? st : sim_memcpy_async(dst, src, sizeBytes, SIM_D2D, stream));
 }
 
 HIP_API hipError_t hipMemset(void *dst, int value, size_t sizeBytes)
@@ -453,13 +422,7 @@ HIP_API hipError_t hipMemset(void *dst, int value, size_t sizeBytes)
 HIP_API hipError_t hipMemsetAsync(void *dst, int value, size_t sizeBytes, hipStream_t stream)
 {
     ENTER();
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return ret(st);
-    st = sim_memset_async(dst, value, sizeBytes, 1, s);
-    sim_stream_put(s);
-    return ret(st);
+    return ret(sim_memset_async(dst, value, sizeBytes, 1, stream));
 }
 
 /* ---- streams -------------------------------------------------------------------- */
@@ -467,13 +430,7 @@ HIP_API hipError_t hipMemsetAsync(void *dst, int value, size_t sizeBytes, hipStr
 HIP_API hipError_t hipStreamCreate(hipStream_t *stream)
 {
     ENTER();
-    if (!stream)
-        return ret(sim_fail(SIM_E_INVALID_VALUE, "hipStreamCreate: stream is NULL"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return ret(st);
-    return ret(sim_stream_create(phys, (void **)stream));
+    return ret(sim_stream_create((void **)stream));
 }
 
 HIP_API hipError_t hipStreamCreateWithFlags(hipStream_t *stream, unsigned int flags)
@@ -491,25 +448,13 @@ HIP_API hipError_t hipStreamDestroy(hipStream_t stream)
 HIP_API hipError_t hipStreamSynchronize(hipStream_t stream)
 {
     ENTER();
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return ret(st);
-    st = sim_stream_synchronize(s);
-    sim_stream_put(s);
-    return ret(st);
+    return ret(sim_stream_synchronize(stream));
 }
 
 HIP_API hipError_t hipStreamQuery(hipStream_t stream)
 {
     ENTER();
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return ret(st);
-    st = sim_stream_query(s);
-    sim_stream_put(s);
-    return ret(st);
+    return ret(sim_stream_query(stream));
 }
 
 HIP_API hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags)
@@ -517,30 +462,13 @@ HIP_API hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsi
     ENTER();
     if (flags != 0)
         return ret(sim_fail(SIM_E_INVALID_VALUE, "hipStreamWaitEvent: flags must be 0"));
-    sim_stream *s;
-    sim_event *e;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return ret(st);
-    st = sim_event_get(event, &e);
-    if (st == SIM_OK) {
-        st = sim_stream_wait_event(s, e);
-        sim_event_put(e);
-    }
-    sim_stream_put(s);
-    return ret(st);
+    return ret(sim_stream_wait_event(stream, event));
 }
 
 HIP_API hipError_t hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void *userData)
 {
     ENTER();
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return ret(st);
-    st = sim_enqueue_host_fn(s, fn, userData);
-    sim_stream_put(s);
-    return ret(st);
+    return ret(sim_enqueue_host_fn(stream, fn, userData));
 }
 
 /* ---- events --------------------------------------------------------------------- */
@@ -548,13 +476,7 @@ HIP_API hipError_t hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void *u
 HIP_API hipError_t hipEventCreate(hipEvent_t *event)
 {
     ENTER();
-    if (!event)
-        return ret(sim_fail(SIM_E_INVALID_VALUE, "hipEventCreate: event is NULL"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return ret(st);
-    return ret(sim_event_create(phys, (void **)event));
+    return ret(sim_event_create((void **)event));
 }
 
 HIP_API hipError_t hipEventCreateWithFlags(hipEvent_t *event, unsigned flags)
@@ -572,58 +494,25 @@ HIP_API hipError_t hipEventDestroy(hipEvent_t event)
 HIP_API hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream)
 {
     ENTER();
-    sim_event *e;
-    sim_stream *s;
-    sim_status st = sim_event_get(event, &e);
-    if (st != SIM_OK)
-        return ret(st);
-    st = sim_stream_get(stream, &s);
-    if (st == SIM_OK) {
-        st = sim_event_record(e, s);
-        sim_stream_put(s);
-    }
-    sim_event_put(e);
-    return ret(st);
+    return ret(sim_event_record(event, stream));
 }
 
 HIP_API hipError_t hipEventSynchronize(hipEvent_t event)
 {
     ENTER();
-    sim_event *e;
-    sim_status st = sim_event_get(event, &e);
-    if (st != SIM_OK)
-        return ret(st);
-    st = sim_event_synchronize(e);
-    sim_event_put(e);
-    return ret(st);
+    return ret(sim_event_synchronize(event));
 }
 
 HIP_API hipError_t hipEventQuery(hipEvent_t event)
 {
     ENTER();
-    sim_event *e;
-    sim_status st = sim_event_get(event, &e);
-    if (st != SIM_OK)
-        return ret(st);
-    st = sim_event_query(e);
-    sim_event_put(e);
-    return ret(st);
+    return ret(sim_event_query(event));
 }
 
 HIP_API hipError_t hipEventElapsedTime(float *ms, hipEvent_t start, hipEvent_t stop)
 {
     ENTER();
-    sim_event *a, *b;
-    sim_status st = sim_event_get(start, &a);
-    if (st != SIM_OK)
-        return ret(st);
-    st = sim_event_get(stop, &b);
-    if (st == SIM_OK) {
-        st = sim_event_elapsed(ms, a, b);
-        sim_event_put(b);
-    }
-    sim_event_put(a);
-    return ret(st);
+    return ret(sim_event_elapsed(ms, start, stop));
 }
 
 /* ---- inter-process memory --------------------------------------------------------- */

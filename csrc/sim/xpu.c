@@ -53,6 +53,7 @@ typedef enum {
 #define XPUERR_NOCPUMEM 706
 #define XPUERR_INVALID_PARAM 707
 #define XPUERR_NOSUPPORT 712
+#define XPUERR_TIMEOUT 715
 #define XPUERR_BUSY 716
 #define XPUERR_USEAFCLOSE 717
 #define XPUERR_UNEXPECT 800
@@ -84,19 +85,15 @@ static int xpu_code(sim_status st)
     case SIM_E_OUT_OF_RANGE:
     case SIM_E_DIRECTION:
     case SIM_E_NOT_RECORDED: return XPUERR_INVALID_PARAM;
-    case SIM_E_INVALID_HANDLE: return XPUERR_INVALID_PARAM;
+    case SIM_E_INVALID_HANDLE: return XPUERR_INVALID_PARAM;   /* an event */
+    case SIM_E_INVALID_STREAM: return XPUERR_USEAFCLOSE;      /* "use a stream after closed" */
     case SIM_E_NOT_READY:
     case SIM_E_BUSY: return XPUERR_BUSY;
+    case SIM_E_TIMEOUT: return XPUERR_TIMEOUT;
     case SIM_E_ASYNC_FAULT: return XPUERR_DMAABORT;
     case SIM_E_NOT_SUPPORTED: return XPUERR_NOSUPPORT;
     default: return XPUERR_UNEXPECT;
     }
-}
-
-/* a stream handle that is not live: "use a stream after closed" */
-static int stream_code(sim_status st)
-{
-    return st == SIM_E_INVALID_HANDLE ? XPUERR_USEAFCLOSE : xpu_code(st);
 }
 
 static int memcpy_dir(XPUMemcpyKind kind)
@@ -132,12 +129,7 @@ XPU_API int xpu_current_device(int *devid)
     ENTER();
     if (!devid)
         return xpu_code(sim_fail(SIM_E_INVALID_VALUE, "xpu_current_device: devid is NULL"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return xpu_code(st);
-    *devid = sim_phys_to_logical(phys);
-    return XPU_SUCCESS;
+    return xpu_code(sim_current_logical(devid));
 }
 
 XPU_API int xpu_device_count(int *dev_count)
@@ -194,11 +186,7 @@ XPU_API int xpu_malloc(void **pdevptr, uint64_t sz, XPUMemoryKind kind)
         return xpu_code(sim_fail(SIM_E_NOT_SUPPORTED, "xpu_malloc: L3 memory is not simulated"));
     if (kind != XPU_MEM_MAIN)
         return xpu_code(sim_fail(SIM_E_INVALID_VALUE, "xpu_malloc: unknown XPUMemoryKind %d", (int)kind));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return xpu_code(st);
-    return xpu_code(sim_malloc(phys, (size_t)sz, pdevptr));
+    return xpu_code(sim_malloc(SIM_CURRENT, (size_t)sz, pdevptr));
 }
 
 XPU_API int xpu_free(void *devptr)
@@ -238,13 +226,7 @@ XPU_API int xpu_memcpy_async(void *dst, const void *src, uint64_t sz, XPUMemcpyK
     int dir = memcpy_dir(kind);
     if (dir < 0)
         return xpu_code(sim_fail(SIM_E_INVALID_VALUE, "xpu_memcpy_async: unknown XPUMemcpyKind %d", (int)kind));
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return stream_code(st);
-    st = sim_memcpy_async(dst, src, (size_t)sz, dir, s);
-    sim_stream_put(s);
-    return xpu_code(st);
+    return xpu_code(sim_memcpy_async(dst, src, (size_t)sz, dir, stream));
 }
 
 XPU_API int xpu_memcpy_peer(int dst_device, void *dst_addr, int src_device, const void *src_addr, uint64_t sz)
@@ -266,60 +248,31 @@ XPU_API int xpu_memcpy_peer(int dst_device, void *dst_addr, int src_device, cons
 XPU_API int xpu_stream_create(XPUStream *pstream)
 {
     ENTER();
-    if (!pstream)
-        return xpu_code(sim_fail(SIM_E_INVALID_VALUE, "xpu_stream_create: pstream is NULL"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return xpu_code(st);
-    return xpu_code(sim_stream_create(phys, pstream));
+    return xpu_code(sim_stream_create(pstream));
 }
 
 XPU_API int xpu_stream_destroy(XPUStream stream)
 {
     ENTER();
-    return stream_code(sim_stream_destroy(stream));
+    return xpu_code(sim_stream_destroy(stream));
 }
 
 XPU_API int xpu_wait(XPUStream stream)
 {
     ENTER();
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return stream_code(st);
-    st = sim_stream_synchronize(s);
-    sim_stream_put(s);
-    return xpu_code(st);
+    return xpu_code(sim_stream_synchronize(stream));
 }
 
 XPU_API int xpu_stream_wait_event(XPUStream stream, XPUEvent event)
 {
     ENTER();
-    sim_stream *s;
-    sim_event *e;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return stream_code(st);
-    st = sim_event_get(event, &e);
-    if (st == SIM_OK) {
-        st = sim_stream_wait_event(s, e);
-        sim_event_put(e);
-    }
-    sim_stream_put(s);
-    return xpu_code(st);
+    return xpu_code(sim_stream_wait_event(stream, event));
 }
 
 XPU_API int xpu_event_create(XPUEvent *pevent)
 {
     ENTER();
-    if (!pevent)
-        return xpu_code(sim_fail(SIM_E_INVALID_VALUE, "xpu_event_create: pevent is NULL"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return xpu_code(st);
-    return xpu_code(sim_event_create(phys, pevent));
+    return xpu_code(sim_event_create(pevent));
 }
 
 XPU_API int xpu_event_destroy(XPUEvent event)
@@ -331,44 +284,19 @@ XPU_API int xpu_event_destroy(XPUEvent event)
 XPU_API int xpu_event_record(XPUEvent event, XPUStream stream)
 {
     ENTER();
-    sim_event *e;
-    sim_stream *s;
-    sim_status st = sim_event_get(event, &e);
-    if (st != SIM_OK)
-        return xpu_code(st);
-    st = sim_stream_get(stream, &s);
-    if (st != SIM_OK) {
-        sim_event_put(e);
-        return stream_code(st);
-    }
-    st = sim_event_record(e, s);
-    sim_stream_put(s);
-    sim_event_put(e);
-    return xpu_code(st);
+    return xpu_code(sim_event_record(event, stream));
 }
 
 XPU_API int xpu_event_wait(XPUEvent event)
 {
     ENTER();
-    sim_event *e;
-    sim_status st = sim_event_get(event, &e);
-    if (st != SIM_OK)
-        return xpu_code(st);
-    st = sim_event_synchronize(e);
-    sim_event_put(e);
-    return xpu_code(st);
+    return xpu_code(sim_event_synchronize(event));
 }
 
 XPU_API int xpu_event_query(XPUEvent event)
 {
     ENTER();
-    sim_event *e;
-    sim_status st = sim_event_get(event, &e);
-    if (st != SIM_OK)
-        return xpu_code(st);
-    st = sim_event_query(e);
-    sim_event_put(e);
-    return st == SIM_OK ? XPU_SUCCESS : XPUERR_BUSY;
+    return xpu_code(sim_event_query(event));
 }
 
 /* ---- simulator-only extensions ------------------------------------------------ */
@@ -376,29 +304,13 @@ XPU_API int xpu_event_query(XPUEvent event)
 XPU_API int anychip_sim_xpu_memset_async(void *dst, int value, uint64_t sz, XPUStream stream)
 {
     ENTER();
-    sim_stream *s;
-    sim_status st = sim_stream_get(stream, &s);
-    if (st != SIM_OK)
-        return stream_code(st);
-    st = sim_memset_async(dst, value, (size_t)sz, 1, s);
-    sim_stream_put(s);
-    return xpu_code(st);
+    return xpu_code(sim_memset_async(dst, value, (size_t)sz, 1, stream));
 }
 
 XPU_API int anychip_sim_xpu_event_elapsed_time(float *ms, XPUEvent start, XPUEvent end)
 {
     ENTER();
-    sim_event *a, *b;
-    sim_status st = sim_event_get(start, &a);
-    if (st != SIM_OK)
-        return xpu_code(st);
-    st = sim_event_get(end, &b);
-    if (st == SIM_OK) {
-        st = sim_event_elapsed(ms, a, b);
-        sim_event_put(b);
-    }
-    sim_event_put(a);
-    return xpu_code(st);
+    return xpu_code(sim_event_elapsed(ms, start, end));
 }
 
 XPU_API int anychip_sim_xpu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes)
@@ -406,12 +318,8 @@ XPU_API int anychip_sim_xpu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes
     ENTER();
     if (!free_bytes || !total_bytes)
         return xpu_code(sim_fail(SIM_E_INVALID_VALUE, "anychip_sim_xpu_mem_info: NULL argument"));
-    int phys;
-    sim_status st = sim_current_phys(&phys);
-    if (st != SIM_OK)
-        return xpu_code(st);
-    size_t f, t;
-    st = sim_mem_info(phys, &f, &t);
+    size_t f = 0, t = 0;
+    sim_status st = sim_mem_info(SIM_CURRENT, &f, &t);
     *free_bytes = f;
     *total_bytes = t;
     return xpu_code(st);

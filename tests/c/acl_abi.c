@@ -42,6 +42,11 @@ aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endE
 /* the simulator's own control */
 int anychip_sim_stream_hold(void *stream);
 int anychip_sim_stream_release(void *stream);
+int anychip_sim_stream_wait(void *stream, int timeout_ms);
+int anychip_sim_event_wait(void *event, int timeout_ms);
+int anychip_sim_device_wait(int timeout_ms);
+#define SIM_E_TIMEOUT 18
+#define SIM_E_INVALID_STREAM 17
 
 #define CHECK(cond)                                                             \
     do {                                                                        \
@@ -85,7 +90,15 @@ int main(void)
     aclrtEventRecordedStatus st = ACL_EVENT_RECORDED_STATUS_COMPLETE;
     CHECK(aclrtQueryEventStatus(e1, &st) == 0 && st == ACL_EVENT_RECORDED_STATUS_NOT_READY);
     CHECK(b[1] == 0);                                   /* held: nothing ran */
+    /* the timed waits give up on a held stream, and never consume its result */
+    CHECK(anychip_sim_stream_wait(s, 1) == SIM_E_TIMEOUT);
+    CHECK(anychip_sim_event_wait(e1, 1) == SIM_E_TIMEOUT);
+    CHECK(anychip_sim_device_wait(1) == SIM_E_TIMEOUT);
+    CHECK(anychip_sim_event_wait(e0, 0) == SIM_E_TIMEOUT); /* 0: do not wait */
+    CHECK(b[1] == 0);
     CHECK(anychip_sim_stream_release(s) == 0);
+    CHECK(anychip_sim_stream_wait(s, -1) == 0 && anychip_sim_event_wait(e1, -1) == 0);
+    CHECK(anychip_sim_device_wait(-1) == 0);
     CHECK(aclrtSynchronizeStream(s) == 0);
     CHECK(aclrtQueryEventStatus(e1, &st) == 0 && st == ACL_EVENT_RECORDED_STATUS_COMPLETE);
     CHECK(memcmp(a, b, N) == 0);
@@ -106,6 +119,7 @@ int main(void)
     CHECK(aclrtMalloc(&d1, (size_t)1 << 50, ACL_MEM_MALLOC_HUGE_FIRST) == 207001); /* out of memory */
     CHECK(aclrtDestroyStream(s) == 0);
     CHECK(aclrtSynchronizeStream(s) == 107017);                                   /* destroyed stream */
+    CHECK(anychip_sim_stream_wait(s, 1) == SIM_E_INVALID_STREAM);
     CHECK(aclrtDestroyEvent(e0) == 0 && aclrtDestroyEvent(e0) == 107017);
     void *h = NULL;
     CHECK(aclrtMallocHost(&h, 100) == 0 && aclrtFreeHost(h) == 0 && aclrtFreeHost(h) == 107000);
