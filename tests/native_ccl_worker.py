@@ -31,7 +31,7 @@ def main() -> None:
     if suite == "matrix":
         counts = [int(c) for c in sys.argv[2].split(",")]
         big = int(sys.argv[3]) or None
-        n = ccl_worker.matrix(comm, counts, big)
+        n = ccl_worker.matrix(comm, counts, big, ("float32", "bfloat16", "int8", "float64"))
         comm.destroy()
         print(f"PASS {n} cases via {name}", flush=True)
         return

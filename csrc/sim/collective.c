@@ -213,7 +213,7 @@ sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nran
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->idle, NULL);
     sc_status st = arena_base(phys, &c->arena_base);
-    if (st == SC_OK && (s = sim_event_create(phys, &c->order_event)) != SIM_OK)
+    if (st == SC_OK && (s = sim_event_create(&c->order_event)) != SIM_OK)
         st = sc_fail(from_sim(s), "%s communicator init: %s", vendor, sim_last_message());
     if (st == SC_OK) {
         int e = ccl_comm_init(name, rank, nranks, 0, &c->engine);
@@ -328,21 +328,14 @@ static void run_job(void *arg)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Make `s` wait for the work queued so far on `other` (both on the comm's device). */
-static sim_status order_after(sc_comm *c, sim_stream *s, void *other)
+/* Make `stream` wait for the work queued so far on `other` (both on the comm's device). */
+static sim_status order_after(sc_comm *c, void *stream, void *other)
 {
-    sim_stream *o;
-    sim_event *e;
-    if (sim_stream_get(other, &o) != SIM_OK)
+    sim_status st = sim_event_record(c->order_event, other);
+    if (st == SIM_E_INVALID_STREAM)
         return SIM_OK; /* destroyed since: its work is done */
-    sim_status st = sim_event_get(c->order_event, &e);
-    if (st == SIM_OK) {
-        st = sim_event_record(e, o);
-        if (st == SIM_OK)
-            st = sim_stream_wait_event(s, e);
-        sim_event_put(e);
-    }
-    sim_stream_put(o);
+    if (st == SIM_OK)
+        st = sim_stream_wait_event(stream, c->order_event);
     return st;
 }
 
@@ -354,50 +347,35 @@ static sc_status enqueue(sc_comm *c, const ccl_op *ops, int n, void *stream, voi
     sc_status st = sc_comm_async_error(c, &amsg);
     if (st != SC_OK)
         return sc_fail(st, "%s: the communicator failed earlier: %s", fn, amsg);
-    sim_stream *s;
-    sim_status ss = sim_stream_get(stream, &s);
-    if (ss != SIM_OK)
-        return sc_fail(SC_RUNTIME, "%s: bad stream: %s", fn, sim_last_message());
-    if (sim_stream_device(s) != c->phys) {
-        sim_stream_put(s);
-        return sc_fail(SC_INVALID, "%s: the stream belongs to device %d; the communicator works on device %d", fn,
-                       sim_phys_to_logical(sim_stream_device(s)), c->logical);
-    }
     job *j = malloc(sizeof *j);
     ccl_task *t = j ? ccl_task_new(c->engine, ops, n) : NULL;
     if (!t) {
         free(j);
-        sim_stream_put(s);
         return sc_fail(SC_OOM, "%s: out of host memory", fn);
     }
     j->comm = c;
     j->task = t;
     pthread_mutex_lock(&c->lock);
-    ss = SIM_OK;
+    sim_status ss = SIM_OK;
     if (c->has_last && c->last_stream != stream)
-        ss = order_after(c, s, c->last_stream);
+        ss = order_after(c, stream, c->last_stream);
     for (int i = 0; ss == SIM_OK && i < nothers; i++)
-        ss = order_after(c, s, others[i]);
+        ss = order_after(c, stream, others[i]);
     if (ss == SIM_OK)
-        ss = sim_enqueue_host_fn(s, run_job, j);
+        ss = sim_enqueue_host_fn(stream, run_job, j);
     if (ss == SIM_OK) {
         c->pending++;
         c->has_last = 1;
         c->last_stream = stream;
-        for (int i = 0; i < nothers; i++) {
-            sim_stream *o;
-            if (sim_stream_get(others[i], &o) == SIM_OK) {
-                order_after(c, o, stream);
-                sim_stream_put(o);
-            }
-        }
+        for (int i = 0; i < nothers; i++)
+            order_after(c, others[i], stream);
     }
     pthread_mutex_unlock(&c->lock);
-    sim_stream_put(s);
     if (ss != SIM_OK) {
         ccl_task_free(t);
         free(j);
-        return sc_fail(SC_RUNTIME, "%s: enqueueing on the stream failed: %s", fn, sim_last_message());
+        return sc_fail(ss == SIM_E_INVALID_STREAM ? SC_INVALID : SC_RUNTIME, "%s: enqueueing on the stream failed: %s",
+                       fn, sim_last_message());
     }
     return SC_OK;
 }
