@@ -13,8 +13,9 @@ from typing import Any
 from . import __version__
 from .runtime import registry
 from .runtime.device import devices as selected_devices
-from .runtime.env import VARIABLES, in_effect
-from .runtime.errors import AnychipError
+from .runtime.env import VARIABLES, in_effect, log_level, problems
+from .runtime.errors import AnychipError, SelectionError
+from .runtime.selection import GRAMMAR
 
 
 def _mib(n: Any) -> str:
@@ -39,16 +40,17 @@ def _device_rows(show_all: bool) -> tuple[list[dict], list[str]]:
     rows: list[dict] = []
     notes: list[str] = []
     for b in registry.backends():
-        if b.available:
+        plugin = b.plugin
+        if b.available and plugin is not None:
             for i in range(b.device_count):
                 name = f"{b.name}:{i}"
                 if name not in chosen and not show_all:
                     continue
                 try:
-                    props = b.plugin.properties(i)
+                    props = plugin.properties(i)
                 except Exception as exc:  # noqa: BLE001
                     props = {"name": f"(properties failed: {exc})"}
-                kind = "host" if not b.plugin.accelerator else ("simulated" if b.plugin.simulated else "real")
+                kind = "host" if not plugin.accelerator else ("simulated" if plugin.simulated else "real")
                 status = "default" if name == default else ("selected" if name in chosen else "not selected")
                 rows.append({"device": name, "kind": kind, "name": str(props.get("name", "")),
                              "memory": props.get("total_memory"), "status": status})
@@ -77,7 +79,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     import numpy
 
-    info = {
+    info: dict[str, Any] = {
         "anychip": __version__,
         "python": f"{platform.python_version()} ({sys.executable})",
         "numpy": numpy.__version__,
@@ -89,10 +91,12 @@ def cmd_info(args: argparse.Namespace) -> int:
         ],
         "environment": {k: {"value": os.environ.get(k), "default": d, "meaning": m} for k, (d, m) in VARIABLES.items()},
         "unknown_variables": sorted(set(in_effect()) - set(VARIABLES)),
+        "invalid_variables": problems(),
     }
+    bad = info["invalid_variables"]
     if args.json:
         print(json.dumps(info, indent=2))
-        return 0
+        return 1 if bad else 0
     for key in ("anychip", "python", "numpy", "platform"):
         print(f"{key:<9}{info[key]}")
     print()
@@ -105,10 +109,14 @@ def cmd_info(args: argparse.Namespace) -> int:
     for k, (d, m) in VARIABLES.items():
         v = os.environ.get(k)
         print(f"  {k} = {v!r}" if v is not None else f"  {k} (unset; default {d})")
+        if k in bad:
+            print(f"      <- INVALID: {bad[k]}")
         print(f"      {m}")
     for k in info["unknown_variables"]:
         print(f"  {k} = {os.environ[k]!r}   <- not a variable anychip knows; check the spelling")
-    return 0
+    for k, why in bad.items():
+        print(f"anychip: error: {k}={os.environ[k]!r} is invalid: {why}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"anychip {__version__}")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    d = sub.add_parser("devices", help="list backends and devices (honours ANYCHIP_DEVICES)")
+    d = sub.add_parser("devices", help="list backends and devices (honours ANYCHIP_DEVICES)",
+                       epilog=GRAMMAR + ". Backend names match in any case; device types (gpu, ...) and "
+                              "sub-devices (0.1) of oneAPI's selector are not supported.")
     d.add_argument("--all", action="store_true", help="list every backend and device, selected or not")
     d.add_argument("--json", action="store_true", help="print JSON")
     d.set_defaults(func=cmd_devices)
@@ -131,17 +141,30 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = os.environ.get("ANYCHIP_LOG_LEVEL", "WARNING").upper()
+    raw = os.environ.get("ANYCHIP_LOG_LEVEL")
+    level = log_level(raw)
+    if level is None:
+        print(f"anychip: warning: ignoring ANYCHIP_LOG_LEVEL={raw!r}: want one of DEBUG, INFO, WARNING, ERROR, "
+              "CRITICAL; using WARNING", file=sys.stderr)
+        level = logging.WARNING
     if args.verbose:
-        level = "DEBUG" if args.verbose > 1 else "INFO"
-    logging.basicConfig(level=getattr(logging, level, logging.WARNING), format="%(name)s: %(message)s")
+        level = logging.DEBUG if args.verbose > 1 else logging.INFO
+    logging.basicConfig(level=level, format="%(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
     except AnychipError as exc:
-        print(f"anychip: error: {exc}", file=sys.stderr)
+        # the first paragraph of an anychip error is the whole message; the rest
+        # (grammar, backend list) is shown with -v
+        first, _, detail = str(exc).partition("\n\n")
+        print(f"anychip: error: {first}", file=sys.stderr)
+        if detail and args.verbose:
+            print(detail, file=sys.stderr)
+        elif isinstance(exc, SelectionError):
+            print("anychip: `anychip devices --help` shows the ANYCHIP_DEVICES grammar, "
+                  "`anychip devices --all` every backend", file=sys.stderr)
         return 1
 
 

@@ -273,6 +273,24 @@ def failures(comm, suite: str) -> int:
     return 1
 
 
+def ipc_cache(comm) -> int:
+    """More distinct allocations than the engine keeps mapped (64): mappings are evicted and
+    made again, and every zero-copy result stays right."""
+    dev, r, N = comm.device, comm.rank, comm.size
+    count = 1 << 14                                        # 64 KiB of float32: the zero-copy path
+    bufs = [dev.alloc(12 << 20) for _ in range(70)]        # 12 MiB each: a segment of its own
+    cases = 0
+    for rep in range(2):
+        assert len({b._check().handle for b in bufs}) == 70
+        for i, b in enumerate(bufs):
+            b.copy_from(np.full(count, i + r + rep, dtype=np.float32))
+            comm.all_reduce(b, count=count).wait()
+            got = b.to_numpy(np.float32, (count,))
+            assert (got == N * (i + rep) + N * (N - 1) // 2).all(), (rep, i, got[:3])
+            cases += 1
+    return cases
+
+
 def main() -> None:
     suite = sys.argv[1]
     comm = collectives.init()
@@ -284,6 +302,8 @@ def main() -> None:
         n = matrix(comm, counts, big, big_dtypes)
     elif suite == "p2p":
         n = p2p(comm) + groups(comm)
+    elif suite == "ipc_cache":
+        n = ipc_cache(comm)
     elif suite in ("kill", "timeout", "check", "p2p_mismatch"):
         failures(comm, suite)
         return

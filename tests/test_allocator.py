@@ -287,6 +287,10 @@ def test_free_list_holds_exactly_the_free_blocks(alloc: CachingAllocator) -> Non
     inactive = {(seg["handle"], off, size) for seg in alloc.snapshot() for off, size, st in seg["blocks"]
                 if st == "inactive"}
     assert {(repr(b.handle), b.offset, b.size) for b in listed} == inactive and len(listed) == len(inactive)
+    # sizes that come and go do not pile up: empty size buckets are dropped once they outnumber the others
+    sizes = alloc._small[None]._sizes()
+    used = {b.size for b in alloc._small[None].blocks()}
+    assert sizes == sorted(set(sizes)) and used <= set(sizes) and len(sizes) <= 2 * len(used) + 17
     for b in keep:
         alloc.free(b)
     assert alloc.memory_stats()["allocated_bytes.all.current"] == 0

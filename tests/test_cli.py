@@ -37,9 +37,29 @@ def test_devices_honours_selection():
 def test_devices_bad_selection_exits_non_zero():
     r = run("devices", env={"ANYCHIP_DEVICES": "cpu:banana"})
     assert r.returncode == 1
-    assert "term 'cpu:banana'" in r.stderr
-    assert "known backends:" in r.stderr and "cpu: 1 device" in r.stderr
+    # the first line is the whole message; one more line says where the grammar is
+    assert r.stderr.splitlines() == [
+        "anychip: error: bad ANYCHIP_DEVICES='cpu:banana': term 'cpu:banana': device 'banana' is not an index "
+        "(ASCII digits) or *",
+        "anychip: `anychip devices --help` shows the ANYCHIP_DEVICES grammar, `anychip devices --all` every backend",
+    ]
+    r = run("devices", env={"ANYCHIP_DEVICES": "TPU:0"})
+    import anychip
+    known = ", ".join(b.name for b in anychip.backends())
+    assert r.stderr.splitlines()[0] == ("anychip: error: bad ANYCHIP_DEVICES='TPU:0': term 'TPU:0': unknown backend "
+                                        f"'TPU' (known: {known})")
+    # -v adds the grammar and every backend with its state
+    r = run("-v", "devices", env={"ANYCHIP_DEVICES": "cpu:banana"})
+    assert "term = [!]backend:devices" in r.stderr and "known backends:" in r.stderr and "cpu: 1 device" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_devices_help_shows_the_grammar():
+    r = run("devices", "--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    assert "term = [!]backend:devices" in text
+    assert "device types (gpu, ...) and sub-devices (0.1) of oneAPI's selector are not supported" in text
 
 
 def test_devices_json():
@@ -63,3 +83,61 @@ def test_info_lists_variables():
 def test_help_and_version(argv):
     r = run(*argv)
     assert (r.returncode, bool(r.stdout)) in ((2, True), (0, True))
+
+
+BAD_ENV = [
+    ("ANYCHIP_SIM_MEMORY", "nan", "want bytes, or a number with a unit K, M, G or T, from 1MiB to 1TiB (e.g. 16GiB)"),
+    ("ANYCHIP_SIM_MEMORY", "NaN G", "want bytes, or a number with a unit K, M, G or T, from 1MiB to 1TiB "
+                                    "(e.g. 16GiB)"),
+    ("ANYCHIP_SIM_MEMORY", "-nan", "want bytes, or a number with a unit K, M, G or T, from 1MiB to 1TiB "
+                                   "(e.g. 16GiB)"),
+    ("ANYCHIP_SIM_MEMORY", "100T", "want from 1MiB to 1TiB of memory per device"),
+    ("ANYCHIP_SIM_MEMORY", "1e9", "want bytes, or a number with a unit K, M, G or T, from 1MiB to 1TiB "
+                                  "(e.g. 16GiB)"),
+    ("ANYCHIP_SIM_SPIN_US", "fast", "want a whole number of microseconds from 0 to 1000000"),
+    ("ANYCHIP_SIM_DEVICES", "65", "want a whole number of devices from 0 to 64"),
+    ("ANYCHIP_SIMULATE", "sometimes", "want auto, always or never"),
+    ("ANYCHIP_LOG_LEVEL", "loud", "want one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+    ("ANYCHIP_DEVICES", "cpu:gpu", "bad ANYCHIP_DEVICES='cpu:gpu': term 'cpu:gpu': device type 'gpu' is not "
+                                   "supported by anychip; select devices by index (N, N,M or *)"),
+    ("ANYCHIP_ALLOC_CONF", "max_split_size_mb:abc", "ANYCHIP_ALLOC_CONF: bad item 'max_split_size_mb:abc'"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "why"), BAD_ENV, ids=[f"{n}={v}" for n, v, _ in BAD_ENV])
+def test_info_flags_invalid_variables(name, value, why):
+    r = run("info", env={name: value})
+    assert r.returncode == 1
+    errors = [line for line in r.stderr.splitlines() if line.startswith("anychip: error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"anychip: error: {name}={value!r} is invalid: {why}")
+    assert f"      <- INVALID: {why}" in r.stdout
+    info = json.loads(run("info", "--json", env={name: value}).stdout)
+    assert list(info["invalid_variables"]) == [name]
+    assert info["invalid_variables"][name].startswith(why)
+
+
+def test_info_exit_zero_when_every_variable_is_valid():
+    env = {"ANYCHIP_SIM_MEMORY": "1.5G", "ANYCHIP_SIM_SPIN_US": " 30 ", "ANYCHIP_LOG_LEVEL": "debug",
+           "ANYCHIP_DEVICES": "KUNLUN:*,0;cpu", "ANYCHIP_ALLOC_CONF": "max_split_size_mb:64", "ANYCHIP_SIMULATE": ""}
+    r = run("info", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "INVALID" not in r.stdout
+    assert json.loads(run("info", "--json", env=env).stdout)["invalid_variables"] == {}
+
+
+def test_log_level_garbage_is_warned_about():
+    r = run("devices", env={"ANYCHIP_LOG_LEVEL": "loud", "ANYCHIP_DEVICES": "cpu:0"})
+    assert r.returncode == 0
+    assert r.stderr.splitlines() == ["anychip: warning: ignoring ANYCHIP_LOG_LEVEL='loud': want one of DEBUG, INFO, "
+                                     "WARNING, ERROR, CRITICAL; using WARNING"]
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("16GiB", 16 << 30), ("512 MiB", 512 << 20), (" 1m ", 1 << 20), ("1.5G", 1.5 * 2**30), (".5g", 2**29),
+    ("1048576", 1 << 20), ("1048576B", 1 << 20), ("2kib", 2048), ("3Ki", 3072), ("1T", 1 << 40), ("1.", 1.0),
+    ("nan", None), ("inf", None), ("-1G", None), ("+1G", None), ("1e9", None), ("0x100000", None), ("1 GG", None),
+    ("1GiBB", None), ("١G", None), ("", None),
+])
+def test_sim_memory_grammar(value, expected):
+    from anychip.runtime.env import parse_sim_memory
+    assert parse_sim_memory(value) == expected

@@ -343,3 +343,12 @@ def test_a_terminated_launcher_stops_its_ranks(tmp_path) -> None:
     for pid in map(int, marker.read_text().split()):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_launch_a_module(tmp_path) -> None:
+    (tmp_path / "ranked_mod.py").write_text("import os, sys\nprint(os.environ['ANYCHIP_RANK'], sys.argv[1:])\n")
+    p = subprocess.run([sys.executable, "-m", "anychip.cli", "launch", "-n", "2", "-m", "ranked_mod", "x", "-y"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stdout.splitlines()) == ["[0] 0 ['x', '-y']", "[1] 1 ['x', '-y']"]

@@ -853,3 +853,14 @@ def test_gpu_nccl_unique_id_shape():
     assert len(raw) == 128
     again = nccl_unique_id_for_cupy(raw, like=uid)
     assert again == uid
+
+
+def test_fork_child_refuses_cuda_initialized_in_the_parent(fplugin, fake_cupy):
+    from anychip.devices.cuda import FORK_REASON
+    fplugin._after_fork_in_child()               # what the registry's at-fork hook calls in the child
+    assert fplugin.available() == (False, FORK_REASON)
+    assert "'spawn' start method" in FORK_REASON
+    fresh = CUDAPlugin()                         # never probed in the parent: usable in the child
+    fresh._after_fork_in_child()
+    ok, reason = fresh.available()
+    assert ok, reason

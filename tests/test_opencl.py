@@ -653,3 +653,93 @@ def test_kernel_program_is_built_once_per_context(plugin):
     program = st.program
     plugin.kernels._kernel(0, "mul_int64")
     assert st.program is program and "add_float32" in st.kernels
+
+
+# ---------------------------------------------------------------- kernel bounds
+
+@pytest.fixture
+def dev():
+    if not _OK:
+        pytest.skip(f"OpenCL unavailable: {_REASON}")
+    import anychip
+    return anychip.device("opencl:0")
+
+
+@needs_opencl
+def test_fill_past_a_buffer_is_refused_and_the_neighbour_kept(dev):
+    a = dev.alloc(4096)
+    b = dev.alloc(4096)                      # the neighbour in the same segment
+    assert a.handle is b.handle
+    b.copy_from(np.full(1024, 5, np.float32))
+    k = dev.plugin.kernels
+    with pytest.raises(InvalidArgumentError) as info:
+        k.fill(0, a, 2048, 1.0, "float32")
+    assert str(info.value) == ("out: 2048 elements of 4 bytes from byte 0 need 8192 bytes, past the end of its "
+                               "4096-byte allocation")
+    with pytest.raises(InvalidArgumentError, match="^out: 2048 elements of 4 bytes from byte 0 need 8192 bytes, "
+                                                   "past the end of its 4096-byte allocation$"):
+        k.fill(0, (a.handle, a.offset, a.nbytes), 2048, 1.0, "float32")
+    k.fill(0, a, 1024, 1.0, "float32")       # exactly the buffer: fine
+    k.fill(0, a.view(2048), 512, 2.0, "float32")
+    dev.synchronize()
+    assert a.to_numpy(np.float32).tolist() == [1.0] * 512 + [2.0] * 512
+    assert (b.to_numpy(np.float32) == 5).all()
+
+
+@needs_opencl
+def test_kernel_ranges_checked_against_raw_allocations(plugin, mem):
+    seg = mem(4096)
+    k = plugin.kernels
+    with pytest.raises(InvalidArgumentError) as info:
+        k.sum(0, (seg.handle, 0), (seg.handle, 64), 10**6, "float32")
+    assert str(info.value) == ("x: 1000000 elements of 4 bytes from byte 64 need 4000000 bytes, past the end of "
+                               "its 4096-byte allocation")
+    with pytest.raises(InvalidArgumentError, match="^out: 1 elements of 8 bytes from byte 4096 need 8 bytes"):
+        k.sum(0, (seg.handle, 4096), (seg.handle, 0), 0, "float64")
+    with pytest.raises(InvalidArgumentError, match=r"^b: \[0, 8192\) lies outside its 4096-byte cl.Buffer$"):
+        k.add(0, (seg.handle, 0, 16), (seg.handle, 0, 16), (seg.handle, 0, 8192), 4, "int32")
+    with pytest.raises(InvalidArgumentError, match="^a: 3 elements of 4 bytes from byte 4088 need 12 bytes"):
+        k.matmul(0, (seg.handle, 0), (seg.handle, 4088), (seg.handle, 0), 1, 3, 1, "int32")
+    with pytest.raises(InvalidArgumentError, match="^out: 2000 elements of 4 bytes from byte 0 need 8000 bytes"):
+        k.cast(0, (seg.handle, 0), "int32", (seg.handle, 0), "float32", 2000)
+
+
+@needs_opencl
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda k, h: k.fill(0, (h, 0), -1, 1.0, "float32"), "n must be >= 0, got -1"),
+    (lambda k, h: k.add(0, (h, 0), (h, 0), (h, 0), -1, "int32"), "n must be >= 0, got -1"),
+    (lambda k, h: k.sum(0, (h, 0), (h, 0), 2.0, "int32"), "n must be an integer, got float 2.0"),
+    (lambda k, h: k.matmul(0, (h, 0), (h, 0), (h, 0), 1, -2, 1, "int32"), "k must be >= 0, got -2"),
+    (lambda k, h: k.fill(5, (h, 0), 1, 1.0, "float32"),
+     "there is no opencl:5; the OpenCL backend has 1 device (0..0)"),
+    (lambda k, h: k.supported_dtypes(5), "there is no opencl:5; the OpenCL backend has 1 device (0..0)"),
+    (lambda k, h: k.fill(-1, (h, 0), 1, 1.0, "float32"),
+     "there is no opencl:-1; the OpenCL backend has 1 device (0..0)"),
+    (lambda k, h: k.fill("0", (h, 0), 1, 1.0, "float32"), "device index must be an int, got str '0'"),
+    (lambda k, h: k.fill(0, (h, -4), 1, 1.0, "float32"), "out offset must be >= 0, got -4"),
+    (lambda k, h: k.fill(0, (h, 2), 1, 1.0, "float32"), "out: offset 2 is not a multiple of the element size 4"),
+    (lambda k, h: k.fill(0, (np.zeros(4), 0), 1, 1.0, "float32"), "out: ndarray is not an OpenCL buffer handle"),
+    (lambda k, h: k.fill(0, h, 1, 1.0, "float32"), "out must be an anychip.Buffer, (handle, offset, nbytes) or "
+                                                    "(handle, offset) of a raw allocation, got <pyopencl"),
+    (lambda k, h: k.fill(0, (h, 0), 1, 2**40, "int32"), "fill value 1099511627776 cannot be a int32"),
+])
+def test_kernel_bad_arguments(plugin, mem, call, message):
+    if plugin.device_count() != 1 and "opencl:5" in message:
+        pytest.skip("the message names the device count of a one-device platform")
+    seg = mem(64)
+    with pytest.raises(InvalidArgumentError) as info:
+        call(plugin.kernels, seg.handle)
+    assert str(info.value).startswith(message)
+
+
+@needs_opencl
+def test_kernel_refuses_a_buffer_of_another_device_or_freed(dev):
+    import anychip
+    k = dev.plugin.kernels
+    cpu = anychip.device("cpu:0").alloc(16)
+    with pytest.raises(InvalidArgumentError, match="^out: a buffer of cpu:0, but the kernel runs on opencl:0$"):
+        k.fill(0, cpu, 1, 1.0, "float32")
+    b = dev.alloc(16)
+    b.free()
+    with pytest.raises(InvalidArgumentError, match="^use of a freed buffer"):
+        k.fill(0, b, 1, 1.0, "float32")

@@ -129,3 +129,85 @@ def test_unknown_device_names(clean_env):
 def test_import_never_breaks_on_a_broken_backend(plugin_dist):
     r = run_py("import anychip; print('ok', anychip.device('cpu:0'))", plugin_dist)
     assert r.returncode == 0 and r.stdout.startswith("ok cpu:0"), r.stderr
+
+
+# -- the plugin contract (checked when a backend loads) ----------------------
+
+class _Partial(anychip.DevicePlugin):
+    """Identity only: everything else of the contract is missing."""
+    api_version = (1, 0)
+
+    def available(self):
+        return True, "ok"
+
+    def device_count(self):
+        return 1
+
+
+def _contract_case(cls, name):
+    cls = type(cls.__name__, (cls,), {"name": name})
+    anychip.register_plugin(cls)
+    try:
+        loaded = anychip.runtime.registry.backend(name)
+        return loaded.available, loaded.reason
+    finally:
+        anychip.unregister_plugin(name)
+
+
+def test_plugin_missing_required_methods_is_unavailable(clean_env):
+    available, reason = _contract_case(_Partial, "partialchip")
+    assert not available
+    assert reason == (
+        "refused (register_plugin(_Partial)): _Partial does not implement the required methods properties, "
+        "_malloc, _free, _mem_info, _copy, _memset, _default_stream, _stream_create, _stream_destroy, "
+        "_stream_synchronize, _stream_query, _stream_wait_event, _event_create, _event_destroy, _event_record, "
+        "_event_synchronize, _event_query, _event_elapsed_ms, _synchronize (plugin API 1.0)")
+
+
+class _NoMalloc(CPUPlugin):
+    _malloc = anychip.DevicePlugin._malloc
+
+
+def test_plugin_without_malloc_is_unavailable_and_not_selectable(clean_env):
+    cls = type("NoMalloc", (_NoMalloc,), {"name": "nomalloc"})
+    anychip.register_plugin(cls)
+    try:
+        info = anychip.runtime.registry.backend("nomalloc")
+        assert not info.available and info.device_count == 0
+        assert info.reason.endswith("NoMalloc does not implement the required method _malloc (plugin API 1.0)")
+        assert "nomalloc" not in {d.backend for d in anychip.devices()}
+        with pytest.raises(anychip.SelectionError,
+                           match="backend 'nomalloc' is unavailable: .*required method _malloc"):
+            anychip.device("nomalloc:0")
+    finally:
+        anychip.unregister_plugin("nomalloc")
+
+
+@pytest.mark.parametrize(("version", "expected"), [
+    (None, "declares no api_version; set the class attribute api_version = (1, 0) "
+           "(this anychip implements plugin API 1.0)"),
+    ((2, 0), "is written for plugin API 2.0; this anychip implements 1.0 and loads only plugins of major version 1"),
+    ((0, 9), "is written for plugin API 0.9; this anychip implements 1.0 and loads only plugins of major version 1"),
+    ("1.0", "api_version must be a (major, minor) tuple of non-negative ints, got '1.0'"),
+    ((1, -1), "api_version must be a (major, minor) tuple of non-negative ints, got (1, -1)"),
+    ((1,), "api_version must be a (major, minor) tuple of non-negative ints, got (1,)"),
+])
+def test_plugin_api_version_checked(clean_env, version, expected):
+    cls = type("Versioned", (CPUPlugin,), {"name": "versioned", "api_version": version})
+    available, reason = _contract_case(cls, "versioned")
+    assert not available
+    assert reason == f"refused (register_plugin(Versioned)): Versioned {expected}"
+
+
+def test_plugin_newer_minor_version_loads(clean_env):
+    cls = type("Newer", (CPUPlugin,), {"name": "newerminor", "api_version": (1, 7)})
+    available, reason = _contract_case(cls, "newerminor")
+    assert available and reason == "host memory"
+
+
+def test_builtin_backends_meet_the_contract():
+    from anychip.runtime.plugin import contract_problem
+    for b in anychip.backends():
+        if b.plugin is not None:
+            assert contract_problem(b.plugin) is None, b.name
+    assert {b.name for b in anychip.backends() if b.plugin is not None} >= {"cpu", "ascend", "kunlun", "hygon"}

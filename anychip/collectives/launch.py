@@ -1,6 +1,7 @@
-"""``anychip launch -n N [--device BACKEND] prog.py args...``: N ranks on this machine.
+"""``anychip launch -n N [--device BACKEND] [-m] PROGRAM args...``: N ranks on this machine.
 
-Rank r runs ``python prog.py args...`` with ``ANYCHIP_RANK=r``, ``ANYCHIP_WORLD_SIZE=N``,
+Rank r runs ``python prog.py args...`` (``python -m module args...`` with ``-m``; an
+executable that is not a .py file runs as it is) with ``ANYCHIP_RANK=r``, ``ANYCHIP_WORLD_SIZE=N``,
 ``ANYCHIP_LOCAL_RANK=r``, ``ANYCHIP_LOCAL_SIZE=N``, a fresh ``ANYCHIP_JOB_ID`` and, with
 ``--device``, ``ANYCHIP_LAUNCH_DEVICE`` (so :func:`anychip.collectives.init` puts rank r on
 ``BACKEND:r``). Every line a rank prints is prefixed with ``[r]``. When a rank fails, the
@@ -56,7 +57,7 @@ def launch(nprocs: int, argv: Sequence[str], device: str | None = None, grace: f
     lock = threading.Lock()
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
-    cmd = [sys.executable, *argv] if argv[0].endswith(".py") or argv[0] == "-c" or argv[0] == "-m" else list(argv)
+    cmd = [sys.executable, *argv] if argv[0].endswith(".py") or argv[0] in ("-c", "-m") else list(argv)
     for r in range(nprocs):
         e = dict(base)
         e.update(ANYCHIP_RANK=str(r), ANYCHIP_WORLD_SIZE=str(nprocs), ANYCHIP_LOCAL_RANK=str(r),
@@ -123,7 +124,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("-n", "--nprocs", type=int, required=True, help="number of ranks")
     p.add_argument("--device", default=None, help="backend of the ranks' devices (rank r uses BACKEND:r)")
     p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL when stopping ranks")
-    p.add_argument("program", help="the Python program (prog.py), or -m module")
+    p.add_argument("-m", "--module", action="store_true", help="PROGRAM is a module, run as python -m PROGRAM")
+    p.add_argument("program", help="the Python program (prog.py), a module with -m, or an executable")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     p.set_defaults(func=_cmd)
     return p
@@ -133,7 +135,8 @@ def _cmd(args: argparse.Namespace) -> int:
     from ..runtime.errors import InvalidArgumentError
     if args.nprocs < 1:
         raise InvalidArgumentError(f"launch: -n must be at least 1, got {args.nprocs}")
-    return launch(args.nprocs, [args.program, *args.args], device=args.device, grace=args.grace)
+    argv = ["-m", args.program, *args.args] if args.module else [args.program, *args.args]
+    return launch(args.nprocs, argv, device=args.device, grace=args.grace)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

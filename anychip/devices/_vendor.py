@@ -119,6 +119,8 @@ class VendorPlugin(DevicePlugin):
     (the upper-case class attributes below) and a few adapters where argument orders or
     semantics differ."""
 
+    api_version = (1, 0)
+
     #: the vendor's library file names, in order of preference
     vendor_libraries: ClassVar[tuple[str, ...]] = ()
     #: the simulator library built from csrc/sim (anychip/_lib/<name>.*.so)
@@ -366,6 +368,23 @@ class VendorPlugin(DevicePlugin):
             pass
         return OutOfMemoryError(nbytes, free, total, backend=self.name, device=f"{self.name}:{index}",
                                 code=code, code_name=self.code_name(code), detail=f"{what}: {msg}")
+
+    def _after_fork_in_child(self) -> None:
+        # The simulator gives the child fresh devices with no current device: forget
+        # which device this thread had made current, the streams and peer access of
+        # the parent, and locks other parent threads may have held at the fork.
+        global _announce_lock
+        _announce_lock = threading.Lock()
+        self._load_lock = threading.Lock()
+        for state in _thread_states.values():
+            state.dev = -1
+        self._tls.dev = -1
+        if hasattr(self, "_peers"):      # peer access is enabled again on the child's fresh devices
+            self._peer_lock = threading.Lock()
+            self._peers = set()
+        if isinstance(getattr(self, "_streams", None), dict):   # streams a backend tracks (kunlun)
+            self._lock = threading.Lock()
+            self._streams = {}
 
     def _host_ptr(self, arr: Any, offset: int) -> Any:
         return self.ffi.from_buffer(arr) + offset

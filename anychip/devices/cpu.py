@@ -58,6 +58,7 @@ def _cpu_name() -> str:
 
 class CPUPlugin(DevicePlugin):
     name = "cpu"
+    api_version = (1, 0)
     priority = 0
     accelerator = False
 

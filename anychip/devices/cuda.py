@@ -256,10 +256,16 @@ class _CudaStream:
         return f"<cuda stream 0x{self.ptr:x} of device {self.index}>"
 
 
+FORK_REASON = ("CUDA was initialized in the parent process before fork(), and CUDA cannot be re-initialized "
+               "in a forked child; to use CUDA with multiprocessing, use the 'spawn' start method: "
+               "multiprocessing.get_context('spawn') or multiprocessing.set_start_method('spawn')")
+
+
 class CUDAPlugin(DevicePlugin):
     """anychip backend for NVIDIA GPUs through CuPy."""
 
     name = "cuda"
+    api_version = (1, 0)
     priority = 100
     accelerator = True
 
@@ -277,6 +283,7 @@ class CUDAPlugin(DevicePlugin):
         self._props: dict[int, dict] = {}
         self._visible_at_init: str | None = None
         self._warned_visibility = False
+        self._forked = False
 
     # ------------------------------------------------------------------ identity
     def _probe(self) -> None:
@@ -309,7 +316,17 @@ class CUDAPlugin(DevicePlugin):
             self._reason = ""
             self._nccl, self._nccl_reason = _load_nccl()
 
+    def _after_fork_in_child(self) -> None:
+        # CUDA cannot be re-initialized in a forked child (PyTorch says so too): once
+        # the parent initialized it (the probe's getDeviceCount does), the backend is
+        # listed unavailable in the child with the fix.
+        self._lock = threading.Lock()
+        if self._cupy is not None:
+            self._forked = True
+
     def available(self) -> tuple[bool, str]:
+        if self._forked:
+            return False, FORK_REASON
         try:
             self._probe()
         except Exception as exc:  # noqa: BLE001 - available() never raises

@@ -88,6 +88,16 @@ _CL_INVALID_BUFFER_SIZE = -61
 _OOM_CODES = (_CL_ALLOCATION_FAILURE, _CL_OUT_OF_RESOURCES, _CL_OUT_OF_HOST_MEMORY)
 
 
+FORK_REASON = (
+    "OpenCL was initialized in the parent process before fork(), and an OpenCL platform cannot be used "
+    "in a forked child (the driver's threads stay in the parent, so the first wait would hang); start "
+    "worker processes with the 'spawn' start method: multiprocessing.get_context('spawn') or "
+    "multiprocessing.set_start_method('spawn')")
+
+#: OpenCL objects a forked child inherited; never released there (see _after_fork_in_child)
+_FORK_LEFTOVERS: list[Any] = []
+
+
 def cl_code_name(code: int | None) -> str | None:
     """The OpenCL name of a status code (``-4`` -> ``"CL_MEM_OBJECT_ALLOCATION_FAILURE"``)."""
     if code is None:
@@ -161,6 +171,7 @@ class OpenCLPlugin(DevicePlugin):
     """anychip backend for every OpenCL device pyopencl can see."""
 
     name = "opencl"
+    api_version = (1, 0)
     priority = 10
     accelerator = True
 
@@ -168,6 +179,7 @@ class OpenCLPlugin(DevicePlugin):
         self._cl: Any = None
         self._states: list[_DeviceState] | None = None
         self._reason = "not probed"
+        self._forked = False
         self._lock = threading.Lock()
         self.kernels = OpenCLKernels(self)
 
@@ -207,7 +219,25 @@ class OpenCLPlugin(DevicePlugin):
             self._cl = cl
             self._states = states
 
+    def _after_fork_in_child(self) -> None:
+        # An OpenCL platform does not survive fork(): PoCL's (and GPU drivers') worker
+        # threads stay in the parent, so the first wait in the child would hang, even
+        # on a context created afresh. Refuse OpenCL in the child instead, with the fix.
+        self._lock = threading.Lock()
+        if self._cl is None:
+            return                       # never initialized here: the child may probe it itself
+        self._forked = True
+        for st in self._states or ():
+            st.lock = threading.RLock()
+            # the parent's objects must never be released in the child (pyopencl's
+            # destructors wait on the dead platform): keep them for the process' life
+            _FORK_LEFTOVERS.append((st.context, st.default, st.touch_queue, list(st.streams), st.program))
+            for stream in list(st.streams):
+                _FORK_LEFTOVERS.append((stream.queue, stream.last, list(stream.pending)))
+
     def available(self) -> tuple[bool, str]:
+        if self._forked:
+            return False, FORK_REASON
         try:
             self._probe()
         except Exception as exc:  # noqa: BLE001 - available() never raises
@@ -229,6 +259,8 @@ class OpenCLPlugin(DevicePlugin):
         return 0 if self._states is None else len(self._states)
 
     def _state(self, index: int) -> _DeviceState:
+        if self._forked:
+            raise UnsupportedError(FORK_REASON)
         self._probe()
         if self._states is None:
             raise UnsupportedError(f"OpenCL is unavailable: {self._reason}")
@@ -593,62 +625,75 @@ class OpenCLKernels:
     def supported_dtypes(self, index: int) -> tuple[str, ...]:
         from ._opencl_kernels import dtypes_for
 
-        return dtypes_for(OpenCLPlugin._has_fp64(self._plugin._state(index).device))
+        return dtypes_for(OpenCLPlugin._has_fp64(self._plugin._state(self._index(index)).device))
 
-    def binary(self, index: int, op: str, out: tuple, a: tuple, b: tuple, n: int, dtype: str,
+    def binary(self, index: int, op: str, out: Any, a: Any, b: Any, n: int, dtype: str,
                stream: Any = None) -> None:
         """``out[i] = a[i] <op> b[i]`` for ``i < n``; op in add / sub / mul / div
         (integer div is floor division, ``x // 0 == 0``)."""
         if op not in self.binary_ops:
             raise InvalidArgumentError(f"unknown elementwise op {op!r}; expected one of {self.binary_ops}")
         item = self._itemsize(dtype)
-        self._check_offsets(item, out, a, b)
+        n = _count(n, "n")
+        index = self._index(index)
+        o, a, b = (self._operand(index, x, n, item, name) for x, name in ((out, "out"), (a, "a"), (b, "b")))
         if n == 0:
             return
         self._launch_1d(index, f"{op}_{dtype}", n, stream,
-                        out[0], np.uint64(out[1]), a[0], np.uint64(a[1]), b[0], np.uint64(b[1]), np.uint64(n))
+                        o[0], np.uint64(o[1]), a[0], np.uint64(a[1]), b[0], np.uint64(b[1]), np.uint64(n))
 
-    def add(self, index: int, out: tuple, a: tuple, b: tuple, n: int, dtype: str, stream: Any = None) -> None:
+    def add(self, index: int, out: Any, a: Any, b: Any, n: int, dtype: str, stream: Any = None) -> None:
         self.binary(index, "add", out, a, b, n, dtype, stream)
 
-    def sub(self, index: int, out: tuple, a: tuple, b: tuple, n: int, dtype: str, stream: Any = None) -> None:
+    def sub(self, index: int, out: Any, a: Any, b: Any, n: int, dtype: str, stream: Any = None) -> None:
         self.binary(index, "sub", out, a, b, n, dtype, stream)
 
-    def mul(self, index: int, out: tuple, a: tuple, b: tuple, n: int, dtype: str, stream: Any = None) -> None:
+    def mul(self, index: int, out: Any, a: Any, b: Any, n: int, dtype: str, stream: Any = None) -> None:
         self.binary(index, "mul", out, a, b, n, dtype, stream)
 
-    def div(self, index: int, out: tuple, a: tuple, b: tuple, n: int, dtype: str, stream: Any = None) -> None:
+    def div(self, index: int, out: Any, a: Any, b: Any, n: int, dtype: str, stream: Any = None) -> None:
         self.binary(index, "div", out, a, b, n, dtype, stream)
 
-    def fill(self, index: int, out: tuple, n: int, value: Any, dtype: str, stream: Any = None) -> None:
+    def fill(self, index: int, out: Any, n: int, value: Any, dtype: str, stream: Any = None) -> None:
         """``out[i] = value`` for ``i < n`` (value converted with NumPy's rules for ``dtype``)."""
         item = self._itemsize(dtype)
-        self._check_offsets(item, out)
+        n = _count(n, "n")
+        index = self._index(index)
+        o = self._operand(index, out, n, item, "out")
+        try:
+            v = np.dtype(dtype).type(value)
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"fill value {value!r} cannot be a {dtype} ({exc})") from None
         if n == 0:
             return
-        v = np.dtype(dtype).type(value)
-        self._launch_1d(index, f"fill_{dtype}", n, stream, out[0], np.uint64(out[1]), v, np.uint64(n))
+        self._launch_1d(index, f"fill_{dtype}", n, stream, o[0], np.uint64(o[1]), v, np.uint64(n))
 
-    def cast(self, index: int, out: tuple, out_dtype: str, x: tuple, in_dtype: str, n: int,
+    def cast(self, index: int, out: Any, out_dtype: str, x: Any, in_dtype: str, n: int,
              stream: Any = None) -> None:
         """``out[i] = (out_dtype) x[i]``: C conversion (floats to ints truncate toward
         zero; out-of-range values and NaN give unspecified results, as in NumPy)."""
-        self._check_offsets(self._itemsize(out_dtype), out)
-        self._check_offsets(self._itemsize(in_dtype), x)
+        o_item, x_item = self._itemsize(out_dtype), self._itemsize(in_dtype)
+        n = _count(n, "n")
+        index = self._index(index)
+        o = self._operand(index, out, n, o_item, "out")
+        x = self._operand(index, x, n, x_item, "x")
         if n == 0:
             return
         if out_dtype == in_dtype:
             s = self._stream(index, stream)
-            self._plugin._copy(index, out[0], out[1], x[0], x[1], n * np.dtype(in_dtype).itemsize, D2D, s)
+            self._plugin._copy(index, o[0], o[1], x[0], x[1], n * x_item, D2D, s)
             return
         self._launch_1d(index, f"cast_{in_dtype}_to_{out_dtype}", n, stream,
-                        out[0], np.uint64(out[1]), x[0], np.uint64(x[1]), np.uint64(n))
+                        o[0], np.uint64(o[1]), x[0], np.uint64(x[1]), np.uint64(n))
 
-    def sum(self, index: int, out: tuple, x: tuple, n: int, dtype: str, stream: Any = None) -> None:
+    def sum(self, index: int, out: Any, x: Any, n: int, dtype: str, stream: Any = None) -> None:
         """``out[0] = x[0] + ... + x[n-1]``, accumulated in ``dtype`` (integers wrap)
         by a two-pass tree reduction; ``n == 0`` gives 0."""
         item = self._itemsize(dtype)
-        self._check_offsets(item, out, x)
+        n = _count(n, "n")
+        index = self._index(index)
+        out = self._operand(index, out, 1, item, "out")
+        x = self._operand(index, x, n, item, "x")
         plugin = self._plugin
         cl = plugin._cl
         s = self._stream(index, stream)
@@ -673,12 +718,16 @@ class OpenCLKernels:
                     # OpenCL keeps `partial` alive until the kernels using it have run
         plugin._after_enqueue(s, ev)
 
-    def matmul(self, index: int, out: tuple, a: tuple, b: tuple, m: int, k: int, n: int, dtype: str,
+    def matmul(self, index: int, out: Any, a: Any, b: Any, m: int, k: int, n: int, dtype: str,
                stream: Any = None) -> None:
         """``out[m, n] = a[m, k] @ b[k, n]``, all row-major and contiguous; products are
         accumulated in ``dtype`` in order of increasing k (no FMA; integers wrap)."""
         item = self._itemsize(dtype)
-        self._check_offsets(item, out, a, b)
+        m, k, n = _count(m, "m"), _count(k, "k"), _count(n, "n")
+        index = self._index(index)
+        out = self._operand(index, out, m * n, item, "out")
+        a = self._operand(index, a, m * k, item, "a")
+        b = self._operand(index, b, k * n, item, "b")
         if m == 0 or n == 0:
             return
         plugin = self._plugin
@@ -705,11 +754,52 @@ class OpenCLKernels:
             raise UnsupportedError(f"the OpenCL kernels support {', '.join(self.dtypes)}, not {dtype!r}")
         return np.dtype(dtype).itemsize
 
-    @staticmethod
-    def _check_offsets(item: int, *bufs: tuple) -> None:
-        for _handle, off in bufs:
-            if off % item:
-                raise InvalidArgumentError(f"offset {off} is not a multiple of the element size {item}")
+    def _index(self, index: Any) -> int:
+        count = self._plugin.device_count()
+        if type(index) is not int and not isinstance(index, np.integer):
+            raise InvalidArgumentError(f"device index must be an int, got {type(index).__name__} {index!r}")
+        if not 0 <= int(index) < count:
+            raise InvalidArgumentError(f"there is no opencl:{index}; the OpenCL backend has {count} "
+                                       f"device{'s' if count != 1 else ''} (0..{count - 1})")
+        return int(index)
+
+    def _operand(self, index: int, operand: Any, count: int, item: int, what: str) -> tuple[Any, int]:
+        """(cl.Buffer, byte offset) of an operand holding ``count`` elements of ``item`` bytes.
+
+        An operand is an ``anychip.Buffer`` of this device (checked against the
+        buffer), ``(handle, offset, nbytes)``, or ``(handle, offset)`` for a raw
+        allocation from ``_malloc`` (checked against the whole ``cl.Buffer``).
+        """
+        from ..runtime.buffer import Buffer
+
+        if isinstance(operand, Buffer):
+            dev = operand.device
+            if dev.plugin is not self._plugin or dev.index != index:
+                raise InvalidArgumentError(f"{what}: a buffer of {dev}, but the kernel runs on opencl:{index}")
+            handle, offset, limit = operand._check().handle, operand._offset, operand.nbytes
+            base = offset
+        elif isinstance(operand, tuple) and len(operand) in (2, 3):
+            handle, offset = operand[0], operand[1]
+            offset = _count(offset, f"{what} offset")
+            size = getattr(handle, "size", None)
+            if not isinstance(size, int) or not isinstance(handle, self._plugin._cl.Buffer):
+                raise InvalidArgumentError(f"{what}: {type(handle).__name__} is not an OpenCL buffer handle")
+            limit = size if len(operand) == 2 else _count(operand[2], f"{what} nbytes")
+            if len(operand) == 3 and offset + limit > size:
+                raise InvalidArgumentError(f"{what}: [{offset}, {offset + limit}) lies outside its "
+                                           f"{size}-byte cl.Buffer")
+            base = 0 if len(operand) == 2 else offset
+        else:
+            raise InvalidArgumentError(f"{what} must be an anychip.Buffer, (handle, offset, nbytes) or "
+                                       f"(handle, offset) of a raw allocation, got {operand!r}")
+        if offset % item:
+            raise InvalidArgumentError(f"{what}: offset {offset} is not a multiple of the element size {item}")
+        need = count * item
+        if offset - base + need > limit:
+            raise InvalidArgumentError(
+                f"{what}: {count} elements of {item} bytes from byte {offset - base} need {need} bytes, "
+                f"past the end of its {limit}-byte allocation")
+        return handle, offset
 
     def _stream(self, index: int, stream: Any) -> _Stream:
         """None -> the default stream; an ``anychip.Stream`` -> its handle; a handle as is."""
@@ -798,3 +888,15 @@ class OpenCLKernels:
             knl.set_args(*args)
             ev = cl.enqueue_nd_range_kernel(s.queue, knl, (groups * local,), (local,))
         plugin._after_enqueue(s, ev)
+
+
+def _count(value: Any, what: str) -> int:
+    """A non-negative int (NumPy integers accepted), or InvalidArgumentError."""
+    if type(value) is not int:
+        try:
+            value = value.__index__()
+        except (AttributeError, TypeError):
+            raise InvalidArgumentError(f"{what} must be an integer, got {type(value).__name__} {value!r}") from None
+    if value < 0:
+        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
+    return value

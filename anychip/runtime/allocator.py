@@ -23,11 +23,12 @@ Policy (constants below, as in PyTorch):
   are ``SMALL_BUFFER`` (2 MiB); larger ones use the large pool, with segments of
   ``LARGE_BUFFER`` (20 MiB) for requests under ``MIN_LARGE_ALLOC`` (10 MiB), else
   the request rounded up to ``ROUND_LARGE`` (2 MiB);
-* best fit per (pool, stream) over free lists ordered by size (equal sizes: last
-  freed first); a block found is split when the rest is >= 512 bytes (small pool)
-  or > 1 MiB (large pool, and only for requests below ``max_split_size``); blocks
-  of ``max_split_size`` or more are never split and serve only requests of at
-  least ``max_split_size`` that waste less than ``LARGE_BUFFER``;
+* best fit per (pool, stream): free blocks sit in stacks of one size (last freed,
+  first out) over an array of sizes searched by bisection; a block found is split
+  when the rest is >= 512 bytes (small pool) or > 1 MiB (large pool, and only for
+  requests below ``max_split_size``); blocks of ``max_split_size`` or more are
+  never split and serve only requests of at least ``max_split_size`` that waste
+  less than ``LARGE_BUFFER``;
 * on free a block coalesces with the address-adjacent free blocks of its list.
 
 Streams. A block freed on stream A goes back to A's free list and is reused on

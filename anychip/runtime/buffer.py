@@ -6,6 +6,7 @@ sub-range that shares the memory (and keeps its parent alive).
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -101,15 +102,24 @@ class Buffer(BufferBase):
     def to_numpy(self, dtype: Any = np.uint8, shape: Any = None, *, offset: int = 0,
                  stream: Stream | None = None) -> np.ndarray:
         """A new host array with the buffer's contents (synchronous)."""
-        dt = np.dtype(dtype)
+        dt = _plain_dtype(dtype)
         offset = _size(offset, "offset")
+        if offset > self.nbytes:
+            raise InvalidArgumentError(f"to_numpy: offset {offset} is past the end of the {self.nbytes}-byte buffer")
+        avail = self.nbytes - offset
         if shape is None:
-            avail = self.nbytes - offset if offset <= self.nbytes else -1
-            if avail < 0 or avail % dt.itemsize:
+            if avail % dt.itemsize:
                 raise InvalidArgumentError(
-                    f"{avail} bytes from offset {offset} are not a whole number of {dt.name} "
-                    f"({dt.itemsize} bytes); pass shape=")
+                    f"to_numpy: the {avail} bytes from offset {offset} are not a whole number of {dt} "
+                    f"({dt.itemsize} bytes each); pass shape=")
             shape = (avail // dt.itemsize,)
+        else:
+            shape = _shape(shape)
+            need = dt.itemsize * math.prod(shape)
+            if need > avail:
+                raise InvalidArgumentError(
+                    f"to_numpy: shape {shape} of {dt} needs {need} bytes, but the buffer has {avail} bytes "
+                    f"from offset {offset}")
         out = np.empty(shape, dtype=dt)
         self.device.copy(out, self, out.nbytes, src_offset=offset, stream=stream, _sync=True)
         return out
@@ -144,3 +154,28 @@ def _size(value: Any, what: str) -> int:
     if value < 0:
         raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
     return value
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    """A shape (an int or a sequence of ints >= 0) as a tuple, or a clear error."""
+    if isinstance(value, (int, np.integer)):
+        return (_size(value, "shape"),)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise InvalidArgumentError(f"shape must be an int or a sequence of ints, got {value!r}") from None
+    return tuple(_size(v, f"shape {value!r}: every dimension") for v in items)
+
+
+def _plain_dtype(dtype: Any) -> np.dtype:
+    """A NumPy dtype of plain data (no Python objects, non-zero size), or a clear error."""
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"dtype {dtype!r} is not a NumPy dtype ({exc})") from None
+    if dt.hasobject:
+        raise InvalidArgumentError(f"dtype {dt} holds Python object references, which device memory cannot hold; "
+                                   "use a numeric or other plain-data dtype")
+    if dt.itemsize == 0:
+        raise InvalidArgumentError(f"dtype {dt.str!r} has size 0; pass a dtype with a size (e.g. 'V8', np.float32)")
+    return dt

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import registry
+from .allocator import make_allocator
 from .buffer import Buffer, _size
 from .errors import InvalidArgumentError, SelectionError, UnsupportedError
 from .plugin import D2D, D2H, H2D
@@ -90,6 +91,26 @@ class Device:
     def __exit__(self, *exc: Any) -> None:
         _tls.device = _tls.device_stack.pop()
 
+    def _forget_parent(self) -> None:
+        """In a forked child: a fresh front end for this device (see _after_fork_in_child)."""
+        self._lock = threading.Lock()
+        old = self._allocator
+        self._allocator = None
+        if old is not None:
+            try:      # a parent's buffer freed here never reaches the new cache
+                old.name = f"{self.name} of the parent process (before fork())"
+                lock = getattr(old, "_lock", None)
+                if lock is not None:    # another parent thread may have held it at the fork
+                    old._lock = threading.RLock() if isinstance(lock, type(threading.RLock())) else threading.Lock()
+                self._allocator = self._make_allocator()
+            except Exception:  # noqa: BLE001 - never raise in a fork hook; made on first use instead
+                pass
+        for s in list(self._streams):
+            s._destroyed = True          # the parent's streams do not exist in the child
+            s._keep.clear()
+        self._streams = weakref.WeakSet()
+        self._default = None
+
     # -- memory ---------------------------------------------------------
     @property
     def allocator(self) -> Any:
@@ -102,7 +123,6 @@ class Device:
         return a
 
     def _make_allocator(self) -> Any:
-        from .allocator import make_allocator
         plugin, index = self.plugin, self.index
 
         def event_record(stream: Stream) -> Any:
@@ -211,29 +231,61 @@ def _check_range(buf: Buffer, offset: int, nbytes: int, what: str) -> None:
             f"{what}: range [{offset}, {offset + nbytes}) runs past the end of a {buf.nbytes}-byte buffer")
 
 
+_U8 = np.dtype(np.uint8)
+
+
 def _host_bytes(obj: Any, writable: bool, side: str) -> np.ndarray:
     """A 1-D uint8 view of host memory (copied to contiguous form when a source needs it)."""
-    if isinstance(obj, np.ndarray):
-        arr = obj
-        if not arr.flags.c_contiguous:
-            if writable:
-                raise InvalidArgumentError(f"the {side} host array must be C-contiguous "
-                                           "(use numpy.ascontiguousarray)")
-            arr = np.ascontiguousarray(arr)
-        if writable and not arr.flags.writeable:
-            raise InvalidArgumentError(f"the {side} host array is read-only")
-        return arr.reshape(-1).view(np.uint8)
-    try:
-        mv = memoryview(obj)
-    except TypeError:
+    if not isinstance(obj, np.ndarray):
+        try:
+            mv = memoryview(obj)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"the {side} must be an anychip.Buffer or a host array (NumPy array or bytes-like), "
+                f"got {type(obj).__name__}") from None
+        if writable and mv.readonly:
+            raise InvalidArgumentError(f"the {side} host object is read-only")
+        if "O" in mv.format:
+            raise InvalidArgumentError(f"the {side} holds Python objects (format {mv.format!r}); "
+                                       "only plain data can be copied to or from a device")
+        if mv.c_contiguous:
+            return np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, dtype=np.uint8)
+        if writable:
+            raise InvalidArgumentError(f"the {side} host object must be C-contiguous")
+        try:
+            obj = np.asarray(mv)
+        except (TypeError, ValueError, NotImplementedError) as exc:
+            raise InvalidArgumentError(f"the {side} host object is not C-contiguous and NumPy cannot read it "
+                                       f"({exc}); pass a C-contiguous copy") from None
+    arr = obj
+    if arr.dtype.hasobject:
+        raise InvalidArgumentError(f"the {side} array holds Python objects (dtype {arr.dtype}); "
+                                   "only plain data can be copied to or from a device")
+    if not arr.flags.c_contiguous:
+        if writable:
+            raise InvalidArgumentError(f"the {side} host array must be C-contiguous "
+                                       "(use numpy.ascontiguousarray)")
+        arr = np.ascontiguousarray(arr)
+    if writable and not arr.flags.writeable:
+        raise InvalidArgumentError(f"the {side} host array is read-only")
+    return arr.ravel().view(_U8)        # (ravel of a C-contiguous array is a view, and fast)
+
+
+def _copy_size(nbytes: Any, src_offset: int, ssize: int, dst_offset: int, dsize: int) -> int:
+    """The byte count of a copy (default: the rest of the source), checked against both ends."""
+    if nbytes is None:
+        if src_offset > ssize:
+            raise InvalidArgumentError(f"src_offset {src_offset} is past the end of the {ssize}-byte source")
+        nbytes = ssize - src_offset
+    else:
+        nbytes = _size(nbytes, "nbytes")
+    if src_offset + nbytes > ssize:
         raise InvalidArgumentError(
-            f"the {side} must be an anychip.Buffer or a host array (NumPy array or bytes-like), "
-            f"got {type(obj).__name__}") from None
-    if writable and mv.readonly:
-        raise InvalidArgumentError(f"the {side} host object is read-only")
-    if not mv.c_contiguous:
-        raise InvalidArgumentError(f"the {side} host object must be C-contiguous")
-    return np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, dtype=np.uint8)
+            f"copy of {nbytes} bytes from offset {src_offset} runs past the end of the {ssize}-byte source")
+    if dst_offset + nbytes > dsize:
+        raise InvalidArgumentError(
+            f"copy of {nbytes} bytes to offset {dst_offset} runs past the end of the {dsize}-byte destination")
+    return int(nbytes)
 
 
 def copy(dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0, src_offset: int = 0,
@@ -264,18 +316,7 @@ def copy(dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0, 
     else:
         dst = _host_bytes(dst, True, "destination")
         dsize = dst.nbytes
-    if nbytes is None:
-        if src_offset > ssize:
-            raise InvalidArgumentError(f"src_offset {src_offset} is past the end of the {ssize}-byte source")
-        nbytes = ssize - src_offset
-    else:
-        nbytes = _size(nbytes, "nbytes")
-    if src_offset + nbytes > ssize:
-        raise InvalidArgumentError(
-            f"copy of {nbytes} bytes from offset {src_offset} runs past the end of the {ssize}-byte source")
-    if dst_offset + nbytes > dsize:
-        raise InvalidArgumentError(
-            f"copy of {nbytes} bytes to offset {dst_offset} runs past the end of the {dsize}-byte destination")
+    nbytes = _copy_size(nbytes, src_offset, ssize, dst_offset, dsize)
 
     dev: Device = src.device if sbuf else dst.device
     s, sync = dev._stream_for(stream)
@@ -358,14 +399,47 @@ def _selection() -> list[Device]:
         return result
 
 
+def _after_fork_in_child() -> None:
+    """A forked child starts with a fresh front end, as the simulator starts it with
+    fresh devices: new locks (another parent thread may have held one at the fork),
+    empty allocators, no streams, the selection recomputed. Device objects stay the
+    same; the parent's buffers, streams and events are not usable in the child."""
+    global _lock
+    _lock = threading.RLock()
+    for dev in list(_instances.values()):
+        dev._forget_parent()
+    _tls.streams = {}
+    _reset_selection()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def devices(backend: str | None = None) -> list[Device]:
     """The selected devices (``ANYCHIP_DEVICES``) in priority order, optionally of one backend."""
     sel = _selection()
     if backend is None:
         return list(sel)
+    backend = _backend_name(backend)
     if registry.backend(backend) is None:
         raise SelectionError(f"unknown backend {backend!r}; known: {', '.join(b.name for b in registry.backends())}")
     return [d for d in sel if d.backend == backend]
+
+
+def _find(sel: list[Device], backend: str, index: int | None) -> Device | None:
+    """The first selected device of ``backend`` (with ``index`` when given), or None."""
+    for d in sel:
+        if d.backend == backend and (index is None or d.index == index):
+            return d
+    return None
+
+
+def _backend_name(name: str) -> str:
+    """The registered spelling of a backend name (names match in any case, as in ANYCHIP_DEVICES)."""
+    for b in registry.backends(load=False):
+        if b.name.lower() == name.lower():
+            return b.name
+    return name
 
 
 def default_device() -> Device:
@@ -382,19 +456,18 @@ def device(spec: Any = None) -> Device:
         return spec
     if not isinstance(spec, str):
         raise InvalidArgumentError(f"a device is named by a string like 'cpu:0', got {type(spec).__name__} {spec!r}")
-    text = spec.strip()
-    name, colon, idx = text.partition(":")
+    name, colon, idx = spec.partition(":")
+    name, idx = name.strip(), idx.strip()
+    if colon and not (idx.isascii() and idx.isdigit()):
+        raise SelectionError(f"bad device name {spec!r}: expected 'backend:N' with N in ASCII digits, e.g. 'cpu:0'")
     sel = _selection()
-    if not colon:
-        for d in sel:
-            if d.backend == name:
-                return d
-    elif idx.isdigit():
-        for d in sel:
-            if d.backend == name and d.index == int(idx):
-                return d
-    else:
-        raise SelectionError(f"bad device name {spec!r}: expected 'backend:N', e.g. 'cpu:0'")
+    index = int(idx) if colon else None
+    found = _find(sel, name, index)
+    if found is None and _backend_name(name) != name:    # names match in any case
+        name = _backend_name(name)
+        found = _find(sel, name, index)
+    if found is not None:
+        return found
     info = registry.backend(name)
     if info is None:
         known = ", ".join(b.name for b in registry.backends())

@@ -1,9 +1,18 @@
-"""Every environment variable anychip reads, in one place (shown by ``anychip info``)."""
+"""Every environment variable anychip reads, in one place (shown by ``anychip info``),
+and the checks ``anychip info`` applies to their values.
+
+The simulator's variables are read by its C library (``csrc/sim``); the checks
+here mirror its rules exactly, so that ``anychip info`` flags what the
+simulator would ignore.
+"""
 from __future__ import annotations
 
+import logging
 import os
+import re
+from collections.abc import Callable, Mapping
 
-__all__ = ["VARIABLES", "in_effect"]
+__all__ = ["VARIABLES", "in_effect", "problem", "problems", "parse_sim_memory", "log_level"]
 
 #: name -> (default, meaning)
 VARIABLES: dict[str, tuple[str, str]] = {
@@ -12,10 +21,11 @@ VARIABLES: dict[str, tuple[str, str]] = {
                         "(e.g. 'ascend:0,1;cpu:*'); the first is the default device"),
     "ANYCHIP_SIMULATE": ("auto", "vendor backends without their library: auto = use the simulator, "
                                  "always = always the simulator, never = unavailable"),
-    "ANYCHIP_SIM_DEVICES": ("8", "number of devices of each simulated chip"),
-    "ANYCHIP_SIM_MEMORY": ("16GiB", "memory capacity of each simulated device (bytes or with K/M/G units)"),
+    "ANYCHIP_SIM_DEVICES": ("8", "number of devices of each simulated chip (0 to 64)"),
+    "ANYCHIP_SIM_MEMORY": ("16GiB", "memory capacity of each simulated device, 1MiB to 1TiB (bytes, or a number "
+                                    "with a binary unit K, M, G or T, e.g. 512MiB or 1.5G)"),
     "ANYCHIP_SIM_SPIN_US": ("20", "microseconds a simulated stream worker or a synchronizing thread spins "
-                                  "before it sleeps"),
+                                  "before it sleeps (0 to 1000000)"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
                                       "garbage_collection_threshold:F, or backend:native to turn caching off"),
     "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers before it raises "
@@ -39,10 +49,129 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ANYCHIP_LAUNCH_DEVICE": ("(set by anychip launch --device)", "backend of the ranks' devices (rank r on "
                                                                   "BACKEND:r)"),
     "ANYCHIP_LOG_LEVEL": ("WARNING", "level of the 'anychip' logger in the anychip command "
-                                      "(DEBUG, INFO, WARNING, ...)"),
+                                      "(DEBUG, INFO, WARNING, ERROR or CRITICAL)"),
 }
+
+SIM_MIN_MEMORY = 1 << 20
+SIM_MAX_MEMORY = 1 << 40
+_SIZE = re.compile(r"^[ \t]*([0-9]+\.?[0-9]*|\.[0-9]+)[ \t]*(?:([kmgtKMGT])[iI]?)?[bB]?[ \t]*$")
+_WHOLE = re.compile(r"^[ \t]*([0-9]+)[ \t]*$")
+_UNITS = {"k": 1, "m": 2, "g": 3, "t": 4}
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def in_effect() -> dict[str, str]:
     """The ANYCHIP_* variables set in this process (known or not)."""
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith("ANYCHIP_")}
+
+
+def parse_sim_memory(text: str) -> float | None:
+    """Bytes named by an ``ANYCHIP_SIM_MEMORY`` value, or None when it is malformed.
+
+    The simulator's rule: a decimal number (digits with an optional fraction; no
+    sign, exponent, inf or nan), optional blanks, then an optional binary unit
+    K, M, G or T (any case), optionally followed by ``i`` and/or ``B``, or a lone
+    ``B``; blanks around the value are ignored.
+    """
+    m = _SIZE.match(text)
+    if m is None:
+        return None
+    unit = m.group(2)
+    return float(m.group(1)) * 1024 ** (_UNITS[unit.lower()] if unit else 0)
+
+
+def _whole(text: str, lo: int, hi: int) -> int | None:
+    m = _WHOLE.match(text)
+    if m is None:
+        return None
+    v = int(m.group(1))
+    return v if lo <= v <= hi else None
+
+
+def _sim_memory(text: str) -> str | None:
+    v = parse_sim_memory(text)
+    if v is None:
+        return "want bytes, or a number with a unit K, M, G or T, from 1MiB to 1TiB (e.g. 16GiB)"
+    if not SIM_MIN_MEMORY <= v <= SIM_MAX_MEMORY:
+        return "want from 1MiB to 1TiB of memory per device"
+    return None
+
+
+def _sim_devices(text: str) -> str | None:
+    return None if _whole(text, 0, 64) is not None else "want a whole number of devices from 0 to 64"
+
+
+def _sim_spin(text: str) -> str | None:
+    if _whole(text, 0, 1_000_000) is None:
+        return "want a whole number of microseconds from 0 to 1000000"
+    return None
+
+
+def _simulate(text: str) -> str | None:
+    return None if text.strip().lower() in ("", "auto", "always", "never") else "want auto, always or never"
+
+
+def log_level(text: str | None) -> int | None:
+    """The logging level an ``ANYCHIP_LOG_LEVEL`` value names (any case), None when it names none."""
+    if text is None or not text.strip():
+        return logging.WARNING
+    name = text.strip().upper()
+    return getattr(logging, name) if name in _LEVELS else None
+
+
+def _log_level(text: str) -> str | None:
+    return None if log_level(text) is not None else f"want one of {', '.join(_LEVELS)}"
+
+
+def _alloc_conf(text: str) -> str | None:
+    from .alloc_conf import AllocatorConf
+    from .errors import AnychipError
+    try:
+        AllocatorConf.parse(text)
+    except AnychipError as exc:
+        return str(exc).partition("\n\n")[0]
+    return None
+
+
+def _devices(text: str) -> str | None:
+    from . import registry
+    from .errors import SelectionError
+    from .selection import select
+    try:
+        select(text, registry.backends())
+    except SelectionError as exc:
+        return str(exc).partition("\n\n")[0]
+    return None
+
+
+_CHECKS: dict[str, Callable[[str], str | None]] = {
+    "ANYCHIP_DEVICES": _devices,
+    "ANYCHIP_SIMULATE": _simulate,
+    "ANYCHIP_SIM_DEVICES": _sim_devices,
+    "ANYCHIP_SIM_MEMORY": _sim_memory,
+    "ANYCHIP_SIM_SPIN_US": _sim_spin,
+    "ANYCHIP_ALLOC_CONF": _alloc_conf,
+    "ANYCHIP_LOG_LEVEL": _log_level,
+}
+
+
+def problem(name: str, value: str) -> str | None:
+    """What is wrong with ``value`` for the variable ``name`` (None: nothing, or not checked).
+    An empty value means "unset" for every variable."""
+    check = _CHECKS.get(name)
+    if check is None or not value.strip():
+        return None
+    return check(value)
+
+
+def problems(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every known ANYCHIP_* variable set to a value anychip (or its simulator) refuses or ignores."""
+    env = os.environ if environ is None else environ
+    found = {}
+    for name in VARIABLES:
+        value = env.get(name)
+        if value is not None:
+            why = problem(name, value)
+            if why:
+                found[name] = why
+    return found

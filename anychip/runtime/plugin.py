@@ -19,12 +19,32 @@ from ``_malloc`` when the device has no room).
 Copies and memsets are always enqueued on a stream (``_default_stream(index)``
 gives the one used when the user names none); the front end synchronizes when
 the user asked for a synchronous copy.
+
+The contract is versioned (``API_VERSION``, major.minor, as PJRT's C API): a
+plugin declares the version it was written against in ``api_version``. Minor
+versions only add optional methods, so any minor of a supported major loads; a
+different major is refused. A plugin must override every method in
+``REQUIRED_METHODS``. :func:`contract_problem` checks both when a backend loads;
+a plugin that fails is listed unavailable with the reason, never half-usable.
 """
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-__all__ = ["DevicePlugin", "H2D", "D2H", "D2D"]
+__all__ = ["DevicePlugin", "H2D", "D2H", "D2D", "API_VERSION", "REQUIRED_METHODS", "contract_problem"]
+
+#: the plugin API this runtime implements: (major, minor)
+API_VERSION: tuple[int, int] = (1, 0)
+
+#: what every plugin must implement (the raw calls the front end makes)
+REQUIRED_METHODS: tuple[str, ...] = (
+    "available", "device_count", "properties",
+    "_malloc", "_free", "_mem_info", "_copy", "_memset",
+    "_default_stream", "_stream_create", "_stream_destroy", "_stream_synchronize", "_stream_query",
+    "_stream_wait_event",
+    "_event_create", "_event_destroy", "_event_record", "_event_synchronize", "_event_query",
+    "_event_elapsed_ms", "_synchronize",
+)
 
 H2D = "h2d"
 D2H = "d2h"
@@ -43,6 +63,9 @@ class DevicePlugin:
     simulated: bool = False
     #: optional kernel set the tensor layer may use (None = host fallback)
     kernels: Any = None
+    #: the plugin API version this plugin was written against, (major, minor);
+    #: every plugin declares it (e.g. ``api_version = (1, 0)``)
+    api_version: ClassVar[tuple[int, int] | None] = None
 
     # -- identity -------------------------------------------------------
     def available(self) -> tuple[bool, str]:
@@ -142,5 +165,34 @@ class DevicePlugin:
         """The chip's own collective library binding, or None."""
         return None
 
+    def _after_fork_in_child(self) -> None:
+        """Called in a child process right after ``fork()``, before anything else
+        runs there: drop process-local state the child cannot use (locks held by
+        other parent threads, queues whose worker threads did not survive), or
+        make :meth:`available` say why the backend cannot be used in the child.
+        Must not block or raise."""
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+def contract_problem(plugin: DevicePlugin) -> str | None:
+    """Why ``plugin`` does not meet the plugin contract, or None when it does."""
+    version = getattr(plugin, "api_version", None)
+    major, minor = API_VERSION
+    if version is None:
+        return (f"declares no api_version; set the class attribute api_version = ({major}, {minor}) "
+                f"(this anychip implements plugin API {major}.{minor})")
+    if (not isinstance(version, tuple) or len(version) != 2
+            or not all(type(v) is int and v >= 0 for v in version)):
+        return f"api_version must be a (major, minor) tuple of non-negative ints, got {version!r}"
+    if version[0] != major:
+        return (f"is written for plugin API {version[0]}.{version[1]}; this anychip implements "
+                f"{major}.{minor} and loads only plugins of major version {major}")
+    cls = type(plugin)
+    missing = [m for m in REQUIRED_METHODS
+               if getattr(cls, m, None) is getattr(DevicePlugin, m) or not callable(getattr(cls, m, None))]
+    if missing:
+        return (f"does not implement the required method{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(missing)} (plugin API {major}.{minor})")
+    return None

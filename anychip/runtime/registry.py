@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import PluginError
-from .plugin import DevicePlugin
+from .plugin import DevicePlugin, contract_problem
 
 __all__ = ["BackendInfo", "backends", "backend", "register_plugin", "BUILTIN_BACKENDS", "reset"]
 
@@ -47,6 +48,7 @@ class BackendInfo:
     reason: str = "not loaded yet"
     device_count: int = 0
     loaded: bool = False
+    _recheck: bool = field(default=False, repr=False)
 
     @property
     def simulated(self) -> bool:
@@ -62,6 +64,9 @@ class BackendInfo:
 
     def load(self) -> None:
         if self.loaded:
+            if self._recheck and self.plugin is not None:
+                self._recheck = False
+                self._check(self.plugin)
             return
         self.loaded = True
         try:
@@ -71,11 +76,24 @@ class BackendInfo:
                 raise PluginError(f"{self.source} gave {type(plugin).__name__}, not a DevicePlugin subclass")
             if plugin.name != self.name:
                 raise PluginError(f"{self.source} declares name {plugin.name!r}, registered as {self.name!r}")
+            problem = contract_problem(plugin)
+            if problem:
+                raise PluginError(f"{type(plugin).__qualname__} {problem}")
             self.plugin = plugin
+        except PluginError as exc:
+            self.reason = f"refused ({self.source}): {exc}"
+            log.warning("anychip: backend %s %s", self.name, self.reason)
+            return
         except Exception as exc:  # noqa: BLE001 - any failure makes the backend unavailable, with the reason
             self.reason = f"failed to load from {self.source}: {type(exc).__name__}: {exc}"
             log.debug("backend %s unavailable: %s", self.name, self.reason)
             return
+        self._check(plugin)
+        if self.available and plugin.simulated:
+            log.info("backend %s runs on the simulator (%s)", self.name, self.reason)
+
+    def _check(self, plugin: DevicePlugin) -> None:
+        self.device_count = 0
         try:
             ok, reason = plugin.available()
             self.available, self.reason = bool(ok), str(reason)
@@ -85,13 +103,34 @@ class BackendInfo:
                     self.available, self.reason = False, f"no devices ({reason})" if reason else "no devices"
         except Exception as exc:  # noqa: BLE001
             self.available, self.reason = False, f"availability check failed: {type(exc).__name__}: {exc}"
-        if self.available and plugin.simulated:
-            log.info("backend %s runs on the simulator (%s)", self.name, self.reason)
+
+    def _after_fork_in_child(self) -> None:
+        """Let the plugin drop what cannot cross fork(), then ask it again whether it is usable."""
+        plugin = self.plugin
+        if plugin is None:
+            return
+        try:
+            plugin._after_fork_in_child()
+        except Exception as exc:  # noqa: BLE001 - never raise in the child's fork hook
+            self.available, self.device_count = False, 0
+            self.reason = f"unusable after fork(): {type(exc).__name__}: {exc}"
+            return
+        self._recheck = True           # available() is asked again on the next lookup, not in the hook
 
 
 _lock = threading.RLock()
 _backends: dict[str, BackendInfo] | None = None
 _runtime_registered: list[tuple[str, str, Callable[[], Any]]] = []
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.RLock()          # another parent thread may have held it at the fork
+    for info in list((_backends or {}).values()):
+        info._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _import_target(target: str) -> Callable[[], Any]:
@@ -117,12 +156,12 @@ def _discover() -> dict[str, BackendInfo]:
 
     for name, target in BUILTIN_BACKENDS.items():
         add(name, f"built-in ({target.partition(':')[0]})", _import_target(target))
+    eps: list[Any] = []
     try:
         from importlib.metadata import entry_points
-        eps = entry_points(group=ENTRY_POINT_GROUP)
+        eps = list(entry_points(group=ENTRY_POINT_GROUP))
     except Exception as exc:  # noqa: BLE001
         log.warning("anychip: could not read entry points: %s", exc)
-        eps = []
     for ep in sorted(eps, key=lambda e: (e.name, e.value)):
         dist = getattr(getattr(ep, "dist", None), "name", None)
         add(ep.name, f"entry point {ep.value}" + (f" (package {dist})" if dist else ""), ep.load)

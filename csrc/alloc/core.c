@@ -46,14 +46,20 @@ typedef struct Block {
                                    otherwise the list it returns to */
     void *core;                 /* the allocator that made it (identity only) */
     Py_ssize_t offset, size, requested, npend;
-    unsigned long long seq;     /* order among equal sizes: last freed first */
+    Py_ssize_t idx;             /* FREE and in a list: its index in its size bucket */
     int state;
 } Block;
 
+typedef struct {
+    Py_ssize_t size;
+    Block **items;              /* a stack: the last freed is taken first */
+    Py_ssize_t n, cap;
+} Bucket;
+
 struct FreeList {
     PyObject_HEAD
-    Block **items;              /* sorted by (size, newest first) */
-    Py_ssize_t n, cap;
+    Bucket *buckets;            /* one per size, sorted by size; some may be empty */
+    Py_ssize_t nb, capb, nempty, nblocks;
     PyObject *stream;
     PyObject *mig;              /* outstanding cross-stream move away from this list, or None */
     char small, retired;
@@ -76,7 +82,6 @@ typedef struct {
 
 static PyTypeObject Block_Type, FreeList_Type, Core_Type;
 static PyObject *str_malloc_slow, *str_free_slow, *any_token;
-static unsigned long long seq_counter;
 
 #define Block_Check(o) (Py_TYPE(o) == &Block_Type)
 
@@ -163,7 +168,7 @@ static Block *block_new(Core *self, PyObject *handle, Py_ssize_t offset, Py_ssiz
     b->size = size;
     b->requested = 0;
     b->npend = 0;
-    b->seq = 0;
+    b->idx = -1;
     b->state = ST_FREE;
     return b;
 }
@@ -187,14 +192,19 @@ static void block_dead(Core *self, Block *b)
 
 /* ------------------------------------------------------------ free lists */
 
-/* First index whose block is >= (size, seq) in the order (size ascending, seq descending). */
-static Py_ssize_t fl_lower(FreeList *fl, Py_ssize_t size, unsigned long long seq)
+/* The free blocks of a list sit in buckets of one size each (a stack: last freed,
+ * first out), over an array of buckets sorted by size: an exact fit is a binary
+ * search and a pop, a block leaves its bucket by swapping with the last. Empty
+ * buckets stay (they are reused by the next block of that size) until there are
+ * more empty than used ones. */
+
+/* Index of the first bucket of at least `size` bytes. */
+static Py_ssize_t fl_lower(FreeList *fl, Py_ssize_t size)
 {
-    Py_ssize_t lo = 0, hi = fl->n;
+    Py_ssize_t lo = 0, hi = fl->nb;
     while (lo < hi) {
         Py_ssize_t mid = (lo + hi) / 2;
-        Block *m = fl->items[mid];
-        if (m->size < size || (m->size == size && m->seq > seq))
+        if (fl->buckets[mid].size < size)
             lo = mid + 1;
         else
             hi = mid;
@@ -202,43 +212,78 @@ static Py_ssize_t fl_lower(FreeList *fl, Py_ssize_t size, unsigned long long seq
     return lo;
 }
 
+static int grow(void **items, Py_ssize_t *cap, Py_ssize_t need, size_t item_size)
+{
+    if (need <= *cap)
+        return 0;
+    Py_ssize_t n = *cap ? 2 * *cap : 8;
+    void *p = PyMem_Realloc(*items, n * item_size);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *items = p;
+    *cap = n;
+    return 0;
+}
+
+static void fl_compact(FreeList *fl)
+{
+    Py_ssize_t j = 0;
+    for (Py_ssize_t i = 0; i < fl->nb; i++) {
+        if (fl->buckets[i].n == 0)
+            PyMem_Free(fl->buckets[i].items);
+        else
+            fl->buckets[j++] = fl->buckets[i];
+    }
+    fl->nb = j;
+    fl->nempty = 0;
+}
+
 static int fl_add(FreeList *fl, Block *b)
 {
-    if (fl->n == fl->cap) {
-        Py_ssize_t cap = fl->cap ? 2 * fl->cap : 16;
-        Block **items = PyMem_Realloc(fl->items, cap * sizeof(Block *));
-        if (items == NULL) {
-            PyErr_NoMemory();
+    Py_ssize_t i = fl_lower(fl, b->size);
+    if (i == fl->nb || fl->buckets[i].size != b->size) {
+        if (grow((void **)&fl->buckets, &fl->capb, fl->nb + 1, sizeof(Bucket)) < 0)
             return -1;
-        }
-        fl->items = items;
-        fl->cap = cap;
+        memmove(fl->buckets + i + 1, fl->buckets + i, (fl->nb - i) * sizeof(Bucket));
+        fl->buckets[i] = (Bucket){.size = b->size};
+        fl->nb++;
+        fl->nempty++;
     }
-    b->seq = ++seq_counter;
-    Py_ssize_t i = fl_lower(fl, b->size, b->seq);
-    memmove(fl->items + i + 1, fl->items + i, (fl->n - i) * sizeof(Block *));
+    Bucket *bk = &fl->buckets[i];
+    if (grow((void **)&bk->items, &bk->cap, bk->n + 1, sizeof(Block *)) < 0)
+        return -1;
+    if (bk->n == 0)
+        fl->nempty--;
     Py_INCREF(b);
-    fl->items[i] = b;
-    fl->n++;
+    b->idx = bk->n;
+    bk->items[bk->n++] = b;
+    fl->nblocks++;
     set_list(b, fl);
     return 0;
 }
 
-/* Take b out of its list; the list's reference passes to the caller. */
-static Block *fl_take(FreeList *fl, Py_ssize_t i)
+/* Take the block at `idx` out of bucket i; the list's reference passes to the caller. */
+static Block *fl_take(FreeList *fl, Py_ssize_t i, Py_ssize_t idx)
 {
-    Block *b = fl->items[i];
-    fl->n--;
-    memmove(fl->items + i, fl->items + i + 1, (fl->n - i) * sizeof(Block *));
+    Bucket *bk = &fl->buckets[i];
+    Block *b = bk->items[idx], *last = bk->items[--bk->n];
+    bk->items[idx] = last;
+    last->idx = idx;
+    b->idx = -1;
+    fl->nblocks--;
+    if (bk->n == 0 && ++fl->nempty > 16 && fl->nempty > fl->nb - fl->nempty)
+        fl_compact(fl);
     return b;
 }
 
 static void fl_remove(Block *b)
 {
     FreeList *fl = b->fl;
-    Py_ssize_t i = fl_lower(fl, b->size, b->seq);
-    assert(i < fl->n && fl->items[i] == b);
-    fl_take(fl, i);
+    Py_ssize_t i = fl_lower(fl, b->size);
+    assert(i < fl->nb && fl->buckets[i].size == b->size && fl->buckets[i].items[b->idx] == b);
+    fl_take(fl, i, b->idx);
     Py_DECREF(b);               /* the list's reference; the caller holds its own */
 }
 
@@ -247,13 +292,15 @@ static void fl_remove(Block *b)
  * waste less than LARGE_BUFFER (as PyTorch). */
 static Block *fl_find(Core *self, FreeList *fl, long long size)
 {
-    Py_ssize_t i = fl_lower(fl, (Py_ssize_t)size, ~0ULL);
-    if (i == fl->n)
+    Py_ssize_t i = fl_lower(fl, (Py_ssize_t)size);
+    while (i < fl->nb && fl->buckets[i].n == 0)
+        i++;
+    if (i == fl->nb)
         return NULL;
-    long long bsize = fl->items[i]->size, ms = self->max_split;
+    long long bsize = fl->buckets[i].size, ms = self->max_split;
     if (bsize >= ms && (size < ms || bsize >= size + LARGE_BUFFER))
         return NULL;
-    return fl_take(fl, i);
+    return fl_take(fl, i, fl->buckets[i].n - 1);
 }
 
 /* ------------------------------------------------------- core operations */
@@ -889,8 +936,9 @@ static PyObject *FreeList_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 
 static int FreeList_traverse(FreeList *fl, visitproc visit, void *arg)
 {
-    for (Py_ssize_t i = 0; i < fl->n; i++)
-        Py_VISIT(fl->items[i]);
+    for (Py_ssize_t i = 0; i < fl->nb; i++)
+        for (Py_ssize_t j = 0; j < fl->buckets[i].n; j++)
+            Py_VISIT(fl->buckets[i].items[j]);
     Py_VISIT(fl->stream);
     Py_VISIT(fl->mig);
     return 0;
@@ -898,10 +946,15 @@ static int FreeList_traverse(FreeList *fl, visitproc visit, void *arg)
 
 static int FreeList_clear(FreeList *fl)
 {
-    while (fl->n > 0) {
-        Block *b = fl->items[--fl->n];
-        Py_DECREF(b);
+    for (Py_ssize_t i = 0; i < fl->nb; i++) {
+        Bucket *bk = &fl->buckets[i];
+        while (bk->n > 0) {
+            Block *b = bk->items[--bk->n];
+            Py_DECREF(b);
+        }
     }
+    fl->nblocks = 0;
+    fl->nempty = fl->nb;
     Py_CLEAR(fl->stream);
     Py_CLEAR(fl->mig);
     return 0;
@@ -911,33 +964,48 @@ static void FreeList_dealloc(FreeList *fl)
 {
     PyObject_GC_UnTrack(fl);
     FreeList_clear(fl);
-    PyMem_Free(fl->items);
+    for (Py_ssize_t i = 0; i < fl->nb; i++)
+        PyMem_Free(fl->buckets[i].items);
+    PyMem_Free(fl->buckets);
     Py_TYPE(fl)->tp_free((PyObject *)fl);
 }
 
 static Py_ssize_t FreeList_len(FreeList *fl)
 {
-    return fl->n;
+    return fl->nblocks;
 }
 
 static PyObject *FreeList_blocks(FreeList *fl, PyObject *unused)
 {
-    PyObject *out = PyList_New(fl->n);
+    PyObject *out = PyList_New(fl->nblocks);
     if (out == NULL)
         return NULL;
-    for (Py_ssize_t i = 0; i < fl->n; i++)
-        PyList_SET_ITEM(out, i, Py_NewRef((PyObject *)fl->items[i]));
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < fl->nb; i++)
+        for (Py_ssize_t j = fl->buckets[i].n - 1; j >= 0; j--)      /* the next taken first */
+            PyList_SET_ITEM(out, k++, Py_NewRef((PyObject *)fl->buckets[i].items[j]));
     return out;
 }
 
 static PyObject *FreeList_repr(FreeList *fl)
 {
     return PyUnicode_FromFormat("<FreeList %s pool, stream %R: %zd blocks>", fl->small ? "small" : "large",
-                                fl->stream, fl->n);
+                                fl->stream, fl->nblocks);
+}
+
+static PyObject *FreeList_sizes(FreeList *fl, PyObject *unused)
+{
+    PyObject *out = PyList_New(fl->nb);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < fl->nb; i++)
+        PyList_SET_ITEM(out, i, PyLong_FromSsize_t(fl->buckets[i].size));
+    return out;
 }
 
 static PyMethodDef FreeList_methods[] = {
     {"blocks", (PyCFunction)FreeList_blocks, METH_NOARGS, "the free blocks, smallest first"},
+    {"_sizes", (PyCFunction)FreeList_sizes, METH_NOARGS, "the sizes of its buckets (some may be empty)"},
     {NULL},
 };
 
