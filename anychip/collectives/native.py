@@ -41,9 +41,9 @@ import os
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from ..runtime.errors import CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
+from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
 from ..runtime.stream import Event
 from .communicator import OpSpec, Work
 from .transport import ShmTransport, Transport
@@ -115,7 +115,7 @@ class NativeLibrary:
         p = self._last_error()
         return self.ffi.string(p).decode("utf-8", "replace") if p != self.ffi.NULL else ""
 
-    def error(self, code: int, what: str) -> CollectiveError:
+    def error(self, code: int, what: str) -> AnychipError:
         detail = self.detail()
         msg = f"{what} failed: {self.api} returned {self.code_name(code)}" + (f": {detail}" if detail else "")
         if code in self.invalid_codes:
@@ -435,7 +435,7 @@ _load_lock = threading.Lock()
 
 
 def _load(plugin: Any) -> tuple[NativeLibrary | None, str]:
-    import cffi
+    import cffi  # type: ignore[import-untyped]
 
     from ..devices._vendor import find_vendor_library, roots
     cls = LIBRARIES[plugin.name]
@@ -524,7 +524,7 @@ class NativeTransport(Transport):
     """HCCL / BKCL / RCCL for one group of ranks (see the module docstring)."""
 
     def __init__(self, device: Device, rank: int, size: int, comm_id: str, label: str = "world",
-                 boot: ShmTransport | None = None, library: NativeLibrary | None = None) -> None:
+                 boot: Transport | None = None, library: NativeLibrary | None = None) -> None:
         if library is None:
             library, why = native_library(device)
             if library is None:
@@ -535,13 +535,14 @@ class NativeTransport(Transport):
         # as ShmTransport's modes: "sim" = ops enqueued on a simulated stream
         self.mode = "sim" if library.simulated else "device"
         self.name = f"native/{library.api}" + (" (simulated)" if library.simulated else "")
-        self._boot = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
+        self._boot: Transport = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
         self._events: list[Event] = []          # completion events that have passed, for reuse
         self._comm: Any = None
+        self._plugin: Any = cast(Any, device.plugin)        # a VendorPlugin
         try:
             uid = library.unique_id() if rank == 0 else None
             uid = self._boot.exchange(uid)[0]
-            device.plugin._use(device.index)
+            self._plugin._use(device.index)
             self._comm = library.init(size, uid, rank)
         except BaseException:
             if boot is None:
@@ -554,7 +555,7 @@ class NativeTransport(Transport):
         if not all(self.lib.supports(sp) for sp in specs):
             return self._boot.submit(specs, stream)
         what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
-        plugin = self.device.plugin
+        plugin = self._plugin
         plugin._use(self.device.index)
         raw = stream._live()
         handle = self.lib.ffi.cast("void *", int(plugin.ffi.cast("uintptr_t", raw)) if raw is not None else 0)
@@ -580,8 +581,7 @@ class NativeTransport(Transport):
     def sub(self, ranks: list[int], tag: str, label: str) -> Transport:
         boot = self._boot.sub(ranks, tag, label)
         try:
-            return NativeTransport(self.device, boot.rank, boot.size, boot.comm_id, label, boot=boot,
-                                   library=self.lib)
+            return NativeTransport(self.device, boot.rank, boot.size, "", label, boot=boot, library=self.lib)
         except BaseException:
             boot.close()
             raise
@@ -596,7 +596,7 @@ class NativeTransport(Transport):
         comm, self._comm = self._comm, None
         try:
             if comm is not None:
-                self.device.plugin._use(self.device.index)
+                self._plugin._use(self.device.index)
                 self.lib.check(self.lib.destroy(comm), f"{self.lib.api} communicator destroy")
         finally:
             self._boot.close()
@@ -665,7 +665,7 @@ class NcclTransport(Transport):
         self.device, self.rank, self.size, self.label = device, rank, size, label
         self.nccl = nccl
         self.name = "native/NCCL"
-        self._boot = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
+        self._boot: Transport = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
         self.dtypes = {k: getattr(nccl, v) for k, v in _NCCL_DTYPES.items() if hasattr(nccl, v)}
         self.redops = {k: getattr(nccl, v) for k, v in _NCCL_OPS.items() if hasattr(nccl, v)}
         self._scratch: Any = None
