@@ -184,6 +184,69 @@ def fmt_size(n: int) -> str:
     return str(n)
 
 
+def contenders(me: list[str]) -> dict[str, list[str]]:
+    """name -> the command that runs its two ranks (MPICH and Gloo when installed)."""
+    launch = [sys.executable, "-m", "anychip.cli", "launch", "-n", str(NRANKS)]
+    out = {"zero-copy": [*launch, "--device", "hygon", *me, "--worker", "anychip"],
+           "staged": [*launch, "--device", "cpu", *me, "--worker", "anychip"]}
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    try:
+        import mpi4py  # noqa: F401
+        if mpiexec is not None:
+            out["mpich"] = [mpiexec, "-n", str(NRANKS), sys.executable, *me, "--worker", "mpi"]
+    except ImportError:
+        pass
+    try:
+        import torch  # noqa: F401
+        out["gloo"] = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={NRANKS}", *me,
+                       "--worker", "gloo"]
+    except ImportError:
+        pass
+    return out
+
+
+def measure(cmds: dict[str, list[str]], repeat: int) -> tuple[dict[str, dict], dict[str, float]]:
+    """Rounds alternate the contenders; the best time of each (op, size) and the best ceilings
+    are kept, since a shared machine only ever makes a run slower."""
+    results: dict[str, dict] = {name: {} for name in cmds}
+    ceil: dict[str, float] = {}
+    for rnd in range(repeat):
+        for name, cmd in cmds.items():
+            print(f"round {rnd + 1}/{repeat}: {name} ...", file=sys.stderr)
+            for key, t in collect(cmd).items():
+                results[name][key] = min(t, results[name].get(key, t))
+        for k, v in ceilings().items():
+            ceil[k] = max(v, ceil.get(k, 0.0))
+    return results, ceil
+
+
+def table(op: str, szs: list[int], results: dict[str, dict], ceil: dict[str, float]) -> None:
+    names = [k for k, v in results.items() if v]
+    peers = [n for n in names if n not in ("zero-copy", "staged")]
+    print(f"\n{op}")
+    head = f"{'size':>6} " + "".join(f"{n + ' us':>14}{'busbw':>8}" for n in names)
+    print(head + "".join(f"{'zc/' + p:>10}{'st/' + p:>10}" for p in peers))
+    bw: dict[str, float] = {}
+    for s in szs:
+        row = f"{fmt_size(s):>6} "
+        bw = {}
+        for n in names:
+            t = results[n].get((op, s))
+            if t is None:
+                row += f"{'-':>14}{'-':>8}"
+                continue
+            bw[n] = s / t / 1e9 * BUS[op]
+            row += f"{t * 1e6:>14.1f}{bw[n]:>8.2f}"
+        for p in peers:
+            for a in ("zero-copy", "staged"):
+                row += f"{bw[a] / bw[p]:>10.2f}" if a in bw and p in bw else f"{'-':>10}"
+        print(row)
+    if op == "all_reduce" and szs[-1] >= 64 << 20:      # the ceilings are for 64 MiB
+        for a in ("zero-copy", "staged"):
+            if a in bw and a in ceil:
+                print(f"  {a} at {fmt_size(szs[-1])}: {bw[a]:.2f} GB/s = {bw[a] / ceil[a]:.0%} of the {a} ceiling")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default="all_reduce,all_gather,broadcast")
@@ -201,67 +264,14 @@ def main() -> int:
         return 0
     me = [os.path.abspath(__file__), "--ops", args.ops, "--min", args.min, "--max", args.max,
           "--factor", str(args.factor)]
-    launch = [sys.executable, "-m", "anychip.cli", "launch", "-n", str(NRANKS)]
-    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-    try:
-        import mpi4py  # noqa: F401
-        have_mpi = mpiexec is not None
-    except ImportError:
-        have_mpi = False
-    try:
-        import torch  # noqa: F401
-        have_torch = True
-    except ImportError:
-        have_torch = False
-    contenders = {"zero-copy": [*launch, "--device", "hygon", *me, "--worker", "anychip"],
-                  "staged": [*launch, "--device", "cpu", *me, "--worker", "anychip"]}
-    if have_mpi:
-        contenders["mpich"] = [mpiexec, "-n", str(NRANKS), sys.executable, *me, "--worker", "mpi"]
-    if have_torch:
-        contenders["gloo"] = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={NRANKS}",
-                              *me, "--worker", "gloo"]
-    # rounds alternate the contenders; the best time of each (op, size) is kept, since a
-    # shared machine only ever makes a run slower
-    results: dict[str, dict] = {name: {} for name in contenders}
-    ceil: dict[str, float] = {}
-    for rnd in range(args.repeat):
-        for name, cmd in contenders.items():
-            print(f"round {rnd + 1}/{args.repeat}: {name} ...", file=sys.stderr)
-            for key, t in collect(cmd).items():
-                results[name][key] = min(t, results[name].get(key, t))
-        for k, v in ceilings().items():
-            ceil[k] = max(v, ceil.get(k, 0.0))
-    names = [k for k, v in results.items() if v]
-    print(f"\n{NRANKS} ranks, float32, out of place; time in us, busbw in GB/s "
-          f"(nccl-tests factors); ratio = anychip / peer busbw")
+    results, ceil = measure(contenders(me), args.repeat)
+    print(f"\n{NRANKS} ranks, float32 (broadcast in place, the others out of place); time in us, busbw in "
+          "GB/s (nccl-tests factors); ratio = anychip / peer busbw")
     if ceil:
         print(f"ceilings (shm_ceiling.c, 64 MiB all_reduce busbw): zero-copy {ceil.get('zero-copy', 0):.2f} GB/s, "
               f"staged {ceil.get('staged', 0):.2f} GB/s")
-    peers = [n for n in names if n not in ("zero-copy", "staged")]
     for op in ops:
-        print(f"\n{op}")
-        head = f"{'size':>6} " + "".join(f"{n + ' us':>14}{'busbw':>8}" for n in names)
-        head += "".join(f"{'zc/' + p:>10}{'st/' + p:>10}" for p in peers)
-        print(head)
-        for s in szs:
-            row = f"{fmt_size(s):>6} "
-            bw = {}
-            for n in names:
-                t = results[n].get((op, s))
-                if t is None:
-                    row += f"{'-':>14}{'-':>8}"
-                    continue
-                bw[n] = s / t / 1e9 * BUS[op]
-                row += f"{t * 1e6:>14.1f}{bw[n]:>8.2f}"
-            for p in peers:
-                for a in ("zero-copy", "staged"):
-                    row += f"{bw[a] / bw[p]:>10.2f}" if a in bw and p in bw else f"{'-':>10}"
-            print(row)
-        if op == "all_reduce" and ceil:
-            big = szs[-1]
-            for a, c in (("zero-copy", "zero-copy"), ("staged", "staged")):
-                if a in bw and c in ceil:
-                    print(f"  {a} at {fmt_size(big)}: {bw[a]:.2f} GB/s = {bw[a] / ceil[c]:.0%} of the {c} ceiling")
+        table(op, szs, results, ceil)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"ceilings": ceil, "results": {n: {f"{o}:{s}": t for (o, s), t in r.items()}

@@ -100,7 +100,9 @@ def test_wrong_device_freed_buffer_and_non_buffer(comm) -> None:
 
 def test_partial_overlap_is_refused_but_in_place_layouts_pass(comm) -> None:
     dev = comm.device
+    pad = dev.alloc(100)                   # base does not start its segment: offsets are the buffer's own
     base = dev.alloc(64)
+    assert base._offset > 0 and not pad.freed
     with pytest.raises(anychip.InvalidArgumentError) as e:
         comm.all_reduce(base.view(0, 32), base.view(16, 32))
     assert str(e.value) == ("all_reduce: send [0, 32) and recv [16, 48) overlap without being the in-place layout "

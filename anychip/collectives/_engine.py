@@ -74,7 +74,7 @@ def engine() -> tuple[Any, Any]:
                 if path is None:
                     raise CollectiveError("the collective engine libanychip_ccl is not built "
                                           "(run `pip install -e .` or `python setup.py build_ext --inplace`)")
-                import cffi
+                import cffi  # type: ignore[import-untyped]
                 ffi = cffi.FFI()
                 ffi.cdef(CDEF)
                 _engine = (ffi, ffi.dlopen(path))

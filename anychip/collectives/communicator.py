@@ -460,8 +460,10 @@ def _rank_arg(kind: str, what: str, value: Any, size: int) -> int:
 
 
 def _span(buf: Buffer, nbytes: int) -> tuple[int, int, int]:
+    """(identity of the allocation, start, end) with offsets from the start of the allocation."""
     root = buf._root if buf._root is not None else buf
-    return id(root), buf._offset, buf._offset + nbytes
+    start = buf._offset - root._offset
+    return id(root), start, start + nbytes
 
 
 def _check_overlap(kind: str, send: Buffer, recv: Buffer, count: int, item: int, rank: int, size: int) -> None:

@@ -52,7 +52,20 @@ def launch(nprocs: int, argv: Sequence[str], device: str | None = None, grace: f
         raise ValueError(f"-n must be >= 1, got {nprocs}")
     if not argv:
         raise ValueError("no program given: anychip launch -n N prog.py [args...]")
-    base = dict(os.environ if env is None else env)
+    procs, pumps = _start(nprocs, argv, device, dict(os.environ if env is None else env))
+    failed = _watch(procs)
+    if failed is not None:
+        _stop(procs, grace)
+    for p in procs:
+        p.wait()
+    for t in pumps:
+        t.join(timeout=5)
+    return failed or 0
+
+
+def _start(nprocs: int, argv: Sequence[str], device: str | None,
+           base: dict[str, str]) -> tuple[list[subprocess.Popen], list[threading.Thread]]:
+    """The ranks, with threads copying their output, each line prefixed with the rank."""
     job = f"launch-{os.getpid()}-{secrets.token_hex(4)}"
     lock = threading.Lock()
     procs: list[subprocess.Popen] = []
@@ -70,7 +83,12 @@ def launch(nprocs: int, argv: Sequence[str], device: str | None = None, grace: f
             t = threading.Thread(target=_pump, args=(src, dst, f"[{r}] ", lock), daemon=True)
             t.start()
             pumps.append(t)
-    failed: int | None = None
+    return procs, pumps
+
+
+def _watch(procs: list[subprocess.Popen]) -> int | None:
+    """Wait until every rank has exited (None) or one failed (its exit code); SIGTERM or
+    Ctrl-C to the launcher count as failures too."""
 
     def on_term(signum: int, frame: object) -> None:
         raise _Stopped(signum)
@@ -80,30 +98,20 @@ def launch(nprocs: int, argv: Sequence[str], device: str | None = None, grace: f
         previous = signal.signal(signal.SIGTERM, on_term)     # a stopped launcher stops its ranks
     try:
         while True:
-            alive = 0
-            for p in procs:
-                rc = p.poll()
-                if rc is None:
-                    alive += 1
-                elif rc != 0 and failed is None:
-                    failed = _exit_code(rc)
-            if failed is not None or not alive:
-                break
+            codes = [p.poll() for p in procs]
+            bad = next((c for c in codes if c), None)
+            if bad is not None:
+                return _exit_code(bad)
+            if all(c is not None for c in codes):
+                return None
             time.sleep(0.02)
     except KeyboardInterrupt:
-        failed = 130
+        return 130
     except _Stopped as stop:
-        failed = 128 + stop.signum
+        return 128 + stop.signum
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    if failed is not None:
-        _stop(procs, grace)
-    for p in procs:
-        p.wait()
-    for t in pumps:
-        t.join(timeout=5)
-    return failed or 0
 
 
 def _stop(procs: list[subprocess.Popen], grace: float) -> None:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..runtime.errors import CollectiveError, CollectiveTimeout, InvalidArgumentError
+from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError
 from ._engine import DTYPES as CCL_DTYPES
 from ._engine import KINDS, REDOPS, STATUS, engine
 from .communicator import OpSpec, Work
@@ -105,7 +105,7 @@ class Transport:
         raise NotImplementedError
 
 
-def _error(status: int, message: str) -> CollectiveError:
+def _error(status: int, message: str) -> AnychipError:
     if status == STATUS["timeout"]:
         return CollectiveTimeout(message)
     if status == STATUS["invalid"]:
@@ -183,7 +183,7 @@ class ShmTransport(Transport):
         lib.ccl_comm_set_label(self._comm, f"group {label}".encode())
         self._zc_min = int(os.environ.get(ZERO_COPY_ENV, "") or 65536)
         if self.mode == "sim":
-            plugin = device.plugin
+            plugin: Any = device.plugin
             sffi, slib = plugin.ffi, plugin.lib
 
             def address(f: Any, lib: Any, name: str) -> int:
@@ -351,7 +351,7 @@ class ShmTransport(Transport):
 
     def _submit_sim(self, specs: list[OpSpec], ops: Any, stream: Stream, what: str) -> Work:
         ffi, lib = engine()
-        plugin = self.device.plugin
+        plugin: Any = self.device.plugin
         keep = specs
         task = lib.ccl_task_new(self._comm, ops, len(specs))
         if task == ffi.NULL:
@@ -372,7 +372,7 @@ class ShmTransport(Transport):
         if buf is None or buf.nbytes == 0:
             return
         ffi, _ = engine()
-        plugin = self.device.plugin
+        plugin: Any = self.device.plugin
         block = buf._check()
         base = block.handle
         h = plugin.ffi.cast("anychip_sim_ipc_handle *", int(ffi.cast("uintptr_t", ffi.addressof(cbuf, "ipc_handle"))))
@@ -405,7 +405,7 @@ class ShmTransport(Transport):
         so the in-place layouts need no special case."""
         from ..runtime.device import copy
         ptrs: list[tuple[int | None, int | None]] = []
-        outs: list[tuple[Any, np.ndarray]] = []
+        outs: list[tuple[Any, Any]] = []
         for i, sp in enumerate(specs):
             s_n, r_n = _sizes(sp, self.size)
             host_s = host_r = None
