@@ -30,6 +30,13 @@ C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
 # extra compiler flags per library (signed integer sums in the engine wrap, as NCCL's do)
 EXTRA_FLAGS: dict[str, list[str]] = {"libanychip_ccl": ["-O3", "-fwrapv"]}
 
+# the vendors' collective APIs (HCCL, BKCL, RCCL) in the simulator libraries, on the engine
+# (see csrc/sim/collective.h); ccl_embed.c compiles the engine in with private symbols
+SIM_COLLECTIVES = {"libascend_sim": "hccl", "libkunlun_sim": "bkcl", "libhygon_sim": "rccl"}
+for _lib, _api in SIM_COLLECTIVES.items():
+    C_LIBRARIES[_lib][0].extend([f"csrc/sim/{_api}.c", "csrc/sim/collective.c", "csrc/sim/ccl_embed.c"])
+    EXTRA_FLAGS.setdefault(_lib, []).append("-fwrapv")      # ccl_embed.c raises the engine to -O3
+
 
 class build_clib_as_ext(build_ext):
     """Plain shared libraries: no PyInit symbol is required or exported (except by the allocator core)."""

@@ -14,6 +14,7 @@ from typing import Any
 from ..runtime.errors import InvalidArgumentError
 from ._bootstrap import World, from_environment
 from .communicator import DTYPES, REDUCE_OPS, Communicator, OpSpec, Work
+from .native import make_transport
 from .transport import ShmTransport, Transport
 
 __all__ = ["init", "Communicator", "Work", "OpSpec", "Transport", "ShmTransport", "World", "DTYPES",
@@ -61,7 +62,10 @@ def init(device: Any = None, *, world: World | None = None) -> Communicator:
         dev = lookup(device)
     global _inits
     _inits += 1      # every rank calls init equally often: the n-th init of a job has its own name
-    # host transport: shared memory on one host, MPI between hosts (see host.py)
+    # one host: the chip's native library where it has one, else the shared-memory engine;
+    # several hosts: MPI between them (see host.py)
     from .host import host_transport
-    transport = host_transport(dev, world, f"{world.job_id}.world{_inits}")
+    comm_id = f"{world.job_id}.world{_inits}"
+    transport = host_transport(dev, world, comm_id,
+                               one_host=lambda: make_transport(dev, world.rank, world.size, comm_id, "world"))
     return Communicator(transport, dev, "world")

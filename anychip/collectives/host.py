@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -87,10 +88,15 @@ def _mode() -> str:
     return mode
 
 
-def host_transport(device: Device, world: World, shm_id: str | None = None) -> Transport:
+def host_transport(device: Device, world: World, shm_id: str | None = None,
+                   one_host: Callable[[], Transport] | None = None) -> Transport:
     """The host transport of the whole job for ``device`` (see the module docstring);
-    ``shm_id`` names the shared-memory communicator when every rank is on one host."""
-    shm_id = shm_id or f"{world.job_id}.world"
+    ``shm_id`` names the shared-memory communicator when every rank is on one host, and
+    ``one_host`` (when given) makes the transport used then instead (a native library)."""
+    ids = shm_id or f"{world.job_id}.world"
+    if one_host is None:
+        def one_host() -> Transport:
+            return ShmTransport(device, world.rank, world.size, ids, "world")
     mode = _mode()
     spans = world.local_size != world.size
     mpi_launched = world.launcher in ("mpich", "openmpi")
@@ -106,9 +112,9 @@ def host_transport(device: Device, world: World, shm_id: str | None = None) -> T
             raise UnsupportedError(
                 f"the job spans more than one host ({world.size} ranks, {world.local_size} on this one, launched by "
                 f"{world.launcher}); between hosts anychip uses MPI: launch with mpiexec and install anychip[mpi]")
-        return ShmTransport(device, world.rank, world.size, shm_id, "world")
+        return one_host()
     if not spans and not os.environ.get(HOSTID_ENV, "").strip():
-        return ShmTransport(device, world.rank, world.size, shm_id, "world")
+        return one_host()
     from .mpi import MpiTransport
     flat = MpiTransport.world(device, world)
     return for_comm(device, flat, "world")

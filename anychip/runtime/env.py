@@ -30,6 +30,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                       "garbage_collection_threshold:F, or backend:native to turn caching off"),
     "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers before it raises "
                                           "CollectiveTimeout on every waiting rank"),
+    "ANYCHIP_COLLECTIVE_TRANSPORT": ("auto", "collectives on ascend / kunlun / hygon / cuda: auto = the chip's own "
+                                             "library (HCCL, BKCL, RCCL, NCCL) when present, native = require "
+                                             "it, host = always the shared-memory engine"),
     "ANYCHIP_COLLECTIVE_CHECK": ("0", "1 = ranks compare each collective's op, count, dtype, root and reduce op "
                                       "first and report a mismatch on every rank"),
     "ANYCHIP_CCL_SMALL": ("16384", "bytes per rank up to which a collective takes the one-round low-latency path"),

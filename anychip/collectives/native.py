@@ -1,0 +1,790 @@
+"""Transports over a chip's own collective library.
+
+* :class:`NativeTransport` calls HCCL (Ascend), BKCL (Kunlun) or RCCL (Hygon) through
+  cffi, exactly as it calls the real ``libhccl.so`` / ``libbkcl.so`` / ``librccl.so``.
+  The library follows the device's runtime: when the backend runs on the vendor's
+  runtime, the vendor's collective library is looked up in the same places (it must be
+  installed beside it); when the backend runs on the simulator, the simulator library
+  itself exports the collective API (csrc/sim/hccl.c, bkcl.c, rccl.c), so the code
+  path is the same and only the library differs.
+* :class:`NcclTransport` does the same for CUDA through ``cupy.cuda.nccl``.
+
+Both are made by :func:`make_transport`, which ``collectives.init`` calls: the native
+library for ascend / kunlun / hygon / cuda devices when it is present, the shared-memory
+engine otherwise. ``ANYCHIP_COLLECTIVE_TRANSPORT`` overrides: ``auto`` (default),
+``native`` (an error when the device has no native library), ``host`` (always the
+engine).
+
+Bootstrap: the communicator's engine transport (shared memory, one host) stays beside
+the native one; rank 0's unique id travels through its ``exchange``, and so does
+``split``. It also runs what a library lacks, in order on the same stream:
+
+=============  ==================================================================
+HCCL           no ``avg`` (sum, then scale, needs a device kernel): the engine
+BKCL           no ``int8`` reductions and no ``avg``, no barrier: the engine
+RCCL / NCCL    no barrier: the engine (NCCL: an all-reduce of one element);
+               ``cupy`` has no all-to-all: send / recv pairs in one group
+=============  ==================================================================
+
+Data movement (broadcast, all-gather, all-to-all, send / recv) goes as bytes, so every
+dtype takes the native path. A group (``comm.group()``) with any op the library lacks
+runs wholly on the engine.
+
+Completion: an event recorded after the op on its stream; when it has passed, the
+library's asynchronous error (``HcclGetCommAsyncError``, ``ncclCommGetAsyncError``)
+says whether the op failed. The simulator's BKCL reports it through
+``anychip_sim_bkcl_async_error`` (BKCL publishes no such call).
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
+from ..runtime.stream import Event
+from .communicator import OpSpec, Work
+from .transport import ShmTransport, Transport
+
+if TYPE_CHECKING:
+    from ..runtime.device import Device
+    from ..runtime.stream import Stream
+
+__all__ = ["NativeTransport", "NcclTransport", "NativeLibrary", "make_transport", "native_library",
+           "transport_choice", "TRANSPORT_ENV"]
+
+TRANSPORT_ENV = "ANYCHIP_COLLECTIVE_TRANSPORT"
+_CHOICES = ("auto", "native", "host")
+
+
+def transport_choice() -> str:
+    """``ANYCHIP_COLLECTIVE_TRANSPORT``: auto (default), native or host."""
+    raw = os.environ.get(TRANSPORT_ENV, "").strip().lower() or "auto"
+    if raw not in _CHOICES:
+        raise InvalidArgumentError(f"{TRANSPORT_ENV}={os.environ[TRANSPORT_ENV]!r} is not one of "
+                                   f"{', '.join(_CHOICES)}")
+    return raw
+
+
+# ---------------------------------------------------------------------------------------------
+# the libraries
+# ---------------------------------------------------------------------------------------------
+
+class NativeLibrary:
+    """One vendor collective library, loaded with cffi. Subclasses give the cdef, the
+    enum values and the argument orders; everything else is shared."""
+
+    api: ClassVar[str] = ""                       # "HCCL"
+    backend: ClassVar[str] = ""                   # device backend it serves
+    real_names: ClassVar[tuple[str, ...]] = ()    # the vendor's library files
+    extra_roots: ClassVar[tuple[tuple[str, ...], tuple[str, ...]]] = ((), ())
+    cdef: ClassVar[str] = ""
+    id_type: ClassVar[str] = ""
+    codes: ClassVar[dict[int, str]] = {}
+    timeout_codes: ClassVar[frozenset[int]] = frozenset()
+    invalid_codes: ClassVar[frozenset[int]] = frozenset()
+    #: anychip dtype -> the library's value (reductions); movement goes as BYTE
+    dtypes: ClassVar[dict[str, int]] = {}
+    byte: ClassVar[int] = 0
+    redops: ClassVar[dict[str, int]] = {}
+    kinds: ClassVar[frozenset[str]] = frozenset()
+    probe: ClassVar[str] = ""                     # a function the library must export
+
+    def __init__(self, ffi: Any, lib: Any, path: str, simulated: bool) -> None:
+        self.ffi, self.lib, self.path, self.simulated = ffi, lib, path, simulated
+        self._last_error = getattr(lib, "anychip_sim_last_error", None) if simulated else None
+
+    # -- what it can do ------------------------------------------------------------
+    def supports(self, spec: OpSpec) -> bool:
+        if spec.kind not in self.kinds:
+            return False
+        if spec.kind in ("all_reduce", "reduce", "reduce_scatter"):
+            return spec.dtype in self.dtypes and spec.op in self.redops
+        return True
+
+    # -- errors ----------------------------------------------------------------------
+    def code_name(self, code: int) -> str:
+        return self.codes.get(code, f"status {code}")
+
+    def detail(self) -> str:
+        """The simulator's message for the calling thread's last failure ("" on real libraries)."""
+        if self._last_error is None:
+            return ""
+        p = self._last_error()
+        return self.ffi.string(p).decode("utf-8", "replace") if p != self.ffi.NULL else ""
+
+    def error(self, code: int, what: str) -> AnychipError:
+        detail = self.detail()
+        msg = f"{what} failed: {self.api} returned {self.code_name(code)}" + (f": {detail}" if detail else "")
+        if code in self.invalid_codes:
+            return InvalidArgumentError(msg)
+        return CollectiveError(msg)
+
+    def comm_detail(self, comm: Any) -> str:
+        """The library's message for a failure of ``comm``'s enqueued work."""
+        return self.detail()
+
+    def check(self, code: int, what: str) -> None:
+        if code:
+            raise self.error(code, what)
+
+    # -- calls (subclasses) --------------------------------------------------------------
+    def unique_id(self) -> bytes:
+        uid = self.ffi.new(f"{self.id_type} *")
+        self.check(self._get_id(uid), f"{self.api} unique id")
+        return bytes(self.ffi.buffer(uid))
+
+    def init(self, nranks: int, uid: bytes, rank: int) -> Any:
+        out = self.ffi.new("void **")
+        idp = self.ffi.new(f"{self.id_type} *")
+        self.ffi.memmove(idp, uid, self.ffi.sizeof(self.id_type))
+        self.check(self._init(out, nranks, idp, rank), f"{self.api} communicator init (rank {rank} of {nranks})")
+        return out[0]
+
+    def async_error(self, comm: Any) -> int:
+        raise NotImplementedError
+
+    def _get_id(self, uid: Any) -> int:
+        raise NotImplementedError
+
+    def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
+        raise NotImplementedError
+
+    def destroy(self, comm: Any) -> int:
+        raise NotImplementedError
+
+    def abort(self, comm: Any) -> int:
+        return self.destroy(comm)
+
+    def group_start(self) -> int:
+        raise NotImplementedError
+
+    def group_end(self) -> int:
+        raise NotImplementedError
+
+    def op(self, comm: Any, kind: str, send: Any, recv: Any, count: int, dtype: int, redop: int, root: int,
+           stream: Any) -> int:
+        """Issue one op (count in elements of dtype; movement ops in bytes)."""
+        raise NotImplementedError
+
+
+_HCCL_CDEF = """
+typedef void *aclrtStream;
+typedef struct { char internal[4108]; } HcclRootInfo;
+int HcclGetRootInfo(HcclRootInfo *rootInfo);
+int HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank, void **comm);
+int HcclCommDestroy(void *comm);
+int HcclGetCommAsyncError(void *comm, int *asyncError);
+const char *HcclGetErrorString(int code);
+int HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count, int dataType, int op, void *comm, aclrtStream stream);
+int HcclBroadcast(void *buf, uint64_t count, int dataType, uint32_t root, void *comm, aclrtStream stream);
+int HcclReduce(void *sendBuf, void *recvBuf, uint64_t count, int dataType, int op, uint32_t root, void *comm,
+               aclrtStream stream);
+int HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t recvCount, int dataType, int op, void *comm,
+                      aclrtStream stream);
+int HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCount, int dataType, void *comm, aclrtStream stream);
+int HcclAlltoAll(const void *sendBuf, uint64_t sendCount, int sendType, const void *recvBuf, uint64_t recvCount,
+                 int recvType, void *comm, aclrtStream stream);
+int HcclSend(void *sendBuf, uint64_t count, int dataType, uint32_t destRank, void *comm, aclrtStream stream);
+int HcclRecv(void *recvBuf, uint64_t count, int dataType, uint32_t srcRank, void *comm, aclrtStream stream);
+int HcclBarrier(void *comm, aclrtStream stream);
+int HcclGroupStart(void);
+int HcclGroupEnd(void);
+"""
+
+
+class Hccl(NativeLibrary):
+    api = "HCCL"
+    backend = "ascend"
+    real_names = ("libhccl.so",)
+    cdef = _HCCL_CDEF
+    id_type = "HcclRootInfo"
+    probe = "HcclCommInitRootInfo"
+    codes = {0: "HCCL_SUCCESS", 1: "HCCL_E_PARA", 2: "HCCL_E_PTR", 3: "HCCL_E_MEMORY", 4: "HCCL_E_INTERNAL",
+             5: "HCCL_E_NOT_SUPPORT", 6: "HCCL_E_NOT_FOUND", 7: "HCCL_E_UNAVAIL", 8: "HCCL_E_SYSCALL",
+             9: "HCCL_E_TIMEOUT", 15: "HCCL_E_RUNTIME", 19: "HCCL_E_NETWORK", 20: "HCCL_E_AGAIN",
+             21: "HCCL_E_REMOTE", 22: "HCCL_E_SUSPENDING", 24: "HCCL_E_OOM"}
+    timeout_codes = frozenset({9})
+    invalid_codes = frozenset({1, 2})
+    dtypes = {"int8": 0, "int32": 2, "float16": 3, "float32": 4, "int64": 5, "uint8": 7, "float64": 10,
+              "bfloat16": 11}
+    byte = 7                                    # HCCL_DATA_TYPE_UINT8
+    redops = {"sum": 0, "prod": 1, "max": 2, "min": 3}
+    kinds = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send",
+                       "recv", "barrier"})
+
+    def _get_id(self, uid: Any) -> int:
+        return self.lib.HcclGetRootInfo(uid)
+
+    def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
+        return self.lib.HcclCommInitRootInfo(nranks, uid, rank, out)
+
+    def destroy(self, comm: Any) -> int:
+        return self.lib.HcclCommDestroy(comm)
+
+    def async_error(self, comm: Any) -> int:
+        err = self.ffi.new("int *")
+        rc = self.lib.HcclGetCommAsyncError(comm, err)
+        return rc or int(err[0])
+
+    def group_start(self) -> int:
+        return self.lib.HcclGroupStart()
+
+    def group_end(self) -> int:
+        return self.lib.HcclGroupEnd()
+
+    def op(self, comm, kind, send, recv, count, dtype, redop, root, stream):  # noqa: ANN001, ANN201
+        lib = self.lib
+        if kind == "all_reduce":
+            return lib.HcclAllReduce(send, recv, count, dtype, redop, comm, stream)
+        if kind == "broadcast":
+            return lib.HcclBroadcast(recv, count, dtype, root, comm, stream)      # in place (see _issue)
+        if kind == "reduce":
+            return lib.HcclReduce(send, recv, count, dtype, redop, root, comm, stream)
+        if kind == "all_gather":
+            return lib.HcclAllGather(send, recv, count, dtype, comm, stream)
+        if kind == "reduce_scatter":
+            return lib.HcclReduceScatter(send, recv, count, dtype, redop, comm, stream)
+        if kind == "all_to_all":
+            return lib.HcclAlltoAll(send, count, dtype, recv, count, dtype, comm, stream)
+        if kind == "send":
+            return lib.HcclSend(send, count, dtype, root, comm, stream)
+        if kind == "recv":
+            return lib.HcclRecv(recv, count, dtype, root, comm, stream)
+        return lib.HcclBarrier(comm, stream)
+
+
+_NCCL_CDEF = """
+typedef struct { char internal[128]; } ncclUniqueId;
+int ncclGetUniqueId(ncclUniqueId *uniqueId);
+int ncclCommInitRank(void **comm, int nranks, ncclUniqueId commId, int rank);
+int ncclCommDestroy(void *comm);
+int ncclCommAbort(void *comm);
+int ncclCommGetAsyncError(void *comm, int *asyncError);
+const char *ncclGetErrorString(int result);
+const char *ncclGetLastError(void *comm);
+int ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, int datatype, int op, void *comm, void *stream);
+int ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, int datatype, int root, void *comm,
+                  void *stream);
+int ncclReduce(const void *sendbuff, void *recvbuff, size_t count, int datatype, int op, int root, void *comm,
+               void *stream);
+int ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, int datatype, void *comm, void *stream);
+int ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, int datatype, int op, void *comm,
+                      void *stream);
+int ncclAllToAll(const void *sendbuff, void *recvbuff, size_t count, int datatype, void *comm, void *stream);
+int ncclSend(const void *sendbuff, size_t count, int datatype, int peer, void *comm, void *stream);
+int ncclRecv(void *recvbuff, size_t count, int datatype, int peer, void *comm, void *stream);
+int ncclGroupStart(void);
+int ncclGroupEnd(void);
+"""
+
+
+class Rccl(NativeLibrary):
+    api = "RCCL"
+    backend = "hygon"
+    real_names = ("librccl.so", "librccl.so.1")
+    cdef = _NCCL_CDEF
+    id_type = "ncclUniqueId"
+    probe = "ncclCommInitRank"
+    codes = {0: "ncclSuccess", 1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
+             4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"}
+    invalid_codes = frozenset({4})
+    dtypes = {"int8": 0, "uint8": 1, "int32": 2, "int64": 4, "float16": 6, "float32": 7, "float64": 8,
+              "bfloat16": 9}
+    byte = 1                                    # ncclUint8
+    redops = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+    kinds = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send",
+                       "recv"})
+
+    def _get_id(self, uid: Any) -> int:
+        return self.lib.ncclGetUniqueId(uid)
+
+    def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
+        return self.lib.ncclCommInitRank(out, nranks, uid[0], rank)          # the id by value
+
+    def destroy(self, comm: Any) -> int:
+        return self.lib.ncclCommDestroy(comm)
+
+    def abort(self, comm: Any) -> int:
+        return self.lib.ncclCommAbort(comm)
+
+    def async_error(self, comm: Any) -> int:
+        err = self.ffi.new("int *")
+        rc = self.lib.ncclCommGetAsyncError(comm, err)
+        return rc or int(err[0])
+
+    def comm_detail(self, comm: Any) -> str:
+        p = self.lib.ncclGetLastError(comm)
+        return self.ffi.string(p).decode("utf-8", "replace") if p != self.ffi.NULL else ""
+
+    def group_start(self) -> int:
+        return self.lib.ncclGroupStart()
+
+    def group_end(self) -> int:
+        return self.lib.ncclGroupEnd()
+
+    def op(self, comm, kind, send, recv, count, dtype, redop, root, stream):  # noqa: ANN001, ANN201
+        lib = self.lib
+        if kind == "all_reduce":
+            return lib.ncclAllReduce(send, recv, count, dtype, redop, comm, stream)
+        if kind == "broadcast":
+            return lib.ncclBroadcast(send, recv, count, dtype, root, comm, stream)
+        if kind == "reduce":
+            return lib.ncclReduce(send, recv, count, dtype, redop, root, comm, stream)
+        if kind == "all_gather":
+            return lib.ncclAllGather(send, recv, count, dtype, comm, stream)
+        if kind == "reduce_scatter":
+            return lib.ncclReduceScatter(send, recv, count, dtype, redop, comm, stream)
+        if kind == "all_to_all":
+            return lib.ncclAllToAll(send, recv, count, dtype, comm, stream)
+        if kind == "send":
+            return lib.ncclSend(send, count, dtype, root, comm, stream)
+        return lib.ncclRecv(recv, count, dtype, root, comm, stream)
+
+
+_BKCL_CDEF = """
+typedef struct { char internal[512]; } BKCLUniqueId;
+int bkcl_get_unique_id(BKCLUniqueId *uid);
+int bkcl_init_rank(void **ctx, int rank, int nranks, const BKCLUniqueId *uid);
+int bkcl_destroy_context(void *ctx);
+int bkcl_comm_abort(void *ctx);
+int bkcl_all_reduce(void *ctx, const void *sendbuf, void *recvbuf, size_t count, int datatype, int op, void *stream);
+int bkcl_broadcast(void *ctx, const void *sendbuf, void *recvbuf, size_t count, int datatype, int root,
+                   void *stream);
+int bkcl_reduce(void *ctx, const void *sendbuf, void *recvbuf, size_t count, int datatype, int op, int root,
+                void *stream);
+int bkcl_all_gather(void *ctx, const void *sendbuf, size_t sendcount, void *recvbuf, int datatype, void *stream);
+int bkcl_reduce_scatter(void *ctx, const void *sendbuf, void *recvbuf, size_t recvcount, int datatype, int op,
+                        void *stream);
+int bkcl_all_to_all(void *ctx, const void *sendbuf, size_t count, void *recvbuf, int datatype, void *stream);
+int bkcl_send(void *ctx, const void *sendbuf, size_t count, int peer, int datatype, void *stream);
+int bkcl_recv(void *ctx, void *recvbuf, size_t count, int peer, int datatype, void *stream);
+int bkcl_group_start(void);
+int bkcl_group_end(void);
+"""
+_BKCL_SIM_CDEF = "int anychip_sim_bkcl_async_error(void *ctx, int *error);\n"
+
+
+class Bkcl(NativeLibrary):
+    api = "BKCL"
+    backend = "kunlun"
+    real_names = ("libbkcl.so",)
+    extra_roots = (("BKCL_HOME", "XCCL_HOME"), ("/usr/local/xccl", "/usr/local/bkcl"))
+    cdef = _BKCL_CDEF
+    id_type = "BKCLUniqueId"
+    probe = "bkcl_init_rank"
+    codes = {0: "BKCL_SUCCESS", 1: "BKCL_INVALID_ARGUMENT", 2: "BKCL_RUNTIME_ERROR", 3: "BKCL_SYSTEM_ERROR",
+             4: "BKCL_INTERNAL_ERROR"}
+    invalid_codes = frozenset({1})
+    dtypes = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3, "uint8": 4, "int32": 5, "int64": 6}
+    byte = 4                                    # BKCL_UINT8
+    redops = {"sum": 0, "prod": 1, "min": 2, "max": 3}
+    kinds = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send",
+                       "recv"})
+
+    def _get_id(self, uid: Any) -> int:
+        return self.lib.bkcl_get_unique_id(uid)
+
+    def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
+        return self.lib.bkcl_init_rank(out, rank, nranks, uid)
+
+    def destroy(self, comm: Any) -> int:
+        return self.lib.bkcl_destroy_context(comm)
+
+    def abort(self, comm: Any) -> int:
+        return self.lib.bkcl_comm_abort(comm)
+
+    def async_error(self, comm: Any) -> int:
+        if not self.simulated:
+            return 0                            # the real BKCL reports failures through the stream
+        err = self.ffi.new("int *")
+        rc = self.lib.anychip_sim_bkcl_async_error(comm, err)
+        return rc or int(err[0])
+
+    def group_start(self) -> int:
+        return self.lib.bkcl_group_start()
+
+    def group_end(self) -> int:
+        return self.lib.bkcl_group_end()
+
+    def op(self, comm, kind, send, recv, count, dtype, redop, root, stream):  # noqa: ANN001, ANN201
+        lib = self.lib
+        if kind == "all_reduce":
+            return lib.bkcl_all_reduce(comm, send, recv, count, dtype, redop, stream)
+        if kind == "broadcast":
+            return lib.bkcl_broadcast(comm, send, recv, count, dtype, root, stream)
+        if kind == "reduce":
+            return lib.bkcl_reduce(comm, send, recv, count, dtype, redop, root, stream)
+        if kind == "all_gather":
+            return lib.bkcl_all_gather(comm, send, count, recv, dtype, stream)
+        if kind == "reduce_scatter":
+            return lib.bkcl_reduce_scatter(comm, send, recv, count, dtype, redop, stream)
+        if kind == "all_to_all":
+            return lib.bkcl_all_to_all(comm, send, count, recv, dtype, stream)
+        if kind == "send":
+            return lib.bkcl_send(comm, send, count, root, dtype, stream)
+        return lib.bkcl_recv(comm, recv, count, root, dtype, stream)
+
+
+LIBRARIES: dict[str, type[NativeLibrary]] = {"ascend": Hccl, "kunlun": Bkcl, "hygon": Rccl}
+_loaded: dict[int, NativeLibrary | None] = {}
+_reasons: dict[int, str] = {}
+_load_lock = threading.Lock()
+
+
+def _load(plugin: Any) -> tuple[NativeLibrary | None, str]:
+    import cffi  # type: ignore[import-untyped]
+
+    from ..devices._vendor import find_vendor_library, roots
+    cls = LIBRARIES[plugin.name]
+    if plugin.simulated:
+        path = plugin.library_path
+    else:
+        dirs = [*plugin.search_dirs(), *roots(*cls.extra_roots)]
+        path, searched = find_vendor_library(cls.real_names, dirs)
+        if path is None:
+            return None, (f"{' or '.join(cls.real_names)} not found beside {plugin.library_path} "
+                          f"(searched {', '.join(searched)})")
+    ffi = cffi.FFI()
+    ffi.cdef(cls.cdef + (_BKCL_SIM_CDEF if cls is Bkcl and plugin.simulated else "")
+             + ("const char *anychip_sim_last_error(void);" if plugin.simulated else ""))
+    try:
+        lib = ffi.dlopen(path)
+        getattr(lib, cls.probe)                 # the library has the API
+    except (OSError, AttributeError) as exc:
+        return None, f"{path} cannot serve {cls.api}: {exc}"
+    return cls(ffi, lib, path, plugin.simulated), ""
+
+
+def native_library(device: Device) -> tuple[NativeLibrary | None, str]:
+    """The collective library of ``device``'s backend (loaded once per backend), or
+    (None, why not)."""
+    plugin = device.plugin
+    if plugin.name not in LIBRARIES:
+        return None, f"{plugin.name} has no native collective library binding"
+    key = id(plugin)
+    with _load_lock:
+        if key not in _loaded:
+            _loaded[key], _reasons[key] = _load(plugin)
+        return _loaded[key], _reasons[key]
+
+
+# ---------------------------------------------------------------------------------------------
+# transports
+# ---------------------------------------------------------------------------------------------
+
+#: how the simulator's libraries name their communicators in messages (csrc/sim/collective.c)
+_LABEL = re.compile(r"\b(?:hccl|nccl|bkcl) communicator [\w.-]+")
+
+
+class _EventWork(Work):
+    """Complete when an event recorded after the op has passed and the library reports
+    no asynchronous error."""
+
+    def __init__(self, what: str, transport: Any, event: Any, keep: Any) -> None:
+        super().__init__(what)
+        self._transport = transport
+        self._event = event
+        self._keep = keep
+
+    def _settle(self) -> bool:
+        exc = self._transport._async_failure(self._what)
+        self._finish(exc)
+        pool = self._transport._events
+        if len(pool) < 64:
+            pool.append(self._event)          # passed: it may be recorded again
+        self._event = self._keep = None
+        return True
+
+    def _poll(self) -> bool:
+        if self._done:
+            return True
+        return self._event.query() and self._settle()
+
+    def _block(self, timeout: float | None) -> bool:
+        if self._done:
+            return True
+        if timeout is None:
+            self._event.synchronize()
+            return self._settle()
+        deadline = time.monotonic() + timeout
+        pause = 5e-5
+        while not self._event.query():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 5e-3)
+        return self._settle()
+
+
+class NativeTransport(Transport):
+    """HCCL / BKCL / RCCL for one group of ranks (see the module docstring)."""
+
+    def __init__(self, device: Device, rank: int, size: int, comm_id: str, label: str = "world",
+                 boot: Transport | None = None, library: NativeLibrary | None = None) -> None:
+        if library is None:
+            library, why = native_library(device)
+            if library is None:
+                raise UnsupportedError(f"{device} has no native collective library: {why}")
+        self.device = device
+        self.rank, self.size, self.label = rank, size, label
+        self.lib = library
+        # as ShmTransport's modes: "sim" = ops enqueued on a simulated stream
+        self.mode = "sim" if library.simulated else "device"
+        self.name = f"native/{library.api}" + (" (simulated)" if library.simulated else "")
+        self._boot: Transport = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
+        self._events: list[Event] = []          # completion events that have passed, for reuse
+        self._comm: Any = None
+        self._plugin: Any = cast(Any, device.plugin)        # a VendorPlugin
+        try:
+            uid = library.unique_id() if rank == 0 else None
+            uid = self._boot.exchange(uid)[0]
+            self._plugin._use(device.index)
+            self._comm = library.init(size, uid, rank)
+        except BaseException:
+            if boot is None:
+                self._boot.close()
+            raise
+
+    # -- interface ------------------------------------------------------------------------
+    def submit(self, specs: list[OpSpec], stream: Stream) -> Work:
+        self._live()
+        if not all(self.lib.supports(sp) for sp in specs):
+            return self._boot.submit(specs, stream)
+        what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
+        plugin = self._plugin
+        plugin._use(self.device.index)
+        raw = stream._live()
+        handle = self.lib.ffi.cast("void *", int(plugin.ffi.cast("uintptr_t", raw)) if raw is not None else 0)
+        lib = self.lib
+        grouped = len(specs) > 1
+        if grouped:
+            lib.check(lib.group_start(), f"{lib.api} group start")
+        try:
+            for sp in specs:
+                self._issue(sp, handle, stream)
+        finally:
+            if grouped:
+                lib.check(lib.group_end(), f"{what}: {lib.api} group end")
+        event = self._events.pop() if self._events else Event(self.device)
+        event.record(stream)
+        stream._keep_alive(specs)
+        return _EventWork(what, self, event, specs)
+
+    def exchange(self, obj: Any) -> list[Any]:
+        self._live()
+        return self._boot.exchange(obj)
+
+    def sub(self, ranks: list[int], tag: str, label: str) -> Transport:
+        boot = self._boot.sub(ranks, tag, label)
+        try:
+            return NativeTransport(self.device, boot.rank, boot.size, "", label, boot=boot, library=self.lib)
+        except BaseException:
+            boot.close()
+            raise
+
+    def abort(self, reason: str) -> None:
+        comm, self._comm = self._comm, None
+        if comm is not None:
+            self.lib.abort(comm)
+        self._boot.abort(reason)
+
+    def close(self) -> None:
+        comm, self._comm = self._comm, None
+        try:
+            if comm is not None:
+                self._plugin._use(self.device.index)
+                self.lib.check(self.lib.destroy(comm), f"{self.lib.api} communicator destroy")
+        finally:
+            self._boot.close()
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _live(self) -> None:
+        if self._comm is None:
+            raise InvalidArgumentError(f"communicator {self.label} was destroyed")
+
+    def _issue(self, sp: OpSpec, stream_handle: Any, stream: Stream) -> None:
+        lib, ffi = self.lib, self.lib.ffi
+        reducing = sp.kind in ("all_reduce", "reduce", "reduce_scatter")
+        if reducing:
+            count, dtype, redop = sp.count, lib.dtypes[sp.dtype], lib.redops[sp.op]
+        else:
+            count, dtype, redop = sp.count * sp.itemsize, lib.byte, 0
+        send = ffi.cast("void *", (sp.send.ptr or 0) if sp.send is not None else 0)
+        recv = ffi.cast("void *", (sp.recv.ptr or 0) if sp.recv is not None else 0)
+        if sp.kind == "broadcast" and isinstance(lib, Hccl) and sp.root == self.rank and send != recv and count:
+            from ..runtime.device import copy
+            copy(sp.recv, sp.send, count, stream=stream)                      # HCCL broadcasts in place
+        root = sp.root if sp.root >= 0 else 0
+        lib.check(lib.op(self._comm, sp.kind, send, recv, count, dtype, redop, root, stream_handle),
+                  f"{sp.kind} ({lib.api}, group {self.label})")
+
+    def _async_failure(self, what: str) -> CollectiveError | None:
+        if self._comm is None:
+            return None
+        code = self.lib.async_error(self._comm)
+        if not code:
+            return None
+        detail = self.lib.comm_detail(self._comm)
+        if detail:
+            msg = _LABEL.sub(lambda m: f"group {self.label}", detail)
+        else:
+            msg = f"{what} (group {self.label}) failed: {self.lib.api} reported {self.lib.code_name(code)}"
+        timed_out = code in self.lib.timeout_codes or " timed out after " in detail
+        return CollectiveTimeout(msg) if timed_out else CollectiveError(msg)
+
+
+# ---------------------------------------------------------------------------------------------
+# NCCL through CuPy
+# ---------------------------------------------------------------------------------------------
+
+_NCCL_DTYPES = {"int8": "NCCL_INT8", "uint8": "NCCL_UINT8", "int32": "NCCL_INT32", "int64": "NCCL_INT64",
+                "float16": "NCCL_FLOAT16", "bfloat16": "NCCL_BFLOAT16", "float32": "NCCL_FLOAT32",
+                "float64": "NCCL_FLOAT64"}
+_NCCL_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN", "avg": "NCCL_AVG"}
+
+
+class NcclTransport(Transport):
+    """NCCL for CUDA devices through ``cupy.cuda.nccl`` (``nccl`` is that module, or a
+    stand-in with the same names in tests). Unique ids are what ``get_unique_id``
+    returns (bytes from CuPy 14, a tuple of 128 ints before), passed through unchanged.
+    ``cupy.cuda.nccl`` has no all-to-all: it is a group of send / recv pairs, as
+    torch.distributed does it; barrier is an all-reduce of one element."""
+
+    mode = "device"
+
+    def __init__(self, device: Device, rank: int, size: int, comm_id: str, label: str = "world",
+                 nccl: Any = None, boot: Transport | None = None) -> None:
+        if nccl is None:
+            nccl = device.plugin.native_ccl()
+            if nccl is None:
+                raise UnsupportedError(f"{device}: cupy.cuda.nccl is not available")
+        self.device, self.rank, self.size, self.label = device, rank, size, label
+        self.nccl = nccl
+        self.name = "native/NCCL"
+        self._boot: Transport = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
+        self.dtypes = {k: getattr(nccl, v) for k, v in _NCCL_DTYPES.items() if hasattr(nccl, v)}
+        self.redops = {k: getattr(nccl, v) for k, v in _NCCL_OPS.items() if hasattr(nccl, v)}
+        self._scratch: Any = None
+        self._events: list[Event] = []
+        try:
+            uid = nccl.get_unique_id() if rank == 0 else None
+            uid = self._boot.exchange(uid)[0]
+            self._comm = nccl.NcclCommunicator(size, uid, rank)
+        except BaseException:
+            if boot is None:
+                self._boot.close()
+            raise
+
+    def supports(self, spec: OpSpec) -> bool:
+        if spec.kind in ("all_reduce", "reduce", "reduce_scatter"):
+            return spec.dtype in self.dtypes and spec.op in self.redops
+        return True
+
+    def submit(self, specs: list[OpSpec], stream: Stream) -> Work:
+        if self._comm is None:
+            raise InvalidArgumentError(f"communicator {self.label} was destroyed")
+        if not all(self.supports(sp) for sp in specs):
+            return self._boot.submit(specs, stream)
+        what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
+        handle = stream._live()
+        sptr = int(getattr(handle, "ptr", 0) or 0)         # a CUDA stream handle carries the cudaStream_t
+        nccl = self.nccl
+        grouped = len(specs) > 1 or any(sp.kind == "all_to_all" for sp in specs)
+        if grouped:
+            nccl.groupStart()
+        try:
+            for sp in specs:
+                self._issue(sp, sptr)
+        finally:
+            if grouped:
+                nccl.groupEnd()
+        event = self._events.pop() if self._events else Event(self.device)
+        event.record(stream)
+        stream._keep_alive(specs)
+        return _EventWork(what, self, event, specs)
+
+    def _issue(self, sp: OpSpec, stream: int) -> None:
+        c, nccl = self._comm, self.nccl
+        s = sp.send.ptr if sp.send is not None and sp.send.ptr else 0
+        r = sp.recv.ptr if sp.recv is not None and sp.recv.ptr else 0
+        if sp.kind in ("all_reduce", "reduce", "reduce_scatter"):
+            dt, op = self.dtypes[sp.dtype], self.redops[sp.op]
+            if sp.kind == "all_reduce":
+                c.allReduce(s, r, sp.count, dt, op, stream)
+            elif sp.kind == "reduce":
+                c.reduce(s, r, sp.count, dt, op, sp.root, stream)
+            else:
+                c.reduceScatter(s, r, sp.count, dt, op, stream)
+            return
+        n, byte = sp.count * sp.itemsize, nccl.NCCL_UINT8
+        if sp.kind == "broadcast":
+            c.broadcast(s, r, n, byte, sp.root, stream)
+        elif sp.kind == "all_gather":
+            c.allGather(s, r, n, byte, stream)
+        elif sp.kind == "send":
+            c.send(s, n, byte, sp.root, stream)
+        elif sp.kind == "recv":
+            c.recv(r, n, byte, sp.root, stream)
+        elif sp.kind == "all_to_all":
+            for peer in range(self.size):
+                c.send(s + peer * n, n, byte, peer, stream)
+                c.recv(r + peer * n, n, byte, peer, stream)
+        else:
+            if self._scratch is None:
+                self._scratch = self.device.alloc(4)
+            p = self._scratch.ptr
+            c.allReduce(p, p, 1, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream)
+
+    def _async_failure(self, what: str) -> CollectiveError | None:
+        try:
+            self._comm.check_async_error()
+        except Exception as exc:  # noqa: BLE001 - cupy's NcclError
+            return CollectiveError(f"{what} (group {self.label}) failed: NCCL: {exc}")
+        return None
+
+    def exchange(self, obj: Any) -> list[Any]:
+        return self._boot.exchange(obj)
+
+    def sub(self, ranks: list[int], tag: str, label: str) -> Transport:
+        boot = self._boot.sub(ranks, tag, label)
+        return NcclTransport(self.device, boot.rank, boot.size, "", label, nccl=self.nccl, boot=boot)
+
+    def abort(self, reason: str) -> None:
+        comm, self._comm = self._comm, None
+        if comm is not None:
+            comm.abort()
+        self._boot.abort(reason)
+
+    def close(self) -> None:
+        comm, self._comm = self._comm, None
+        try:
+            if comm is not None:
+                comm.destroy()
+        finally:
+            self._boot.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# choice
+# ---------------------------------------------------------------------------------------------
+
+def make_transport(device: Device, rank: int, size: int, comm_id: str, label: str = "world") -> Transport:
+    """The transport ``collectives.init`` uses for ``device`` (see the module docstring)."""
+    choice = transport_choice()
+    if choice != "host":
+        why = ""
+        if device.backend == "cuda":
+            if device.plugin.native_ccl() is not None:
+                return NcclTransport(device, rank, size, comm_id, label)
+            why = "cupy.cuda.nccl is not available"
+        else:
+            lib, why = native_library(device)
+            if lib is not None:
+                return NativeTransport(device, rank, size, comm_id, label, library=lib)
+        if choice == "native":
+            raise UnsupportedError(f"{TRANSPORT_ENV}=native but {device} has no native collective library: {why}")
+    return ShmTransport(device, rank, size, comm_id, label)

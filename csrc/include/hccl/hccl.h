@@ -1,0 +1,54 @@
+/*
+ * The HCCL C API (libhccl.so), with the argument orders of CANN's public hccl/hccl.h.
+ * Only the calls the anychip simulator implements are declared; a program using them
+ * builds against this header or CANN's own. Streams are ACL streams (aclrtStream).
+ *
+ * Semantics as in CANN: every op is enqueued on `stream` and returns once enqueued;
+ * counts are elements; HcclAllGather's count is what each rank sends,
+ * HcclReduceScatter's what each rank receives; HcclBroadcast is in place. HCCL has no
+ * average reduce op.
+ */
+#ifndef ANYCHIP_HCCL_H
+#define ANYCHIP_HCCL_H
+
+#include "hccl_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void *aclrtStream;
+
+HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo);
+HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank, HcclComm *comm);
+HcclResult HcclCommDestroy(HcclComm comm);
+HcclResult HcclGetRankSize(HcclComm comm, uint32_t *rankSize);
+HcclResult HcclGetRankId(HcclComm comm, uint32_t *rank);
+HcclResult HcclGetCommName(HcclComm comm, char *commName);
+HcclResult HcclGetCommAsyncError(HcclComm comm, HcclResult *asyncError);
+const char *HcclGetErrorString(HcclResult code);
+
+HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType, HcclReduceOp op,
+                         HcclComm comm, aclrtStream stream);
+HcclResult HcclBroadcast(void *buf, uint64_t count, HcclDataType dataType, uint32_t root, HcclComm comm,
+                         aclrtStream stream);
+HcclResult HcclReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType, HcclReduceOp op,
+                      uint32_t root, HcclComm comm, aclrtStream stream);
+HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t recvCount, HcclDataType dataType,
+                             HcclReduceOp op, HcclComm comm, aclrtStream stream);
+HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCount, HcclDataType dataType, HcclComm comm,
+                         aclrtStream stream);
+HcclResult HcclAlltoAll(const void *sendBuf, uint64_t sendCount, HcclDataType sendType, const void *recvBuf,
+                        uint64_t recvCount, HcclDataType recvType, HcclComm comm, aclrtStream stream);
+HcclResult HcclSend(void *sendBuf, uint64_t count, HcclDataType dataType, uint32_t destRank, HcclComm comm,
+                    aclrtStream stream);
+HcclResult HcclRecv(void *recvBuf, uint64_t count, HcclDataType dataType, uint32_t srcRank, HcclComm comm,
+                    aclrtStream stream);
+HcclResult HcclBarrier(HcclComm comm, aclrtStream stream);
+HcclResult HcclGroupStart(void);
+HcclResult HcclGroupEnd(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ANYCHIP_HCCL_H */

@@ -1,0 +1,519 @@
+/*
+ * The simulator's collective front-end core: communicators on the anychip engine,
+ * argument checks, enqueueing on simulated streams, groups. See collective.h.
+ */
+#define _GNU_SOURCE
+#include "collective.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COMM_MAGIC 0x53434f4du /* "SCOM" */
+#define ID_MAGIC "anychip-ccl:"
+#define ZERO_COPY_DEFAULT 65536u
+
+struct sc_comm {
+    uint32_t magic;
+    char vendor[8];
+    char name[96];
+    ccl_comm *engine;
+    int rank, nranks;
+    int phys, logical;
+    uint64_t zc_min;
+    char *arena_base;                 /* the device arena's base (IPC offsets) */
+    void *order_event;                /* orders ops issued on different streams */
+    void *last_stream;                /* stream of the previous op (NULL: none yet) */
+    int has_last;
+    pthread_mutex_t lock;             /* enqueue order; pending count */
+    pthread_cond_t idle;
+    int pending;                      /* tasks enqueued and not finished */
+    _Atomic int async_status;         /* sc_status of the first failed task */
+    char async_msg[512];
+};
+
+/* ---- messages -------------------------------------------------------------- */
+
+sc_status sc_fail(sc_status st, const char *fmt, ...)
+{
+    char buf[480];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    sim_fail(SIM_E_INVALID_VALUE, "%s", buf);
+    return st;
+}
+
+const char *sc_last_message(void) { return sim_last_message(); }
+
+static sc_status from_ccl(int st)
+{
+    switch (st) {
+    case CCL_OK: return SC_OK;
+    case CCL_E_INVALID: return SC_INVALID;
+    case CCL_E_TIMEOUT: return SC_TIMEOUT;
+    case CCL_E_PEER_DEAD: return SC_REMOTE;
+    case CCL_E_MISMATCH: return SC_USAGE;
+    case CCL_E_ABORTED: return SC_REMOTE;
+    case CCL_E_SYSTEM: return SC_SYSTEM;
+    case CCL_E_IPC: return SC_SYSTEM;
+    default: return SC_INTERNAL;
+    }
+}
+
+static sc_status from_sim(sim_status st)
+{
+    switch (st) {
+    case SIM_OK: return SC_OK;
+    case SIM_E_OUT_OF_MEMORY:
+    case SIM_E_HOST_ALLOC: return SC_OOM;
+    case SIM_E_OS: return SC_SYSTEM;
+    case SIM_E_INVALID_VALUE:
+    case SIM_E_OUT_OF_RANGE: return SC_INVALID;
+    default: return SC_RUNTIME;
+    }
+}
+
+/* ---- unique ids --------------------------------------------------------------- */
+
+sc_status sc_unique_id(const char *vendor, void *id, size_t size)
+{
+    static _Atomic uint64_t counter;
+    if (!id)
+        return sc_fail(SC_NULL, "the unique id pointer is NULL");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t n = atomic_fetch_add(&counter, 1);
+    char name[64];
+    int len = snprintf(name, sizeof name, "%s%s-%d-%llx-%llu", ID_MAGIC, vendor, (int)getpid(),
+                       (unsigned long long)(ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec), (unsigned long long)n);
+    memset(id, 0, size);
+    memcpy(id, name, (size_t)len < size ? (size_t)len : size - 1);
+    return SC_OK;
+}
+
+/* ---- device memory ---------------------------------------------------------------- */
+
+static pthread_mutex_t base_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *arena_bases[SIM_MAX_DEVICES];
+
+/* The base address of device `phys`'s arena: an IPC handle gives an allocation's
+ * offset inside the arena; a probe allocation of known address turns it into the base. */
+static sc_status arena_base(int phys, char **out)
+{
+    pthread_mutex_lock(&base_lock);
+    char *base = arena_bases[phys];
+    sc_status st = SC_OK;
+    if (!base) {
+        void *p = NULL;
+        anychip_sim_ipc_handle h;
+        sim_status s = sim_malloc(phys, 1, &p);
+        if (s == SIM_OK) {
+            s = sim_ipc_get_handle(p, &h);
+            if (s == SIM_OK)
+                base = arena_bases[phys] = (char *)p - h.offset;
+            sim_free(p);
+        }
+        if (s != SIM_OK)
+            st = sc_fail(from_sim(s), "cannot share device memory for collectives: %s", sim_last_message());
+    }
+    pthread_mutex_unlock(&base_lock);
+    *out = base;
+    return st;
+}
+
+/* Check that [ptr, ptr + nbytes) lies in one live allocation of the communicator's
+ * device and describe it for the engine (with its IPC handle when `share`). */
+static sc_status describe(sc_comm *c, const void *ptr, uint64_t nbytes, int share, ccl_buf *out, const char *fn,
+                          const char *what)
+{
+    memset(out, 0, sizeof *out);
+    if (nbytes == 0)
+        return SC_OK;
+    if (!ptr)
+        return sc_fail(SC_NULL, "%s: %s is NULL", fn, what);
+    int dev = sim_device_of(ptr);
+    if (dev < 0)
+        return sc_fail(SC_INVALID, "%s: %s %p is not device memory of this process", fn, what, ptr);
+    if (dev != c->phys)
+        return sc_fail(SC_INVALID, "%s: %s %p is memory of device %d; the communicator works on device %d", fn,
+                       what, ptr, sim_phys_to_logical(dev), c->logical);
+    anychip_sim_ipc_handle h;
+    if (sim_ipc_get_handle(ptr, &h) != SIM_OK)
+        return sc_fail(SC_INVALID, "%s: %s %p is not inside a live allocation", fn, what, ptr);
+    uint64_t off = (uint64_t)((const char *)ptr - c->arena_base) - h.offset;
+    if (off + nbytes > h.size)
+        return sc_fail(SC_INVALID, "%s: %s needs %llu bytes from %p but its allocation ends %llu bytes after it",
+                       fn, what, (unsigned long long)nbytes, ptr, (unsigned long long)(h.size - off));
+    out->ptr = (void *)ptr;
+    if (share) {
+        out->has_ipc = 1;
+        out->ipc_offset = off;
+        memcpy(out->ipc_handle, &h, sizeof h);
+    }
+    return SC_OK;
+}
+
+static int ipc_open(const void *handle, void **ptr)
+{
+    return sim_ipc_open(-1, (const anychip_sim_ipc_handle *)handle, ptr) == SIM_OK ? 0 : -1;
+}
+
+static int ipc_close(void *ptr) { return sim_ipc_close(ptr) == SIM_OK ? 0 : -1; }
+
+/* ---- communicators ------------------------------------------------------------------ */
+
+static uint64_t env_u64(const char *name, uint64_t dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    return end != v ? (uint64_t)x : dflt;
+}
+
+sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nranks, int rank, sc_comm **out)
+{
+    if (!out || !id)
+        return sc_fail(SC_NULL, "%s communicator init: %s is NULL", vendor, out ? "the unique id" : "comm");
+    *out = NULL;
+    char name[97];
+    memcpy(name, id, sizeof name - 1 < size ? sizeof name - 1 : size);
+    name[sizeof name - 1] = 0;
+    if (strncmp(name, ID_MAGIC, strlen(ID_MAGIC)) != 0)
+        return sc_fail(SC_INVALID, "%s communicator init: the unique id was not made by this library's "
+                       "get-unique-id call (or was not passed on intact)", vendor);
+    if (nranks < 1 || nranks > CCL_MAX_RANKS)
+        return sc_fail(SC_INVALID, "%s communicator init: nranks=%d; the simulator supports 1..%d ranks", vendor,
+                       nranks, CCL_MAX_RANKS);
+    if (rank < 0 || rank >= nranks)
+        return sc_fail(SC_INVALID, "%s communicator init: rank=%d is outside 0..%d", vendor, rank, nranks - 1);
+    int phys;
+    sim_status s = sim_current_phys(&phys);
+    if (s != SIM_OK)
+        return sc_fail(SC_RUNTIME, "%s communicator init: no current device (%s)", vendor, sim_last_message());
+    sc_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return sc_fail(SC_OOM, "out of host memory");
+    snprintf(c->vendor, sizeof c->vendor, "%s", vendor);
+    snprintf(c->name, sizeof c->name, "%s", name + strlen(ID_MAGIC));
+    c->rank = rank;
+    c->nranks = nranks;
+    c->phys = phys;
+    c->logical = sim_phys_to_logical(phys);
+    c->zc_min = env_u64("ANYCHIP_CCL_ZERO_COPY_MIN", ZERO_COPY_DEFAULT);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->idle, NULL);
+    sc_status st = arena_base(phys, &c->arena_base);
+    if (st == SC_OK && (s = sim_event_create(&c->order_event)) != SIM_OK)
+        st = sc_fail(from_sim(s), "%s communicator init: %s", vendor, sim_last_message());
+    if (st == SC_OK) {
+        int e = ccl_comm_init(name, rank, nranks, 0, &c->engine);
+        if (e != CCL_OK)
+            st = sc_fail(from_ccl(e), "%s communicator init (rank %d of %d): %s", vendor, rank, nranks,
+                         ccl_init_error());
+    }
+    if (st != SC_OK) {
+        if (c->order_event)
+            sim_event_destroy(c->order_event);
+        pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->idle);
+        free(c);
+        return st;
+    }
+    const char *chk = getenv("ANYCHIP_COLLECTIVE_CHECK");
+    ccl_comm_set_check(c->engine, chk && (chk[0] == '1' || chk[0] == 't' || chk[0] == 'y' || chk[0] == 'o'));
+    char label[160];
+    snprintf(label, sizeof label, "%s communicator %s", vendor, c->name);
+    ccl_comm_set_label(c->engine, label);
+    ccl_comm_set_ipc(c->engine, ipc_open, ipc_close);
+    ccl_comm_set_thresholds(c->engine, UINT64_MAX, c->zc_min);
+    c->magic = COMM_MAGIC;
+    *out = c;
+    return SC_OK;
+}
+
+sc_status sc_comm_check(const sc_comm *c, const char *fn)
+{
+    if (!c)
+        return sc_fail(SC_NULL, "%s: the communicator is NULL", fn);
+    if (c->magic != COMM_MAGIC)
+        return sc_fail(SC_INVALID, "%s: %p is not a live communicator (destroyed, or never created)", fn,
+                       (const void *)c);
+    return SC_OK;
+}
+
+static void wait_idle(sc_comm *c)
+{
+    pthread_mutex_lock(&c->lock);
+    while (c->pending > 0)
+        pthread_cond_wait(&c->idle, &c->lock);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void comm_free(sc_comm *c)
+{
+    c->magic = 0;
+    ccl_comm_destroy(c->engine);
+    sim_event_destroy(c->order_event);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->idle);
+    free(c);
+}
+
+sc_status sc_comm_destroy(sc_comm *c)
+{
+    sc_status st = sc_comm_check(c, "destroy");
+    if (st != SC_OK)
+        return st;
+    wait_idle(c);
+    comm_free(c);
+    return SC_OK;
+}
+
+sc_status sc_comm_abort(sc_comm *c)
+{
+    sc_status st = sc_comm_check(c, "abort");
+    if (st != SC_OK)
+        return st;
+    ccl_comm_abort(c->engine, "the communicator was aborted by its owner");
+    wait_idle(c);
+    comm_free(c);
+    return SC_OK;
+}
+
+int sc_comm_rank(const sc_comm *c) { return c->rank; }
+int sc_comm_size(const sc_comm *c) { return c->nranks; }
+int sc_comm_device(const sc_comm *c) { return c->logical; }
+const char *sc_comm_name(const sc_comm *c) { return c->name; }
+
+sc_status sc_comm_async_error(const sc_comm *c, const char **msg)
+{
+    sc_status st = (sc_status)atomic_load(&c->async_status);
+    if (msg)
+        *msg = st ? c->async_msg : "";
+    return st;
+}
+
+/* ---- enqueueing ------------------------------------------------------------------------ */
+
+typedef struct job {
+    sc_comm *comm;
+    ccl_task *task;
+} job;
+
+static void run_job(void *arg)
+{
+    job *j = arg;
+    sc_comm *c = j->comm;
+    ccl_task_run(j->task);
+    int st = ccl_task_status(j->task);
+    pthread_mutex_lock(&c->lock);
+    if (st != CCL_OK && atomic_load(&c->async_status) == SC_OK) {
+        snprintf(c->async_msg, sizeof c->async_msg, "%s", ccl_task_error(j->task));
+        atomic_store(&c->async_status, from_ccl(st));
+    }
+    ccl_task_free(j->task);
+    free(j);
+    if (--c->pending == 0)
+        pthread_cond_broadcast(&c->idle);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Make `stream` wait for the work queued so far on `other` (both on the comm's device). */
+static sim_status order_after(sc_comm *c, void *stream, void *other)
+{
+    sim_status st = sim_event_record(c->order_event, other);
+    if (st == SIM_E_INVALID_STREAM)
+        return SIM_OK; /* destroyed since: its work is done */
+    if (st == SIM_OK)
+        st = sim_stream_wait_event(stream, c->order_event);
+    return st;
+}
+
+/* Enqueue ops on `stream`; extra streams of a group are joined before and after. */
+static sc_status enqueue(sc_comm *c, const ccl_op *ops, int n, void *stream, void *const *others, int nothers,
+                         const char *fn)
+{
+    const char *amsg;
+    sc_status st = sc_comm_async_error(c, &amsg);
+    if (st != SC_OK)
+        return sc_fail(st, "%s: the communicator failed earlier: %s", fn, amsg);
+    job *j = malloc(sizeof *j);
+    ccl_task *t = j ? ccl_task_new(c->engine, ops, n) : NULL;
+    if (!t) {
+        free(j);
+        return sc_fail(SC_OOM, "%s: out of host memory", fn);
+    }
+    j->comm = c;
+    j->task = t;
+    pthread_mutex_lock(&c->lock);
+    sim_status ss = SIM_OK;
+    if (c->has_last && c->last_stream != stream)
+        ss = order_after(c, stream, c->last_stream);
+    for (int i = 0; ss == SIM_OK && i < nothers; i++)
+        ss = order_after(c, stream, others[i]);
+    if (ss == SIM_OK)
+        ss = sim_enqueue_host_fn(stream, run_job, j);
+    if (ss == SIM_OK) {
+        c->pending++;
+        c->has_last = 1;
+        c->last_stream = stream;
+        for (int i = 0; i < nothers; i++)
+            order_after(c, others[i], stream);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (ss != SIM_OK) {
+        ccl_task_free(t);
+        free(j);
+        return sc_fail(ss == SIM_E_INVALID_STREAM ? SC_INVALID : SC_RUNTIME, "%s: enqueueing on the stream failed: %s",
+                       fn, sim_last_message());
+    }
+    return SC_OK;
+}
+
+/* ---- groups ------------------------------------------------------------------------------ */
+
+typedef struct pending_op {
+    sc_comm *comm;
+    void *stream;
+    ccl_op op;
+} pending_op;
+
+static __thread int t_depth;
+static __thread pending_op *t_ops;
+static __thread int t_nops, t_cap;
+
+sc_status sc_group_start(void)
+{
+    t_depth++;
+    return SC_OK;
+}
+
+static void drop_group(void)
+{
+    free(t_ops);
+    t_ops = NULL;
+    t_nops = t_cap = 0;
+}
+
+sc_status sc_group_end(void)
+{
+    if (t_depth == 0)
+        return sc_fail(SC_USAGE, "group end without a matching group start");
+    if (--t_depth > 0)
+        return SC_OK;
+    sc_status first = SC_OK;
+    ccl_op *ops = t_nops ? malloc((size_t)t_nops * sizeof *ops) : NULL;
+    void **streams = t_nops ? malloc((size_t)t_nops * sizeof *streams) : NULL;
+    if (t_nops && (!ops || !streams)) {
+        free(ops);
+        free(streams);
+        drop_group();
+        return sc_fail(SC_OOM, "group end: out of host memory");
+    }
+    /* one task per communicator, in the order the communicators were first used */
+    for (int i = 0; i < t_nops; i++) {
+        sc_comm *c = t_ops[i].comm;
+        if (!c)
+            continue;
+        int n = 0, ns = 0;
+        void *primary = t_ops[i].stream;
+        for (int k = i; k < t_nops; k++) {
+            if (t_ops[k].comm != c)
+                continue;
+            ops[n++] = t_ops[k].op;
+            void *sk = t_ops[k].stream;
+            int seen = sk == primary;
+            for (int m = 0; m < ns && !seen; m++)
+                seen = streams[m] == sk;
+            if (!seen)
+                streams[ns++] = sk;
+            t_ops[k].comm = NULL;
+        }
+        sc_status st = enqueue(c, ops, n, primary, streams, ns, "group end");
+        if (st != SC_OK && first == SC_OK)
+            first = st;
+    }
+    free(ops);
+    free(streams);
+    drop_group();
+    return first;
+}
+
+/* ---- ops --------------------------------------------------------------------------------- */
+
+sc_status sc_submit(sc_comm *c, const sc_op *op, void *stream, const char *fn)
+{
+    sc_status st = sc_comm_check(c, fn);
+    if (st != SC_OK)
+        return st;
+    int N = c->nranks, me = c->rank;
+    int kind = op->kind;
+    if (op->dtype < 0 || op->dtype >= CCL_DTYPE_COUNT)
+        return sc_fail(SC_INVALID, "%s: unknown data type", fn);
+    int reducing = kind == CCL_ALL_REDUCE || kind == CCL_REDUCE || kind == CCL_REDUCE_SCATTER;
+    if (reducing && (op->redop < 0 || op->redop >= CCL_REDOP_COUNT))
+        return sc_fail(SC_INVALID, "%s: unknown reduce op", fn);
+    int rooted = kind == CCL_BROADCAST || kind == CCL_REDUCE || kind == CCL_SEND || kind == CCL_RECV;
+    if (rooted && (op->root < 0 || op->root >= N))
+        return sc_fail(SC_INVALID, "%s: %s %d is outside 0..%d", fn,
+                       kind == CCL_SEND || kind == CCL_RECV ? "peer" : "root", op->root, N - 1);
+    if (op->count == 0 && kind != CCL_BARRIER)
+        return SC_OK; /* nothing moves; every rank skips it alike */
+    uint64_t es = ccl_dtype_size(op->dtype);
+    uint64_t n = op->count * es;
+    uint64_t sn = n, rn = n;            /* bytes read from send, written to recv */
+    switch (kind) {
+    case CCL_ALL_GATHER: rn = n * (uint64_t)N; break;
+    case CCL_REDUCE_SCATTER: sn = n * (uint64_t)N; break;
+    case CCL_ALL_TO_ALL: sn = rn = n * (uint64_t)N; break;
+    case CCL_SEND: rn = 0; break;
+    case CCL_RECV: sn = 0; break;
+    case CCL_BARRIER: sn = rn = 0; break;
+    default: break;
+    }
+    const void *send = op->send;
+    void *recv = op->recv;
+    if (kind == CCL_REDUCE && me != op->root)
+        recv = (void *)send, rn = sn;   /* the engine writes only the root's recv */
+    if (kind == CCL_BROADCAST && me != op->root)
+        send = recv, sn = rn;           /* only the root's send is read */
+    if (kind == CCL_SEND)
+        recv = NULL;
+    if (kind == CCL_RECV)
+        send = NULL;
+    int share = kind != CCL_SEND && kind != CCL_RECV && kind != CCL_BARRIER && kind != CCL_ALL_TO_ALL &&
+                n >= c->zc_min;
+    ccl_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    o.dtype = op->dtype;
+    o.redop = reducing ? op->redop : CCL_SUM;
+    o.root = rooted ? op->root : -1;
+    o.count = op->count;
+    if ((st = describe(c, send, sn, share, &o.send, fn, "the send buffer")) != SC_OK ||
+        (st = describe(c, recv, rn, share, &o.recv, fn, "the receive buffer")) != SC_OK)
+        return st;
+    if (t_depth > 0) {
+        if (t_nops == t_cap) {
+            int cap = t_cap ? 2 * t_cap : 16;
+            pending_op *p = realloc(t_ops, (size_t)cap * sizeof *p);
+            if (!p)
+                return sc_fail(SC_OOM, "%s: out of host memory", fn);
+            t_ops = p;
+            t_cap = cap;
+        }
+        t_ops[t_nops++] = (pending_op){c, stream, o};
+        return SC_OK;
+    }
+    return enqueue(c, &o, 1, stream, NULL, 0, fn);
+}

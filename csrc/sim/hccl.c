@@ -1,0 +1,243 @@
+/*
+ * HCCL in the Ascend simulator (libascend_sim): the HCCL C API of hccl/hccl.h on the
+ * anychip collective engine. Ops are enqueued on ACL streams of the simulator.
+ *
+ * Types: reductions work on int8, uint8, int32, int64, fp16, bf16, fp32, fp64, and
+ * sum / prod also on uint32 / uint64 (the same bits as the signed types); int16 and
+ * uint16 reductions, and max / min of uint32 / uint64, return HCCL_E_NOT_SUPPORT.
+ * Data movement (broadcast, all-gather, all-to-all, send / recv) takes every type.
+ * HCCL has no average op. Failures of enqueued work are reported by
+ * HcclGetCommAsyncError and by every later call on the communicator.
+ */
+#include <stdint.h>
+
+#include "collective.h"
+#include "hccl/hccl.h"
+
+#define HCCL_API SIM_EXPORT
+
+typedef int aclError;
+aclError aclrtGetDevice(int32_t *deviceId);
+
+static HcclResult code(sc_status st)
+{
+    switch (st) {
+    case SC_OK: return HCCL_SUCCESS;
+    case SC_INVALID:
+    case SC_USAGE: return HCCL_E_PARA;
+    case SC_NULL: return HCCL_E_PTR;
+    case SC_UNSUPPORTED: return HCCL_E_NOT_SUPPORT;
+    case SC_TIMEOUT: return HCCL_E_TIMEOUT;
+    case SC_REMOTE: return HCCL_E_REMOTE;
+    case SC_SYSTEM: return HCCL_E_SYSCALL;
+    case SC_OOM: return HCCL_E_MEMORY;
+    case SC_RUNTIME: return HCCL_E_RUNTIME;
+    default: return HCCL_E_INTERNAL;
+    }
+}
+
+static const struct { int ccl; int size; int reduce; } TYPES[] = {
+    [HCCL_DATA_TYPE_INT8] = {CCL_INT8, 1, 1},       [HCCL_DATA_TYPE_INT16] = {-1, 2, 0},
+    [HCCL_DATA_TYPE_INT32] = {CCL_INT32, 4, 1},     [HCCL_DATA_TYPE_FP16] = {CCL_FLOAT16, 2, 1},
+    [HCCL_DATA_TYPE_FP32] = {CCL_FLOAT32, 4, 1},    [HCCL_DATA_TYPE_INT64] = {CCL_INT64, 8, 1},
+    [HCCL_DATA_TYPE_UINT64] = {CCL_INT64, 8, 2},    [HCCL_DATA_TYPE_UINT8] = {CCL_UINT8, 1, 1},
+    [HCCL_DATA_TYPE_UINT16] = {-1, 2, 0},           [HCCL_DATA_TYPE_UINT32] = {CCL_INT32, 4, 2},
+    [HCCL_DATA_TYPE_FP64] = {CCL_FLOAT64, 8, 1},    [HCCL_DATA_TYPE_BFP16] = {CCL_BFLOAT16, 2, 1},
+};
+static const char *const TYPE_NAMES[] = {"INT8", "INT16", "INT32", "FP16", "FP32", "INT64", "UINT64", "UINT8",
+                                         "UINT16", "UINT32", "FP64", "BFP16"};
+static const int OPS[] = {[HCCL_REDUCE_SUM] = CCL_SUM, [HCCL_REDUCE_PROD] = CCL_PROD, [HCCL_REDUCE_MAX] = CCL_MAX,
+                          [HCCL_REDUCE_MIN] = CCL_MIN};
+
+/* Fill dtype / redop / count of `o`: reductions in the engine's type, movement as bytes. */
+static sc_status types(sc_op *o, uint64_t count, HcclDataType t, int reducing, HcclReduceOp op, const char *fn)
+{
+    if ((unsigned)t >= HCCL_DATA_TYPE_RESERVED)
+        return sc_fail(SC_INVALID, "%s: dataType %d is not an HcclDataType (0..%d)", fn, (int)t,
+                       HCCL_DATA_TYPE_RESERVED - 1);
+    o->count = count;
+    if (!reducing) {
+        o->dtype = CCL_UINT8;
+        o->redop = -1;
+        o->count = count * (uint64_t)TYPES[t].size;
+        return SC_OK;
+    }
+    if ((unsigned)op >= HCCL_REDUCE_RESERVED)
+        return sc_fail(SC_INVALID, "%s: op %d is not an HcclReduceOp (SUM 0, PROD 1, MAX 2, MIN 3)", fn, (int)op);
+    if (!TYPES[t].reduce || (TYPES[t].reduce == 2 && op != HCCL_REDUCE_SUM && op != HCCL_REDUCE_PROD))
+        return sc_fail(SC_UNSUPPORTED, "%s: the simulator cannot reduce HCCL_DATA_TYPE_%s with %s", fn,
+                       TYPE_NAMES[t], op == HCCL_REDUCE_MAX ? "MAX" : op == HCCL_REDUCE_MIN ? "MIN" : "this op");
+    o->dtype = TYPES[t].ccl;
+    o->redop = OPS[op];
+    return SC_OK;
+}
+
+static HcclResult submit(HcclComm comm, sc_op *o, aclrtStream stream, const char *fn)
+{
+    return code(sc_submit((sc_comm *)comm, o, stream, fn));
+}
+
+HCCL_API HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo)
+{
+    return code(sc_unique_id("hccl", rootInfo, sizeof *rootInfo));
+}
+
+HCCL_API HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank,
+                                         HcclComm *comm)
+{
+    int32_t dev;
+    if (aclrtGetDevice(&dev) != 0)
+        return code(sc_fail(SC_RUNTIME, "HcclCommInitRootInfo: no current device; call aclrtSetDevice first"));
+    if (!comm || !rootInfo)
+        return code(sc_fail(SC_NULL, "HcclCommInitRootInfo: %s is NULL", comm ? "rootInfo" : "comm"));
+    if (nRanks > INT32_MAX || rank > INT32_MAX)
+        return code(sc_fail(SC_INVALID, "HcclCommInitRootInfo: nRanks=%u, rank=%u out of range", nRanks, rank));
+    return code(sc_comm_init("hccl", rootInfo, sizeof *rootInfo, (int)nRanks, (int)rank, (sc_comm **)comm));
+}
+
+HCCL_API HcclResult HcclCommDestroy(HcclComm comm) { return code(sc_comm_destroy((sc_comm *)comm)); }
+
+HCCL_API HcclResult HcclGetRankSize(HcclComm comm, uint32_t *rankSize)
+{
+    sc_status st = sc_comm_check((sc_comm *)comm, "HcclGetRankSize");
+    if (st == SC_OK && !rankSize)
+        st = sc_fail(SC_NULL, "HcclGetRankSize: rankSize is NULL");
+    if (st == SC_OK)
+        *rankSize = (uint32_t)sc_comm_size((sc_comm *)comm);
+    return code(st);
+}
+
+HCCL_API HcclResult HcclGetRankId(HcclComm comm, uint32_t *rank)
+{
+    sc_status st = sc_comm_check((sc_comm *)comm, "HcclGetRankId");
+    if (st == SC_OK && !rank)
+        st = sc_fail(SC_NULL, "HcclGetRankId: rank is NULL");
+    if (st == SC_OK)
+        *rank = (uint32_t)sc_comm_rank((sc_comm *)comm);
+    return code(st);
+}
+
+HCCL_API HcclResult HcclGetCommName(HcclComm comm, char *commName)
+{
+    sc_status st = sc_comm_check((sc_comm *)comm, "HcclGetCommName");
+    if (st == SC_OK && !commName)
+        st = sc_fail(SC_NULL, "HcclGetCommName: commName is NULL");
+    if (st == SC_OK) {
+        const char *n = sc_comm_name((sc_comm *)comm);
+        size_t i = 0;
+        for (; n[i] && i < 127; i++)
+            commName[i] = n[i];
+        commName[i] = 0;
+    }
+    return code(st);
+}
+
+HCCL_API HcclResult HcclGetCommAsyncError(HcclComm comm, HcclResult *asyncError)
+{
+    sc_status st = sc_comm_check((sc_comm *)comm, "HcclGetCommAsyncError");
+    if (st == SC_OK && !asyncError)
+        st = sc_fail(SC_NULL, "HcclGetCommAsyncError: asyncError is NULL");
+    if (st == SC_OK) {
+        const char *msg;
+        sc_status a = sc_comm_async_error((sc_comm *)comm, &msg);
+        if (a != SC_OK)
+            sc_fail(a, "%s", msg);
+        *asyncError = code(a);
+    }
+    return code(st);
+}
+
+HCCL_API const char *HcclGetErrorString(HcclResult code)
+{
+    static const char *const names[] = {
+        "HCCL_SUCCESS", "HCCL_E_PARA", "HCCL_E_PTR", "HCCL_E_MEMORY", "HCCL_E_INTERNAL", "HCCL_E_NOT_SUPPORT",
+        "HCCL_E_NOT_FOUND", "HCCL_E_UNAVAIL", "HCCL_E_SYSCALL", "HCCL_E_TIMEOUT", "HCCL_E_OPEN_FILE_FAILURE",
+        "HCCL_E_TCP_CONNECT", "HCCL_E_ROCE_CONNECT", "HCCL_E_TCP_TRANSFER", "HCCL_E_ROCE_TRANSFER",
+        "HCCL_E_RUNTIME", "HCCL_E_DRV", "HCCL_E_PROFILING", "HCCL_E_CCE", "HCCL_E_NETWORK", "HCCL_E_AGAIN",
+        "HCCL_E_REMOTE", "HCCL_E_SUSPENDING", "HCCL_E_OPRETRY_FAIL", "HCCL_E_OOM"};
+    if ((unsigned)code < sizeof names / sizeof names[0])
+        return names[code];
+    return "HCCL_E_UNKNOWN";
+}
+
+HCCL_API HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType,
+                                  HcclReduceOp op, HcclComm comm, aclrtStream stream)
+{
+    sc_op o = {.kind = CCL_ALL_REDUCE, .root = -1, .send = sendBuf, .recv = recvBuf};
+    sc_status st = types(&o, count, dataType, 1, op, "HcclAllReduce");
+    return st ? code(st) : submit(comm, &o, stream, "HcclAllReduce");
+}
+
+HCCL_API HcclResult HcclBroadcast(void *buf, uint64_t count, HcclDataType dataType, uint32_t root, HcclComm comm,
+                                  aclrtStream stream)
+{
+    sc_op o = {.kind = CCL_BROADCAST, .root = root > INT32_MAX ? INT32_MAX : (int)root, .send = buf, .recv = buf};
+    sc_status st = types(&o, count, dataType, 0, 0, "HcclBroadcast");
+    return st ? code(st) : submit(comm, &o, stream, "HcclBroadcast");
+}
+
+HCCL_API HcclResult HcclReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType, HcclReduceOp op,
+                               uint32_t root, HcclComm comm, aclrtStream stream)
+{
+    sc_op o = {.kind = CCL_REDUCE, .root = root > INT32_MAX ? INT32_MAX : (int)root, .send = sendBuf,
+               .recv = recvBuf};
+    sc_status st = types(&o, count, dataType, 1, op, "HcclReduce");
+    return st ? code(st) : submit(comm, &o, stream, "HcclReduce");
+}
+
+HCCL_API HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t recvCount, HcclDataType dataType,
+                                      HcclReduceOp op, HcclComm comm, aclrtStream stream)
+{
+    sc_op o = {.kind = CCL_REDUCE_SCATTER, .root = -1, .send = sendBuf, .recv = recvBuf};
+    sc_status st = types(&o, recvCount, dataType, 1, op, "HcclReduceScatter");
+    return st ? code(st) : submit(comm, &o, stream, "HcclReduceScatter");
+}
+
+HCCL_API HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCount, HcclDataType dataType,
+                                  HcclComm comm, aclrtStream stream)
+{
+    sc_op o = {.kind = CCL_ALL_GATHER, .root = -1, .send = sendBuf, .recv = recvBuf};
+    sc_status st = types(&o, sendCount, dataType, 0, 0, "HcclAllGather");
+    return st ? code(st) : submit(comm, &o, stream, "HcclAllGather");
+}
+
+HCCL_API HcclResult HcclAlltoAll(const void *sendBuf, uint64_t sendCount, HcclDataType sendType, const void *recvBuf,
+                                 uint64_t recvCount, HcclDataType recvType, HcclComm comm, aclrtStream stream)
+{
+    sc_op o = {.kind = CCL_ALL_TO_ALL, .root = -1, .send = sendBuf, .recv = (void *)recvBuf};
+    sc_status st = types(&o, sendCount, sendType, 0, 0, "HcclAlltoAll");
+    if (st == SC_OK && (unsigned)recvType < HCCL_DATA_TYPE_RESERVED &&
+        recvCount * (uint64_t)TYPES[recvType].size != o.count)
+        st = sc_fail(SC_INVALID, "HcclAlltoAll: each block sends %llu bytes but receives %llu; they must match",
+                     (unsigned long long)o.count,
+                     (unsigned long long)(recvCount * (uint64_t)TYPES[recvType].size));
+    else if (st == SC_OK && (unsigned)recvType >= HCCL_DATA_TYPE_RESERVED)
+        st = sc_fail(SC_INVALID, "HcclAlltoAll: recvType %d is not an HcclDataType", (int)recvType);
+    return st ? code(st) : submit(comm, &o, stream, "HcclAlltoAll");
+}
+
+HCCL_API HcclResult HcclSend(void *sendBuf, uint64_t count, HcclDataType dataType, uint32_t destRank, HcclComm comm,
+                             aclrtStream stream)
+{
+    sc_op o = {.kind = CCL_SEND, .root = destRank > INT32_MAX ? INT32_MAX : (int)destRank, .send = sendBuf};
+    sc_status st = types(&o, count, dataType, 0, 0, "HcclSend");
+    return st ? code(st) : submit(comm, &o, stream, "HcclSend");
+}
+
+HCCL_API HcclResult HcclRecv(void *recvBuf, uint64_t count, HcclDataType dataType, uint32_t srcRank, HcclComm comm,
+                             aclrtStream stream)
+{
+    sc_op o = {.kind = CCL_RECV, .root = srcRank > INT32_MAX ? INT32_MAX : (int)srcRank, .recv = recvBuf};
+    sc_status st = types(&o, count, dataType, 0, 0, "HcclRecv");
+    return st ? code(st) : submit(comm, &o, stream, "HcclRecv");
+}
+
+HCCL_API HcclResult HcclBarrier(HcclComm comm, aclrtStream stream)
+{
+    sc_op o = {.kind = CCL_BARRIER, .dtype = CCL_UINT8, .redop = -1, .root = -1};
+    return submit(comm, &o, stream, "HcclBarrier");
+}
+
+HCCL_API HcclResult HcclGroupStart(void) { return code(sc_group_start()); }
+
+HCCL_API HcclResult HcclGroupEnd(void) { return code(sc_group_end()); }
