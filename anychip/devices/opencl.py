@@ -33,6 +33,7 @@ Host arrays
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
@@ -96,6 +97,7 @@ FORK_REASON = (
 
 #: OpenCL objects a forked child inherited; never released there (see _after_fork_in_child)
 _FORK_LEFTOVERS: list[Any] = []
+_FORK_LEFTOVERS_PINNED: list[bool] = []
 
 
 def cl_code_name(code: int | None) -> str | None:
@@ -234,6 +236,15 @@ class OpenCLPlugin(DevicePlugin):
             _FORK_LEFTOVERS.append((st.context, st.default, st.touch_queue, list(st.streams), st.program))
             for stream in list(st.streams):
                 _FORK_LEFTOVERS.append((stream.queue, stream.last, list(stream.pending)))
+            _FORK_LEFTOVERS.append(dict(st.kernels))
+        # A module-level list is still freed when the interpreter clears its modules at
+        # exit, and freeing a parent's NannyEvent waits in clWaitForEvents (a command
+        # queue's release in clFinish) for work only the parent's threads could run: the
+        # child hung in its exit. One reference that is never dropped keeps the list,
+        # and so every object in it, out of the child's teardown.
+        if not _FORK_LEFTOVERS_PINNED:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(_FORK_LEFTOVERS))
+            _FORK_LEFTOVERS_PINNED.append(True)
 
     def available(self) -> tuple[bool, str]:
         if self._forked:
