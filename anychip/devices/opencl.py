@@ -33,6 +33,7 @@ Host arrays
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import logging
 import os
@@ -98,6 +99,33 @@ FORK_REASON = (
 #: OpenCL objects a forked child inherited; never released there (see _after_fork_in_child)
 _FORK_LEFTOVERS: list[Any] = []
 _FORK_LEFTOVERS_PINNED: list[bool] = []
+
+
+#: done flag -> event of completion callbacks registered and not yet run (see _drain_callbacks)
+_CALLBACKS_IN_FLIGHT: dict[threading.Event, Any] = {}
+
+
+def _drain_callbacks() -> None:
+    """At exit: let every completion callback whose event has finished run first.
+
+    pyopencl runs an event callback on a detached C++ thread that takes the GIL to
+    call it. A wait interrupted by Ctrl-C leaves its callback registered; when the work
+    completes later (the program released it), that thread may reach for the GIL only
+    once the interpreter is finalizing, where a thread taking the GIL is ended
+    mid-call: the process aborted with "terminate called without an active
+    exception". Waiting here, before finalization, lets those threads finish; a
+    callback whose event never completes never takes the GIL and is left alone.
+    """
+    for done, event in list(_CALLBACKS_IN_FLIGHT.items()):
+        try:
+            finished = event.command_execution_status <= 0    # complete, or failed
+        except Exception:  # noqa: BLE001 - at exit: a broken event is not waited for
+            finished = False
+        if finished:
+            done.wait(5.0)
+
+
+atexit.register(_drain_callbacks)
 
 
 def cl_code_name(code: int | None) -> str | None:
@@ -517,8 +545,18 @@ class OpenCLPlugin(DevicePlugin):
 
     def _wait_callback(self, event: Any) -> None:
         done = threading.Event()
-        event.set_callback(self._cl.command_execution_status.COMPLETE, lambda status: done.set())
-        while not done.wait(0.05):
+
+        def fired(status: int) -> None:
+            _CALLBACKS_IN_FLIGHT.pop(done, None)
+            done.set()
+
+        _CALLBACKS_IN_FLIGHT[done] = event
+        try:
+            event.set_callback(self._cl.command_execution_status.COMPLETE, fired)
+        except BaseException:
+            _CALLBACKS_IN_FLIGHT.pop(done, None)
+            raise
+        while not done.wait(0.05):     # Ctrl-C leaves the callback in flight (see _drain_callbacks)
             pass
 
     def _stream_synchronize(self, index: int, stream: Any) -> None:
