@@ -33,8 +33,8 @@ Host arrays
 """
 from __future__ import annotations
 
-import atexit
 import ctypes
+import ctypes.util
 import logging
 import os
 import threading
@@ -101,31 +101,31 @@ _FORK_LEFTOVERS: list[Any] = []
 _FORK_LEFTOVERS_PINNED: list[bool] = []
 
 
-#: done flag -> event of completion callbacks registered and not yet run (see _drain_callbacks)
-_CALLBACKS_IN_FLIGHT: dict[threading.Event, Any] = {}
+_wait_lib: list[Any] = []      # [clWaitForEvents of the loaded ICD loader, or None]
 
 
-def _drain_callbacks() -> None:
-    """At exit: let every completion callback whose event has finished run first.
+def _cl_wait_for_events() -> Any:
+    """clWaitForEvents of the OpenCL ICD loader pyopencl uses (its wheels bundle one
+    under pyopencl/.libs), through ctypes, which releases the GIL during the call and
+    takes it back in plain C; None when no loader can be opened."""
+    if not _wait_lib:
+        import glob
 
-    pyopencl runs an event callback on a detached C++ thread that takes the GIL to
-    call it. A wait interrupted by Ctrl-C leaves its callback registered; when the work
-    completes later (the program released it), that thread may reach for the GIL only
-    once the interpreter is finalizing, where a thread taking the GIL is ended
-    mid-call: the process aborted with "terminate called without an active
-    exception". Waiting here, before finalization, lets those threads finish; a
-    callback whose event never completes never takes the GIL and is left alone.
-    """
-    for done, event in list(_CALLBACKS_IN_FLIGHT.items()):
-        try:
-            finished = event.command_execution_status <= 0    # complete, or failed
-        except Exception:  # noqa: BLE001 - at exit: a broken event is not waited for
-            finished = False
-        if finished:
-            done.wait(5.0)
+        import pyopencl
 
-
-atexit.register(_drain_callbacks)
+        libs = sorted(glob.glob(os.path.join(os.path.dirname(pyopencl.__file__), ".libs", "libOpenCL*")))
+        found = ctypes.util.find_library("OpenCL")
+        fn = None
+        for name in [*libs, *([found] if found else [])]:
+            try:
+                fn = ctypes.CDLL(name).clWaitForEvents
+            except (OSError, AttributeError):
+                continue
+            fn.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p)]
+            fn.restype = ctypes.c_int32
+            break
+        _wait_lib.append(fn)
+    return _wait_lib[0]
 
 
 def cl_code_name(code: int | None) -> str | None:
@@ -533,30 +533,36 @@ class OpenCLPlugin(DevicePlugin):
     def _wait_for(self, event: Any) -> None:
         """Return once ``event`` is complete (or failed). clFinish / clWaitForEvents
         cannot be interrupted, so this polls the event while yielding the CPU for up to
-        100 us (a short copy completes within that), then waits on a completion
-        callback in 50 ms slices, so that Ctrl-C raises KeyboardInterrupt even when the
-        event never completes."""
+        100 us (a short copy completes within that), then waits in 50 ms slices for a
+        helper thread blocked in clWaitForEvents, so that Ctrl-C raises KeyboardInterrupt
+        even when the event never completes."""
         until = time.perf_counter() + 1e-4
         while event.command_execution_status > 0:        # queued, submitted or running
             if time.perf_counter() > until:
-                self._wait_callback(event)
+                self._wait_blocking(event)
                 return
             os.sched_yield()
 
-    def _wait_callback(self, event: Any) -> None:
+    @staticmethod
+    def _wait_blocking(event: Any) -> None:
+        # Not pyopencl's Event.set_callback: it calls back on a detached C++ thread that
+        # takes the GIL, and one left waiting by Ctrl-C whose event completed while the
+        # interpreter was finalizing aborted the process ("terminate called without an
+        # active exception"). A daemon thread in a ctypes call is ended cleanly there.
+        wait = _cl_wait_for_events()
+        if wait is None:                   # no loader to call: poll
+            while event.command_execution_status > 0:
+                time.sleep(5e-4)
+            return
         done = threading.Event()
+        handle = ctypes.c_void_p(event.int_ptr)
 
-        def fired(status: int) -> None:
-            _CALLBACKS_IN_FLIGHT.pop(done, None)
+        def waiter(keep: Any = event) -> None:    # keep: the event outlives the wait
+            wait(1, ctypes.byref(handle))
             done.set()
 
-        _CALLBACKS_IN_FLIGHT[done] = event
-        try:
-            event.set_callback(self._cl.command_execution_status.COMPLETE, fired)
-        except BaseException:
-            _CALLBACKS_IN_FLIGHT.pop(done, None)
-            raise
-        while not done.wait(0.05):     # Ctrl-C leaves the callback in flight (see _drain_callbacks)
+        threading.Thread(target=waiter, name="anychip-opencl-wait", daemon=True).start()
+        while not done.wait(0.05):     # Ctrl-C leaves the thread waiting; it ends with the work
             pass
 
     def _stream_synchronize(self, index: int, stream: Any) -> None:
