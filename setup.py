@@ -23,7 +23,12 @@ C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
     "libascend_sim": ([*SIM_CORE, "csrc/sim/acl.c"], ["dl"]),
     "libkunlun_sim": ([*SIM_CORE, "csrc/sim/xpu.c"], ["dl"]),
     "libhygon_sim": ([*SIM_CORE, "csrc/sim/hip.c"], ["dl"]),
+    # the shared-memory collective engine (see csrc/ccl/ccl.h)
+    "libanychip_ccl": (["csrc/ccl/ccl.c"], []),
 }
+
+# extra compiler flags per library (signed integer sums in the engine wrap, as NCCL's do)
+EXTRA_FLAGS: dict[str, list[str]] = {"libanychip_ccl": ["-O3", "-fwrapv"]}
 
 
 class build_clib_as_ext(build_ext):
@@ -38,7 +43,7 @@ ext_modules = [
         f"anychip._lib.{name}",
         sources=sources,
         include_dirs=["csrc/include", "csrc"],
-        extra_compile_args=COMMON_FLAGS,
+        extra_compile_args=COMMON_FLAGS + EXTRA_FLAGS.get(name, []),
         libraries=["pthread", "rt", *libs],
     )
     for name, (sources, libs) in C_LIBRARIES.items()

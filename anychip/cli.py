@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="version, Python, backends and the ANYCHIP_* variables in effect")
     i.add_argument("--json", action="store_true", help="print JSON")
     i.set_defaults(func=cmd_info)
+    from .collectives.launch import add_parser as add_launch_parser
+    add_launch_parser(sub)
     return p
 
 

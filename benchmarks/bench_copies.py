@@ -301,7 +301,7 @@ def run_benchmark(device: str, begin: int, end: int, factor: float, repeat: int,
         if not hasattr(dev.plugin, "pinned_empty"):
             raise SystemExit(f"bench_copies: --pinned needs a backend with page-locked host memory (cuda), "
                              f"not {dev.backend}")
-        host_src, host_dst = dev.plugin.pinned_empty(max_size), dev.plugin.pinned_empty(max_size)
+        host_src, host_dst = dev.plugin.pinned_empty(max_size, dev.index), dev.plugin.pinned_empty(max_size, dev.index)
         host_src[:] = np.random.default_rng(0).integers(0, 256, max_size, dtype=np.uint8)
         host_dst[:] = 1
     else:

@@ -1067,6 +1067,12 @@ class AllocatorMachine(RuleBasedStateMachine):
         assert s["allocated_bytes.all.current"] == sum(b.size for b in live)
         assert s["requested_bytes.all.current"] == sum(b.requested for b in live)
         assert s["allocation.all.current"] == len(live)
+        self._check_segments(s)
+        self._check_totals(s)
+        self._check_free_lists()
+
+    def _check_segments(self, s: dict) -> None:
+        al, dev = self.al, self.dev
         # reserved == segments held == what the fake device has handed out
         snap = al.snapshot()
         assert s["reserved_bytes.all.current"] == sum(x["total_size"] for x in snap) == dev.used
@@ -1084,6 +1090,8 @@ class AllocatorMachine(RuleBasedStateMachine):
         assert s["active_bytes.all.current"] == s["allocated_bytes.all.current"] + pending
         assert s["inactive_split_bytes.all.current"] == isb
         assert s["inactive_split.all.current"] == isc
+
+    def _check_totals(self, s: dict) -> None:
         # pools add up, peaks bound the current values, totals are consistent
         for name in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes", "allocation",
                      "segment", "active", "inactive_split", "inactive_split_bytes"):
@@ -1093,6 +1101,9 @@ class AllocatorMachine(RuleBasedStateMachine):
                 cur, peak = s[f"{name}.{pool}.current"], s[f"{name}.{pool}.peak"]
                 assert 0 <= cur <= peak
                 assert s[f"{name}.{pool}.allocated"] - s[f"{name}.{pool}.freed"] == cur
+
+    def _check_free_lists(self) -> None:
+        al = self.al
         # every free block sits in one list, sorted by size, and adjacent free blocks of one list are merged
         listed = set()
         for fl in [*al._small.values(), *al._large.values(), al._any_small, al._any_large]:

@@ -186,3 +186,31 @@ def test_whole_simulated_memory_after_cross_stream_frees():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0", str(64 << 20)]
+
+
+def test_allocator_orders_reuse_with_untimed_events():
+    """The allocator's events only order work; it asks for untimed ones (CUDA: disable_timing)."""
+    from anychip.devices.cpu import CPUPlugin
+    from anychip.runtime.device import Device
+    from anychip.runtime.registry import BackendInfo
+
+    class Counting(CPUPlugin):
+        def __init__(self) -> None:
+            super().__init__()
+            self.created = {"timed": 0, "untimed": 0}
+
+        def _event_create(self, index):
+            self.created["timed"] += 1
+            return super()._event_create(index)
+
+        def _event_create_untimed(self, index):
+            self.created["untimed"] += 1
+            return CPUPlugin._event_create(self, index)
+
+    plugin = Counting()
+    dev = Device(BackendInfo("cpu", "test", loader=lambda: plugin, plugin=plugin, available=True), 0)
+    other = anychip.Stream(dev)
+    buf = dev.alloc(4096)
+    buf.record_stream(other)            # the free must wait for an event on `other`
+    buf.free()
+    assert plugin.created == {"timed": 0, "untimed": 1}

@@ -126,7 +126,7 @@ class Device:
         plugin, index = self.plugin, self.index
 
         def event_record(stream: Stream) -> Any:
-            ev = plugin._event_create(index)
+            ev = plugin._event_create_untimed(index)
             plugin._event_record(index, ev, stream._handle)
             return ev
 
@@ -295,8 +295,8 @@ def copy(dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0, 
     Without ``stream`` the copy is synchronous: it is enqueued on the current
     stream of the device doing it (the source's for device-to-*), which is then
     synchronized. With ``stream`` (a stream of that device) it is only enqueued;
-    host memory is kept alive until the stream is synchronized, but the caller
-    must not read a destination host array before then. Copies between devices
+    host memory is kept alive until the copy is known to be complete, and the
+    caller must not read a destination host array before then. Copies between devices
     of different backends stage through host memory.
     """
     dbuf, sbuf = isinstance(dst, Buffer), isinstance(src, Buffer)

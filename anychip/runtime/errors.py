@@ -48,8 +48,8 @@ class DeviceError(AnychipError):
         return (_rebuild, (type(self), self.args, self.__dict__))
 
 
-def _rebuild(cls: type, args: tuple, state: dict) -> Exception:
-    obj = BaseException.__new__(cls)     # (cls.__new__ is refused by MemoryError subclasses)
+def _rebuild(cls: type, args: tuple, state: dict) -> BaseException:
+    obj: BaseException = BaseException.__new__(cls)     # (cls.__new__ is refused by MemoryError subclasses)
     BaseException.__init__(obj, *args)
     obj.__dict__.update(state)
     return obj

@@ -9,8 +9,8 @@ accounting and caching, so a backend may assume:
 * ``stream`` / ``event`` arguments are handles this backend returned for the
   same device and that were not destroyed;
 * host memory is passed as a C-contiguous 1-D ``numpy.uint8`` array (writable
-  when it is the destination); the front end keeps it alive until the stream
-  that used it has been synchronized.
+  when it is the destination); the front end keeps it alive until the copy
+  that used it is known to be complete.
 
 Raw calls translate native failures into :mod:`anychip.runtime.errors`
 exceptions (``DeviceError`` with the vendor's code name; ``OutOfMemoryError``
@@ -140,6 +140,11 @@ class DevicePlugin:
     # -- events ---------------------------------------------------------
     def _event_create(self, index: int) -> Any:
         raise NotImplementedError
+
+    def _event_create_untimed(self, index: int) -> Any:
+        """An event used only for ordering (never timed): the caching allocator's. Backends whose
+        untimed events are cheaper override this (CUDA: ``disable_timing=True``)."""
+        return self._event_create(index)
 
     def _event_destroy(self, index: int, event: Any) -> None:
         raise NotImplementedError

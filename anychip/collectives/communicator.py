@@ -1,0 +1,488 @@
+"""The collective front end: ``Communicator``, ``Work`` and the argument checks.
+
+A Communicator is one rank of a group of processes, bound to one device. Every op
+is checked here, once, before anything is enqueued; it is then described as an
+:class:`OpSpec` and handed to the communicator's :class:`~.transport.Transport`
+(the shared-memory engine, a chip's native library, MPI...), which enqueues it on
+the stream and returns a :class:`Work`.
+
+NCCL semantics: ops are enqueued on ``stream`` (default: the device's current
+stream) in the order they are called; every rank must call the same collectives in
+the same order. Inside ``with comm.group():`` ops are only collected; they are
+issued together when the block ends (point-to-point ops of one group progress
+together, so a ring of send/recv cannot deadlock), and every Work returned inside
+the block completes with the group.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..runtime.buffer import Buffer
+from ..runtime.errors import CollectiveError, CollectiveTimeout, InvalidArgumentError
+from ..runtime.stream import Stream
+
+if TYPE_CHECKING:
+    from ..runtime.device import Device
+    from .transport import Transport
+
+__all__ = ["Communicator", "Work", "OpSpec", "DTYPES", "REDUCE_OPS", "dtype_name"]
+
+#: supported element types: name -> bytes per element
+DTYPES: dict[str, int] = {"int8": 1, "uint8": 1, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2,
+                          "float32": 4, "float64": 8}
+_DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16",
+                  "fp16": "float16", "fp32": "float32", "fp64": "float64", "int": "int32", "long": "int64"}
+#: supported reduce ops
+REDUCE_OPS: tuple[str, ...] = ("sum", "prod", "min", "max", "avg")
+
+
+def dtype_name(dtype: Any) -> str | None:
+    """The canonical name of ``dtype`` (a name, a NumPy dtype or type), or None when unsupported."""
+    if dtype in DTYPES:
+        return dtype
+    if isinstance(dtype, str):
+        name = dtype.strip().lower()
+        name = _DTYPE_ALIASES.get(name, name)
+        return name if name in DTYPES else None
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        return None
+    return name if name in DTYPES else None
+
+
+@dataclass(slots=True)
+class OpSpec:
+    """One checked op, as a transport receives it.
+
+    ``count`` is in elements, as the vendor APIs count: all_reduce / broadcast / reduce:
+    elements of send and recv; all_gather: elements each rank sends (recv holds
+    size * count); reduce_scatter: elements each rank receives (send holds size * count);
+    all_to_all: elements per peer (send and recv hold size * count); send / recv: elements.
+    ``root`` is the root (broadcast, reduce) or the peer (send, recv), else -1.
+    ``send`` / ``recv`` are Buffers (views included) or None where the op has none
+    (barrier; broadcast's send on non-root ranks is the recv buffer).
+    """
+    kind: str
+    send: Buffer | None
+    recv: Buffer | None
+    count: int
+    dtype: str
+    op: str
+    root: int
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dtype]
+
+    def signature(self) -> tuple:
+        return (self.kind, self.count, self.dtype, self.op, self.root)
+
+
+class Work:
+    """Handle of an enqueued op (or group).
+
+    ``wait(timeout=None)`` blocks until it is done and raises its error (a
+    :class:`CollectiveError`, :class:`CollectiveTimeout` when ``timeout`` seconds pass
+    first); ``is_completed()`` never blocks; ``exception()`` is the error or None.
+    Transports subclass it and implement ``_poll`` and ``_block``.
+    """
+
+    def __init__(self, what: str = "op") -> None:
+        self._what = what
+        self._done = False
+        self._exc: BaseException | None = None
+
+    # -- to implement -----------------------------------------------------
+    def _poll(self) -> bool:
+        """True when finished (then _done / _exc are set)."""
+        return self._done
+
+    def _block(self, timeout: float | None) -> bool:
+        """Wait at most ``timeout`` seconds (None: no limit); True when finished."""
+        return self._done
+
+    def _finish(self, exc: BaseException | None = None) -> None:
+        self._exc = exc
+        self._done = True
+
+    # -- public -------------------------------------------------------------
+    def is_completed(self) -> bool:
+        return self._done or self._poll()
+
+    def exception(self) -> BaseException | None:
+        if not self.is_completed():
+            return None
+        return self._exc
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None and timeout < 0:
+            raise InvalidArgumentError(f"Work.wait: timeout must be >= 0 seconds or None, got {timeout}")
+        if not (self._done or self._poll() or self._block(timeout)):
+            raise CollectiveTimeout(f"{self._what} did not complete within {timeout} s (it is still running)")
+        if self._exc is not None:
+            raise self._exc
+        return True
+
+    def __repr__(self) -> str:
+        state = "failed" if self._done and self._exc else ("done" if self._done else "pending")
+        return f"<anychip Work {self._what} ({state})>"
+
+
+class _GroupWork(Work):
+    """A Work handed out inside ``comm.group()``: bound to the group's Work at its end."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self._inner: Work | None = None
+
+    def _poll(self) -> bool:
+        if self._inner is None:
+            return False
+        if self._inner.is_completed():
+            self._finish(self._inner.exception())
+        return self._done
+
+    def _block(self, timeout: float | None) -> bool:
+        if self._inner is None:
+            raise InvalidArgumentError(f"{self._what} was issued inside comm.group() and the group has not "
+                                       "ended yet; wait after the `with comm.group():` block")
+        try:
+            self._inner.wait(timeout)
+        except CollectiveTimeout:
+            if not self._inner.is_completed():
+                return False
+        except CollectiveError:
+            pass
+        return self._poll()
+
+
+class _Group:
+    __slots__ = ("specs", "works", "stream")
+
+    def __init__(self) -> None:
+        self.specs: list[OpSpec] = []
+        self.works: list[_GroupWork] = []
+        self.stream: Stream | None = None
+
+
+class Communicator:
+    """One rank of a group of processes, on one device. Made by
+    :func:`anychip.collectives.init` or :meth:`split`."""
+
+    def __init__(self, transport: Transport, device: Device, label: str = "world") -> None:
+        self._transport = transport
+        self.device: Device = device
+        self.rank: int = transport.rank
+        self.size: int = transport.size
+        self.label = label
+        self._tls = threading.local()
+        self._closed = False
+        self._splits = 0
+        self._prepared: dict[tuple, tuple] = {}
+
+    # -- identity -----------------------------------------------------------
+    @property
+    def transport(self) -> Transport:
+        return self._transport
+
+    def __repr__(self) -> str:
+        return (f"<anychip Communicator {self.label}: rank {self.rank} of {self.size} on {self.device} "
+                f"via {self._transport.name}>")
+
+    # -- ops ----------------------------------------------------------------
+    def all_reduce(self, send: Buffer, recv: Buffer | None = None, count: int | None = None,
+                   dtype: Any = "float32", op: str = "sum", stream: Stream | None = None) -> Work:
+        """recv[i] = op over ranks of send[i], on every rank (in place when recv is None or send)."""
+        return self._submit("all_reduce", send, recv, count, dtype, op, -1, stream, send_mult=1, recv_mult=1)
+
+    def broadcast(self, send: Buffer, recv: Buffer | None = None, count: int | None = None,
+                  dtype: Any = "float32", root: int = 0, stream: Stream | None = None) -> Work:
+        """recv = root's send, on every rank (in place when recv is None or send)."""
+        return self._submit("broadcast", send, recv, count, dtype, None, root, stream, send_mult=1, recv_mult=1)
+
+    def reduce(self, send: Buffer, recv: Buffer | None = None, count: int | None = None,
+               dtype: Any = "float32", op: str = "sum", root: int = 0, stream: Stream | None = None) -> Work:
+        """root's recv = op over ranks of send (recv is only written on the root)."""
+        return self._submit("reduce", send, recv, count, dtype, op, root, stream, send_mult=1, recv_mult=1)
+
+    def all_gather(self, send: Buffer, recv: Buffer, count: int | None = None, dtype: Any = "float32",
+                   stream: Stream | None = None) -> Work:
+        """recv = the concatenation of every rank's send (count elements each), in rank order."""
+        return self._submit("all_gather", send, recv, count, dtype, None, -1, stream, send_mult=1,
+                            recv_mult=self.size)
+
+    def reduce_scatter(self, send: Buffer, recv: Buffer, count: int | None = None, dtype: Any = "float32",
+                       op: str = "sum", stream: Stream | None = None) -> Work:
+        """recv (count elements) = op over ranks of block ``rank`` of send (size * count elements)."""
+        return self._submit("reduce_scatter", send, recv, count, dtype, op, -1, stream, send_mult=self.size,
+                            recv_mult=1)
+
+    def all_to_all(self, send: Buffer, recv: Buffer | None = None, count: int | None = None,
+                   dtype: Any = "float32", stream: Stream | None = None) -> Work:
+        """Block j of send (count elements) goes to rank j; block j of recv comes from rank j."""
+        return self._submit("all_to_all", send, recv, count, dtype, None, -1, stream, send_mult=self.size,
+                            recv_mult=self.size)
+
+    def send(self, buf: Buffer, peer: int, count: int | None = None, dtype: Any = "float32",
+             stream: Stream | None = None) -> Work:
+        """Send count elements of buf to ``peer`` (which calls recv)."""
+        return self._submit("send", buf, None, count, dtype, None, peer, stream, send_mult=1, recv_mult=0)
+
+    def recv(self, buf: Buffer, peer: int, count: int | None = None, dtype: Any = "float32",
+             stream: Stream | None = None) -> Work:
+        """Receive count elements from ``peer`` (which calls send) into buf."""
+        return self._submit("recv", None, buf, count, dtype, None, peer, stream, send_mult=0, recv_mult=1)
+
+    def barrier(self, stream: Stream | None = None) -> Work:
+        """Completes once every rank has reached it (on the stream, like the other ops)."""
+        return self._submit("barrier", None, None, 0, "uint8", None, -1, stream, send_mult=0, recv_mult=0)
+
+    # -- groups ---------------------------------------------------------------
+    @contextmanager
+    def group(self) -> Iterator[Communicator]:
+        """Collect the ops called inside the block and issue them together at its end
+        (NCCL's ncclGroupStart / ncclGroupEnd). Groups nest; the outermost issues."""
+        outer = getattr(self._tls, "group", None)
+        if outer is not None:
+            yield self
+            return
+        g = _Group()
+        self._tls.group = g
+        try:
+            yield self
+        except BaseException:
+            self._tls.group = None
+            raise
+        self._tls.group = None
+        if not g.specs:
+            return
+        work = self._transport.submit(g.specs, g.stream or self.device.current_stream())
+        for w in g.works:
+            w._inner = work
+
+    # -- sub-groups -------------------------------------------------------------
+    def split(self, color: int | None, key: int = 0) -> Communicator | None:
+        """A communicator of the ranks that pass the same ``color``, ordered by
+        (key, rank). Every rank must call it; a rank passing None gets None."""
+        self._live()
+        if color is not None and (type(color) is not int or color < 0):
+            raise InvalidArgumentError(f"split: color must be an int >= 0 or None, got {color!r}")
+        if type(key) is not int:
+            raise InvalidArgumentError(f"split: key must be an int, got {key!r}")
+        entries = self._transport.exchange((color, key))
+        self._splits += 1
+        if color is None:
+            return None
+        members = sorted((k, r) for r, (c, k) in enumerate(entries) if c == color)
+        ranks = [r for _, r in members]
+        label = f"{self.label}.split{self._splits}(color={color})"
+        sub = self._transport.sub(ranks, f"s{self._splits}c{color}", label)
+        return Communicator(sub, self.device, label)
+
+    def exchange(self, obj: Any) -> list[Any]:
+        """All-gather of a small picklable object (bootstrap, unique ids): the list of every rank's."""
+        self._live()
+        return self._transport.exchange(obj)
+
+    def destroy(self) -> None:
+        """Release the communicator (its shared memory, its native communicator)."""
+        if not self._closed:
+            self._closed = True
+            self._transport.close()
+
+    def abort(self, reason: str = "aborted by the user") -> None:
+        """Make every rank's pending and future ops of this communicator fail."""
+        self._transport.abort(reason)
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.destroy()
+
+    # -- checks ---------------------------------------------------------------------
+    def _live(self) -> None:
+        if self._closed:
+            raise InvalidArgumentError(f"{self!r} was destroyed")
+
+    def _buffer(self, name: str, what: str, buf: Any) -> Buffer:
+        if not isinstance(buf, Buffer):
+            raise InvalidArgumentError(f"{name}: {what} must be an anychip.Buffer on {self.device}, "
+                                       f"got {type(buf).__name__}")
+        if buf.device is not self.device:
+            raise InvalidArgumentError(f"{name}: {what} is on {buf.device}; this communicator's rank "
+                                       f"{self.rank} works on {self.device}")
+        if buf.freed:
+            raise InvalidArgumentError(f"{name}: {what} was freed")
+        return buf
+
+    def _submit(self, kind: str, send: Any, recv: Any, count: Any, dtype: Any, op: Any, root: Any,
+                stream: Stream | None, *, send_mult: int, recv_mult: int) -> Work:
+        self._live()
+        stream = self._stream(kind, stream)
+        g = getattr(self._tls, "group", None)
+        if g is None:
+            # a call repeated with the same buffers, stream and arguments reuses its checked,
+            # prepared form (the buffers are only checked not to have been freed since)
+            key = (kind, id(send), id(recv), count, dtype, op, root, id(stream))
+            hit = self._prepared.get(key)
+            if hit is not None and hit[0]() is send and hit[1]() is recv and hit[2]() is stream and \
+                    (send is None or not send.freed) and (recv is None or not recv.freed):
+                k, c, d, o, r, native = hit[3]
+                spec = OpSpec(k, send, recv if recv is not None or recv_mult == 0 else send, c, d, o, r)
+                return self._transport.submit_prepared(([spec], native), stream)
+        spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
+        if g is None:
+            if len(self._prepared) >= 32:
+                self._prepared.clear()
+            specs, native = self._transport.prepare([spec])
+            # the cache holds the buffers weakly: their memory is released as usual when dropped
+            fields = (spec.kind, spec.count, spec.dtype, spec.op, spec.root, native)
+            self._prepared[key] = (_ref(send), _ref(recv), weakref.ref(stream), fields)
+            return self._transport.submit_prepared((specs, native), stream)
+        if g is not None:
+            if g.stream is not None and g.stream is not stream:
+                raise InvalidArgumentError(f"{kind}: every op of one comm.group() must use the same stream; "
+                                           f"the group uses {g.stream!r}, this op {stream!r}")
+            g.stream = stream
+            g.specs.append(spec)
+            w = _GroupWork(f"{kind} (in a group)")
+            g.works.append(w)
+            return w
+        return self._transport.submit([spec], stream)
+
+    def _stream(self, kind: str, stream: Any) -> Stream:
+        if stream is None:
+            return self.device.current_stream()
+        if not isinstance(stream, Stream):
+            raise InvalidArgumentError(f"{kind}: stream must be an anychip.Stream of {self.device}, "
+                                       f"got {type(stream).__name__}")
+        if stream.device is not self.device:
+            raise InvalidArgumentError(f"{kind}: stream is a stream of {stream.device}; this communicator "
+                                       f"works on {self.device}")
+        stream._live()
+        return stream
+
+    def _check(self, kind: str, send: Any, recv: Any, count: Any, dtype: Any, op: Any, root: Any,
+               send_mult: int, recv_mult: int) -> OpSpec:
+        name = dtype_name(dtype)
+        if name is None:
+            raise InvalidArgumentError(f"{kind}: dtype {dtype!r} is not supported; use one of "
+                                       f"{', '.join(DTYPES)} (by name or as a NumPy dtype)")
+        item = DTYPES[name]
+        if op is not None:
+            op = _op_name(kind, op)
+        if kind in ("broadcast", "reduce", "send", "recv"):
+            root = _rank_arg(kind, "peer" if kind in ("send", "recv") else "root", root, self.size)
+        if send_mult:
+            send = self._buffer(kind, "buf" if kind == "send" else "send", send)
+        if recv_mult:
+            if recv is None and kind in ("all_reduce", "broadcast", "reduce", "all_to_all"):
+                recv = send
+            recv = self._buffer(kind, "buf" if kind == "recv" else "recv", recv)
+        count = self._count(kind, count, send, recv, item, send_mult, recv_mult)
+        for buf, mult, what in ((send, send_mult, "send"), (recv, recv_mult, "recv")):
+            if not mult:
+                continue
+            need = count * mult * item
+            if buf.nbytes < need:
+                label = "buf" if kind in ("send", "recv") else what
+                fits = buf.nbytes // (mult * item)
+                raise InvalidArgumentError(
+                    f"{kind}: {label} holds {buf.nbytes} bytes but count={count} {name} needs {need} bytes"
+                    + (f" ({mult} ranks x {count} x {item} bytes)" if mult > 1 else "")
+                    + f"; it fits count <= {fits}")
+        if send_mult and recv_mult:
+            _check_overlap(kind, send, recv, count, item, self.rank, self.size)
+        return OpSpec(kind, send, recv, count, name, op or "sum", root if root is not None else -1)
+
+    def _count(self, kind: str, count: Any, send: Buffer | None, recv: Buffer | None, item: int,
+               send_mult: int, recv_mult: int) -> int:
+        if count is None:
+            if kind == "barrier":
+                return 0
+            if kind == "reduce_scatter":
+                buf, mult = recv, 1
+            elif send_mult:
+                buf, mult = send, send_mult
+            else:
+                buf, mult = recv, recv_mult
+            assert buf is not None
+            if buf.nbytes % (item * mult):
+                raise InvalidArgumentError(
+                    f"{kind}: count not given and the {buf.nbytes}-byte buffer is not a whole number of "
+                    f"{mult * item}-byte units ({mult} x {item}-byte elements); pass count=")
+            return buf.nbytes // (item * mult)
+        if type(count) is not int:
+            try:
+                count = count.__index__()
+            except (AttributeError, TypeError):
+                raise InvalidArgumentError(f"{kind}: count must be an int >= 0, got {count!r}") from None
+        if count < 0:
+            raise InvalidArgumentError(f"{kind}: count must be >= 0, got {count}")
+        return count
+
+
+def _none() -> None:
+    return None
+
+
+def _ref(obj: Any) -> Any:
+    return _none if obj is None else weakref.ref(obj)
+
+
+def _op_name(kind: str, op: Any) -> str:
+    if op in REDUCE_OPS:
+        return op
+    name = op.strip().lower() if isinstance(op, str) else getattr(op, "name", None)
+    if isinstance(name, str):
+        name = name.lower()
+    if name not in REDUCE_OPS:
+        raise InvalidArgumentError(f"{kind}: reduce op {op!r} is not supported; use one of {', '.join(REDUCE_OPS)}")
+    return name
+
+
+def _rank_arg(kind: str, what: str, value: Any, size: int) -> int:
+    if type(value) is not int and not isinstance(value, np.integer):
+        raise InvalidArgumentError(f"{kind}: {what} must be an int rank in [0, {size}), got {value!r}")
+    value = int(value)
+    if not 0 <= value < size:
+        raise InvalidArgumentError(f"{kind}: {what}={value} is out of range; the group has ranks 0..{size - 1}")
+    return value
+
+
+def _span(buf: Buffer, nbytes: int) -> tuple[int, int, int]:
+    """(identity of the allocation, start, end) with offsets from the start of the allocation."""
+    root = buf._root if buf._root is not None else buf
+    start = buf._offset - root._offset
+    return id(root), start, start + nbytes
+
+
+def _check_overlap(kind: str, send: Buffer, recv: Buffer, count: int, item: int, rank: int, size: int) -> None:
+    """send and recv are either disjoint or the op's in-place layout."""
+    if send is recv and kind not in ("all_gather", "reduce_scatter"):
+        return
+    mult_s = size if kind in ("reduce_scatter", "all_to_all") else 1
+    mult_r = size if kind in ("all_gather", "all_to_all") else 1
+    rs, s0, s1 = _span(send, count * mult_s * item)
+    rr, r0, r1 = _span(recv, count * mult_r * item)
+    if rs != rr or s1 <= r0 or r1 <= s0 or count == 0:
+        return
+    if kind == "all_gather" and s0 == r0 + rank * count * item:
+        return
+    if kind == "reduce_scatter" and r0 == s0 + rank * count * item:
+        return
+    if s0 == r0 and mult_s == mult_r:
+        return
+    where = {"all_gather": f"send at recv + rank*count*{item} bytes",
+             "reduce_scatter": f"recv at send + rank*count*{item} bytes"}.get(kind, "send is recv")
+    raise InvalidArgumentError(f"{kind}: send [{s0}, {s1}) and recv [{r0}, {r1}) overlap without being the "
+                               f"in-place layout ({where}); use disjoint buffers or the in-place layout")

@@ -1,0 +1,511 @@
+"""The host transport across hosts: which transport a job gets, and the hierarchical one.
+
+``ANYCHIP_HOST_TRANSPORT`` chooses for devices without a native collective library:
+
+* ``auto`` (default): the shared-memory engine when every rank is on one host; when
+  the ranks span hosts (an MPI launcher is required then), the hierarchical transport
+  below; flat MPI when the hosts hold different numbers of ranks;
+* ``shm``: the shared-memory engine (one host only);
+* ``mpi``: flat MPI between every pair of ranks (mpi4py), even on one host.
+
+Ranks are grouped by host: the host name, or ``ANYCHIP_HOSTID`` when set (as NCCL's
+``NCCL_HOSTID``; it also lets one machine play several hosts). Only the launcher's
+count of local ranks and, under an MPI launcher, the host keys gathered over MPI are
+used, so a one-host job never initialises MPI.
+
+:class:`HierTransport` (L ranks on each of H hosts): within a host the shared-memory
+engine on host memory, between hosts MPI, so the network carries one host's share:
+
+* all_reduce: reduce-scatter within the host (local rank i keeps block i), all_reduce
+  of block i across hosts among the ranks of local index i, all-gather within the host;
+  messages under 8 KiB skip the scatter (all_reduce within, then across);
+* reduce_scatter: the blocks reordered by (local index, host), reduce-scatter within the
+  host, reduce-scatter across hosts;
+* all_gather: all-gather across hosts (each rank its own block), all-gather within the
+  host, reordered by world rank;
+* broadcast / reduce: across hosts among the ranks of the root's local index, and
+  within each host from / to that rank;
+* all_to_all, send / recv, barrier: flat MPI.
+
+Half types accumulate in float32 and small integers take int64 for ``avg``, as in the
+engine, so every rank gets identical bits; avg divides the whole sum once at the end.
+
+Data is staged: device -> host on the stream, the op on host memory, host -> device
+(cpu buffers are used in place). Ops run on the calling thread; the Work is complete
+on return.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..runtime.errors import CollectiveError, InvalidArgumentError, UnsupportedError
+from ._engine import DTYPES as CCL_DTYPES
+from ._engine import KINDS, REDOPS, engine
+from .communicator import OpSpec, Work
+from .transport import ShmTransport, Transport, check_mode, collective_timeout
+
+if TYPE_CHECKING:
+    from ..runtime.device import Device
+    from ..runtime.stream import Stream
+    from ._bootstrap import World
+    from .mpi import MpiTransport
+
+__all__ = ["HOST_TRANSPORT_ENV", "HOSTID_ENV", "host_key", "host_transport", "StagedTransport", "HierTransport",
+           "Item"]
+
+HOST_TRANSPORT_ENV = "ANYCHIP_HOST_TRANSPORT"
+HOSTID_ENV = "ANYCHIP_HOSTID"
+#: messages below this many bytes take the two-step all_reduce
+SMALL_BYTES = 8192
+
+#: storage type of each dtype on the host (bfloat16 as its bits)
+NP_TYPES: dict[str, Any] = {"int8": np.int8, "uint8": np.uint8, "int32": np.int32, "int64": np.int64,
+                            "float16": np.float16, "bfloat16": np.uint16, "float32": np.float32,
+                            "float64": np.float64}
+
+
+def host_key() -> str:
+    """What groups ranks by host: ``ANYCHIP_HOSTID`` when set, else the host name."""
+    hid = os.environ.get(HOSTID_ENV, "").strip()
+    return f"id:{hid}" if hid else f"host:{socket.gethostname()}"
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+
+def _mode() -> str:
+    mode = os.environ.get(HOST_TRANSPORT_ENV, "").strip().lower() or "auto"
+    if mode not in ("auto", "shm", "mpi"):
+        raise InvalidArgumentError(f"{HOST_TRANSPORT_ENV}={mode!r} is not understood; use auto, shm or mpi")
+    return mode
+
+
+def host_transport(device: Device, world: World, shm_id: str | None = None) -> Transport:
+    """The host transport of the whole job for ``device`` (see the module docstring);
+    ``shm_id`` names the shared-memory communicator when every rank is on one host."""
+    shm_id = shm_id or f"{world.job_id}.world"
+    mode = _mode()
+    spans = world.local_size != world.size
+    mpi_launched = world.launcher in ("mpich", "openmpi")
+    if mode == "mpi":
+        from .mpi import MpiTransport
+        return MpiTransport.world(device, world)
+    if spans and mode == "shm":
+        raise UnsupportedError(
+            f"{HOST_TRANSPORT_ENV}=shm: the job spans more than one host ({world.size} ranks, {world.local_size} on "
+            "this one) and the shared-memory engine works within one host; use auto or mpi under mpiexec")
+    if mode == "shm" or not mpi_launched:
+        if spans:
+            raise UnsupportedError(
+                f"the job spans more than one host ({world.size} ranks, {world.local_size} on this one, launched by "
+                f"{world.launcher}); between hosts anychip uses MPI: launch with mpiexec and install anychip[mpi]")
+        return ShmTransport(device, world.rank, world.size, shm_id, "world")
+    if not spans and not os.environ.get(HOSTID_ENV, "").strip():
+        return ShmTransport(device, world.rank, world.size, shm_id, "world")
+    from .mpi import MpiTransport
+    flat = MpiTransport.world(device, world)
+    return for_comm(device, flat, "world")
+
+
+def for_comm(device: Device, flat: MpiTransport, label: str) -> Transport:
+    """The transport for the ranks of ``flat`` (an MPI transport, collective over it):
+    the engine when they share a host, hierarchical when every host has as many ranks,
+    else ``flat`` itself."""
+    keys = flat.comm.allgather(host_key())
+    token = flat.comm.bcast(os.urandom(6).hex() if flat.rank == 0 else None, root=0)
+    hosts = list(dict.fromkeys(keys))
+    members = [[r for r, k in enumerate(keys) if k == h] for h in hosts]
+    if len(hosts) == 1:
+        shm = ShmTransport(device, flat.rank, flat.size, f"mpi{token}", label)
+        flat.close()
+        return shm
+    if len({len(m) for m in members}) != 1:
+        return flat
+    return HierTransport(device, flat, members, token, label)
+
+
+# -- staging and element types ---------------------------------------------------------
+
+@dataclass
+class Item:
+    """An OpSpec on host memory: raw byte arrays for send / recv (empty where absent)."""
+    kind: str
+    src: np.ndarray
+    dst: np.ndarray
+    count: int
+    dtype: str
+    op: str
+    root: int
+
+
+class _Memory:
+    """Exposes raw host memory to NumPy (the array keeps the Buffer alive)."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, ptr: int, nbytes: int, owner: Any) -> None:
+        self.__array_interface__ = {"data": (ptr, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+        self.owner = owner
+
+
+def host_view(buf: Any, nbytes: int) -> np.ndarray:
+    """The first ``nbytes`` of a host-addressable Buffer as a writable byte array."""
+    ptr = buf.ptr if nbytes else None
+    if not ptr:
+        return np.empty(0, dtype=np.uint8)
+    return np.asarray(_Memory(ptr, nbytes, buf))
+
+
+def sizes(sp: OpSpec, size: int) -> tuple[int, int]:
+    """Bytes the op reads from send and writes to recv."""
+    n = sp.count * sp.itemsize
+    send_mult = {"reduce_scatter": size, "all_to_all": size, "recv": 0, "barrier": 0}.get(sp.kind, 1)
+    recv_mult = {"all_gather": size, "all_to_all": size, "send": 0, "barrier": 0}.get(sp.kind, 1)
+    return n * send_mult, n * recv_mult
+
+
+def acc_type(dtype: str, op: str) -> Any:
+    """The type a reduction accumulates in (the engine's choice)."""
+    if dtype in ("float16", "bfloat16"):
+        return np.float32
+    if op == "avg" and dtype in ("int8", "uint8", "int32"):
+        return np.int64
+    return NP_TYPES[dtype]
+
+
+def to_acc(raw: np.ndarray, dtype: str, op: str) -> tuple[np.ndarray, bool]:
+    """``raw`` (bytes) as the accumulation type; True when that is a new array."""
+    acc = acc_type(dtype, op)
+    if dtype == "bfloat16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32), True
+    if acc is NP_TYPES[dtype]:
+        return raw.view(acc), False
+    return raw.view(NP_TYPES[dtype]).astype(acc), True
+
+
+def from_acc(acc: np.ndarray, dtype: str, out: np.ndarray) -> None:
+    """Round / narrow ``acc`` into ``out`` (bytes of dtype), as the engine does."""
+    target = out.view(NP_TYPES[dtype])
+    if dtype == "bfloat16":
+        x = acc.view(np.uint32)
+        nan = (x & 0x7FFFFFFF) > 0x7F800000
+        rounded = ((x + (0x7FFF + ((x >> 16) & 1))) >> 16).astype(np.uint16)
+        np.copyto(target, np.where(nan, ((x >> 16) | 0x40).astype(np.uint16), rounded))
+    elif not (acc.dtype == target.dtype and acc.ctypes.data == target.ctypes.data):
+        np.copyto(target, acc, casting="unsafe")
+
+
+def finish_avg(acc: np.ndarray, op: str, divisor: int) -> None:
+    """avg: divide the sum in place (integers truncate toward zero, as C does)."""
+    if op != "avg":
+        return
+    if acc.dtype.kind == "f":
+        acc /= acc.dtype.type(divisor)
+    else:
+        acc -= np.fmod(acc, divisor)
+        acc //= divisor
+
+
+class StagedTransport(Transport):
+    """Base of the host-memory transports: stages the specs' buffers to host arrays,
+    runs the group (point-to-point ops together, then the collectives in order) through
+    ``_p2p`` and ``_<kind>`` methods, and copies results back."""
+
+    label = "world"
+
+    def __init__(self, device: Device, label: str) -> None:
+        self.device = device
+        self.label = label
+        self.timeout = collective_timeout()
+        self._failed: str | None = None
+        self._staging: dict[str, np.ndarray] = {}
+
+    # -- interface --------------------------------------------------------
+    def submit(self, specs: list[OpSpec], stream: Stream) -> Work:
+        self._live()
+        what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
+        if check_mode():
+            self._check_signatures(specs)
+        items, back = self._stage(specs, stream)
+        try:
+            self._execute(items)
+        except Exception as e:
+            if type(e).__module__.startswith("mpi4py"):
+                self._failed = f"{what}: MPI failed: {e}"
+                raise CollectiveError(f"{what} on group {self.label}: MPI failed: {e}") from e
+            raise
+        if back:
+            from ..runtime.device import copy
+            for buf, host in back:
+                copy(buf, host, host.nbytes, stream=stream)
+            stream.synchronize()
+        w = Work(what)
+        w._finish(None)
+        return w
+
+    def abort(self, reason: str) -> None:
+        self._failed = self._failed or reason
+
+    def _p2p(self, items: list[Item]) -> None:
+        """Run the point-to-point ops of a group together (subclasses)."""
+        raise NotImplementedError
+
+    def _execute(self, items: list[Item]) -> None:
+        p2p = [it for it in items if it.kind in ("send", "recv")]
+        if p2p:
+            self._p2p(p2p)
+        for it in items:
+            if it.kind not in ("send", "recv"):
+                getattr(self, "_" + it.kind)(it)
+
+    # -- helpers ------------------------------------------------------------
+    def _live(self) -> None:
+        if self._failed is not None:
+            raise CollectiveError(f"communicator {self.label} failed earlier and accepts no more ops: {self._failed}")
+
+    def _check_signatures(self, specs: list[OpSpec]) -> None:
+        mine = [sp.signature() for sp in specs if sp.kind not in ("send", "recv")]
+        every = self.exchange(mine)
+        if any(s != mine for s in every):
+            calls = "; ".join(f"rank {r}: " + (", ".join(_describe(s) for s in sigs) or "no collective")
+                              for r, sigs in enumerate(every))
+            raise CollectiveError(f"check mode: the ranks of group {self.label} called different collectives: {calls}")
+
+    def _host_array(self, key: str, nbytes: int) -> np.ndarray:
+        arr = self._staging.get(key)
+        if arr is None or arr.nbytes < nbytes:
+            arr = np.empty(max(nbytes, 64), dtype=np.uint8)
+            self._staging[key] = arr
+        return arr[:nbytes]
+
+    def _stage(self, specs: list[OpSpec], stream: Stream) -> tuple[list[Item], list[tuple[Any, np.ndarray]]]:
+        """Host arrays for every spec: cpu buffers in place; others copied device -> host
+        on the stream (send and recv of the same span share one array)."""
+        items: list[Item] = []
+        back: list[tuple[Any, np.ndarray]] = []
+        staged = self.device.backend != "cpu"
+        from ..runtime.device import copy
+        for i, sp in enumerate(specs):
+            s_n, r_n = sizes(sp, self.size)
+            src = dst = _EMPTY
+            if sp.send is not None and s_n:
+                src = self._host_array(f"s{i}", s_n) if staged else host_view(sp.send, s_n)
+                if staged:
+                    copy(src, sp.send, s_n, stream=stream)
+            if sp.recv is not None and r_n:
+                if not staged:
+                    dst = host_view(sp.recv, r_n)
+                elif src.nbytes and s_n == r_n and _same_span(sp.send, sp.recv):
+                    dst = src
+                else:
+                    dst = self._host_array(f"r{i}", r_n)
+                if staged and not (sp.kind == "reduce" and sp.root != self.rank):
+                    back.append((sp.recv, dst))
+            items.append(Item(sp.kind, src, dst, sp.count, sp.dtype, sp.op, sp.root))
+        if staged:
+            stream.synchronize()
+        return items, back
+
+
+def _describe(sig: tuple) -> str:
+    kind, count, dtype, op, root = sig
+    return f"{kind}(count={count}, dtype={dtype}, op={op}, root={root})"
+
+
+def _same_span(a: Any, b: Any) -> bool:
+    ra = a._root if a._root is not None else a
+    rb = b._root if b._root is not None else b
+    return ra is rb and a._offset == b._offset
+
+
+def _ptr(arr: np.ndarray) -> int:
+    return arr.ctypes.data if arr.nbytes else 0
+
+
+_EMPTY = np.empty(0, dtype=np.uint8)
+
+
+class _ShmHost:
+    """The shared-memory engine on host arrays (the ranks of one host)."""
+
+    def __init__(self, comm_id: str, rank: int, size: int, label: str) -> None:
+        ffi, lib = engine()
+        out = ffi.new("ccl_comm **")
+        rc = lib.ccl_comm_init(comm_id.encode(), rank, size, collective_timeout(), out)
+        if rc:
+            raise CollectiveError(f"communicator {label} (within the host): "
+                                  + ffi.string(lib.ccl_init_error()).decode("utf-8", "replace"))
+        self._comm = out[0]
+        lib.ccl_comm_set_label(self._comm, f"group {label} (within host)".encode())
+        self.rank, self.size = rank, size
+
+    def run(self, *ops: tuple) -> None:
+        """Run a group of (kind, send, recv, count, dtype name or np type, op, root)."""
+        ffi, lib = engine()
+        cops = ffi.new("ccl_op[]", len(ops))
+        for c, (kind, send, recv, count, dtype, op, root) in zip(cops, ops, strict=True):
+            c.kind, c.dtype, c.redop = KINDS[kind], CCL_DTYPES[_ccl_name(dtype)], REDOPS[op]
+            c.root, c.count = root, count
+            c.send.ptr = _ptr(send)          # (declared uintptr_t in the binding)
+            c.recv.ptr = _ptr(recv)
+        rc = lib.ccl_run(self._comm, cops, len(ops))
+        if rc:
+            msg = ffi.string(lib.ccl_comm_error(self._comm)).decode("utf-8", "replace")
+            from .transport import _error
+            raise _error(rc, msg)
+
+    def abort(self, reason: str) -> None:
+        if self._comm is not None:
+            engine()[1].ccl_comm_abort(self._comm, reason.encode())
+
+    def close(self) -> None:
+        comm, self._comm = self._comm, None
+        if comm is not None:
+            engine()[1].ccl_comm_destroy(comm)
+
+
+def _ccl_name(dtype: Any) -> str:
+    return dtype if isinstance(dtype, str) else np.dtype(dtype).name
+
+
+
+class HierTransport(StagedTransport):
+    """Shared memory within each host, MPI between hosts (see the module docstring)."""
+
+    name = "host/shm+mpi"
+
+    def __init__(self, device: Device, flat: MpiTransport, members: list[list[int]], token: str,
+                 label: str) -> None:
+        super().__init__(device, label)
+        from .mpi import MpiTransport
+        self.flat = flat
+        self.rank, self.size = flat.rank, flat.size
+        self.hosts = members                                   # world ranks of each host, in order
+        self.host = next(h for h, m in enumerate(members) if self.rank in m)
+        self.local_rank = members[self.host].index(self.rank)
+        self.L, self.H = len(members[0]), len(members)
+        self.local = _ShmHost(f"mpi{token}.h{self.host}", self.local_rank, self.L, label)
+        cross = flat.comm.Split(self.local_rank, self.host)    # same local index, ordered by host
+        self.cross = MpiTransport(device, cross, f"{label} (across hosts)")
+        self.token = token
+        #: position (local index * H + host) -> world rank
+        self.order = np.array([members[h][i] for i in range(self.L) for h in range(self.H)], dtype=np.intp)
+
+    def exchange(self, obj: Any) -> list[Any]:
+        self._live()
+        return self.flat.exchange(obj)
+
+    def sub(self, ranks: list[int], tag: str, label: str) -> Transport:
+        return for_comm(self.device, self.flat.sub(ranks, tag, label), label)
+
+    def abort(self, reason: str) -> None:
+        super().abort(reason)
+        self.local.abort(reason)
+
+    def close(self) -> None:
+        self.local.close()
+        self.cross.close()
+        self.flat.close()
+
+    # -- ops ------------------------------------------------------------------
+    def _p2p(self, items: list[Item]) -> None:
+        self.flat._p2p(items)
+
+    def _all_to_all(self, it: Item) -> None:
+        self.flat._all_to_all(it)
+
+    def _barrier(self, it: Item) -> None:
+        self.flat._barrier(it)
+
+    def _all_reduce(self, it: Item) -> None:
+        n = it.count
+        if n == 0:
+            return
+        red = "sum" if it.op == "avg" else it.op
+        acc, _ = to_acc(it.src, it.dtype, it.op)
+        item = acc.itemsize
+        q = 0 if n * item < SMALL_BYTES else n // self.L
+        tail = n - self.L * q
+        blk = np.empty(q + tail, dtype=acc.dtype)
+        ops = []
+        if q:
+            ops.append(("reduce_scatter", acc[:self.L * q], blk[:q], q, acc.dtype, red, -1))
+        if tail:
+            ops.append(("all_reduce", acc[self.L * q:], blk[q:], tail, acc.dtype, red, -1))
+        self.local.run(*ops)
+        self.cross.reduce_array(blk, red)
+        finish_avg(blk, it.op, self.size)
+        es = DTYPE_BYTES[it.dtype]
+        out = np.empty(blk.size * es, dtype=np.uint8)
+        from_acc(blk, it.dtype, out)
+        dst = it.dst
+        if q:
+            self.local.run(("all_gather", out[:q * es], dst[:self.L * q * es], q * es, "uint8", "sum", -1))
+        if tail:
+            dst[self.L * q * es:] = out[q * es:]
+
+    def _reduce_scatter(self, it: Item) -> None:
+        n = it.count
+        if n == 0:
+            return
+        red = "sum" if it.op == "avg" else it.op
+        acc, _ = to_acc(it.src, it.dtype, it.op)
+        perm = acc.reshape(self.size, n)[self.order]          # blocks by (local index, host)
+        mine = np.empty(self.H * n, dtype=acc.dtype)
+        self.local.run(("reduce_scatter", perm, mine, self.H * n, acc.dtype, red, -1))
+        out = np.empty(n, dtype=acc.dtype)
+        self.cross.reduce_scatter_array(mine, out, red)
+        finish_avg(out, it.op, self.size)
+        from_acc(out, it.dtype, it.dst)
+
+    def _all_gather(self, it: Item) -> None:
+        nb = it.count * DTYPE_BYTES[it.dtype]
+        if nb == 0:
+            return
+        across = np.empty(self.H * nb, dtype=np.uint8)
+        self.cross.gather_bytes(it.src, across)
+        both = np.empty(self.L * self.H * nb, dtype=np.uint8)
+        self.local.run(("all_gather", across, both, self.H * nb, "uint8", "sum", -1))
+        it.dst.reshape(self.size, nb)[self.order] = both.reshape(self.size, nb)
+
+    def _broadcast(self, it: Item) -> None:
+        nb = it.count * DTYPE_BYTES[it.dtype]
+        if nb == 0:
+            return
+        rhost, rlocal = self._where(it.root)
+        if self.rank == it.root and not np.may_share_memory(it.src, it.dst):
+            it.dst[:] = it.src
+        if self.local_rank == rlocal:
+            self.cross.bcast_bytes(it.dst, rhost)
+        self.local.run(("broadcast", it.dst, it.dst, nb, "uint8", "sum", rlocal))
+
+    def _reduce(self, it: Item) -> None:
+        n = it.count
+        if n == 0:
+            return
+        red = "sum" if it.op == "avg" else it.op
+        rhost, rlocal = self._where(it.root)
+        acc, _ = to_acc(it.src, it.dtype, it.op)
+        part = np.empty(n, dtype=acc.dtype)
+        self.local.run(("reduce", acc, part, n, acc.dtype, red, rlocal))
+        if self.local_rank == rlocal:
+            self.cross.reduce_array(part, red, root=rhost)
+        if self.rank == it.root:
+            finish_avg(part, it.op, self.size)
+            from_acc(part, it.dtype, it.dst)
+
+    def _where(self, rank: int) -> tuple[int, int]:
+        for h, m in enumerate(self.hosts):
+            if rank in m:
+                return h, m.index(rank)
+        raise InvalidArgumentError(f"rank {rank} is not in group {self.label}")
+
+
+DTYPE_BYTES = {name: np.dtype(t).itemsize for name, t in NP_TYPES.items()}

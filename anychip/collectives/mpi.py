@@ -1,0 +1,241 @@
+"""MPI transport: collectives over mpi4py, on host memory.
+
+Used between hosts (see :mod:`anychip.collectives.host`) and, with
+``ANYCHIP_HOST_TRANSPORT=mpi``, for every rank. Install with ``pip install anychip[mpi]``
+(mpi4py and the ``mpich`` wheel, whose ``mpiexec`` launches the job).
+
+Each communicator works on its own duplicate of the MPI communicator, so anychip's
+traffic never matches the application's own MPI messages. Ops are MPI's nonblocking
+collectives, polled until done or until ``ANYCHIP_COLLECTIVE_TIMEOUT``: then every
+waiting rank raises :class:`CollectiveTimeout` and the communicator accepts no more ops
+(MPI cannot cancel a started collective). A rank that dies is the launcher's business:
+mpiexec ends the job's other ranks.
+
+MPI has no float16 / bfloat16 arithmetic and no average: half types are widened to
+float32, summed by MPI and rounded once (as the engine does, so every rank gets the
+same bits); avg is a sum divided once at the end (int8 / uint8 / int32 summed in
+int64, so the average of the true sum is taken, truncated toward zero).
+"""
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..runtime.errors import CollectiveTimeout, InvalidArgumentError, UnsupportedError
+from .host import DTYPE_BYTES, Item, StagedTransport, finish_avg, from_acc, to_acc
+
+if TYPE_CHECKING:
+    from ..runtime.device import Device
+    from ._bootstrap import World
+
+__all__ = ["MpiTransport", "load_mpi"]
+
+_P2P_TAG = 0x2A17
+#: polls before a wait yields the CPU between polls (MPICH's MPIR_CVAR_POLLS_BEFORE_YIELD default)
+_POLLS_BEFORE_YIELD = 1000
+
+
+def load_mpi() -> Any:
+    """mpi4py's MPI module (importing it initialises MPI), or a clear error."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise UnsupportedError("the MPI transport needs mpi4py and an MPI library: pip install 'anychip[mpi]' "
+                               f"(mpi4py and the mpich wheel) ({e})") from None
+    return MPI
+
+
+_TYPES: dict[np.dtype, Any] = {}
+_OPS: dict[str, Any] = {}
+
+
+def _mpi_type(MPI: Any, dtype: np.dtype) -> Any:
+    if not _TYPES:
+        _TYPES.update({np.dtype(np.int8): MPI.INT8_T, np.dtype(np.uint8): MPI.UINT8_T,
+                       np.dtype(np.int32): MPI.INT32_T, np.dtype(np.int64): MPI.INT64_T,
+                       np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE})
+    return _TYPES[dtype]
+
+
+def _mpi_op(MPI: Any, op: str) -> Any:
+    if not _OPS:
+        _OPS.update(sum=MPI.SUM, avg=MPI.SUM, prod=MPI.PROD, min=MPI.MIN, max=MPI.MAX)
+    return _OPS[op]
+
+
+class MpiTransport(StagedTransport):
+    """Every op over one MPI communicator (mpi4py), on host memory."""
+
+    name = "mpi"
+
+    @classmethod
+    def world(cls, device: Device, world: World, label: str = "world") -> MpiTransport:
+        """The transport of every rank of the job (collective over MPI_COMM_WORLD)."""
+        MPI = load_mpi()
+        size = MPI.COMM_WORLD.Get_size()
+        if size != world.size:
+            raise InvalidArgumentError(
+                f"MPI sees {size} rank(s) but the launcher ({world.launcher}) says {world.size}: the MPI transport "
+                "needs the job started by mpiexec (or set ANYCHIP_HOST_TRANSPORT=shm on one host)")
+        return cls(device, MPI.COMM_WORLD.Dup(), label)
+
+    def __init__(self, device: Device, comm: Any, label: str) -> None:
+        super().__init__(device, label)
+        self.MPI = load_mpi()
+        self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+
+    # -- interface ------------------------------------------------------------
+    def exchange(self, obj: Any) -> list[Any]:
+        self._live()
+        return self.comm.allgather(obj)
+
+    def sub(self, ranks: list[int], tag: str, label: str) -> MpiTransport:
+        group = self.comm.Get_group().Incl(ranks)
+        comm = self.comm.Create_group(group, zlib.crc32(tag.encode()) & 0x7FFF)
+        group.Free()
+        return MpiTransport(self.device, comm, label)
+
+    def close(self) -> None:
+        comm, self.comm = self.comm, None
+        MPI = self.MPI
+        if comm is not None and comm != MPI.COMM_WORLD and not MPI.Is_finalized():
+            comm.Free()
+
+    def _live(self) -> None:
+        super()._live()
+        if self.comm is None:
+            raise InvalidArgumentError(f"communicator {self.label} was destroyed")
+
+    # -- waiting ----------------------------------------------------------------
+    def _wait(self, reqs: list[Any], what: str) -> None:
+        """Poll until done or until the communicator's timeout. MPI progresses only while
+        polled: this spins, then yields the CPU between polls, as MPICH's blocking calls do."""
+        Testall = self.MPI.Request.Testall
+        if Testall(reqs):
+            return
+        deadline = time.monotonic() + self.timeout
+        polls = 0
+        while not Testall(reqs):
+            polls += 1
+            if polls > _POLLS_BEFORE_YIELD:
+                os.sched_yield()
+            if time.monotonic() > deadline:
+                self._failed = f"{what} timed out"
+                raise CollectiveTimeout(
+                    f"{what} on group {self.label} (MPI) did not complete within {self.timeout:g} s "
+                    "(ANYCHIP_COLLECTIVE_TIMEOUT): a rank has not called it, or is stuck")
+
+    # -- array-level ops (also the cross-host steps of the hierarchical transport) --------
+    def reduce_array(self, buf: np.ndarray, op: str, root: int | None = None) -> None:
+        """In place: buf = op over ranks (all ranks, or only ``root`` when given)."""
+        MPI = self.MPI
+        spec = [buf, _mpi_type(MPI, buf.dtype)]
+        if root is None:
+            req = self.comm.Iallreduce(MPI.IN_PLACE, spec, _mpi_op(MPI, op))
+        else:
+            send = MPI.IN_PLACE if self.rank == root else spec
+            req = self.comm.Ireduce(send, spec if self.rank == root else None, _mpi_op(MPI, op), root)
+        self._wait([req], "all_reduce" if root is None else "reduce")
+
+    def reduce_scatter_array(self, src: np.ndarray, out: np.ndarray, op: str) -> None:
+        """out (n elements) = op over ranks of block ``rank`` of src (size * n elements)."""
+        MPI = self.MPI
+        t = _mpi_type(MPI, src.dtype)
+        req = self.comm.Ireduce_scatter_block([src, t], [out, t], _mpi_op(MPI, op))
+        self._wait([req], "reduce_scatter")
+
+    def gather_bytes(self, src: np.ndarray, out: np.ndarray, in_place: bool = False) -> None:
+        MPI = self.MPI
+        send = MPI.IN_PLACE if in_place else [src, MPI.BYTE]
+        self._wait([self.comm.Iallgather(send, [out, MPI.BYTE])], "all_gather")
+
+    def bcast_bytes(self, buf: np.ndarray, root: int) -> None:
+        self._wait([self.comm.Ibcast([buf, self.MPI.BYTE], root)], "broadcast")
+
+    # -- ops ----------------------------------------------------------------------
+    def _all_reduce(self, it: Item) -> None:
+        if it.count == 0:
+            return
+        acc, fresh = to_acc(it.src, it.dtype, it.op)
+        if fresh or np.may_share_memory(it.src, it.dst):
+            self.reduce_array(acc if fresh else it.dst.view(acc.dtype), it.op)
+            buf = acc if fresh else it.dst.view(acc.dtype)
+        else:
+            MPI = self.MPI
+            t = _mpi_type(MPI, acc.dtype)
+            self._wait([self.comm.Iallreduce([acc, t], [it.dst, t], _mpi_op(MPI, it.op))], "all_reduce")
+            if it.op != "avg":
+                return
+            buf = it.dst.view(acc.dtype)
+        finish_avg(buf, it.op, self.size)
+        from_acc(buf, it.dtype, it.dst)
+
+    def _reduce(self, it: Item) -> None:
+        if it.count == 0:
+            return
+        acc, fresh = to_acc(it.src, it.dtype, it.op)
+        root = self.rank == it.root
+        if root and not fresh and not np.may_share_memory(it.src, it.dst):
+            MPI = self.MPI
+            t = _mpi_type(MPI, acc.dtype)
+            self._wait([self.comm.Ireduce([acc, t], [it.dst, t], _mpi_op(MPI, it.op), it.root)], "reduce")
+            buf = it.dst.view(acc.dtype)
+        else:
+            buf = acc if fresh or not root else it.dst.view(acc.dtype)
+            self.reduce_array(buf, it.op, root=it.root)
+        if root:
+            finish_avg(buf, it.op, self.size)
+            from_acc(buf, it.dtype, it.dst)
+
+    def _reduce_scatter(self, it: Item) -> None:
+        if it.count == 0:
+            return
+        acc, fresh = to_acc(it.src, it.dtype, it.op)
+        if not fresh and np.may_share_memory(it.src, it.dst):
+            acc = acc.copy()
+        out = it.dst.view(acc.dtype) if acc.dtype.itemsize == DTYPE_BYTES[it.dtype] else np.empty(it.count, acc.dtype)
+        self.reduce_scatter_array(acc, out, it.op)
+        finish_avg(out, it.op, self.size)
+        from_acc(out, it.dtype, it.dst)
+
+    def _broadcast(self, it: Item) -> None:
+        if it.count == 0:
+            return
+        if self.rank == it.root and not np.may_share_memory(it.src, it.dst):
+            it.dst[:] = it.src
+        self.bcast_bytes(it.dst, it.root)
+
+    def _all_gather(self, it: Item) -> None:
+        if it.count == 0:
+            return
+        nb = it.src.nbytes
+        in_place = it.src.ctypes.data == it.dst.ctypes.data + self.rank * nb
+        self.gather_bytes(it.src, it.dst, in_place=in_place)
+
+    def _all_to_all(self, it: Item) -> None:
+        if it.count == 0:
+            return
+        MPI = self.MPI
+        send = MPI.IN_PLACE if np.may_share_memory(it.src, it.dst) else [it.src, MPI.BYTE]
+        self._wait([self.comm.Ialltoall(send, [it.dst, MPI.BYTE])], "all_to_all")
+
+    def _barrier(self, it: Item) -> None:
+        self._wait([self.comm.Ibarrier()], "barrier")
+
+    def _p2p(self, items: list[Item]) -> None:
+        MPI = self.MPI
+        reqs = []
+        for it in items:
+            if it.count == 0:
+                continue
+            if it.kind == "send":
+                reqs.append(self.comm.Isend([it.src, MPI.BYTE], it.root, _P2P_TAG))
+            else:
+                reqs.append(self.comm.Irecv([it.dst, MPI.BYTE], it.root, _P2P_TAG))
+        if reqs:
+            self._wait(reqs, "send/recv")
