@@ -234,3 +234,31 @@ def test_opencl_never_initialized_in_the_parent_works_in_the_child():
     ''', timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "status 0"
+
+
+@pytest.mark.skipif(not HAS_OPENCL, reason="no OpenCL platform")
+def test_opencl_child_exit_does_not_wait_for_the_parents_held_host_copy():
+    """A host copy of the parent that waits for a user event is pending at the fork: the
+    child's normal exit must not release the parent's objects (the copy's NannyEvent
+    waits for its completion in its destructor, and it never completes in the child)."""
+    r = run('''
+        import os, sys, numpy as np, pyopencl as cl, anychip
+        d = anychip.device("opencl:0")
+        s = anychip.Stream(d)
+        buf = d.alloc(4096).copy_from(np.full(4096, 9, np.uint8))
+        q = s._handle.queue
+        gate = cl.UserEvent(q.context)
+        d.plugin._after_enqueue(s._handle, cl.enqueue_barrier(q, wait_for=[gate]))
+        out = np.zeros(4096, np.uint8)
+        buf.copy_to(out, stream=s)                 # held behind the gate: pending at the fork
+        pid = os.fork()
+        if pid == 0:
+            print("child", anychip.runtime.registry.backend("opencl").available, flush=True)
+            sys.exit(0)                            # a normal exit: module teardown and gc run
+        print("status", os.waitpid(pid, 0)[1], flush=True)
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        s.synchronize()
+        print("parent", int(out.sum()), flush=True)
+    ''', timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["child False", "status 0", f"parent {9 * 4096}"]

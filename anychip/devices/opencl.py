@@ -33,6 +33,8 @@ Host arrays
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import os
 import threading
@@ -96,6 +98,34 @@ FORK_REASON = (
 
 #: OpenCL objects a forked child inherited; never released there (see _after_fork_in_child)
 _FORK_LEFTOVERS: list[Any] = []
+_FORK_LEFTOVERS_PINNED: list[bool] = []
+
+
+_wait_lib: list[Any] = []      # [clWaitForEvents of the loaded ICD loader, or None]
+
+
+def _cl_wait_for_events() -> Any:
+    """clWaitForEvents of the OpenCL ICD loader pyopencl uses (its wheels bundle one
+    under pyopencl/.libs), through ctypes, which releases the GIL during the call and
+    takes it back in plain C; None when no loader can be opened."""
+    if not _wait_lib:
+        import glob
+
+        import pyopencl
+
+        libs = sorted(glob.glob(os.path.join(os.path.dirname(pyopencl.__file__), ".libs", "libOpenCL*")))
+        found = ctypes.util.find_library("OpenCL")
+        fn = None
+        for name in [*libs, *([found] if found else [])]:
+            try:
+                fn = ctypes.CDLL(name).clWaitForEvents
+            except (OSError, AttributeError):
+                continue
+            fn.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p)]
+            fn.restype = ctypes.c_int32
+            break
+        _wait_lib.append(fn)
+    return _wait_lib[0]
 
 
 def cl_code_name(code: int | None) -> str | None:
@@ -234,6 +264,15 @@ class OpenCLPlugin(DevicePlugin):
             _FORK_LEFTOVERS.append((st.context, st.default, st.touch_queue, list(st.streams), st.program))
             for stream in list(st.streams):
                 _FORK_LEFTOVERS.append((stream.queue, stream.last, list(stream.pending)))
+            _FORK_LEFTOVERS.append(dict(st.kernels))
+        # A module-level list is still freed when the interpreter clears its modules at
+        # exit, and freeing a parent's NannyEvent waits in clWaitForEvents (a command
+        # queue's release in clFinish) for work only the parent's threads could run: the
+        # child hung in its exit. One reference that is never dropped keeps the list,
+        # and so every object in it, out of the child's teardown.
+        if not _FORK_LEFTOVERS_PINNED:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(_FORK_LEFTOVERS))
+            _FORK_LEFTOVERS_PINNED.append(True)
 
     def available(self) -> tuple[bool, str]:
         if self._forked:
@@ -494,20 +533,36 @@ class OpenCLPlugin(DevicePlugin):
     def _wait_for(self, event: Any) -> None:
         """Return once ``event`` is complete (or failed). clFinish / clWaitForEvents
         cannot be interrupted, so this polls the event while yielding the CPU for up to
-        100 us (a short copy completes within that), then waits on a completion
-        callback in 50 ms slices, so that Ctrl-C raises KeyboardInterrupt even when the
-        event never completes."""
+        100 us (a short copy completes within that), then waits in 50 ms slices for a
+        helper thread blocked in clWaitForEvents, so that Ctrl-C raises KeyboardInterrupt
+        even when the event never completes."""
         until = time.perf_counter() + 1e-4
         while event.command_execution_status > 0:        # queued, submitted or running
             if time.perf_counter() > until:
-                self._wait_callback(event)
+                self._wait_blocking(event)
                 return
             os.sched_yield()
 
-    def _wait_callback(self, event: Any) -> None:
+    @staticmethod
+    def _wait_blocking(event: Any) -> None:
+        # Not pyopencl's Event.set_callback: it calls back on a detached C++ thread that
+        # takes the GIL, and one left waiting by Ctrl-C whose event completed while the
+        # interpreter was finalizing aborted the process ("terminate called without an
+        # active exception"). A daemon thread in a ctypes call is ended cleanly there.
+        wait = _cl_wait_for_events()
+        if wait is None:                   # no loader to call: poll
+            while event.command_execution_status > 0:
+                time.sleep(5e-4)
+            return
         done = threading.Event()
-        event.set_callback(self._cl.command_execution_status.COMPLETE, lambda status: done.set())
-        while not done.wait(0.05):
+        handle = ctypes.c_void_p(event.int_ptr)
+
+        def waiter(keep: Any = event) -> None:    # keep: the event outlives the wait
+            wait(1, ctypes.byref(handle))
+            done.set()
+
+        threading.Thread(target=waiter, name="anychip-opencl-wait", daemon=True).start()
+        while not done.wait(0.05):     # Ctrl-C leaves the thread waiting; it ends with the work
             pass
 
     def _stream_synchronize(self, index: int, stream: Any) -> None:
