@@ -35,6 +35,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                              "it, host = always the shared-memory engine"),
     "ANYCHIP_COLLECTIVE_CHECK": ("0", "1 = ranks compare each collective's op, count, dtype, root and reduce op "
                                       "first and report a mismatch on every rank"),
+    "ANYCHIP_HOST_TRANSPORT": ("auto", "host transport of devices without a native library: auto = the "
+                                       "shared-memory engine on one host, MPI between hosts; shm; mpi"),
+    "ANYCHIP_HOSTID": ("(the host name)", "groups ranks by host for the hierarchical collectives, as NCCL_HOSTID"),
     "ANYCHIP_CCL_SMALL": ("16384", "bytes per rank up to which a collective takes the one-round low-latency path"),
     "ANYCHIP_CCL_CHUNK": ("1048576", "bytes per rank and round of the chunked shared-memory path"),
     "ANYCHIP_CCL_ZERO_COPY_MIN": ("65536", "message bytes from which simulated chips reduce zero-copy from the "
@@ -48,6 +51,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ANYCHIP_JOB_ID": ("(set by anychip launch)", "names the job's shared-memory communicators"),
     "ANYCHIP_LAUNCH_DEVICE": ("(set by anychip launch --device)", "backend of the ranks' devices (rank r on "
                                                                   "BACKEND:r)"),
+    "ANYCHIP_STRESS_SECONDS": ("(short)", "tests: how long each stress test runs"),
     "ANYCHIP_LOG_LEVEL": ("WARNING", "level of the 'anychip' logger in the anychip command "
                                       "(DEBUG, INFO, WARNING, ERROR or CRITICAL)"),
 }
