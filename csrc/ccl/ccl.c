@@ -335,25 +335,6 @@ static inline uint16_t float_to_bf16(float f)
     }
 
 /* T: element type, A: accumulator type (ints: wide, so avg divides the true sum;
- * halves: float). Sources are combined in order, so every caller gets the same bits. */
-#define APPLY2(OP, A, acc, s0, s1, m, LOAD)                                                     \
-    switch (OP) {                                                                               \
-    case CCL_SUM:                                                                               \
-    case CCL_AVG:                                                                               \
-        for (size_t i = 0; i < m; i++) acc[i] = (A)((A)LOAD(s0[i]) + (A)LOAD(s1[i]));           \
-        break;                                                                                  \
-    case CCL_PROD:                                                                              \
-        for (size_t i = 0; i < m; i++) acc[i] = (A)((A)LOAD(s0[i]) * (A)LOAD(s1[i]));           \
-        break;                                                                                  \
-    case CCL_MIN:                                                                               \
-        for (size_t i = 0; i < m; i++) { A a = (A)LOAD(s0[i]), b = (A)LOAD(s1[i]); acc[i] = b < a ? b : a; } \
-        break;                                                                                  \
-    default:                                                                                    \
-        for (size_t i = 0; i < m; i++) { A a = (A)LOAD(s0[i]), b = (A)LOAD(s1[i]); acc[i] = b > a ? b : a; } \
-        break;                                                                                  \
-    }
-
-/* T: element type, A: accumulator type (ints: wide, so avg divides the true sum;
  * halves: float). Sources are combined in order, so every caller gets the same bits.
  * Elements are accessed through 1-byte-aligned types: views may start at any byte. */
 #define DEF_REDUCE(NAME, T, A, LOAD, STORE)                                                    \
