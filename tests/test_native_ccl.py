@@ -81,7 +81,7 @@ def test_host_override_and_errors(monkeypatch):
     assert isinstance(comm.transport, ShmTransport) and comm.transport.name == "shm/sim"
     comm.destroy()
     with pytest.raises(UnsupportedError, match=r"ANYCHIP_COLLECTIVE_TRANSPORT=native but cpu:0 has no native "
-                                               r"collective library: cpu has no native collective library binding"):
+                                               r"collective library: cpu has no native collective library"):
         _single("cpu:0", monkeypatch, "native")
     with pytest.raises(InvalidArgumentError, match=r"ANYCHIP_COLLECTIVE_TRANSPORT='nccl' is not one of auto, "
                                                    r"native, host"):

@@ -169,6 +169,21 @@ class NativeLibrary:
         """Issue one op (count in elements of dtype; movement ops in bytes)."""
         raise NotImplementedError
 
+    # -- how the device plugin's objects reach the library (override for non-vendor plugins) --
+    def use_device(self, plugin: Any, index: int) -> None:
+        """Make device ``index`` current on the calling thread before a library call."""
+        use = getattr(plugin, "_use", None)
+        if use is not None:
+            use(index)
+
+    def stream_handle(self, plugin: Any, raw: Any) -> Any:
+        """The library's stream argument for the plugin's raw stream ``raw`` (None: default stream)."""
+        if raw is None:
+            return self.ffi.cast("void *", 0)
+        if isinstance(raw, int):
+            return self.ffi.cast("void *", raw)
+        return self.ffi.cast("void *", int(plugin.ffi.cast("uintptr_t", raw)))
+
 
 _HCCL_CDEF = """
 typedef void *aclrtStream;
@@ -463,7 +478,12 @@ def native_library(device: Device) -> tuple[NativeLibrary | None, str]:
     (None, why not)."""
     plugin = device.plugin
     if plugin.name not in LIBRARIES:
-        return None, f"{plugin.name} has no native collective library binding"
+        # a plugin that brings its own collectives (a C plugin's entries, a Paddle plugin's
+        # xccl_*) returns a NativeLibrary from native_ccl()
+        lib = plugin.native_ccl()
+        if isinstance(lib, NativeLibrary):
+            return lib, ""
+        return None, f"{plugin.name} has no native collective library"
     key = id(plugin)
     with _load_lock:
         if key not in _loaded:
@@ -538,11 +558,11 @@ class NativeTransport(Transport):
         self._boot: Transport = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
         self._events: list[Event] = []          # completion events that have passed, for reuse
         self._comm: Any = None
-        self._plugin: Any = cast(Any, device.plugin)        # a VendorPlugin
+        self._plugin: Any = cast(Any, device.plugin)
         try:
             uid = library.unique_id() if rank == 0 else None
             uid = self._boot.exchange(uid)[0]
-            self._plugin._use(device.index)
+            library.use_device(self._plugin, device.index)
             self._comm = library.init(size, uid, rank)
         except BaseException:
             if boot is None:
@@ -556,10 +576,9 @@ class NativeTransport(Transport):
             return self._boot.submit(specs, stream)
         what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
         plugin = self._plugin
-        plugin._use(self.device.index)
-        raw = stream._live()
-        handle = self.lib.ffi.cast("void *", int(plugin.ffi.cast("uintptr_t", raw)) if raw is not None else 0)
         lib = self.lib
+        lib.use_device(plugin, self.device.index)
+        handle = lib.stream_handle(plugin, stream._live())
         grouped = len(specs) > 1
         if grouped:
             lib.check(lib.group_start(), f"{lib.api} group start")
@@ -596,7 +615,7 @@ class NativeTransport(Transport):
         comm, self._comm = self._comm, None
         try:
             if comm is not None:
-                self._plugin._use(self.device.index)
+                self.lib.use_device(self._plugin, self.device.index)
                 self.lib.check(self.lib.destroy(comm), f"{self.lib.api} communicator destroy")
         finally:
             self._boot.close()

@@ -167,7 +167,11 @@ class DevicePlugin:
 
     # -- optional -------------------------------------------------------
     def native_ccl(self) -> Any:
-        """The chip's own collective library binding, or None."""
+        """The chip's own collective library, or None (the host transport serves).
+
+        Built-in backends return their binding (``cupy.cuda.nccl`` for cuda); any other
+        plugin returns an ``anychip.collectives.native.NativeLibrary`` instance, which
+        the collectives layer drives as a native transport, as it drives HCCL."""
         return None
 
     def _after_fork_in_child(self) -> None:
