@@ -35,6 +35,10 @@ BUILTIN_BACKENDS: dict[str, str] = {
 
 ENTRY_POINT_GROUP = "anychip.plugins"
 
+#: discoverers of backends in shared libraries ("module:function" returning (name, source, loader)
+#: triples): Paddle CustomDevice plugins (InitPlugin) from CUSTOM_DEVICE_ROOT and ANYCHIP_PLUGIN_PATH
+LIBRARY_DISCOVERERS: tuple[str, ...] = ("anychip.devices.paddle:discover",)
+
 
 @dataclass
 class BackendInfo:
@@ -165,6 +169,12 @@ def _discover() -> dict[str, BackendInfo]:
     for ep in sorted(eps, key=lambda e: (e.name, e.value)):
         dist = getattr(getattr(ep, "dist", None), "name", None)
         add(ep.name, f"entry point {ep.value}" + (f" (package {dist})" if dist else ""), ep.load)
+    for target in LIBRARY_DISCOVERERS:
+        try:
+            for name, source, loader in _import_target(target)()():
+                add(name, source, loader)
+        except Exception as exc:  # noqa: BLE001 - a discoverer never breaks the others
+            log.warning("anychip: %s failed: %s: %s", target, type(exc).__name__, exc)
     for name, source, loader in _runtime_registered:
         add(name, source, loader)
     return found

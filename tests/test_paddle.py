@@ -1,0 +1,297 @@
+"""Paddle CustomDevice plugins loaded unchanged (anychip/devices/paddle.py).
+
+The plugin under test is tests/paddle/pdtest.c, built here into several variants: the
+complete one (xccl on the collective engine), a minimal one (only the entries Paddle
+requires, so every fallback runs), one per refusal reason, and one whose
+xccl_all_reduce claims success without moving data.
+"""
+from __future__ import annotations
+
+import glob
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+import anychip
+from anychip.runtime import registry
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+SOURCE = os.path.join(HERE, "paddle", "pdtest.c")
+paddle = importlib.import_module("anychip.devices.paddle")
+
+CC = shutil.which("cc") or shutil.which("gcc")
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build the test plugin")
+
+# directory -> [(library, defines)]
+VARIANTS = {
+    "good": [("libpdtest.so", ['-DPDTEST_TYPE="pdtest"']),
+             ("libpdmin.so", ['-DPDTEST_TYPE="pdmin"', "-DPDTEST_MINIMAL"])],
+    "broken": [("libpdgood.so", ['-DPDTEST_TYPE="pdgood"']),
+               ("libpdnullentry.so", ['-DPDTEST_TYPE="pdnullentry"', "-DPDTEST_NULL_REQUIRED"]),
+               ("libpdinitfail.so", ['-DPDTEST_TYPE="pdinitfail"', "-DPDTEST_INIT_FAILS"]),
+               ("libpdnulltype.so", ["-DPDTEST_NULL_TYPE"]),
+               ("libpdold.so", ['-DPDTEST_TYPE="pdold"', "-DPDTEST_OLD_LAYOUT"]),
+               ("libpdoldversion.so", ['-DPDTEST_TYPE="pdoldversion"', "-DPDTEST_OLD_VERSION"])],
+    "badccl": [("libpdbadccl.so", ['-DPDTEST_TYPE="pdbadccl"', "-DPDTEST_BROKEN_ALLREDUCE"])],
+}
+
+
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Build every variant; returns directory name -> path."""
+    out = tmp_path_factory.mktemp("paddle_plugins")
+    inc = out / "include"
+    inc.mkdir()
+    (inc / "pdtest_ext.h").write_text("#include <stddef.h>\n#include <stdint.h>\n" + paddle.CDEF)
+    ccl = out / "ccl.o"
+    subprocess.run([CC, "-O2", "-fPIC", "-std=gnu11", "-fwrapv", "-c", "-I", os.path.join(REPO, "csrc"),
+                    os.path.join(REPO, "csrc", "sim", "ccl_embed.c"), "-o", str(ccl)], check=True)
+    dirs = {}
+    for d, libs in VARIANTS.items():
+        (out / d).mkdir()
+        dirs[d] = str(out / d)
+        for name, defines in libs:
+            subprocess.run([CC, "-O2", "-fPIC", "-shared", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
+                            "-Wno-unused-function", *defines,
+                            "-I", str(inc), "-I", os.path.join(REPO, "csrc"), SOURCE, str(ccl),
+                            "-o", str(out / d / name), "-lpthread", "-lrt"], check=True)
+    return dirs
+
+
+@pytest.fixture
+def root(plugins, monkeypatch):
+    """Point CUSTOM_DEVICE_ROOT at one of the plugin directories (registry rebuilt)."""
+    monkeypatch.delenv("ANYCHIP_DEVICES", raising=False)
+    monkeypatch.delenv("ANYCHIP_PLUGIN_PATH", raising=False)
+
+    def use(name: str) -> str:
+        monkeypatch.setenv("CUSTOM_DEVICE_ROOT", plugins[name])
+        registry.reset()
+        return plugins[name]
+    yield use
+    monkeypatch.delenv("CUSTOM_DEVICE_ROOT", raising=False)
+    registry.reset()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_DEVICES", "ANYCHIP_PLUGIN_PATH")}
+    env.update(extra)
+    return env
+
+
+# ---------------------------------------------------------------------------------------------
+# loading and refusals
+# ---------------------------------------------------------------------------------------------
+
+def test_anychip_devices_lists_the_plugins_devices(plugins):
+    p = subprocess.run([sys.executable, "-m", "anychip.cli", "devices"], capture_output=True, text=True,
+                       timeout=120, env=_env(CUSTOM_DEVICE_ROOT=plugins["good"], PDTEST_DEVICES="3"))
+    assert p.returncode == 0, p.stderr
+    for i in range(3):
+        assert f"pdtest:{i}" in p.stdout, p.stdout
+    assert "pdtest:3" not in p.stdout
+    assert "pdmin:0" in p.stdout
+
+
+def test_each_refusal_names_the_library_and_the_reason_and_the_others_load(root):
+    d = root("broken")
+    infos = {b.name: b for b in anychip.backends()}
+    assert infos["pdgood"].available and infos["pdgood"].device_count == 4
+    lib = os.path.join(d, "libpdnullentry.so")
+    assert infos["pdnullentry"].reason == (
+        f"refused (Paddle CustomDevice plugin {lib}): {lib}: leaves the required entry device_memory_stats NULL")
+    lib = os.path.join(d, "libpdinitfail.so")
+    assert infos["pdinitfail"].reason == (
+        f"refused (Paddle CustomDevice plugin {lib}): {lib}: initialize failed: returned C_FAILED "
+        f"(resource exhausted or query failed)")
+    nulltype = infos["pdnulltype"].reason           # listed under its file name
+    assert nulltype.startswith(f"refused (Paddle CustomDevice plugin {os.path.join(d, 'libpdnulltype.so')}): ")
+    assert "InitPlugin set no device_type (a sign of a header-version mismatch)" in nulltype
+    old = infos["pdold"].reason
+    assert "InitPlugin returned without filling the parameters" in old
+    assert "CustomRuntimeParams (96 bytes) and C_DeviceInterface (1128 bytes)" in old
+    assert "Paddle 2.6's are 88 and 912 bytes" in old
+    assert infos["pdoldversion"].reason.endswith(
+        "reports custom runtime version 0.1.0; anychip loads plugins of version 0.1.1 or a later 0.x")
+    for name in ("pdnullentry", "pdinitfail", "pdnulltype", "pdold", "pdoldversion"):
+        assert not infos[name].available and infos[name].device_count == 0
+
+
+def test_libraries_in_the_plugin_path_load_only_when_they_export_initplugin(plugins, monkeypatch, tmp_path):
+    shutil.copy(os.path.join(plugins["good"], "libpdtest.so"), tmp_path / "libpdtest.so")
+    (tmp_path / "libother.so").write_bytes(open(anychip.runtime._libs.find_library("libanychip_ccl"), "rb").read())
+    monkeypatch.delenv("CUSTOM_DEVICE_ROOT", raising=False)
+    monkeypatch.setenv("ANYCHIP_PLUGIN_PATH", str(tmp_path))
+    found = [(name, src) for name, src, _ in paddle.discover()]
+    assert found == [("pdtest", f"Paddle CustomDevice plugin {tmp_path / 'libpdtest.so'}")]
+
+
+# ---------------------------------------------------------------------------------------------
+# the device API through the plugin
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", ["pdtest", "pdmin"])
+def test_device_api_round_trip(root, variant):
+    root("good")
+    dev = anychip.device(f"{variant}:1")
+    props = dev.properties
+    assert props["physical_id"] == 1 and props["total_memory"] == 256 << 20 and props["min_chunk_size"] == 512
+    assert props["collectives"] == ("xccl" if variant == "pdtest" else "host transport")
+    data = np.arange(1000, dtype=np.int32)
+    a, b = dev.alloc(8000), dev.alloc(8000)
+    s = anychip.Stream(dev)
+    a.copy_from(data, stream=s)
+    dev.memset(b, 7, 8000, stream=s)
+    anychip.copy(b, a, 4000, dst_offset=1000, stream=s)
+    s.synchronize()
+    got = b.to_numpy(np.uint8)
+    assert (got[:1000] == 7).all() and (got[5000:] == 7).all()
+    assert np.array_equal(got[1000:5000].view(np.int32), data[:1000])
+    free, total = dev.mem_info()
+    assert total == 256 << 20 and free <= total - 16000
+
+
+def test_events_time_work_and_order_streams(root):
+    root("good")
+    dev = anychip.device("pdtest:0")
+    s1, s2 = anychip.Stream(dev), anychip.Stream(dev)
+    n = 1 << 22
+    a, b, c = dev.alloc(n), dev.alloc(n), dev.alloc(n)
+    a.copy_from(np.full(n, 3, dtype=np.uint8), stream=s1)
+    start, end = anychip.Event(dev), anychip.Event(dev)
+    start.record(s1)
+    for _ in range(8):
+        anychip.copy(b, a, n, stream=s1)
+    end.record(s1)
+    s2.wait_event(end)
+    anychip.copy(c, b, n, stream=s2)
+    s2.synchronize()
+    assert (c.to_numpy(np.uint8) == 3).all()
+    assert end.query() and end.elapsed_ms(end) == 0.0
+    assert start.elapsed_ms(end) > 0.0
+
+
+def test_minimal_plugin_has_no_event_timing(root):
+    root("good")
+    dev = anychip.device("pdmin:0")
+    e1, e2 = anychip.Event(dev), anychip.Event(dev)
+    e1.record()
+    e2.record()
+    with pytest.raises(anychip.UnsupportedError, match="event timing needs the plugin's stream_add_callback entry"):
+        e1.elapsed_ms(e2)
+
+
+def test_out_of_memory_and_bad_free_are_reported(root, monkeypatch):
+    monkeypatch.setenv("PDTEST_MEMORY", str(1 << 20))
+    monkeypatch.setenv("ANYCHIP_ALLOC_CONF", "backend:native")
+    root("good")
+    dev = anychip.device("pdtest:0")
+    with pytest.raises(anychip.OutOfMemoryError) as info:
+        dev.alloc(2 << 20)
+    assert info.value.total == 1 << 20 and info.value.code_name == "C_FAILED"
+    buf = dev.alloc(1 << 19)
+    plugin = dev.plugin
+    with pytest.raises(anychip.DeviceError, match=r"device_memory_deallocate failed: returned C_ERROR "
+                                                  r"\(invalid argument, wrong usage or uninitialized\)"):
+        plugin._free(0, buf.ptr + 256)
+    del buf
+
+
+def test_generic_device_suite_passes_on_the_plugin(plugins):
+    """The backend-agnostic device tests (tests/test_device_api.py), on both variants."""
+    for variant in ("pdtest", "pdmin"):
+        p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                            os.path.join(HERE, "test_device_api.py")], capture_output=True, text=True, timeout=300,
+                           env=_env(CUSTOM_DEVICE_ROOT=plugins["good"], ANYCHIP_DEVICES=f"{variant}:*"), cwd=REPO)
+        assert p.returncode == 0, f"{variant}\n{p.stdout[-4000:]}\n{p.stderr[-2000:]}"
+        assert " passed" in p.stdout and " failed" not in p.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# xccl as the native collective library
+# ---------------------------------------------------------------------------------------------
+
+def _launch(plugins, directory: str, backend: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "anychip.cli", "launch", "-n", "2", "--device", backend,
+           os.path.join(HERE, "native_ccl_worker.py"), *args]
+    env = _env(CUSTOM_DEVICE_ROOT=plugins[directory], ANYCHIP_COLLECTIVE_TRANSPORT="native")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    if check:
+        assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    return p
+
+
+def test_two_ranks_run_every_collective_through_xccl(plugins):
+    out = _launch(plugins, "good", "pdtest", "matrix", "0,1,7,1000", "70001").stdout
+    assert out.count("via native/xccl") == 2, out
+
+
+def test_xccl_all_reduce_that_moves_nothing_is_caught(plugins):
+    p = _launch(plugins, "badccl", "pdbadccl", "matrix", "7", "0", check=False)
+    assert p.returncode != 0
+    assert "all_reduce" in p.stderr and " wrong, first at " in p.stderr, p.stderr[-3000:]
+
+
+def test_minimal_plugin_collectives_run_on_the_host_transport(root):
+    root("good")
+    dev = anychip.device("pdmin:0")
+    assert dev.plugin.native_ccl() is None
+    assert anychip.device("pdtest:0").plugin.native_ccl().supports.__self__.entries == frozenset(
+        {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv"})
+
+
+# ---------------------------------------------------------------------------------------------
+# the mirror against Paddle's own header
+# ---------------------------------------------------------------------------------------------
+
+CACHE = os.path.join(os.path.expanduser("~"), ".cache", "anychip", "wheels")
+
+
+def _paddle_header() -> str:
+    wheels = sorted(glob.glob(os.path.join(CACHE, "paddlepaddle-3.3.1-*.whl")))
+    if not wheels:
+        try:
+            p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "paddlepaddle==3.3.1",
+                                "-d", CACHE], capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            pytest.skip(f"the paddlepaddle 3.3.1 wheel could not be downloaded: {exc}")
+        wheels = sorted(glob.glob(os.path.join(CACHE, "paddlepaddle-3.3.1-*.whl")))
+        if p.returncode or not wheels:
+            pytest.skip(f"the paddlepaddle 3.3.1 wheel could not be downloaded: {p.stderr.strip()[-300:]}")
+    header = os.path.join(CACHE, "device_ext-3.3.1.h")
+    if not os.path.exists(header):
+        with zipfile.ZipFile(wheels[-1]) as z:
+            data = z.read("paddle/include/paddle/phi/backends/device_ext.h")
+        with open(header + ".tmp", "wb") as fh:
+            fh.write(data)
+        os.replace(header + ".tmp", header)
+    return header
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (Paddle's header is C++)")
+def test_mirror_matches_paddles_header_member_by_member(tmp_path):
+    header = _paddle_header()
+    ffi = paddle.ffi()
+    lines = []
+    for struct in ("C_DeviceInterface", "CustomRuntimeParams"):
+        lines.append(f'printf("{struct} sizeof %zu\\n", sizeof({struct}));')
+        for field, _ in ffi.typeof(f"struct {struct}").fields:
+            lines.append(f'printf("{struct} {field} %zu\\n", offsetof({struct}, {field}));')
+    prog = tmp_path / "offsets.cc"
+    prog.write_text(f'#include <cstdint>\n#include <cstdio>\n#include "{header}"\nint main() {{\n'
+                    + "\n".join(lines) + "\nreturn 0;\n}\n")
+    exe = tmp_path / "offsets"
+    subprocess.run(["g++", "-o", str(exe), str(prog)], check=True)
+    real = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    mine = []
+    for struct in ("C_DeviceInterface", "CustomRuntimeParams"):
+        mine.append(f"{struct} sizeof {ffi.sizeof('struct ' + struct)}")
+        mine += [f"{struct} {f} {ffi.offsetof('struct ' + struct, f)}" for f, _ in ffi.typeof(f"struct {struct}").fields]
+    assert real == mine
