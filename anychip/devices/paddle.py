@@ -281,6 +281,9 @@ def _fallback_name(path: str) -> str:
     return "".join(c if c.isalnum() or c in "_-" else "_" for c in stem) or "paddle_plugin"
 
 
+_classes: dict[str, type] = {}
+
+
 class _Refused:
     """Loader of a library that was refused: raises the reason (the registry lists it)."""
 
@@ -298,16 +301,28 @@ def discover() -> list[tuple[str, str, Any]]:
     for path, is_root in library_candidates():
         source = f"Paddle CustomDevice plugin {path}"
         try:
-            params = _init_plugin(path, require_symbol=is_root)
+            key = os.path.realpath(path)
+            if key in _params_cache:
+                params = _params_cache[key]
+            else:
+                params = _params_cache[key] = _init_plugin(path, require_symbol=is_root)
         except PluginError as exc:
             found.append((_fallback_name(path), source, _Refused(str(exc))))
             continue
         if params is None:
             continue                   # an ANYCHIP_PLUGIN_PATH library without InitPlugin: not ours
         name = params.device_type
-        cls = type(f"PaddlePlugin_{name}", (PaddlePlugin,), {"name": name})
+        cls = _classes.get(name) or type(f"PaddlePlugin_{name}", (PaddlePlugin,), {"name": name})
+        _classes[name] = cls
         found.append((name, source, _Loader(cls, params)))
     return found
+
+
+#: realpath -> the plugin made from it: a library is initialized once per process, as in Paddle
+#: (rediscovery after registry.reset() finds the same backend)
+_instances: dict[str, Any] = {}
+_instances_lock = threading.Lock()
+_params_cache: dict[str, _Params | None] = {}
 
 
 class _Loader:
@@ -315,7 +330,12 @@ class _Loader:
         self.cls, self.params = cls, params
 
     def __call__(self) -> PaddlePlugin:
-        return self.cls(self.params)
+        key = os.path.realpath(self.params.path)
+        with _instances_lock:
+            plugin = _instances.get(key)
+            if plugin is None or plugin._pid != os.getpid():
+                plugin = _instances[key] = self.cls(self.params)
+            return plugin
 
 
 class _Params:
