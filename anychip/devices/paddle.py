@@ -731,12 +731,17 @@ class PaddlePlugin(DevicePlugin):
     def _event_record(self, index: int, event: Any, stream: Any) -> None:
         self._use(index)
         dev = self._dev(index)
-        if event.timed and self._has("stream_add_callback"):
-            # the stamp runs on the stream just before the event's point: when the event has
-            # completed, the stamp has been taken
+        if event.timed:
             mark = _Mark()
-            mark.handle = self.ffi.new_handle(mark)
-            self._call("stream_add_callback", dev, stream.raw, _timing_callback(), mark.handle)
+            if self._has("stream_add_callback"):
+                # the stamp runs on the stream just before the event's point: when the event
+                # has completed, the stamp has been taken
+                mark.handle = self.ffi.new_handle(mark)
+                self._call("stream_add_callback", dev, stream.raw, _timing_callback(), mark.handle)
+            else:
+                # fallback: drain the stream, then stamp (the time of the work before the point)
+                self._call("synchronize_stream", dev, stream.raw)
+                mark.ns = time.perf_counter_ns()
             event.mark = mark
         self._call("record_event", dev, stream.raw, event.raw)
 
@@ -752,9 +757,6 @@ class PaddlePlugin(DevicePlugin):
         return bool(self.iface.query_event(self._dev(index), event.raw) == 0)
 
     def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
-        if not self._has("stream_add_callback"):
-            raise UnsupportedError(f"{self.name}: event timing needs the plugin's stream_add_callback entry, "
-                                   "which is NULL")
         for ev in (start, end):
             if not ev.timed:
                 raise InvalidArgumentError("elapsed_ms needs timed events")
