@@ -296,5 +296,6 @@ def test_mirror_matches_paddles_header_member_by_member(tmp_path):
     mine = []
     for struct in ("C_DeviceInterface", "CustomRuntimeParams"):
         mine.append(f"{struct} sizeof {ffi.sizeof('struct ' + struct)}")
-        mine += [f"{struct} {f} {ffi.offsetof('struct ' + struct, f)}" for f, _ in ffi.typeof(f"struct {struct}").fields]
+        fields = ffi.typeof(f"struct {struct}").fields
+        mine += [f"{struct} {f} {ffi.offsetof('struct ' + struct, f)}" for f, _ in fields]
     assert real == mine
