@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_info)
     from .collectives.launch import add_parser as add_launch_parser
     add_launch_parser(sub)
+    from .conformance.command import add_parser as add_conformance_parser
+    add_conformance_parser(sub)
     return p
 
 
