@@ -140,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_info)
     from .collectives.launch import add_parser as add_launch_parser
     add_launch_parser(sub)
+    from .conformance.command import add_parser as add_conformance_parser
+    add_conformance_parser(sub)
     from .scaffold import add_parser as add_plugin_parser
     add_plugin_parser(sub)
     return p
