@@ -66,14 +66,14 @@ ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"
 
 class build_py_with_data(build_py):
     """Ships csrc/include (anychip/plugin.h, the vendor headers) and csrc/templates (what
-    `anychip plugin new` copies) as anychip/_data in the built package (anychip/_data.py)."""
+    `anychip plugin new` copies) as anychip/_csrc in the built package (see anychip/_data.py)."""
 
     def run(self):
         super().run()
         if self.editable_mode:             # an editable install reads csrc/ in place
             return
         for part in ("include", "templates"):
-            dst = Path(self.build_lib) / "anychip" / "_data" / part
+            dst = Path(self.build_lib) / "anychip" / "_csrc" / part
             shutil.rmtree(dst, ignore_errors=True)
             shutil.copytree(Path("csrc") / part, dst, ignore=shutil.ignore_patterns("__pycache__"))
 

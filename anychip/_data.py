@@ -2,7 +2,7 @@
 ``anychip/plugin.h``) and the project templates of ``anychip plugin new``
 (``csrc/templates``).
 
-An installed wheel carries them under ``anychip/_data`` (setup.py copies them there);
+An installed wheel carries them under ``anychip/_csrc`` (setup.py copies them there);
 a source checkout (an editable install) reads them from ``csrc/`` beside the package.
 """
 from __future__ import annotations
@@ -18,10 +18,10 @@ _PACKAGE = Path(__file__).resolve().parent
 
 def data_root() -> Path:
     """The directory holding ``include/`` and ``templates/``."""
-    for root in (_PACKAGE / "_data", _PACKAGE.parent / "csrc"):
+    for root in (_PACKAGE / "_csrc", _PACKAGE.parent / "csrc"):
         if (root / "include" / "anychip" / "plugin.h").is_file():
             return root
-    raise AnychipError(f"anychip's plugin files are missing: neither {_PACKAGE / '_data'} nor "
+    raise AnychipError(f"anychip's plugin files are missing: neither {_PACKAGE / '_csrc'} nor "
                        f"{_PACKAGE.parent / 'csrc'} holds include/anychip/plugin.h; reinstall anychip")
 
 

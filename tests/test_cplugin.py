@@ -5,6 +5,7 @@ tests/c/plugin_variants.c with one change each (see there).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -270,3 +271,21 @@ def test_without_collectives_the_host_transport_serves(libs: dict[str, Path], tm
     r = _launch(2, "tgood", libs["GOOD"], ALL_REDUCE.replace("{BACKEND}", "tgood"), tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(r.stdout.splitlines()) == ["[0] transport shm/staged correct", "[1] transport shm/staged correct"]
+
+
+def test_conformance_suite_fails_collectives_that_move_no_data(libs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(libs["CCL_NOOP"]), "ANYCHIP_LOG_LEVEL": "ERROR"}
+    env.pop("ANYCHIP_DEVICES", None)
+    r = subprocess.run([*ANYCHIP, "conformance", "--device", "tnoop", "-n", "2", "--no-faults", "-c",
+                        "all_reduce,all_gather,reduce", "--json", str(out), "--no-progress"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0
+    assert "conformance: FAIL on tnoop" in r.stdout
+    cases = {c["name"]: c for c in json.loads(out.read_text())["backends"][0]["cases"]}
+    for op in ("all_reduce", "all_gather"):           # the plugin's (broken) entries
+        assert cases[op]["status"] == "failed"
+        assert cases[op]["extra"]["wrong"] > 0
+        assert cases[op]["expected"] == "#wrong 0"
+    assert cases["reduce"]["status"] == "passed"      # not set by the plugin: the host transport runs it
+    assert cases["copy_d2d"]["status"] == "passed"

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip import DevicePlugin, DeviceError, OutOfMemoryError
+from anychip import DeviceError, DevicePlugin, OutOfMemoryError
 from anychip.runtime.plugin import D2D, D2H, H2D
 
 __all__ = ["@Name@Plugin"]
