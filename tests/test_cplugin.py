@@ -289,3 +289,24 @@ def test_conformance_suite_fails_collectives_that_move_no_data(libs: dict[str, P
         assert cases[op]["expected"] == "#wrong 0"
     assert cases["reduce"]["status"] == "passed"      # not set by the plugin: the host transport runs it
     assert cases["copy_d2d"]["status"] == "passed"
+
+
+def test_forked_child_is_told_the_plugin_streams_stayed_in_the_parent(libs: dict[str, Path], plugin_path) -> None:
+    plugin_path(libs["GOOD"])
+    dev = anychip.device("tgood:0")
+    dev.alloc(64).memset(1)                  # the default stream (a worker thread) exists now
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                             # child: report what the registry says, then leave at once
+        try:
+            info = registry.backend("tgood")
+            os.write(w, f"{info.available}|{info.reason}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 4096).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got == (f"False|C plugin {libs['GOOD']}: its streams did not survive fork(); use it in a process "
+                   "started fresh (anychip launch, multiprocessing's spawn)")
+    assert registry.backend("tgood").available          # the parent is unaffected
