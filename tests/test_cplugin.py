@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc) to build 
 VARIANTS = {  # variant -> backend name it declares
     "GOOD": "tgood", "NO_INIT": "tnoinit", "MAJOR2": "tmajor", "MISSING": "tmissing", "INIT_FAIL": "tfail",
     "EVENTS_PARTIAL": "tevents", "MINIMAL": "tminimal", "CCL_SELF": "tself", "CCL_NOOP": "tnoop",
-    "TAKEN": "cpu",
+    "CCL_SHM": "tshm", "TAKEN": "cpu",
 }
 ANYCHIP = [sys.executable, "-m", "anychip.cli"]
 
@@ -265,6 +265,28 @@ def test_collectives_that_move_no_data_give_wrong_results(libs: dict[str, Path],
         "[0] transport native/tnoop collectives (simulated) WRONG [-7, -7, -7, -7]",
         "[1] transport native/tnoop collectives (simulated) WRONG [-7, -7, -7, -7]",
     ]
+
+
+def test_shared_memory_collectives_of_a_plugin_serve_two_ranks(libs: dict[str, Path], tmp_path: Path) -> None:
+    r = _launch(2, "tshm", libs["CCL_SHM"], ALL_REDUCE.replace("{BACKEND}", "tshm"), tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[0] transport native/tshm collectives (simulated) correct",
+                                             "[1] transport native/tshm collectives (simulated) correct"]
+
+
+def test_plugin_collectives_pass_the_conformance_suite(libs: dict[str, Path], tmp_path: Path) -> None:
+    """Its all_reduce (int32, int64, float32, float64; sum, min, max), all_gather and broadcast
+    run in the plugin; other types, ops and collectives on the host transport; the faults too."""
+    out = tmp_path / "out.json"
+    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(libs["CCL_SHM"]), "ANYCHIP_LOG_LEVEL": "ERROR"}
+    env.pop("ANYCHIP_DEVICES", None)
+    r = subprocess.run([*ANYCHIP, "conformance", "--device", "tshm", "-n", "2", "--json", str(out), "--no-progress"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    backend = json.loads(out.read_text())["backends"][0]
+    assert backend["transport"] == "native/tshm collectives (simulated)"
+    counts = backend["counts"]
+    assert counts["failed"] == 0 and counts["skipped"] == 0 and counts["passed"] == counts["run"] >= 19
 
 
 def test_without_collectives_the_host_transport_serves(libs: dict[str, Path], tmp_path: Path) -> None:

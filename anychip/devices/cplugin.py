@@ -26,7 +26,8 @@ import numpy as np
 
 from .._data import plugin_header
 from ..collectives.native import NativeLibrary
-from ..runtime.errors import DeviceError, OutOfMemoryError, PluginError, UnsupportedError
+from ..collectives.transport import check_mode
+from ..runtime.errors import CollectiveTimeout, DeviceError, OutOfMemoryError, PluginError, UnsupportedError
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
 
 __all__ = ["CPlugin", "PluginCollectives", "probe", "cdef", "abi", "REQUIRED_ENTRIES", "EVENT_ENTRIES",
@@ -465,7 +466,9 @@ class CPlugin(DevicePlugin):
         return None
 
     def native_ccl(self) -> Any:
-        if self.collectives_problem() is not None:
+        # ANYCHIP_COLLECTIVE_CHECK=1: communicators made now use the host transport, whose
+        # engine compares every rank's op signature first (a plugin's library has no such check)
+        if self.collectives_problem() is not None or check_mode():
             return None
         with self._lock:
             if self._ccl is None:
@@ -516,7 +519,8 @@ class PluginCollectives(NativeLibrary):
 
     def error(self, code: int, what: str) -> Any:
         err = super().error(code, what)
-        return type(err)(f"{err}: {self.plugin._text(code)}")
+        cls = CollectiveTimeout if code in self.timeout_codes else type(err)
+        return cls(f"{err}: {self.plugin._text(code)}")
 
     def comm_detail(self, comm: Any) -> str:
         t = self.t
