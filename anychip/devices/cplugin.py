@@ -50,6 +50,7 @@ REDOPS = ("sum", "prod", "min", "max", "avg")                                   
 _COPY_KINDS = {H2D: 0, D2H: 1, D2D: 2}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 WAIT_SLICE_S = 1e-3
+SPIN_S = 50e-6
 
 _ffi_lock = threading.Lock()
 _ffi: Any = None
@@ -357,14 +358,23 @@ class CPlugin(DevicePlugin):
             return False
         raise self._error(rc, what)
 
+    def _poll(self, what: str, query: Any, index: int, handle: Any) -> None:
+        """Wait until ``query`` says complete: spin for SPIN_S (short work ends there), then
+        sleep in growing steps up to WAIT_SLICE_S, so that Ctrl-C interrupts a long wait."""
+        spin_until = time.perf_counter() + SPIN_S
+        while not self._done(what, query(index, handle)):
+            if time.perf_counter() > spin_until:
+                delay = 1e-5
+                while not self._done(what, query(index, handle)):
+                    time.sleep(delay)
+                    delay = min(delay * 2, WAIT_SLICE_S)
+                return
+
     def _stream_synchronize(self, index: int, stream: Any) -> None:
         self._use(index)
         query = self.t.stream_query
         if query != self.ffi.NULL:          # waits Ctrl-C can interrupt: poll, then synchronize
-            delay = 0.0
-            while not self._done("stream_query", query(index, stream)):
-                time.sleep(delay)
-                delay = min(delay * 2 or 1e-5, WAIT_SLICE_S)
+            self._poll("stream_query", query, index, stream)
         self._call("stream_synchronize", index, stream)
 
     def _stream_query(self, index: int, stream: Any) -> bool:
@@ -418,10 +428,7 @@ class CPlugin(DevicePlugin):
         self._use(index)
         query = self.t.event_query
         if query != self.ffi.NULL:
-            delay = 0.0
-            while not self._done("event_query", query(index, event)):
-                time.sleep(delay)
-                delay = min(delay * 2 or 1e-5, WAIT_SLICE_S)
+            self._poll("event_query", query, index, event)
         self._call("event_synchronize", index, event)
 
     def _event_query(self, index: int, event: Any) -> bool:
