@@ -73,7 +73,7 @@ class Config:
 
     ranks: int = 2
     min_bytes: int = 8
-    max_bytes: int = 1 << 20
+    max_bytes: int = 4 << 20
     factor: int = 8
     ops: tuple[str, ...] = OPS
     dtypes: tuple[str, ...] = ("float32",)
@@ -82,8 +82,9 @@ class Config:
     iters: int = 5
     warmup: int = 1
     checks: int = 2                            # repetitions checked, each at other offsets with other data
-    #: dtype x reduce op x root coverage at this size on top of the sweep (0: none)
-    coverage_bytes: int = 4096
+    #: every dtype x reduce op x root at these sizes, on top of the sweep (the second one is
+    #: uneven on purpose: per-rank blocks and chunks that do not divide evenly)
+    coverage: tuple[int, ...] = (4096, 133_000)
     faults: bool = True
     timeout: float = 60.0                      # ANYCHIP_COLLECTIVE_TIMEOUT of the run's communicators
     mode: str = "quick"
@@ -94,7 +95,7 @@ class Config:
     @classmethod
     def from_json(cls, d: dict) -> Config:
         d = dict(d)
-        for k in ("ops", "dtypes", "redops"):
+        for k in ("ops", "dtypes", "redops", "coverage"):
             d[k] = tuple(d[k])
         if d.get("roots") is not None:
             d["roots"] = tuple(d["roots"])
@@ -138,7 +139,7 @@ def _row(op: str, size: int, dtype: str, redop: str, root: int, n: int) -> Row:
 
 def plan(cfg: Config) -> list[Row]:
     """Every row the run measures and checks, in order: per op, the size sweep for the chosen
-    dtypes / reduce ops / roots, then (``coverage_bytes``) every dtype x reduce op x root once."""
+    dtypes / reduce ops / roots, then (``coverage`` sizes) every dtype x reduce op x root once."""
     n = cfg.ranks
     roots = cfg.roots if cfg.roots is not None else tuple(range(n))
     rows: list[Row] = []
@@ -149,8 +150,8 @@ def plan(cfg: Config) -> list[Row]:
                   for t in (roots if op in ("broadcast", "reduce") else (-1,))]
         for size in cfg.sizes():
             todo += [_row(op, size, d, r, t, n) for d, r, t in combos]
-        if cfg.coverage_bytes:
-            todo += [_row(op, cfg.coverage_bytes, d, r, t, n) for d in DTYPES
+        for size in cfg.coverage:
+            todo += [_row(op, size, d, r, t, n) for d in DTYPES
                      for r in (REDOPS if op in REDUCING else ("none",))
                      for t in (range(n) if op in ("broadcast", "reduce") else (-1,))]
         for row in todo:
@@ -211,7 +212,7 @@ def run_case(name: str, group: str, fn: Callable[[], Any]) -> Outcome:
     return out
 
 
-def expect_error(what: str, fn: Callable[[], Any], cls: type, *needles: str) -> str:
+def expect_error(what: str, fn: Callable[[], Any], cls: type[BaseException], *needles: str) -> str:
     """Run ``fn``; it must raise ``cls`` whose message holds every needle. The message."""
     want = f"{cls.__name__} mentioning " + " and ".join(repr(n) for n in needles) if needles else cls.__name__
     try:
@@ -310,7 +311,7 @@ class _Layout:
         """(send, recv) at slot k, as the op takes them in place or out of place."""
         off, item, r, p = k * self.step, self.item, self.comm.rank, self.row.per_rank(self.comm.size)
         op = self.row.op
-        if not self.inplace:
+        if self.recv_base is not None:
             return (self.send_base.view(off, self.send_n * item), self.recv_base.view(off, self.recv_n * item))
         if op == "all_gather":
             recv = self.send_base.view(off, self.recv_n * item)
