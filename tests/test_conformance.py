@@ -120,12 +120,13 @@ def test_quick_pass_on_every_builtin_backend(tmp_path) -> None:
     lines = p.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("BACKEND"))
     assert lines[head].split() == ["BACKEND", "KIND", "RANKS", "CASES", "PASSED", "FAILED", "SKIPPED", "BUSBW",
-                                   "GB/s", "VERDICT"]
+                                   "GB/s", "TIME", "VERDICT"]
     table = {line.split()[0]: line.split() for line in lines[head + 2:] if line.strip()
              and not line.startswith("conformance:")}
     for name in BUILTIN:
         if _available(name):
             assert table[name][3:7] == [str(len(CASE_NAMES)), str(len(CASE_NAMES)), "0", "0"], table[name]
+            assert table[name][-1] == "PASS" and table[name][1] == by[name]["kind"]
     assert "unavailable:" in next(line for line in lines if line.startswith("cuda"))
     assert lines[-1] == "conformance: PASS"
 

@@ -63,7 +63,7 @@ def tables(result: dict) -> str:
         out.append(_HEAD.format("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
                                 "time", "algbw", "busbw", "#wrong"))
         out.append(_HEAD.format("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-                                "(GB/s)", ""))
+                                "(GB/s)", "").rstrip())
         for r in rows:
             head = f"{r['size']:>12} {r['count']:>12} {r['dtype']:>9} {r['redop']:>6} {r['root']:>5}"
             if "error" in r:
@@ -112,14 +112,14 @@ def summary(results: list[dict]) -> str:
     rows = []
     for res in results:
         if "unavailable" in res:
-            rows.append([res["backend"], "-", "-", "-", "-", "-", "-", "-", f"unavailable: {res['unavailable']}"])
+            rows.append([res["backend"], "-", "-", "-", "-", "-", "-", "-", "-", f"unavailable: {res['unavailable']}"])
             continue
         c = counts(res)
         bw = avg_busbw(res["rows"])
         rows.append([res["backend"], res.get("kind", "?"), str(res["ranks"]), str(c["run"]), str(c["passed"]),
                      str(c["failed"]), str(c["skipped"]), f"{bw:.3f}" if bw is not None else "-",
-                     f"{verdict(res)} ({res.get('seconds', 0):.0f} s)"])
-    return _table(rows, ["BACKEND", "KIND", "RANKS", "CASES", "PASSED", "FAILED", "SKIPPED", "BUSBW GB/s",
+                     f"{res.get('seconds', 0):.1f} s", verdict(res)])
+    return _table(rows, ["BACKEND", "KIND", "RANKS", "CASES", "PASSED", "FAILED", "SKIPPED", "BUSBW GB/s", "TIME",
                          "VERDICT"])
 
 
