@@ -107,6 +107,7 @@ def _op_case(op: str, records: list[dict]) -> dict:
 
 def main_job(cfg: Config, path: str) -> int:
     import anychip
+
     from .. import collectives
     comm = collectives.init()
     dev, n, rank = comm.device, comm.size, comm.rank
@@ -150,6 +151,7 @@ def killed_job() -> int:
     """The last rank dies (SIGKILL) while the others are in an all_reduce with it; each
     survivor prints what it got (the runner checks it)."""
     import anychip
+
     from .. import collectives
     comm = collectives.init()
     n, rank = comm.size, comm.rank

@@ -15,7 +15,7 @@ from .cases import DTYPES, OPS, REDOPS, Config, parse_size
 __all__ = ["add_parser", "config_from_args", "run"]
 
 QUICK = Config()
-FULL = Config(min_bytes=8, max_bytes=64 << 20, factor=2, iters=20, warmup=5, checks=3, coverage_bytes=65536,
+FULL = Config(min_bytes=8, max_bytes=64 << 20, factor=2, iters=10, warmup=2, checks=3,
               mode="full")
 
 
@@ -31,12 +31,21 @@ def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
     return names
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    """The run's Config: ``--quick`` (default) or ``--full`` defaults, then every flag given."""
+def _roots(text: str, ranks: int) -> tuple[int, ...] | None:
     from ..runtime.errors import InvalidArgumentError
-    cfg = replace(FULL if args.full else QUICK, ranks=args.nprocs)
-    if args.nprocs < 1:
-        raise InvalidArgumentError(f"conformance: -n must be at least 1, got {args.nprocs}")
+    if text.strip().lower() == "all":
+        return None
+    try:
+        root = int(text)
+    except ValueError:
+        raise InvalidArgumentError(f"--root {text!r}: want all or a rank number") from None
+    if not 0 <= root < ranks:
+        raise InvalidArgumentError(f"--root {root} is out of range for {ranks} ranks (0..{ranks - 1})")
+    return (root,)
+
+
+def _sizes(cfg: Config, args: argparse.Namespace) -> None:
+    from ..runtime.errors import InvalidArgumentError
     if args.minbytes is not None:
         cfg.min_bytes = parse_size(args.minbytes)
     if args.maxbytes is not None:
@@ -46,6 +55,15 @@ def config_from_args(args: argparse.Namespace) -> Config:
     if cfg.min_bytes < 1 or cfg.max_bytes < cfg.min_bytes or cfg.factor < 1:
         raise InvalidArgumentError(f"conformance: want 1 <= -b ({cfg.min_bytes}) <= -e ({cfg.max_bytes}) and "
                                    f"-f >= 1 ({cfg.factor})")
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The run's Config: ``--quick`` (default) or ``--full`` defaults, then every flag given."""
+    from ..runtime.errors import InvalidArgumentError
+    cfg = replace(FULL if args.full else QUICK, ranks=args.nprocs)
+    if args.nprocs < 1:
+        raise InvalidArgumentError(f"conformance: -n must be at least 1, got {args.nprocs}")
+    _sizes(cfg, args)
     if args.collective is not None:
         cfg.ops = _names(args.collective, OPS, "collective")
     explicit = False
@@ -56,27 +74,16 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raw = ",".join(aliases.get(t.strip().lower(), t) for t in args.dtype.split(","))
         cfg.dtypes, explicit = _names(raw, DTYPES, "dtype"), True
     if args.root is not None:
-        explicit = True
-        if args.root.strip().lower() == "all":
-            cfg.roots = None
-        else:
-            try:
-                root = int(args.root)
-            except ValueError:
-                raise InvalidArgumentError(f"--root {args.root!r}: want all or a rank number") from None
-            if not 0 <= root < cfg.ranks:
-                raise InvalidArgumentError(f"--root {root} is out of range for {cfg.ranks} ranks (0..{cfg.ranks - 1})")
-            cfg.roots = (root,)
+        cfg.roots, explicit = _roots(args.root, cfg.ranks), True
     if explicit:
-        cfg.coverage_bytes = 0          # the rows are exactly the ones asked for
+        cfg.coverage = ()          # the rows are exactly the ones asked for
     for name in ("iters", "warmup", "timeout"):
         v = getattr(args, name)
         if v is not None:
             if v < 0:
                 raise InvalidArgumentError(f"--{name} must be >= 0, got {v}")
             setattr(cfg, name, v)
-    if args.no_faults:
-        cfg.faults = False
+    cfg.faults = not args.no_faults
     return cfg
 
 
@@ -84,8 +91,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("conformance", help="certify backends: device API, collectives (nccl-tests tables), faults",
                        description=__doc__.split("\n\n")[0] if __doc__ else None,
                        epilog="Sizes as nccl-tests writes them: 8, 64K, 64M, 1G. --quick (default): "
-                              "8 B..1 MiB x8, float32 sum, plus every dtype x reduce op x root at 4 KiB. "
-                              "--full: 8 B..64 MiB x2, 20 iterations, every dtype x reduce op x root at 64 KiB.")
+                              "8 B..4 MiB x8, float32 sum, 5 iterations, plus every dtype x reduce op x root at "
+                              "4 KiB and 133000 B. --full: 8 B..64 MiB x2, 10 iterations, 3 checks. "
+                              "Giving -d, -o or -r measures exactly the rows asked for.")
     p.add_argument("--device", default=None, help="backend(s) to certify, comma separated (default: every available)")
     p.add_argument("-n", "--nprocs", type=int, default=2, help="ranks (default 2)")
     p.add_argument("-b", "--minbytes", default=None, help="smallest size")

@@ -63,7 +63,7 @@ def tables(result: dict) -> str:
         out.append(_HEAD.format("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
                                 "time", "algbw", "busbw", "#wrong"))
         out.append(_HEAD.format("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-                                "(GB/s)", ""))
+                                "(GB/s)", "").rstrip())
         for r in rows:
             head = f"{r['size']:>12} {r['count']:>12} {r['dtype']:>9} {r['redop']:>6} {r['root']:>5}"
             if "error" in r:
@@ -112,14 +112,14 @@ def summary(results: list[dict]) -> str:
     rows = []
     for res in results:
         if "unavailable" in res:
-            rows.append([res["backend"], "-", "-", "-", "-", "-", "-", "-", f"unavailable: {res['unavailable']}"])
+            rows.append([res["backend"], "-", "-", "-", "-", "-", "-", "-", "-", f"unavailable: {res['unavailable']}"])
             continue
         c = counts(res)
         bw = avg_busbw(res["rows"])
         rows.append([res["backend"], res.get("kind", "?"), str(res["ranks"]), str(c["run"]), str(c["passed"]),
                      str(c["failed"]), str(c["skipped"]), f"{bw:.3f}" if bw is not None else "-",
-                     f"{verdict(res)} ({res.get('seconds', 0):.0f} s)"])
-    return _table(rows, ["BACKEND", "KIND", "RANKS", "CASES", "PASSED", "FAILED", "SKIPPED", "BUSBW GB/s",
+                     f"{res.get('seconds', 0):.1f} s", verdict(res)])
+    return _table(rows, ["BACKEND", "KIND", "RANKS", "CASES", "PASSED", "FAILED", "SKIPPED", "BUSBW GB/s", "TIME",
                          "VERDICT"])
 
 
@@ -147,8 +147,12 @@ def plot(path: str, results: list[dict]) -> None:
     fig, axes = plt.subplots(1, max(1, len(ran)), figsize=(6 * max(1, len(ran)), 4.5), squeeze=False)
     for ax, res in zip(axes[0], ran or [{}], strict=False):
         for op in OPS:
-            pts = sorted({r["size"]: r["oop"]["busbw"] for r in res.get("rows", [])
-                          if r["op"] == op and "oop" in r and r["dtype"] == _sweep_dtype(res, op)}.items())
+            rows = [r for r in res.get("rows", []) if r["op"] == op and "oop" in r]
+            first = (rows[0]["dtype"], rows[0]["redop"], rows[0]["root"]) if rows else None
+            # the size sweep: the rows of the first (dtype, redop, root), without the coverage sizes
+            sweep = [r for r in rows if (r["dtype"], r["redop"], r["root"]) == first]
+            cut = next((i for i in range(1, len(sweep)) if sweep[i]["size"] <= sweep[i - 1]["size"]), len(sweep))
+            pts = [(r["size"], r["oop"]["busbw"]) for r in sweep[:cut]]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=op)
         ax.set_xscale("log", base=2)
@@ -160,12 +164,3 @@ def plot(path: str, results: list[dict]) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-
-
-def _sweep_dtype(res: dict, op: str) -> str:
-    """The dtype of the size sweep (the dtype with the most sizes measured for ``op``)."""
-    sizes: dict[str, set[int]] = {}
-    for r in res.get("rows", []):
-        if r["op"] == op:
-            sizes.setdefault(r["dtype"], set()).add(r["size"])
-    return max(sizes, key=lambda d: len(sizes[d])) if sizes else ""

@@ -145,7 +145,8 @@ def killed_rank(backend: str, cfg: Config, tmp: str) -> dict:
     want = f"CollectiveError naming missing rank {n - 1} within 10 s"
     problems = []
     if outs[-1][0] != -9:
-        problems.append((n - 1, f"rank {n - 1} exited with {outs[-1][0]} instead of being killed: {outs[-1][2][-300:]}"))
+        rc, _, err = outs[-1]
+        problems.append((n - 1, f"rank {n - 1} exited with {rc} instead of being killed: {err[-300:]}"))
     for r, (rc, so, se) in enumerate(outs[:-1]):
         line = next((x for x in so.splitlines() if x.startswith("CONFORMANCE-RESULT ")), None)
         if rc != 0 or line is None:
