@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import sys
@@ -72,8 +73,9 @@ def _cmd_new(args: argparse.Namespace) -> int:
     except AnychipError as exc:
         print(f"anychip plugin new: error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {path} ({'C, anychip/plugin.h' if args.lang == 'c' else 'Python, DevicePlugin'})\n"
-          f"next:\n  pip install {path}\n  anychip devices --all\n"
+    where = str(path) if path.is_absolute() else f".{os.sep}{path}"     # (a bare name would be looked up on PyPI)
+    print(f"wrote {where} ({'C, anychip/plugin.h' if args.lang == 'c' else 'Python, DevicePlugin'})\n"
+          f"next:\n  pip install {where}\n  anychip devices --all\n"
           f"  anychip conformance --device {args.name} -n 2\n"
           f"then replace the functions marked DRIVER with your chip's calls (see {path / 'README.md'})")
     return 0

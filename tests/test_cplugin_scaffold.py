@@ -69,7 +69,11 @@ def test_bad_names_and_places(tmp_path: Path) -> None:
         new_plugin("cpu", "c", tmp_path)
     with pytest.raises(InvalidArgumentError, match=r"--lang 'rust': want one of c, python"):
         new_plugin("chip", "rust", tmp_path)
-    new_plugin("chip", "c", tmp_path)
+    r = subprocess.run([*ANYCHIP, "plugin", "new", "chip", "--lang", "python"], cwd=tmp_path, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[:3] == ["wrote ./chip (Python, DevicePlugin)", "next:", "  pip install ./chip"]
+    assert (tmp_path / "chip" / "anychip_chip" / "device.py").is_file()
     r = subprocess.run([*ANYCHIP, "plugin", "new", "chip", "--dir", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr == f"anychip plugin new: error: {tmp_path / 'chip'} exists and is not empty; choose another " \
