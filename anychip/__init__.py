@@ -17,6 +17,7 @@ from ._version import __version__
 # is final: later imports of anychip.devices.<backend> find the package in
 # sys.modules and do not rebind the attribute.
 from . import devices as _devices_package  # noqa: F401  (isort: skip)
+from ._data import get_include
 from .runtime.buffer import Buffer
 from .runtime.device import (
     Device,
@@ -53,4 +54,6 @@ __all__ = [
     # errors
     "AnychipError", "DeviceError", "OutOfMemoryError", "InvalidArgumentError", "UnsupportedError",
     "PluginError", "SelectionError", "CollectiveError", "CollectiveTimeout",
+    # plugin authors
+    "get_include",
 ]

@@ -102,35 +102,47 @@ def test_anychip_devices_lists_the_plugins_devices(plugins):
 
 def test_each_refusal_names_the_library_and_the_reason_and_the_others_load(root):
     d = root("broken")
-    infos = {b.name: b for b in anychip.backends()}
+    with pytest.warns(RuntimeWarning):
+        infos = {b.name: b for b in anychip.backends()}
     assert infos["pdgood"].available and infos["pdgood"].device_count == 4
-    lib = os.path.join(d, "libpdnullentry.so")
-    assert infos["pdnullentry"].reason == (
-        f"refused (Paddle CustomDevice plugin {lib}): {lib}: leaves the required entry device_memory_stats NULL")
+    assert infos["pdgood"].source == f"Paddle CustomDevice plugin {d}/libpdgood.so (from CUSTOM_DEVICE_ROOT)"
+    # initialize runs when the backend loads: the backend is listed, refused
     lib = os.path.join(d, "libpdinitfail.so")
-    assert infos["pdinitfail"].reason == (
-        f"refused (Paddle CustomDevice plugin {lib}): {lib}: initialize failed: returned C_FAILED "
-        f"(resource exhausted or query failed)")
-    nulltype = infos["pdnulltype"].reason           # listed under its file name
-    assert nulltype.startswith(f"refused (Paddle CustomDevice plugin {os.path.join(d, 'libpdnulltype.so')}): ")
-    assert "InitPlugin set no device_type (a sign of a header-version mismatch)" in nulltype
-    old = infos["pdold"].reason
-    assert "InitPlugin returned without filling the parameters" in old
+    assert infos["pdinitfail"].reason == (f"refused (Paddle CustomDevice plugin {lib} (from CUSTOM_DEVICE_ROOT)): "
+                                          f"initialize failed: returned C_FAILED (resource exhausted or query "
+                                          f"failed)")
+    assert not infos["pdinitfail"].available and infos["pdinitfail"].device_count == 0
+    # what InitPlugin wrote is checked at discovery: the library is refused with the reason
+    refused = dict(registry.refused())
+
+    def why(lib: str) -> str:
+        return refused[f"plugin library {os.path.join(d, lib)} (from CUSTOM_DEVICE_ROOT)"]
+    assert why("libpdnullentry.so") == "leaves the required entry device_memory_stats NULL"
+    assert why("libpdnulltype.so") == ("InitPlugin set no device_type (a sign of a header-version mismatch); "
+                                       "the plugin must name its type")
+    old = why("libpdold.so")
+    assert old.startswith("InitPlugin returned without filling the parameters (device_type NULL, no version)")
     assert "CustomRuntimeParams (96 bytes) and C_DeviceInterface (1128 bytes)" in old
     assert "Paddle 2.6's are 88 and 912 bytes" in old
-    assert infos["pdoldversion"].reason.endswith(
-        "reports custom runtime version 0.1.0; anychip loads plugins of version 0.1.1 or a later 0.x")
-    for name in ("pdnullentry", "pdinitfail", "pdnulltype", "pdold", "pdoldversion"):
-        assert not infos[name].available and infos[name].device_count == 0
+    assert why("libpdoldversion.so") == ("reports custom runtime version 0.1.0; anychip loads plugins of version "
+                                         "0.1.1 or a later 0.x")
+    assert len(refused) == 4, refused
+    assert not {"pdnullentry", "pdold", "pdoldversion"} & set(infos)
 
 
-def test_libraries_in_the_plugin_path_load_only_when_they_export_initplugin(plugins, monkeypatch, tmp_path):
+def test_the_plugin_path_dispatches_initplugin_libraries_to_the_paddle_loader(plugins, monkeypatch, tmp_path):
     shutil.copy(os.path.join(plugins["good"], "libpdtest.so"), tmp_path / "libpdtest.so")
-    (tmp_path / "libother.so").write_bytes(open(anychip.runtime._libs.find_library("libanychip_ccl"), "rb").read())
     monkeypatch.delenv("CUSTOM_DEVICE_ROOT", raising=False)
+    monkeypatch.delenv("ANYCHIP_DEVICES", raising=False)
     monkeypatch.setenv("ANYCHIP_PLUGIN_PATH", str(tmp_path))
-    found = [(name, src) for name, src, _ in paddle.discover()]
-    assert found == [("pdtest", f"Paddle CustomDevice plugin {tmp_path / 'libpdtest.so'}")]
+    registry.reset()
+    try:
+        info = registry.backend("pdtest")
+        assert info is not None and info.available, info
+        assert info.source == f"Paddle CustomDevice plugin {tmp_path / 'libpdtest.so'} (from ANYCHIP_PLUGIN_PATH)"
+    finally:
+        monkeypatch.delenv("ANYCHIP_PLUGIN_PATH")
+        registry.reset()
 
 
 # ---------------------------------------------------------------------------------------------

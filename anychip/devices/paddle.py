@@ -32,7 +32,7 @@ from ..collectives.native import NativeLibrary
 from ..runtime.errors import DeviceError, InvalidArgumentError, OutOfMemoryError, PluginError, UnsupportedError
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
 
-__all__ = ["CDEF", "PaddlePlugin", "PaddleXccl", "discover", "library_candidates", "REQUIRED", "RUNTIME_VERSION"]
+__all__ = ["CDEF", "PaddlePlugin", "PaddleXccl", "probe", "root_libraries", "REQUIRED", "RUNTIME_VERSION"]
 
 log = logging.getLogger("anychip")
 
@@ -248,81 +248,37 @@ def status_text(code: int) -> tuple[str, str]:
 # discovery
 # ---------------------------------------------------------------------------------------------
 
-def _libraries_in(directory: str) -> list[str]:
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError:
+def root_libraries() -> list[str]:
+    """The libraries of ``CUSTOM_DEVICE_ROOT`` (Paddle's plugin directory), in name order."""
+    root = os.path.expanduser(os.environ.get(ROOT_ENV, "").strip())
+    if not root or not os.path.isdir(root):
         return []
-    return [os.path.join(directory, n) for n in names
-            if (n.endswith(".so") or ".so." in n) and os.path.isfile(os.path.join(directory, n))]
+    return [os.path.abspath(os.path.join(root, n)) for n in sorted(os.listdir(root))
+            if (n.endswith(".so") or ".so." in n) and os.path.isfile(os.path.join(root, n))]
 
 
-def library_candidates() -> list[tuple[str, bool]]:
-    """(path, from CUSTOM_DEVICE_ROOT) for every library to look at, without duplicates.
-    Libraries of CUSTOM_DEVICE_ROOT are Paddle plugins by definition; those of
-    ANYCHIP_PLUGIN_PATH only when they export InitPlugin."""
-    out: list[tuple[str, bool]] = []
-    seen: set[str] = set()
-    root = os.environ.get(ROOT_ENV, "")
-    dirs = [(root, True)] if root else []
-    dirs += [(d, False) for d in os.environ.get(PATH_ENV, "").split(os.pathsep) if d]
-    for d, is_root in dirs:
-        for path in _libraries_in(os.path.expanduser(d)):
-            real = os.path.realpath(path)
-            if real not in seen:
-                seen.add(real)
-                out.append((path, is_root))
-    return out
-
-
-def _fallback_name(path: str) -> str:
-    stem = os.path.basename(path).split(".so")[0]
-    stem = stem[3:] if stem.startswith("lib") else stem
-    return "".join(c if c.isalnum() or c in "_-" else "_" for c in stem) or "paddle_plugin"
-
-
-_classes: dict[str, type] = {}
-
-
-class _Refused:
-    """Loader of a library that was refused: raises the reason (the registry lists it)."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    def __call__(self) -> Any:
-        raise PluginError(self.reason)
-
-
-def discover() -> list[tuple[str, str, Any]]:
-    """(backend name, source, loader) for every Paddle plugin found (see the module docstring).
-    A refused library is listed under its file name with a loader that raises the reason."""
-    found: list[tuple[str, str, Any]] = []
-    for path, is_root in library_candidates():
-        source = f"Paddle CustomDevice plugin {path}"
-        try:
-            key = os.path.realpath(path)
-            if key in _params_cache:
-                params = _params_cache[key]
-            else:
-                params = _params_cache[key] = _init_plugin(path, require_symbol=is_root)
-        except PluginError as exc:
-            found.append((_fallback_name(path), source, _Refused(str(exc))))
-            continue
-        if params is None:
-            continue                   # an ANYCHIP_PLUGIN_PATH library without InitPlugin: not ours
-        name = params.device_type
-        cls = _classes.get(name) or type(f"PaddlePlugin_{name}", (PaddlePlugin,), {"name": name})
-        _classes[name] = cls
-        found.append((name, source, _Loader(cls, params)))
-    return found
-
-
-#: realpath -> the plugin made from it: a library is initialized once per process, as in Paddle
-#: (rediscovery after registry.reset() finds the same backend)
+#: realpath -> what InitPlugin filled, and the plugin made from it: a library is initialized
+#: once per process, as in Paddle (rediscovery after registry.reset() finds the same backend)
+_params_cache: dict[str, _Params] = {}
 _instances: dict[str, Any] = {}
+_classes: dict[str, type] = {}
 _instances_lock = threading.Lock()
-_params_cache: dict[str, _Params | None] = {}
+
+
+def probe(path: str) -> tuple[str, Any]:
+    """Open the Paddle plugin at ``path`` (the registry's probe for libraries exporting
+    ``InitPlugin``): (backend name, loader). Raises PluginError with the reason to refuse it."""
+    key = os.path.realpath(path)
+    with _instances_lock:
+        params = _params_cache.get(key)
+        if params is None:
+            params = _params_cache[key] = _init_plugin(path)
+        name = params.device_type
+        cls = _classes.get(name)
+        if cls is None:
+            cls = _classes[name] = type(f"PaddlePlugin_{name}", (PaddlePlugin,), {"name": name,
+                                                                                "__module__": __name__})
+    return name, _Loader(cls, params)
 
 
 class _Loader:
@@ -351,18 +307,16 @@ class _Params:
         self.version = (int(v.major), int(v.minor), int(v.patch))
 
 
-def _init_plugin(path: str, require_symbol: bool) -> _Params | None:
+def _init_plugin(path: str) -> _Params:
     f = ffi()
     try:
         lib = f.dlopen(path)
     except OSError as exc:
-        raise PluginError(f"{path} could not be loaded: {exc}") from None
+        raise PluginError(f"cannot be loaded: {exc}") from None
     try:
         init = lib.InitPlugin
     except AttributeError:
-        if require_symbol:
-            raise PluginError(f"{path} exports no InitPlugin symbol (not a Paddle CustomDevice plugin)") from None
-        return None
+        raise PluginError("exports no InitPlugin (the entry point of a Paddle CustomDevice plugin)") from None
     params = f.new("struct CustomRuntimeParams *")
     iface = f.new("struct C_DeviceInterface *")
     params.size = f.sizeof("struct CustomRuntimeParams")
@@ -371,7 +325,7 @@ def _init_plugin(path: str, require_symbol: bool) -> _Params | None:
     init(params)
     problem = _params_problem(f, params, iface)
     if problem:
-        raise PluginError(f"{path}: {problem}")
+        raise PluginError(problem)
     return _Params(path, lib, params, iface)
 
 
@@ -471,25 +425,25 @@ class PaddlePlugin(DevicePlugin):
         return bool(getattr(self.iface, entry) != self.ffi.NULL)
 
     def _open(self) -> list[int]:
-        f, iface, path = self.ffi, self.iface, self.p.path
+        f, iface = self.ffi, self.iface
         if self._has("initialize"):
             rc = iface.initialize()
             if rc not in (0, 1):
-                raise PluginError(f"{path}: initialize failed: {self._status(rc)}")
+                raise PluginError(f"initialize failed: {self._status(rc)}")
         count = f.new("size_t *")
         rc = iface.get_device_count(count)
         if rc not in (0, 1):
-            raise PluginError(f"{path}: get_device_count failed: {self._status(rc)}")
+            raise PluginError(f"get_device_count failed: {self._status(rc)}")
         ids = f.new("size_t[]", max(int(count[0]), 1))
         rc = iface.get_device_list(ids)
         if rc not in (0, 1):
-            raise PluginError(f"{path}: get_device_list failed: {self._status(rc)}")
+            raise PluginError(f"get_device_list failed: {self._status(rc)}")
         phys = [int(ids[i]) for i in range(int(count[0]))]
         if self._has("init_device"):
             for p in phys:
                 rc = iface.init_device(f.new("struct C_Device_st *", {"id": p}))
                 if rc not in (0, 1):
-                    raise PluginError(f"{path}: init_device({p}) failed: {self._status(rc)}")
+                    raise PluginError(f"init_device({p}) failed: {self._status(rc)}")
         atexit.register(self._close)
         return phys
 
