@@ -224,6 +224,10 @@ STATUS = {0: ("C_SUCCESS", "success"),
           3: ("C_ERROR", "invalid argument, wrong usage or uninitialized"),
           4: ("C_INTERNAL_ERROR", "plugin error")}
 
+#: anychip's optional extension a plugin may export (device_ext.h has no error strings): the
+#: message of the first failed op of a communicator, "" when none (see docs/paddle.md)
+EXTENSION_CDEF = "const char *anychip_paddle_comm_error(C_CCLComm comm);"
+
 _ffi_lock = threading.Lock()
 _ffi_obj: Any = None
 
@@ -235,7 +239,7 @@ def ffi() -> Any:
         if _ffi_obj is None:
             import cffi  # type: ignore[import-untyped]
             f = cffi.FFI()
-            f.cdef(CDEF + "void InitPlugin(struct CustomRuntimeParams *params);")
+            f.cdef(CDEF + "void InitPlugin(struct CustomRuntimeParams *params);\n" + EXTENSION_CDEF)
             _ffi_obj = f
         return _ffi_obj
 
@@ -777,6 +781,10 @@ class PaddleXccl(NativeLibrary):
                                if plugin._has(e) and (grouped or k not in ("send", "recv", "all_to_all")))
         self._grouped = grouped
         self._comms: dict[int, tuple[int, int]] = {}
+        try:
+            self._comm_error: Any = plugin.p.lib.anychip_paddle_comm_error
+        except AttributeError:
+            self._comm_error = None
 
     def supports(self, spec: Any) -> bool:
         if spec.kind not in self.entries:
@@ -812,7 +820,15 @@ class PaddleXccl(NativeLibrary):
         return self._rc(self.lib.xccl_destroy_comm(comm))
 
     def async_error(self, comm: Any) -> int:
-        return 0                                # failures surface through the stream's synchronize
+        """C_ERROR when the plugin's error extension reports a failed op of ``comm``; without
+        it, failures of enqueued ops surface only where the plugin reports them (its stream)."""
+        return 3 if self.comm_detail(comm) else 0
+
+    def comm_detail(self, comm: Any) -> str:
+        if self._comm_error is None:
+            return ""
+        p = self._comm_error(comm)
+        return self.ffi.string(p).decode("utf-8", "replace") if p != self.ffi.NULL else ""
 
     def group_start(self) -> int:
         return self._rc(self.lib.xccl_group_start()) if self._grouped else 0

@@ -435,7 +435,19 @@ static C_Status stream_wait_event(const C_Device d, C_Stream s, C_Event e) {
 
 /* ---- xccl on anychip's collective engine -------------------------------------------- */
 
-struct C_CCLComm_st { ccl_comm *c; pthread_mutex_t mu; int rank, size; };
+struct C_CCLComm_st {
+    ccl_comm *c;
+    pthread_mutex_t mu;
+    int rank, size;
+    int failed;                 /* set by the stream worker when an op failed */
+    char error[512];            /* its message */
+};
+
+/* anychip's optional extension of the Paddle interface: the message of a communicator's
+ * first failed op ("" when none); anychip reads it as the op's asynchronous error. */
+__attribute__((visibility("default"))) const char *anychip_paddle_comm_error(C_CCLComm comm) {
+    return comm && __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) ? comm->error : "";
+}
 
 static C_Status id_size(size_t *size) { *size = ID_BYTES; return C_SUCCESS; }
 
@@ -463,6 +475,8 @@ static C_Status comm_init(size_t nranks, C_CCLRootId *id, size_t rank, C_CCLComm
     }
     pthread_mutex_init(&comm->mu, NULL);
     comm->rank = (int)rank, comm->size = (int)nranks;
+    const char *chk = getenv("ANYCHIP_COLLECTIVE_CHECK");
+    ccl_comm_set_check(comm->c, chk && chk[0] == '1');
     *out = comm;
     return C_SUCCESS;
 }
@@ -509,17 +523,14 @@ static __thread ccl_job *group_job;
 
 static void run_job(void *arg) {
     ccl_job *j = arg;
-    pthread_mutex_lock(&j->comm->mu);
-    int rc = ccl_run(j->comm->c, j->ops, j->n);
-    pthread_mutex_unlock(&j->comm->mu);
-    if (rc != CCL_OK) {
-        fprintf(stderr, "pdtest: xccl: %s\n", ccl_comm_error(j->comm->c));
-        if (j->stream) {
-            pthread_mutex_lock(&j->stream->mu);
-            j->stream->error = C_ERROR;
-            pthread_mutex_unlock(&j->stream->mu);
-        }
+    struct C_CCLComm_st *comm = j->comm;
+    pthread_mutex_lock(&comm->mu);
+    int rc = comm->failed ? CCL_E_ABORTED : ccl_run(comm->c, j->ops, j->n);
+    if (rc != CCL_OK && !comm->failed) {    /* kept for anychip_paddle_comm_error; later ops fail */
+        snprintf(comm->error, sizeof comm->error, "%s", ccl_comm_error(comm->c));
+        __atomic_store_n(&comm->failed, 1, __ATOMIC_RELEASE);
     }
+    pthread_mutex_unlock(&comm->mu);
     free(j);
 }
 
