@@ -248,10 +248,40 @@ def test_two_ranks_run_every_collective_through_xccl(plugins):
     assert out.count("via native/xccl") == 2, out
 
 
-def test_xccl_all_reduce_that_moves_nothing_is_caught(plugins):
-    p = _launch(plugins, "badccl", "pdbadccl", "matrix", "7", "0", check=False)
-    assert p.returncode != 0
-    assert "all_reduce" in p.stderr and " wrong, first at " in p.stderr, p.stderr[-3000:]
+def _conformance(plugins, directory: str, backend: str, tmp_path, *args: str) -> tuple[int, dict, str]:
+    out = tmp_path / f"{backend}.json"
+    cmd = [sys.executable, "-m", "anychip.cli", "conformance", "--device", backend, "-n", "2", "--no-progress",
+           "--json", str(out), *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                       env=_env(CUSTOM_DEVICE_ROOT=plugins[directory]))
+    import json
+    return p.returncode, json.loads(out.read_text()), p.stdout + p.stderr
+
+
+def test_conformance_suite_passes_on_the_plugin(plugins, tmp_path):
+    rc, report, text = _conformance(plugins, "good", "pdtest", tmp_path)
+    assert rc == 0, text[-4000:]
+    (b,) = report["backends"]
+    assert b["transport"] == "native/xccl" and b["kind"] == "real"
+    names = {c["name"]: c["status"] for c in b["cases"]}
+    assert set(names) == {"alloc_free", "copy_h2d_d2h", "copy_d2d", "memset", "stream_order", "events_timing",
+                          "oom_recovery", "bad_free", "all_reduce", "all_gather", "broadcast", "reduce",
+                          "reduce_scatter", "all_to_all", "sendrecv", "bad_root", "mismatched_count", "timeout",
+                          "killed_rank"}, names
+    assert set(names.values()) == {"passed"}, names
+    assert b["rows"] and all(r["oop"]["wrong"] == 0 and (r.get("ip") or {}).get("wrong", 0) == 0 for r in b["rows"])
+
+
+def test_xccl_all_reduce_that_moves_nothing_fails_the_suite(plugins, tmp_path):
+    rc, report, text = _conformance(plugins, "badccl", "pdbadccl", tmp_path, "-c", "all_reduce", "--no-faults")
+    assert rc == 1
+    (b,) = report["backends"]
+    assert b["transport"] == "native/xccl" and b["verdict"] == "FAIL"
+    rows = b["rows"]
+    assert rows and all(r["op"] == "all_reduce" for r in rows)
+    assert sum(r["oop"]["wrong"] for r in rows) > 0 and all(r["status"] == "failed" for r in rows if r["count"])
+    assert {c["name"]: c["status"] for c in b["cases"]}["all_reduce"] == "failed"
+    assert "conformance: FAIL" in text
 
 
 def test_minimal_plugin_collectives_run_on_the_host_transport(root):
