@@ -271,6 +271,19 @@ sim_status sim_host_alloc(size_t nbytes, void **out)
     return SIM_OK;
 }
 
+int sim_is_host_alloc(const void *ptr)
+{
+    uintptr_t a = (uintptr_t)ptr;
+    int found = 0;
+    pthread_mutex_lock(&G.host_lock);
+    for (size_t i = 0; i < G.host_allocs.cap && !found; i++) {
+        const map_slot *s = &G.host_allocs.slots[i];
+        found = s->key && a >= s->key && a - s->key < (uintptr_t)s->val;
+    }
+    pthread_mutex_unlock(&G.host_lock);
+    return found;
+}
+
 sim_status sim_host_free(void *ptr)
 {
     pthread_mutex_lock(&G.host_lock);

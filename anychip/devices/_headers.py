@@ -1,0 +1,62 @@
+"""The vendor API headers shipped with anychip, and the cffi declarations read from them.
+
+Each vendor API is declared once, in a C header under ``csrc/include`` (installed with the
+package as ``anychip/_include``): the simulator's front ends are compiled against it, C
+programs include it, and the Python backends give cffi the part of it between the lines
+``/* ANYCHIP-CDEF-BEGIN */`` and ``/* ANYCHIP-CDEF-END */``. That part holds only what
+cffi's ``cdef`` accepts: typedefs, enums, structs, prototypes and ``#define NAME number``
+(no ``#include``, ``#if`` or function-like macros, which stay outside the markers).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+
+__all__ = ["include_dir", "cdef_of", "Declarations"]
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_BEGIN = "/* ANYCHIP-CDEF-BEGIN */"
+_END = "/* ANYCHIP-CDEF-END */"
+_ALLOWED_DIRECTIVE = re.compile(r"#define\s+\w+\s+(0x[0-9A-Fa-f]+|\d+)\s*(/\*.*\*/)?\s*$")
+
+
+def include_dir() -> str:
+    """The directory holding the vendor headers (``acl/acl.h``, ``hip/hip_runtime_api.h`` ...):
+    the installed copy, or ``csrc/include`` of a source checkout."""
+    for path in (os.path.join(_PKG, "_include"), os.path.join(os.path.dirname(_PKG), "csrc", "include")):
+        if os.path.isfile(os.path.join(path, "acl", "acl.h")):
+            return path
+    raise FileNotFoundError(f"the vendor headers are neither in {_PKG}/_include nor in a source checkout "
+                            "(reinstall anychip)")
+
+
+@functools.lru_cache(maxsize=None)
+def cdef_of(*headers: str) -> str:
+    """The cffi declarations of ``headers`` (paths under :func:`include_dir`), in order."""
+    parts = []
+    for rel in headers:
+        path = os.path.join(include_dir(), rel)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        sections = re.findall(re.escape(_BEGIN) + r"(.*?)" + re.escape(_END), text, re.S)
+        if not sections:
+            raise ValueError(f"{path} has no {_BEGIN} ... {_END} section")
+        for section in sections:
+            for line in section.splitlines():
+                if line.lstrip().startswith("#") and not _ALLOWED_DIRECTIVE.match(line.strip()):
+                    raise ValueError(f"{path}: {line.strip()!r} cannot be given to cffi (only "
+                                     "'#define NAME number' lines may stand between the markers)")
+            parts.append(section)
+    return "\n".join(parts)
+
+
+class Declarations:
+    """A class attribute holding the cffi declarations of ``headers``, read on first use
+    (so importing a backend never depends on finding the headers)."""
+
+    def __init__(self, *headers: str) -> None:
+        self.headers = headers
+
+    def __get__(self, obj: object, owner: type | None = None) -> str:
+        return cdef_of(*self.headers)
