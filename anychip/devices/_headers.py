@@ -60,3 +60,31 @@ class Declarations:
 
     def __get__(self, obj: object, owner: type | None = None) -> str:
         return cdef_of(*self.headers)
+
+
+#: backend -> (module, plugin class, the headers a C program includes)
+_C_APIS = {
+    "ascend": ("anychip.devices.ascend", "AscendPlugin", "acl/acl.h, hccl/hccl.h"),
+    "kunlun": ("anychip.devices.kunlun", "KunlunPlugin", "xpu/runtime.h, bkcl/bkcl.h"),
+    "hygon": ("anychip.devices.hygon", "HygonPlugin", "hip/hip_runtime_api.h, rccl/rccl.h"),
+}
+
+
+def cflags(backend: str) -> str:
+    """Compiler and linker flags that build a C program written for ``backend``'s vendor
+    API (ACL + HCCL, XPU + BKCL, HIP + RCCL) against the library the backend uses: the
+    simulator, or the vendor's own library when it is installed."""
+    import importlib
+
+    from ..runtime.errors import InvalidArgumentError, UnsupportedError
+
+    if backend not in _C_APIS:
+        raise InvalidArgumentError(f"--cflags: no C API for backend {backend!r}; want one of {', '.join(_C_APIS)}")
+    module, cls, _ = _C_APIS[backend]
+    plugin = getattr(importlib.import_module(module), cls)()
+    ok, reason = plugin.available()
+    if not ok or not plugin.library_path:
+        raise UnsupportedError(f"--cflags {backend}: the backend is unavailable: {reason}")
+    libdir, libfile = os.path.split(plugin.library_path)
+    return f"-I{include_dir()} -L{libdir} -l:{libfile} -Wl,-rpath,{libdir} -lpthread"
+
