@@ -154,6 +154,9 @@ SIM_HIDDEN sim_status sim_stream_wait(void *stream, int timeout_ms);
 /* phys: a physical device, or SIM_CURRENT */
 SIM_HIDDEN sim_status sim_device_synchronize(int phys);
 SIM_HIDDEN sim_status sim_device_wait(int phys, int timeout_ms);
+/* wait for the work queued on the device's streams, passing over held streams (which only
+ * a release can let run) and the calling thread's own stream worker */
+SIM_HIDDEN sim_status sim_device_drain(int phys);
 
 /* enqueue work; the direction is checked against the allocation table */
 SIM_HIDDEN sim_status sim_memcpy_async(void *dst, const void *src, size_t n, int dir, void *stream);

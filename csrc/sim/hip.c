@@ -452,7 +452,9 @@ HIP_API hipError_t hipFree(void *ptr)
     ENTER();
     if (!ptr)
         return hipSuccess;
-    sim_device_wait(SIM_CURRENT, -1); /* clr synchronizes the device's streams before freeing */
+    int dev = sim_device_of(ptr);
+    if (dev >= 0 && dev < sim_physical_count())
+        sim_device_drain(dev);          /* clr synchronizes the streams of the memory's device first */
     sim_status st = sim_free(ptr);
     return ret(st == SIM_E_BAD_FREE ? SIM_E_INVALID_VALUE : st);
 }
