@@ -32,15 +32,20 @@ SYMBOLS = {
     "libascend_sim": """aclInit aclFinalize aclrtCreateContext aclrtDestroyContext aclrtSetCurrentContext
         aclrtGetCurrentContext aclrtResetEvent aclrtQueryEventWaitStatus aclrtSubscribeReport aclrtProcessReport
         aclrtUnSubscribeReport aclprofInit aclprofFinalize aclprofCreateConfig aclprofDestroyConfig aclprofStart
-        aclprofStop aclprofCreateStepInfo aclprofDestroyStepInfo aclprofGetStepTimestamp aclrtSetDevice aclrtResetDevice aclrtGetDevice aclrtGetDeviceCount
+        aclprofStop aclprofCreateStepInfo aclprofDestroyStepInfo aclprofGetStepTimestamp aclrtSetDevice aclrtResetDevice
+        aclrtGetDevice aclrtGetDeviceCount
         aclrtMalloc aclrtFree aclrtMallocHost aclrtFreeHost aclrtMemcpy aclrtMemcpyAsync aclrtMemset
         aclrtMemsetAsync aclrtCreateStream aclrtDestroyStream aclrtSynchronizeStream aclrtSynchronizeDevice
         aclrtCreateEvent aclrtDestroyEvent aclrtRecordEvent aclrtStreamWaitEvent aclrtSynchronizeEvent
         aclrtQueryEventStatus aclrtEventElapsedTime aclrtGetMemInfo aclGetRecentErrMsg""",
-    "libkunlun_sim": """xpu_get_driver_version xpu_device_list xpu_set_device xpu_current_device xpu_device_count xpu_malloc xpu_free xpu_host_alloc
+    "libkunlun_sim": """xpu_get_driver_version xpu_device_list xpu_set_device xpu_current_device xpu_device_count
+        xpu_malloc
+        xpu_free xpu_host_alloc
         xpu_host_free xpu_memcpy xpu_memcpy_async xpu_memcpy_peer xpu_stream_create xpu_stream_destroy xpu_wait
         xpu_event_create xpu_event_record xpu_event_destroy xpu_event_wait xpu_stream_wait_event""",
-    "libhygon_sim": """hipGetDevicePropertiesR0600 hipDeviceGetAttribute hipMalloc hipFree hipHostMalloc hipHostFree hipMemcpy hipMemcpyAsync hipMemset hipMemsetAsync
+    "libhygon_sim": """hipGetDevicePropertiesR0600 hipDeviceGetAttribute hipMalloc hipFree hipHostMalloc hipHostFree
+        hipMemcpy
+        hipMemcpyAsync hipMemset hipMemsetAsync
         hipSetDevice hipGetDevice hipGetDeviceCount hipStreamCreate hipStreamDestroy hipStreamSynchronize
         hipStreamQuery hipEventCreate hipEventDestroy hipEventRecord hipEventSynchronize hipEventQuery
         hipEventElapsedTime hipStreamWaitEvent hipMemGetInfo hipDeviceSynchronize hipGetErrorString""",

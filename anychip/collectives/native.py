@@ -274,7 +274,8 @@ class Rccl(NativeLibrary):
         return self.lib.ncclGetUniqueId(uid)
 
     def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
-        return self.lib.ncclCommInitRank(self.ffi.cast("ncclComm_t *", out), nranks, uid[0], rank)          # the id by value
+        comm = self.ffi.cast("ncclComm_t *", out)
+        return self.lib.ncclCommInitRank(comm, nranks, uid[0], rank)          # the id by value
 
     def destroy(self, comm: Any) -> int:
         return self.lib.ncclCommDestroy(comm)

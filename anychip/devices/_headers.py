@@ -31,7 +31,7 @@ def include_dir() -> str:
                             "(reinstall anychip)")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cdef_of(*headers: str) -> str:
     """The cffi declarations of ``headers`` (paths under :func:`include_dir`), in order."""
     parts = []

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..runtime._libs import find_library
-from ._headers import Declarations, cdef_of
 from ..runtime.errors import DeviceError, OutOfMemoryError, UnsupportedError
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
+from ._headers import Declarations, cdef_of
 
 __all__ = ["VendorPlugin", "simulate_mode", "find_vendor_library", "roots", "SIM_CDEF"]
 

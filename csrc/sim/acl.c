@@ -422,6 +422,16 @@ static aclError copy_check(const char *fn, void *dst, size_t destMax, const void
                  loc_names[dl]);
         return ACL_ERROR_RT_PARAM_INVALID;
     }
+    /* CANN lets a kind call pageable memory device memory (it may be mapped for the device);
+     * here such memory must at least be mapped, so a stale pointer is an error, not a crash */
+    int src_dev = kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+    int dst_dev = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+    if ((src_dev && sl == LOC_HOST_PAGEABLE && !sim_host_mapped(src, count)) ||
+        (dst_dev && dl == LOC_HOST_PAGEABLE && !sim_host_mapped(dst, count))) {
+        sim_fail(SIM_E_OUT_OF_RANGE, "%s: the %s is neither device memory nor mapped host memory", fn,
+                 src_dev && sl == LOC_HOST_PAGEABLE && !sim_host_mapped(src, count) ? "source" : "destination");
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
     *dir = SIM_DEFAULT;
     return ACL_SUCCESS;
 }

@@ -134,6 +134,9 @@ SIM_HIDDEN sim_status sim_mem_info(int phys, size_t *free_bytes, size_t *total_b
 SIM_HIDDEN int sim_device_of(const void *ptr);
 /* whether ptr lies inside a live page-locked host allocation (sim_host_alloc) */
 SIM_HIDDEN int sim_is_host_alloc(const void *ptr);
+/* whether every page of [ptr, ptr + n) is mapped in this process (host memory that can be
+ * read); used where a copy kind calls a host pointer device memory */
+SIM_HIDDEN int sim_host_mapped(const void *ptr, size_t n);
 
 /* page-locked host memory (plain host memory here, but tracked so a bad free is caught) */
 SIM_HIDDEN sim_status sim_host_alloc(size_t nbytes, void **out);

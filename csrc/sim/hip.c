@@ -95,6 +95,19 @@ static int memcpy_dir(hipMemcpyKind kind)
     return (unsigned)kind <= hipMemcpyDefault ? SIM_DEFAULT : -1;
 }
 
+/* A pointer the kind calls device memory that is not: it must at least be mapped host
+ * memory, so a stale device pointer (a closed IPC mapping) is an error, not a crash. */
+static sim_status check_claimed(const void *dst, const void *src, size_t n, hipMemcpyKind kind)
+{
+    int src_dev = kind == hipMemcpyDeviceToHost || kind == hipMemcpyDeviceToDevice;
+    int dst_dev = kind == hipMemcpyHostToDevice || kind == hipMemcpyDeviceToDevice;
+    if (n && src_dev && src && sim_device_of(src) < 0 && !sim_host_mapped(src, n))
+        return sim_fail(SIM_E_OUT_OF_RANGE, "the source %p is neither device memory nor mapped host memory", src);
+    if (n && dst_dev && dst && sim_device_of(dst) < 0 && !sim_host_mapped(dst, n))
+        return sim_fail(SIM_E_OUT_OF_RANGE, "the destination %p is neither device memory nor mapped host memory", dst);
+    return SIM_OK;
+}
+
 /* ---- errors --------------------------------------------------------------------- */
 
 HIP_API const char *hipGetErrorName(hipError_t error)
@@ -495,7 +508,8 @@ HIP_API hipError_t hipMemcpy(void *dst, const void *src, size_t sizeBytes, hipMe
     int dir = memcpy_dir(kind);
     if (dir < 0)
         return ret(sim_fail(SIM_E_DIRECTION, "hipMemcpy: unknown hipMemcpyKind %d", (int)kind));
-    return ret(sim_memcpy_sync(dst, src, sizeBytes, dir));
+    sim_status st = check_claimed(dst, src, sizeBytes, kind);
+    return ret(st != SIM_OK ? st : sim_memcpy_sync(dst, src, sizeBytes, dir));
 }
 
 HIP_API hipError_t hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes, hipMemcpyKind kind,
@@ -505,7 +519,8 @@ HIP_API hipError_t hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes, 
     int dir = memcpy_dir(kind);
     if (dir < 0)
         return ret(sim_fail(SIM_E_DIRECTION, "hipMemcpyAsync: unknown hipMemcpyKind %d", (int)kind));
-    return ret(sim_memcpy_async(dst, src, sizeBytes, dir, stream));
+    sim_status st = check_claimed(dst, src, sizeBytes, kind);
+    return ret(st != SIM_OK ? st : sim_memcpy_async(dst, src, sizeBytes, dir, stream));
 }
 
 static sim_status check_peer(void *dst, int dstDevice, const void *src, int srcDevice, size_t n)

@@ -5,10 +5,12 @@
  * contexts, every aclrtMemAttr, and aclprof sessions with step timestamps.
  * Built and run by tests/test_sim_c_abi.py; prints "acl fidelity ok".
  */
+#define _DEFAULT_SOURCE
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "acl/acl.h"
@@ -77,6 +79,11 @@ static int memcpy_rules(void)
     memset(b, 0, N);
     CHECK(aclrtMemcpy(b, N, d, N, ACL_MEMCPY_DEFAULT) == ACL_SUCCESS && memcmp(b, h, N) == 0);
     CHECK(aclrtMemcpyAsync(d, N, a, N, ACL_MEMCPY_DEVICE_TO_HOST, s) == ACL_ERROR_RT_PARAM_INVALID);
+    /* a pointer the kind calls device memory that is not even mapped: an error, not a crash */
+    void *gone = mmap(NULL, N, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(gone != MAP_FAILED && munmap(gone, N) == 0);
+    CHECK(aclrtMemcpy(b, N, gone, N, ACL_MEMCPY_DEVICE_TO_HOST) == ACL_ERROR_RT_PARAM_INVALID);
+    CHECK(aclrtMemcpy(gone, N, d, N, ACL_MEMCPY_DEVICE_TO_DEVICE) == ACL_ERROR_RT_PARAM_INVALID);
 
     CHECK(aclrtDestroyStream(s) == 0);
     CHECK(aclrtFree(d) == 0 && aclrtFreeHost(h) == 0 && aclrtFreeHost(h2) == 0);

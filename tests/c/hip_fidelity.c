@@ -4,10 +4,12 @@
  * HIP 6's hipGetDeviceProperties (hipDeviceProp_tR0600) and hipDeviceGetAttribute.
  * Built and run by tests/test_sim_c_abi.py; prints "hip fidelity ok".
  */
+#define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "hip/hip_runtime_api.h"
@@ -53,6 +55,10 @@ int main(void)
     CHECK(hipStreamSynchronize(NULL) == hipSuccess && memcmp(a, b, N) == 0);
     CHECK(hipMemcpy(d, a, N, (hipMemcpyKind)5) == hipErrorInvalidMemcpyDirection);
     CHECK(hipGetLastError() == hipErrorInvalidMemcpyDirection);
+    void *gone = mmap(NULL, N, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(gone != MAP_FAILED && munmap(gone, N) == 0);        /* a stale "device" pointer */
+    CHECK(hipMemcpy(b, gone, N, hipMemcpyDeviceToHost) == hipErrorInvalidValue);
+    CHECK(hipMemcpyAsync(gone, d, N, hipMemcpyDeviceToDevice, NULL) == hipErrorInvalidValue);
 
     /* hipFree: a pointer that is no allocation is hipErrorInvalidValue; it waits for the streams */
     CHECK(hipFree(&local) == hipErrorInvalidValue);
