@@ -416,16 +416,24 @@ static aclError copy_check(const char *fn, void *dst, size_t destMax, const void
         *dir = SIM_D2D;
         return ACL_SUCCESS;
     }
+    if (kind == ACL_MEMCPY_DEFAULT) {
+        *dir = SIM_DEFAULT;
+        return ACL_SUCCESS;
+    }
+    int src_dev = kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+    int dst_dev = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+    if ((sim_device_of(src) >= 0) == src_dev && (sim_device_of(dst) >= 0) == dst_dev) {
+        *dir = SIM_DEFAULT;          /* the kind matches the pointers: every row of the table allows it */
+        return ACL_SUCCESS;
+    }
     int sl = location(src), dl = location(dst);
-    if (kind != ACL_MEMCPY_DEFAULT && !kind_allowed(sl, dl, kind)) {
+    if (!kind_allowed(sl, dl, kind)) {
         sim_fail(SIM_E_DIRECTION, "%s: %s cannot copy from %s to %s", fn, kind_names[kind], loc_names[sl],
                  loc_names[dl]);
         return ACL_ERROR_RT_PARAM_INVALID;
     }
     /* CANN lets a kind call pageable memory device memory (it may be mapped for the device);
      * here such memory must at least be mapped, so a stale pointer is an error, not a crash */
-    int src_dev = kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
-    int dst_dev = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
     if ((src_dev && sl == LOC_HOST_PAGEABLE && !sim_host_mapped(src, count)) ||
         (dst_dev && dl == LOC_HOST_PAGEABLE && !sim_host_mapped(dst, count))) {
         sim_fail(SIM_E_OUT_OF_RANGE, "%s: the %s is neither device memory nor mapped host memory", fn,
