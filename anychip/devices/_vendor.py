@@ -22,17 +22,14 @@ from typing import Any, ClassVar
 from ..runtime._libs import find_library
 from ..runtime.errors import DeviceError, OutOfMemoryError, UnsupportedError
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
-from ._headers import Declarations, cdef_of
+from ._headers import cdef_of
 
-__all__ = ["VendorPlugin", "simulate_mode", "find_vendor_library", "roots", "SIM_CDEF"]
+__all__ = ["VendorPlugin", "simulate_mode", "find_vendor_library", "roots"]
 
 log = logging.getLogger("anychip")
 
 SIMULATE_ENV = "ANYCHIP_SIMULATE"
 _MODES = ("auto", "always", "never")
-
-#: declarations of the simulator's own controls (csrc/include/anychip/sim.h)
-SIM_CDEF = Declarations("anychip/sim.h")
 
 #: the simulator's status for a timed wait that ran out (ANYCHIP_SIM_E_TIMEOUT in anychip/sim.h)
 SIM_E_TIMEOUT = 18
@@ -218,7 +215,7 @@ class VendorPlugin(DevicePlugin):
             return False, (f"{why}, and the simulator library {self.simulator_library} is not built "
                            "(run `pip install -e .` or `python setup.py build_ext --inplace`)")
         ffi = cffi.FFI()
-        ffi.cdef(self.cdef + cdef_of("anychip/sim.h"))
+        ffi.cdef(self.cdef + cdef_of("anychip/sim.h"))      # the simulator's own controls
         lib = ffi.dlopen(sim)
         ok, reason = self._finish(ffi, lib, sim, simulated=True)
         if ok and mode == "auto":
