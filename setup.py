@@ -73,6 +73,7 @@ PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]
 ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"], depends=["csrc/alloc/stats.h"],
                              extra_compile_args=PY_EXT_FLAGS))
 
+
 class build_py_with_data(build_py):
     """Ships csrc/include (anychip/plugin.h, the vendor headers) and csrc/templates (what
     `anychip plugin new` copies) as anychip/_csrc in the built package (see anychip/_data.py)."""
