@@ -8,6 +8,7 @@ extension modules: the backends ``dlopen`` them through cffi (ABI mode), exactly
 as they would open a vendor's library. ``anychip.runtime._libs.find_library``
 locates them. A C source added later only needs a line here.
 """
+import os
 import shutil
 from pathlib import Path
 
@@ -43,7 +44,15 @@ for _lib, _api in SIM_COLLECTIVES.items():
 
 
 class build_clib_as_ext(build_ext):
-    """Plain shared libraries: no PyInit symbol is required or exported (except by the allocator core)."""
+    """Plain shared libraries: no PyInit symbol is required or exported (except by the allocator core).
+    The vendor API headers (csrc/include) are installed with the package as anychip/_include,
+    for C programs built against the simulator (`anychip info --cflags BACKEND`)."""
+
+    def run(self):
+        super().run()
+        dest = os.path.join("anychip" if self.inplace else os.path.join(self.build_lib, "anychip"), "_include")
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(os.path.join("csrc", "include"), dest)
 
     def get_export_symbols(self, ext):
         return super().get_export_symbols(ext) if ext.name == "anychip._lib._alloc" else []
@@ -64,18 +73,17 @@ PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]
 ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"], depends=["csrc/alloc/stats.h"],
                              extra_compile_args=PY_EXT_FLAGS))
 
-class build_py_with_data(build_py):
-    """Ships csrc/include (anychip/plugin.h, the vendor headers) and csrc/templates (what
-    `anychip plugin new` copies) as anychip/_csrc in the built package (see anychip/_data.py)."""
+class build_py_with_templates(build_py):
+    """Ships csrc/templates (what `anychip plugin new` copies) as anychip/_templates in the
+    built package (see anychip/_data.py); the headers go as anychip/_include (build_ext above)."""
 
     def run(self):
         super().run()
         if self.editable_mode:             # an editable install reads csrc/ in place
             return
-        for part in ("include", "templates"):
-            dst = Path(self.build_lib) / "anychip" / "_csrc" / part
-            shutil.rmtree(dst, ignore_errors=True)
-            shutil.copytree(Path("csrc") / part, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        dst = Path(self.build_lib) / "anychip" / "_templates"
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(Path("csrc") / "templates", dst, ignore=shutil.ignore_patterns("__pycache__"))
 
 
-setup(ext_modules=ext_modules, cmdclass={"build_ext": build_clib_as_ext, "build_py": build_py_with_data})
+setup(ext_modules=ext_modules, cmdclass={"build_ext": build_clib_as_ext, "build_py": build_py_with_templates})
