@@ -101,8 +101,8 @@ def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytes
                     for p in (ROOT / "csrc" / "templates").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     assert shipped == source and "c/src/@name@.c" in shipped
     shutil.copytree(ROOT / "csrc" / "include", pkg / "_include")          # what build_ext adds
-    probe = ("import anychip._data as d, pathlib; d._PACKAGE = pathlib.Path(r'%s'); "
-             "print(d.get_include()); print(d.templates_dir())" % pkg)
+    probe = (f"import anychip._data as d, pathlib; d._PACKAGE = pathlib.Path(r'{pkg}'); "
+             "print(d.get_include()); print(d.templates_dir())")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == [str(pkg / "_include"), str(pkg / "_templates")]
 
