@@ -73,19 +73,17 @@ PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]
 ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"], depends=["csrc/alloc/stats.h"],
                              extra_compile_args=PY_EXT_FLAGS))
 
-
-class build_py_with_data(build_py):
-    """Ships csrc/include (anychip/plugin.h, the vendor headers) and csrc/templates (what
-    `anychip plugin new` copies) as anychip/_csrc in the built package (see anychip/_data.py)."""
+class build_py_with_templates(build_py):
+    """Ships csrc/templates (what `anychip plugin new` copies) as anychip/_templates in the
+    built package (see anychip/_data.py); the headers go as anychip/_include (build_ext above)."""
 
     def run(self):
         super().run()
         if self.editable_mode:             # an editable install reads csrc/ in place
             return
-        for part in ("include", "templates"):
-            dst = Path(self.build_lib) / "anychip" / "_csrc" / part
-            shutil.rmtree(dst, ignore_errors=True)
-            shutil.copytree(Path("csrc") / part, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        dst = Path(self.build_lib) / "anychip" / "_templates"
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(Path("csrc") / "templates", dst, ignore=shutil.ignore_patterns("__pycache__"))
 
 
-setup(ext_modules=ext_modules, cmdclass={"build_ext": build_clib_as_ext, "build_py": build_py_with_data})
+setup(ext_modules=ext_modules, cmdclass={"build_ext": build_clib_as_ext, "build_py": build_py_with_templates})

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc) to build 
 VARIANTS = {  # variant -> backend name it declares
     "GOOD": "tgood", "NO_INIT": "tnoinit", "MAJOR2": "tmajor", "MISSING": "tmissing", "INIT_FAIL": "tfail",
     "EVENTS_PARTIAL": "tevents", "MINIMAL": "tminimal", "CCL_SELF": "tself", "CCL_NOOP": "tnoop",
-    "CCL_SHM": "tshm", "TAKEN": "cpu",
+    "CCL_SHM": "tshm", "CCL_PARTIAL": "tpartial", "TAKEN": "cpu",
 }
 ANYCHIP = [sys.executable, "-m", "anychip.cli"]
 
@@ -220,6 +220,18 @@ def test_plugin_check_command(libs: dict[str, Path]) -> None:
     assert r.returncode == 1
     assert r.stderr == (f"anychip plugin check: {libs['MISSING']} refused: tmissing: the required entries "
                         "mem_alloc, copy are not set (plugin ABI 1.0)\n")
+
+
+def test_too_few_collective_entries_are_not_used(libs: dict[str, Path], plugin_path,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    plugin_path(libs["CCL_PARTIAL"])
+    with caplog.at_level("WARNING", logger="anychip"):
+        info = registry.backend("tpartial")
+    assert info is not None and info.available
+    assert info.plugin.native_ccl() is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"anychip: {libs['CCL_PARTIAL']}: its collective entries are not used (the host transport serves): "
+        "tpartial's collectives lack comm_init_rank, comm_destroy"]
 
 
 def _launch(n: int, backend: str, lib: Path, body: str, tmp_path: Path) -> subprocess.CompletedProcess:

@@ -81,7 +81,8 @@ def test_bad_names_and_places(tmp_path: Path) -> None:
 
 
 def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """setup.py's build_py (what a wheel holds) copies csrc/include and csrc/templates to anychip/_csrc."""
+    """setup.py's build_py and build_ext (what a wheel holds) copy csrc/templates to anychip/_templates
+    and csrc/include to anychip/_include, where the installed package reads them."""
     import runpy
 
     import setuptools
@@ -89,23 +90,21 @@ def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
     monkeypatch.chdir(ROOT)
     runpy.run_path(str(ROOT / "setup.py"))
-    cmd = captured["cmdclass"]["build_py"](setuptools.Distribution({"packages": ["anychip"],
-                                                                    "script_name": "setup.py"}))
+    dist = setuptools.Distribution({"packages": ["anychip"], "script_name": "setup.py"})
+    cmd = captured["cmdclass"]["build_py"](dist)
     cmd.build_lib = str(tmp_path)
     cmd.ensure_finalized()
     cmd.run()
-    data = tmp_path / "anychip" / "_csrc"
-    assert (data / "include" / "anychip" / "plugin.h").read_bytes() == \
-        (ROOT / "csrc" / "include" / "anychip" / "plugin.h").read_bytes()
-    shipped = sorted(str(p.relative_to(data / "templates")) for p in (data / "templates").rglob("*") if p.is_file())
+    pkg = tmp_path / "anychip"
+    shipped = sorted(str(p.relative_to(pkg / "_templates")) for p in (pkg / "_templates").rglob("*") if p.is_file())
     source = sorted(str(p.relative_to(ROOT / "csrc" / "templates"))
                     for p in (ROOT / "csrc" / "templates").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     assert shipped == source and "c/src/@name@.c" in shipped
-    # the installed package reads them from there
-    probe = ("import anychip._data as d, pathlib; d._PACKAGE = pathlib.Path(r'%s'); print(d.get_include())"
-             % (tmp_path / "anychip"))
+    shutil.copytree(ROOT / "csrc" / "include", pkg / "_include")          # what build_ext adds
+    probe = (f"import anychip._data as d, pathlib; d._PACKAGE = pathlib.Path(r'{pkg}'); "
+             "print(d.get_include()); print(d.templates_dir())")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == str(data / "include")
+    assert out.splitlines() == [str(pkg / "_include"), str(pkg / "_templates")]
 
 
 def test_installed_plugins_are_listed(installed: dict[str, Path]) -> None:

@@ -16,6 +16,7 @@ transport (:class:`PluginCollectives`); without, the host transport serves.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -34,6 +35,7 @@ __all__ = ["CPlugin", "PluginCollectives", "probe", "cdef", "abi", "REQUIRED_ENT
            "INIT_SYMBOL", "library_paths_from"]
 
 INIT_SYMBOL = "anychip_plugin_init"
+log = logging.getLogger("anychip")
 
 #: entries every plugin must set
 REQUIRED_ENTRIES: tuple[str, ...] = ("device_count", "mem_info", "mem_alloc", "mem_free", "copy",
@@ -187,6 +189,10 @@ class CPlugin(DevicePlugin):
         self._streams: dict[int, set] = {}
         self._ccl: Any = None
         self._forked = False
+        problem = self.collectives_problem()
+        if problem is not None and "lack" in problem:      # some collective entries set, not enough
+            log.warning("anychip: %s: its collective entries are not used (the host transport serves): %s",
+                        path, problem)
 
     # -- errors ------------------------------------------------------------------
     def _text(self, code: int) -> str:

@@ -12,6 +12,7 @@
  * VARIANT_MINIMAL         only the required entries: every fallback of the core is used
  * VARIANT_CCL_SELF        collectives that are real for groups of one rank (refused for more)
  * VARIANT_CCL_NOOP        collectives that report success and move no data
+ * VARIANT_CCL_PARTIAL     sets all_reduce and get_unique_id only (too few to be used)
  * VARIANT_CCL_SHM         collectives between processes over a shared-memory segment: all_reduce
  *                         (int32 / int64 / float32 / float64; sum, min, max), all_gather and
  *                         broadcast, run in the calling thread after a stream synchronize; anything
@@ -258,6 +259,19 @@ static anychip_status all_gather(const void *send, void *recv, size_t count, any
 #endif /* VARIANT_CCL_SHM */
 #endif
 
+#ifdef VARIANT_CCL_PARTIAL
+static anychip_status partial_unique_id(anychip_unique_id *id) {
+    (void)id;
+    return fail(S_INVALID, "never called: the entries are too few to be used");
+}
+
+static anychip_status partial_all_reduce(const void *send, void *recv, size_t count, anychip_dtype t,
+                                         anychip_redop op, anychip_comm c, anychip_stream s) {
+    (void)send; (void)recv; (void)count; (void)t; (void)op; (void)c; (void)s;
+    return fail(S_INVALID, "never called: the entries are too few to be used");
+}
+#endif
+
 ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p);
 
 #ifndef VARIANT_NO_INIT
@@ -282,6 +296,9 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     p->event_create = NULL; p->event_destroy = NULL; p->event_record = NULL; p->event_synchronize = NULL;
     p->event_query = NULL; p->event_elapsed_ms = NULL;
     p->get_error_string = NULL; p->get_last_error = NULL;
+#elif defined(VARIANT_CCL_PARTIAL)
+    p->get_unique_id = partial_unique_id;
+    p->all_reduce = partial_all_reduce;
 #elif defined(VARIANT_CCL_SELF) || defined(VARIANT_CCL_NOOP) || defined(VARIANT_CCL_SHM)
 #ifdef VARIANT_CCL_SHM
     p->timeout_status = S_TIMEOUT;

@@ -34,7 +34,8 @@
  *   copy_async            the synchronous copy, ordered on the stream: anychip first
  *                         synchronizes the stream, then copies
  *   copy_peer             copies between two devices stage through host memory
- *   fill / fill_async     a host buffer filled with the byte is copied (through the copy path)
+ *   fill_async            fill after a stream synchronize; without fill either, a host
+ *                         buffer of the byte is copied (through the copy path)
  *   stream_query          with events: record one and query it; without: stream_synchronize,
  *                         then "complete"
  *   device_synchronize    stream_synchronize on every stream anychip created on the device
@@ -52,7 +53,8 @@
  *
  * COLLECTIVES (optional; NCCL-shaped). A plugin offering them sets at least
  * get_unique_id, comm_init_rank, comm_destroy and all_reduce; otherwise anychip ignores
- * the collective entries (and says why in the logs). Each op is enqueued on `stream`
+ * the collective entries (it logs a warning
+ * saying which are missing; `anychip plugin check` shows it too). Each op is enqueued on `stream`
  * and returns at once; its completion is observed with an event recorded after it, and
  * its failure through comm_get_async_error. Any single op left NULL (broadcast, reduce,
  * all_gather, reduce_scatter, all_to_all) runs on the host transport instead; send and
