@@ -215,3 +215,33 @@ def test_ctrl_c_interrupts_synchronize_of_work_that_never_completes(name, path, 
     assert delay < 3.0, f"interrupted {delay:.2f} s after SIGINT"    # waits come back every 50 ms
     assert lines[1] == f"data {3 * 4096}", out + err
     assert proc.returncode == 0, err
+
+
+# -- a runtime library outlives its last Python reference ------------------------------
+
+UNLOAD = """
+    import gc, sys, numpy as np
+    from anychip.devices.{module} import {cls}
+    from anychip.runtime.plugin import H2D
+    p = {cls}(); p.available()
+    path = p.library_path
+    h = p._malloc(0, 4096); s = p._default_stream(0)
+    p._copy(0, h, 0, np.ones(4096, np.uint8), 0, 4096, H2D, s)   # its stream's worker thread runs
+    p._stream_synchronize(0, s)
+    del p; gc.collect()                 # what interpreter exit does to every module's objects
+    print(path in open("/proc/self/maps").read())
+"""
+
+
+@pytest.mark.parametrize("name", SIM)
+def test_the_library_stays_mapped_while_its_threads_live(name):
+    """Dropping the last reference to a runtime library must not unmap it: its stream
+    worker threads are parked in its code, and a process exiting with them woke them
+    into unmapped memory (a rare SIGSEGV after all work was done)."""
+    if not _available(name):
+        pytest.skip(f"{name} is not available here")
+    cls = {"ascend": "AscendPlugin", "kunlun": "KunlunPlugin", "hygon": "HygonPlugin"}[name]
+    code = textwrap.dedent(UNLOAD.format(module=name, cls=cls))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True"], proc.stdout + proc.stderr

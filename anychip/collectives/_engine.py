@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..runtime._libs import find_library
+from ..runtime._libs import dlopen, find_library
 from ..runtime.errors import CollectiveError
 
 __all__ = ["CDEF", "engine", "KINDS", "DTYPES", "REDOPS", "STATUS"]
@@ -77,5 +77,5 @@ def engine() -> tuple[Any, Any]:
                 import cffi  # type: ignore[import-untyped]
                 ffi = cffi.FFI()
                 ffi.cdef(CDEF)
-                _engine = (ffi, ffi.dlopen(path))
+                _engine = (ffi, dlopen(ffi, path))
     return _engine

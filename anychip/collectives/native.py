@@ -44,6 +44,7 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from ..devices._headers import Declarations
+from ..runtime._libs import dlopen
 from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
 from ..runtime.stream import Event
 from .communicator import OpSpec, Work
@@ -405,7 +406,7 @@ def _load(plugin: Any) -> tuple[NativeLibrary | None, str]:
     ffi.cdef(cls.cdef + (_BKCL_SIM_CDEF if cls is Bkcl and plugin.simulated else "")
              + ("const char *anychip_sim_last_error(void);" if plugin.simulated else ""))
     try:
-        lib = ffi.dlopen(path)
+        lib = dlopen(ffi, path)
         getattr(lib, cls.probe)                 # the library has the API
     except (OSError, AttributeError) as exc:
         return None, f"{path} cannot serve {cls.api}: {exc}"

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ..runtime._libs import find_library
+from ..runtime._libs import dlopen, find_library
 from ..runtime.errors import DeviceError, OutOfMemoryError, UnsupportedError
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
 from ._headers import cdef_of
@@ -194,7 +194,7 @@ class VendorPlugin(DevicePlugin):
             ffi = cffi.FFI()
             ffi.cdef(self.cdef)
             try:
-                lib = ffi.dlopen(path)
+                lib = dlopen(ffi, path)
             except OSError as exc:
                 failure = f"{path} could not be loaded ({exc})"
                 path = None
@@ -216,7 +216,7 @@ class VendorPlugin(DevicePlugin):
                            "(run `pip install -e .` or `python setup.py build_ext --inplace`)")
         ffi = cffi.FFI()
         ffi.cdef(self.cdef + cdef_of("anychip/sim.h"))      # the simulator's own controls
-        lib = ffi.dlopen(sim)
+        lib = dlopen(ffi, sim)
         ok, reason = self._finish(ffi, lib, sim, simulated=True)
         if ok and mode == "auto":
             reason += f" ({failure or names + ' not found'})"

@@ -28,6 +28,7 @@ import numpy as np
 from .._data import plugin_header
 from ..collectives.native import NativeLibrary
 from ..collectives.transport import check_mode
+from ..runtime._libs import dlopen
 from ..runtime.errors import CollectiveTimeout, DeviceError, OutOfMemoryError, PluginError, UnsupportedError
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
 
@@ -138,7 +139,7 @@ def probe(path: str) -> tuple[str, Any]:
     Raises PluginError (naming the reason) when the library is refused."""
     ffi, (major, minor) = abi()
     try:
-        lib = ffi.dlopen(path)
+        lib = dlopen(ffi, path)
     except OSError as exc:
         raise PluginError(f"cannot be loaded: {exc}") from None
     try:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..collectives.native import NativeLibrary
+from ..runtime._libs import dlopen
 from ..runtime.errors import DeviceError, InvalidArgumentError, OutOfMemoryError, PluginError, UnsupportedError
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
 
@@ -314,7 +315,7 @@ class _Params:
 def _init_plugin(path: str) -> _Params:
     f = ffi()
     try:
-        lib = f.dlopen(path)
+        lib = dlopen(f, path)
     except OSError as exc:
         raise PluginError(f"cannot be loaded: {exc}") from None
     try:

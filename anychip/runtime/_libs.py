@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
+from typing import Any
 
 _LIB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_lib")
 
@@ -14,3 +15,16 @@ def find_library(name: str) -> str | None:
         if os.path.exists(path):
             return path
     return None
+
+
+def dlopen(ffi: Any, path: str) -> Any:
+    """``ffi.dlopen(path)`` for a library that is never unloaded.
+
+    cffi closes a library when its ``lib`` object is collected, which at interpreter exit
+    can happen while threads that library started (a stream's worker, a runtime's event
+    thread) are still parked in its code; they then wake into unmapped memory and the
+    process dies with SIGSEGV after its work is done. Device runtimes, plugins and the
+    collective engine own such threads, so they are opened with RTLD_NODELETE: dlclose
+    leaves them mapped, as a CUDA driver stays mapped for the life of a process.
+    """
+    return ffi.dlopen(path, ffi.RTLD_NODELETE)
