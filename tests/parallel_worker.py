@@ -89,7 +89,8 @@ def matmul_all(mesh: ProcessMesh) -> None:
             c = make(a_np, mesh, list(pa)) @ make(b_np, mesh, list(pb))
             check(np.array_equal(c.numpy(), ref), f"matmul {list(pa)} @ {list(pb)}")
     # the two Megatron layouts keep their data where it is
-    col = make(a_np, mesh, [Replicate()] * mesh.ndim) @ make(b_np, mesh, [Shard(1)] * 1 + [Replicate()] * (mesh.ndim - 1))
+    rest = [Replicate()] * (mesh.ndim - 1)
+    col = make(a_np, mesh, [Replicate(), *rest]) @ make(b_np, mesh, [Shard(1), *rest])
     check(col.placements[0] == Shard(1), f"column parallel gives {col.placements}")
     row = make(a_np, mesh, [Shard(1)] + [Replicate()] * (mesh.ndim - 1)) @ \
         make(b_np, mesh, [Shard(0)] + [Replicate()] * (mesh.ndim - 1))
