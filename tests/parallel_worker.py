@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from anychip import parallel as dist
-from anychip.parallel import Partial, ProcessMesh, Replicate, Shard
+from anychip.parallel import Partial, ProcessMesh, Replicate, Shard, _reshard
 from anychip.parallel._sharding import local_box
 
 cases = 0
@@ -128,7 +128,10 @@ def mlp_grads(mesh: ProcessMesh) -> None:
     Y = (X @ P["w1"] + P["b1"]).relu() @ P["w2"] + P["b2"]
     D = Y - T
     L = (D * D).mean()
+    before = _reshard.counts.get("all_reduce", 0)
     L.backward()
+    if dp[0] == Shard(0):   # the weights' gradients come out Partial on the data-parallel axis
+        check(_reshard.counts.get("all_reduce", 0) - before >= 4, f"all_reduces in backward: {_reshard.counts}")
     check(abs(L.item() - loss) <= 1e-5 * abs(loss), f"loss {L.item()} vs {loss}")
     for k, ref in (("w1", gw1), ("b1", gb1), ("w2", gw2), ("b2", gb2)):
         g = P[k].grad
