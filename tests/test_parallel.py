@@ -121,6 +121,7 @@ def test_single_rank_ops_autograd_and_adamw(mesh1: ProcessMesh) -> None:
     X = dist.shard_tensor(x, mesh1, [Shard(0), Shard(1)])      # shards over axes of one rank: whole
     W = dist.shard_tensor(w, mesh1, [Replicate(), Shard(0)], requires_grad=True)
     assert X.local_tensor().shape == (4, 3) and X.local_tensor().device == mesh1.device
+    assert X.T.placements == (Shard(1), Shard(0)) and np.array_equal(X.T.numpy(), x.T)
     Y = (X @ W).relu()
     L = Y.mean()
     assert L.placements == (Partial(), Replicate())     # relu reduced the row-parallel Partial on y

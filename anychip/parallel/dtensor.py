@@ -286,24 +286,35 @@ def matmul(a: DistTensor, b: DistTensor) -> DistTensor:
     (Shard(0), R) -> Shard(0); (R, Shard(1)) -> Shard(1) (column parallel);
     (Shard(1), Shard(0)) -> Partial(sum) (row parallel); (Partial, R) / (R, Partial) -> Partial.
     Other pairs are first resharded to the nearest of these (a local slice where one suffices)."""
-    b = _as_dist(b, a)
+    return _matmul(a, _as_dist(b, a), False, False)
+
+
+def _swap(pl: Sequence[Placement], flip: bool) -> list[Placement]:
+    """Placements of a 2-D tensor seen transposed (when ``flip``)."""
+    return [Shard(1 - p.dim) if flip and isinstance(p, Shard) else p for p in pl]
+
+
+def _matmul(a: DistTensor, b: DistTensor, ta: bool, tb: bool) -> DistTensor:
+    """``op(a) @ op(b)``, op = transpose where ``ta`` / ``tb``, without materialising a transpose."""
     if a.ndim != 2 or b.ndim != 2:
         raise UnsupportedError(f"matmul: 2-D operands only, got {list(a.shape)} @ {list(b.shape)}")
-    if a.shape[1] != b.shape[0]:
-        raise InvalidArgumentError(f"matmul: shapes {list(a.shape)} and {list(b.shape)} do not fit "
-                                   f"({a.shape[1]} != {b.shape[0]})")
+    sa, sb = a.shape[::-1] if ta else a.shape, b.shape[::-1] if tb else b.shape
+    if sa[1] != sb[0]:
+        raise InvalidArgumentError(f"matmul: shapes {list(sa)} and {list(sb)} do not fit ({sa[1]} != {sb[0]})")
     pa, pb, out = [], [], []
-    for x, y in zip(a.placements, b.placements, strict=True):
+    for x, y in zip(_swap(a.placements, ta), _swap(b.placements, tb), strict=True):
         nx, ny, o = _matmul_axis(x, y)
         pa.append(nx)
         pb.append(ny)
         out.append(o)
-    a2, b2 = reshard(a, a.mesh, pa), reshard(b, b.mesh, pb)
-    res = a._new(a2._np() @ b2._np(), (a.shape[0], b.shape[1]), out)
+    a2, b2 = reshard(a, a.mesh, _swap(pa, ta)), reshard(b, b.mesh, _swap(pb, tb))
+    x, y = a2._np(), b2._np()
+    res = a._new((x.T if ta else x) @ (y.T if tb else y), (sa[0], sb[1]), out)
 
     def back(g: DistTensor) -> list[DistTensor | None]:
-        ga = matmul(g, transpose(b2)) if _needs(a) else None
-        gb = matmul(transpose(a2), g) if _needs(b) else None
+        # d(op(a)) = g @ op(b).T, d(op(b)) = op(a).T @ g; transposed back where op transposed
+        ga = (_matmul(b2, g, tb, True) if ta else _matmul(g, b2, False, not tb)) if _needs(a) else None
+        gb = (_matmul(g, a2, True, ta) if tb else _matmul(a2, g, not ta, False)) if _needs(b) else None
         return [ga, gb]
     return _record(res, [a2, b2], back)
 
