@@ -237,6 +237,7 @@ def reshard(dt: DistTensor, mesh: ProcessMesh, placements: Sequence[Placement]) 
     if mesh != dt.mesh:
         raise UnsupportedError(f"reshard: moving between meshes is not supported ({dt.mesh} -> {mesh}); "
                                "reshard within the tensor's mesh")
+    _check_member(mesh, "reshard")
     pl = normalize(placements, dt.ndim, mesh.ndim, "reshard")
     if pl == dt.placements:
         return dt

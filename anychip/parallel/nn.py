@@ -120,13 +120,18 @@ class AdamW:
                 zeros = np.zeros_like(w)
                 self._state[id(p)] = (Local.from_numpy(zeros, local.device), Local.from_numpy(zeros, local.device))
             ms, vs = self._state[id(p)]
-            m = b1 * ms.numpy() + (1 - b1) * g
-            v = b2 * vs.numpy() + (1 - b2) * g * g
-            w = w * (1 - self.lr * self.wd)
-            w = w - self.lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + self.eps)
+            m, v = ms.numpy(), vs.numpy()
+            m *= b1
+            m += (1 - b1) * g
+            v *= b2
+            v += (1 - b2) * (g * g)
+            w *= 1 - self.lr * self.wd
+            denom = np.sqrt(v / (1 - b2 ** t))
+            denom += self.eps
+            w -= (self.lr / (1 - b1 ** t)) * m / denom
             for dst, val in ((local, w), (ms, m), (vs, v)):
                 if val.size:
-                    dst.buffer.copy_from(np.ascontiguousarray(val, dtype=local.dtype).reshape(-1).view(np.uint8))
+                    dst.buffer.copy_from(val.reshape(-1).view(np.uint8))
 
     def clear_grad(self) -> None:
         for p in self.params:
