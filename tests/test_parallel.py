@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 import anychip
+from anychip import collectives
 from anychip import parallel as dist
 from anychip.parallel import Partial, ProcessMesh, Replicate, Shard
 from anychip.parallel._plan import plan
@@ -80,23 +82,22 @@ def test_placement_errors() -> None:
 # -- one process: a one-rank world --------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def mesh1() -> ProcessMesh:
-    for k in ("ANYCHIP_RANK", "ANYCHIP_WORLD_SIZE", "RANK", "WORLD_SIZE"):
-        assert k not in os.environ
-    os.environ.setdefault("ANYCHIP_LAUNCH_DEVICE", "cpu")
-    return ProcessMesh([[0]], dim_names=["x", "y"])
+def mesh1() -> Iterator[ProcessMesh]:
+    world = collectives.init("cpu:0", world=collectives.World(0, 1, 0, 1, f"test-parallel-{os.getpid()}", "none"))
+    yield ProcessMesh([[0]], dim_names=["x", "y"], comm=world)
+    world.destroy()
 
 
 def test_mesh_errors(mesh1: ProcessMesh) -> None:
     with pytest.raises(anychip.InvalidArgumentError, match=r"rectangular shape"):
-        ProcessMesh([[0, 1], [2]])
+        ProcessMesh([[0, 1], [2]], comm=mesh1.comm)
     with pytest.raises(anychip.InvalidArgumentError, match=r"ranks must be distinct and >= 0, got \[0, 0\]"):
-        ProcessMesh([0, 0])
+        ProcessMesh([0, 0], comm=mesh1.comm)
     with pytest.raises(anychip.InvalidArgumentError, match=r"dim_names must be 2 strings, one per mesh "
                        r"dimension of shape \[1, 1\]; got \['x'\]"):
-        ProcessMesh([[0]], ["x"])
+        ProcessMesh([[0]], ["x"], comm=mesh1.comm)
     with pytest.raises(anychip.InvalidArgumentError, match=r"rank 3 is not in the job, whose ranks are 0..0"):
-        ProcessMesh([0, 3])
+        ProcessMesh([0, 3], comm=mesh1.comm)
     assert mesh1.get_dim_size("y") == 1 and mesh1.axis("y") == 1 and mesh1.coordinate == (0, 0)
     with pytest.raises(anychip.InvalidArgumentError, match=r"no dimension named 'z'; the mesh has \['x', 'y'\]"):
         mesh1.axis("z")
@@ -110,7 +111,7 @@ def test_shard_tensor_errors(mesh1: ProcessMesh) -> None:
     with pytest.raises(anychip.InvalidArgumentError, match=r"block of a \[4, 2\] tensor placed .* is \[4, 2\], "
                        r"got \[2, 2\]"):
         dist.dtensor_from_local(np.ones((2, 2)), mesh1, [Shard(0)], (4, 2))
-    other = ProcessMesh([[0]], dim_names=["a", "b"])
+    other = ProcessMesh([[0]], dim_names=["a", "b"], comm=mesh1.comm)
     with pytest.raises(anychip.UnsupportedError, match=r"moving between meshes is not supported"):
         dist.reshard(dist.shard_tensor(np.ones(2), mesh1, []), other, [])
 
