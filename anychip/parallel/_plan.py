@@ -50,7 +50,7 @@ def _dims(*ps: Placement) -> set[int]:
 
 def _blocked(cur: Sequence[Placement], axis: int, dims: set[int]) -> list[int]:
     """Later axes that shard one of ``dims``."""
-    return [b for b in range(axis + 1, len(cur)) if isinstance(cur[b], Shard) and cur[b].dim in dims]
+    return [b for b in range(axis + 1, len(cur)) if _dims(cur[b]) & dims]
 
 
 def plan(src: Sequence[Placement], dst: Sequence[Placement]) -> list[Step]:

@@ -6,6 +6,7 @@ padded to the full chunk size ceil(n / k) before and cut after, as DTensor does.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ def _pad(x: np.ndarray, dim: int, length: int) -> np.ndarray:
     return np.pad(x, widths)
 
 
-def _run(kind: str, comm, x: np.ndarray, recv_shape: tuple[int, ...], **kw) -> np.ndarray:
+def _run(kind: str, comm: Any, x: np.ndarray, recv_shape: tuple[int, ...], **kw: Any) -> np.ndarray:
     """Run one collective on device copies of ``x``; the host copy of the result."""
     import time
     dev = comm.device
@@ -52,6 +53,8 @@ def run_step(step: Step, x: np.ndarray, shape: Sequence[int], cur: Sequence[Plac
              mesh: ProcessMesh) -> np.ndarray:
     """The local block after ``step`` (cur: the placements before it)."""
     a = step.axis
+    src: Any = step.src
+    dst: Any = step.dst
     k = mesh.shape[a]
     coord = mesh.coordinate
     assert coord is not None
@@ -59,37 +62,37 @@ def run_step(step: Step, x: np.ndarray, shape: Sequence[int], cur: Sequence[Plac
     parent = local_box(shape, cur[:a], mesh.shape[:a], coord[:a])[1]
     comm = mesh.axis_comm(a)
     if step.kind == "to_partial":
-        keep = i == 0 or step.dst.op != "sum"        # max / min / avg: every rank may keep the value
+        keep = i == 0 or dst.op != "sum"        # max / min / avg: every rank may keep the value
         return x if keep else np.zeros_like(x)
     if k == 1 or comm is None:                        # an axis of one rank moves nothing
         return x
     if step.kind == "all_reduce":
-        return _run("all_reduce", comm, x, x.shape, op=step.src.op)
+        return _run("all_reduce", comm, x, x.shape, op=src.op)
     if step.kind == "slice":
-        d = step.dst.dim
+        d = dst.dim
         off, size = chunk(parent[d], k, i)
         return np.ascontiguousarray(np.take(x, range(off, off + size), axis=d))
     if step.kind == "all_gather":
-        d = step.src.dim
+        d = src.dim
         n, c = parent[d], chunk_size(parent[d], k)
         send = np.moveaxis(_pad(x, d, c), d, 0)
         rest = send.shape[1:]
         out = _run("all_gather", comm, send, (k * c, *rest), count=send.size)
         return np.ascontiguousarray(np.moveaxis(out[:n], 0, d))
     if step.kind == "reduce_scatter":
-        d = step.dst.dim
+        d = dst.dim
         n, c = parent[d], chunk_size(parent[d], k)
         send = np.moveaxis(_pad(x, d, k * c), d, 0)
         rest = send.shape[1:]
         out = _run("reduce_scatter", comm, send, (c, *rest), count=c * int(np.prod(rest)),
-                   extra={"op": step.src.op})
+                   extra={"op": src.op})
         return np.ascontiguousarray(np.moveaxis(out[:chunk(n, k, i)[1]], 0, d))
     if step.kind == "all_to_all":
-        return _all_to_all(comm, x, step.src.dim, step.dst.dim, parent, k, i)
+        return _all_to_all(comm, x, src.dim, dst.dim, parent, k, i)
     raise InvalidArgumentError(f"reshard: unknown step {step.kind!r}")
 
 
-def _all_to_all(comm, x: np.ndarray, d1: int, d2: int, parent: Sequence[int], k: int, i: int) -> np.ndarray:
+def _all_to_all(comm: Any, x: np.ndarray, d1: int, d2: int, parent: Sequence[int], k: int, i: int) -> np.ndarray:
     """Shard(d1) -> Shard(d2): block j of my d1-chunk, cut along d2, goes to rank j."""
     n1, n2 = parent[d1], parent[d2]
     c1, c2 = chunk_size(n1, k), chunk_size(n2, k)

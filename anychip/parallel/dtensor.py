@@ -254,7 +254,7 @@ def reshard(dt: DistTensor, mesh: ProcessMesh, placements: Sequence[Placement]) 
 def _back_to(g: DistTensor, src: Sequence[Placement]) -> DistTensor:
     """The gradient of a reshard's input: Shard axes as the input was; Replicate and Partial
     axes take the gradient as it comes (Replicate, or Partial(sum) left for later)."""
-    want = []
+    want: list[Placement] = []
     for s, gp in zip(src, g.placements, strict=True):
         if isinstance(s, Shard):
             want.append(s)
@@ -309,8 +309,8 @@ def _matmul(a: DistTensor, b: DistTensor, ta: bool, tb: bool) -> DistTensor:
         pb.append(ny)
         out.append(o)
     a2, b2 = reshard(a, a.mesh, _swap(pa, ta)), reshard(b, b.mesh, _swap(pb, tb))
-    x, y = a2._np(), b2._np()
-    res = a._new((x.T if ta else x) @ (y.T if tb else y), (sa[0], sb[1]), out)
+    la, lb = a2._np(), b2._np()
+    res = a._new((la.T if ta else la) @ (lb.T if tb else lb), (sa[0], sb[1]), out)
 
     def back(g: DistTensor) -> list[DistTensor | None]:
         # d(op(a)) = g @ op(b).T, d(op(b)) = op(a).T @ g; transposed back where op transposed
@@ -376,9 +376,10 @@ def _binary(op: str, a: Any, b: Any) -> DistTensor:
         pa[ax], pb[ax] = na, nb
         out.append(o)
     a2, b2 = reshard(a, a.mesh, pa), reshard(b, b.mesh, pb)
-    x, y = a2._np(), b2._np()
-    val = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
-           "relu_grad": lambda m, g: np.where(m > 0, g, np.zeros_like(g))}[op](x, y)
+    fns: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
+        "add": np.add, "sub": np.subtract, "mul": np.multiply,
+        "relu_grad": lambda m, g: np.where(m > 0, g, np.zeros_like(g))}
+    val = fns[op](a2._np(), b2._np())
     res = a._new(np.asarray(val, dtype=a.dtype), shape, out)
 
     def back(g: DistTensor) -> list[DistTensor | None]:

@@ -20,6 +20,9 @@ class Layer:
     """Holds parameters (``Parameter`` or, once placed, ``DistTensor``) and sub-layers as
     attributes; calling it runs ``forward``."""
 
+    _params: dict[str, Any]
+    _layers: dict[str, Layer]
+
     def __init__(self) -> None:
         object.__setattr__(self, "_params", {})
         object.__setattr__(self, "_layers", {})
