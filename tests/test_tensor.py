@@ -278,3 +278,41 @@ def test_tensor_class_is_exported() -> None:
     import sys
     assert sys.modules["anychip.tensor"].Tensor is Tensor
     assert callable(anychip.tensor)
+
+
+# -- where the ops run ---------------------------------------------------------------
+
+SIM = [d for d in ("ascend:0", "kunlun:0", "hygon:0") if any(x.name == d for x in anychip.devices())]
+
+
+@pytest.mark.parametrize("name", SIM)
+def test_sim_ops_are_kernels_on_the_stream(name: str) -> None:
+    """On a simulated chip the ops are enqueued on the stream (held here, so nothing runs)
+    and run on its worker over device memory: no host round trip that would wait."""
+    dev = anychip.device(name)
+    x = anychip.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=dev)
+    w = anychip.tensor(np.ones((4, 2), np.float32), device=dev)
+    dev.synchronize()
+    stream = dev.current_stream()
+    dev.plugin.sim_hold_stream(dev.index, stream._live())
+    try:
+        y = ((x * 2 + x.T.contiguous().T) @ w).relu().sum(axis=0)
+        c = (x > 5).cast("int32").sum()
+        assert not stream.query()                    # enqueued behind the hold, not run
+    finally:
+        dev.plugin.sim_release_stream(dev.index, stream._live())
+    np.testing.assert_array_equal(y.numpy(), [198.0, 198.0])
+    assert c.item() == 6
+
+
+@pytest.mark.parametrize("name", SIM)
+def test_sim_kernel_checks_memory(name: str) -> None:
+    dev = anychip.device(name)
+    k = dev.plugin.kernels
+    buf = dev.alloc(16)
+    with pytest.raises(anychip.DeviceError, match="elementwise output"):
+        k.elementwise(dev.index, "add", (buf, 1 << 40), (buf, 0, (1,)), (buf, 0, (1,)), (4,), "float32",
+                      dev.current_stream())
+    with pytest.raises(anychip.InvalidArgumentError, match="a buffer of cpu:0, but the kernel runs on"):
+        k.gemm(dev.index, (anychip.device("cpu").alloc(4), 0), (buf, 0, (1, 1)), (buf, 0, (1, 1)), 1, 1, 1,
+               "float32", dev.current_stream())
