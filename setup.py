@@ -16,6 +16,8 @@ COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wextra",
 
 # the chip simulator's core, one file per concern (see csrc/sim/core.h)
 SIM_CORE = [f"csrc/sim/{name}.c" for name in ("config", "memory", "ipc", "handles", "wait", "stream", "event")]
+# the simulated chips' tensor kernels (enqueued on simulated streams)
+SIM_CORE.append("csrc/sim/kernels.c")
 
 # name -> (sources, extra libraries)
 C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {

@@ -42,6 +42,23 @@ from .runtime.plugin import DevicePlugin
 from .runtime.registry import BackendInfo, backends, register_plugin, unregister_plugin
 from .runtime.stream import Event, Stream, current_stream
 
+# The package anychip/tensor shares its name with the function anychip.tensor(), as
+# anychip/devices does with anychip.devices(): import the package first, then bind
+# the function (``from anychip.tensor import Tensor`` keeps working through sys.modules).
+from . import tensor as _tensor_package  # noqa: F401  (isort: skip)
+from .tensor import (  # noqa: E402  (isort: skip)
+    DLPackError,
+    Tensor,
+    arange,
+    as_tensor,
+    empty,
+    from_dlpack,
+    full,
+    ones,
+    tensor,
+    zeros,
+)
+
 __all__ = [
     "__version__",
     # devices
@@ -53,4 +70,6 @@ __all__ = [
     # errors
     "AnychipError", "DeviceError", "OutOfMemoryError", "InvalidArgumentError", "UnsupportedError",
     "PluginError", "SelectionError", "CollectiveError", "CollectiveTimeout",
+    # tensors
+    "Tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange", "from_dlpack", "DLPackError",
 ]
