@@ -9,12 +9,11 @@ Names follow Paddle's auto-parallel API (``paddle.distributed``). See docs/paral
 """
 from __future__ import annotations
 
-from ._local import Local
 from .dtensor import DistTensor, dtensor_from_local, matmul, mean, no_grad, relu, reshard, shard_tensor, transpose
 from .mesh import ProcessMesh, world
 from .nn import AdamW, Layer, Linear, Parameter, shard_layer
 from .placement import Partial, Placement, Replicate, Shard
 
-__all__ = ["ProcessMesh", "world", "Placement", "Shard", "Replicate", "Partial", "DistTensor", "Local",
+__all__ = ["ProcessMesh", "world", "Placement", "Shard", "Replicate", "Partial", "DistTensor",
            "shard_tensor", "reshard", "dtensor_from_local", "matmul", "transpose", "relu", "mean", "no_grad",
            "Layer", "Linear", "Parameter", "shard_layer", "AdamW"]

@@ -1,61 +1,37 @@
-"""The per-rank tensor a DistTensor holds: device memory (an anychip Buffer) with a shape
-and a dtype. Collectives work on its buffer in place; arithmetic runs on the host
-(copy out, NumPy, copy back), ordered by synchronous copies on the device's stream.
+"""Moving a rank's block between anychip.tensor Tensors and host arrays.
 
-This is the parallel layer's minimal stand-in for ``anychip.tensor.Tensor``: it holds
-its data where a Tensor would, so that the collectives move device memory.
+A DistTensor's block is an ``anychip.tensor.Tensor`` in the device's memory; its ops run
+through the tensor layer (the device's kernels where it has them). Reshard lays the
+data of a step out on the host (pad, move the sharded dimension to the front, cut) and
+runs the collective on device copies of it.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from ..runtime.buffer import Buffer
+from ..tensor import Tensor
+from ..tensor import empty as _empty
+from ..tensor import tensor as _tensor
 
 
-class Local:
-    """A dense, contiguous array in one device's memory."""
+def upload(arr: Any, device: Any) -> Tensor:
+    """A new contiguous tensor on ``device`` holding ``arr`` (its dtype kept)."""
+    return _tensor(np.ascontiguousarray(arr), device=device)
 
-    __slots__ = ("buffer", "shape", "dtype", "device")
 
-    def __init__(self, buffer: Buffer, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        self.buffer = buffer
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
-        self.device = buffer.device
+def empty(shape: tuple[int, ...], dtype: Any, device: Any) -> Tensor:
+    return _empty(shape, dtype=np.dtype(dtype).name, device=device)
 
-    @classmethod
-    def from_numpy(cls, arr: Any, device: Any) -> Local:
-        arr = np.ascontiguousarray(arr)
-        buf = device.alloc(max(arr.nbytes, 1))
-        if arr.nbytes:
-            buf.copy_from(arr.reshape(-1).view(np.uint8))
-        return cls(buf, arr.shape, arr.dtype)
 
-    @classmethod
-    def empty(cls, shape: tuple[int, ...], dtype: Any, device: Any) -> Local:
-        dtype = np.dtype(dtype)
-        return cls(device.alloc(max(math.prod(shape) * dtype.itemsize, 1)), shape, dtype)
+def host(t: Tensor) -> np.ndarray:
+    """The elements on the host (may share the memory of a cpu tensor: read only)."""
+    return t.numpy()
 
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
 
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    def numpy(self) -> np.ndarray:
-        """A host copy (synchronous)."""
-        if self.size == 0:
-            return np.empty(self.shape, self.dtype)
-        return self.buffer.to_numpy(self.dtype, self.shape)
-
-    def __repr__(self) -> str:
-        return f"<local tensor {list(self.shape)} {self.dtype} on {self.device}>"
+def whole(t: Tensor) -> Any:
+    """The Buffer of a contiguous tensor, from its first element (what a collective takes)."""
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.buffer if t.offset == 0 else t.buffer.view(t.offset, t.nbytes)

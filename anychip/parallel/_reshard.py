@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.errors import InvalidArgumentError
-from ._local import Local
+from ._local import empty, host, upload, whole
 from ._plan import Step
 from ._sharding import chunk, chunk_size, local_box
 from .mesh import ProcessMesh
@@ -35,18 +35,18 @@ def _run(kind: str, comm: Any, x: np.ndarray, recv_shape: tuple[int, ...], **kw:
     """Run one collective on device copies of ``x``; the host copy of the result."""
     import time
     dev = comm.device
-    send = Local.from_numpy(x, dev)
+    send = upload(x, dev)
     t0 = time.perf_counter()
     if kind == "all_reduce":
-        comm.all_reduce(send.buffer, count=x.size, dtype=x.dtype, op=kw["op"]).wait()
+        comm.all_reduce(whole(send), count=x.size, dtype=x.dtype, op=kw["op"]).wait()
         recv = send
     else:
-        recv = Local.empty(recv_shape, x.dtype, dev)
+        recv = empty(recv_shape, x.dtype, dev)
         count = kw["count"]
-        getattr(comm, kind)(send.buffer, recv.buffer, count=count, dtype=x.dtype, **kw.get("extra", {})).wait()
+        getattr(comm, kind)(whole(send), whole(recv), count=count, dtype=x.dtype, **kw.get("extra", {})).wait()
     seconds[kind] = seconds.get(kind, 0.0) + time.perf_counter() - t0
     counts[kind] = counts.get(kind, 0) + 1
-    return recv.numpy()
+    return np.array(host(recv))
 
 
 def run_step(step: Step, x: np.ndarray, shape: Sequence[int], cur: Sequence[Placement],

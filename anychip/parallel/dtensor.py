@@ -9,8 +9,11 @@ from typing import Any
 import numpy as np
 
 from ..runtime.errors import InvalidArgumentError, UnsupportedError
+from ..tensor import Tensor
+from ..tensor import full as _full
+from ..tensor import zeros as _zeros
 from . import _reshard
-from ._local import Local
+from ._local import host, upload
 from ._plan import plan
 from ._sharding import local_box, normalize
 from .mesh import ProcessMesh
@@ -52,7 +55,7 @@ class DistTensor:
     """A tensor of shape ``shape`` over ``mesh``; this rank holds ``local_tensor()``, the
     block its ``placements`` (one per mesh axis) give it."""
 
-    def __init__(self, local: Local, shape: Sequence[int], mesh: ProcessMesh, placements: Sequence[Placement],
+    def __init__(self, local: Tensor, shape: Sequence[int], mesh: ProcessMesh, placements: Sequence[Placement],
                  *, requires_grad: bool = False) -> None:
         self._local = local
         self.shape: tuple[int, ...] = tuple(int(s) for s in shape)
@@ -64,19 +67,24 @@ class DistTensor:
 
     # -- data --------------------------------------------------------------------
     @property
-    def dtype(self) -> np.dtype:
+    def dtype(self) -> Any:
+        """The element type (an ``anychip.tensor.DType``)."""
         return self._local.dtype
+
+    @property
+    def _npdtype(self) -> np.dtype:
+        return np.dtype(self._local.dtype.numpy)
 
     @property
     def ndim(self) -> int:
         return len(self.shape)
 
-    def local_tensor(self) -> Local:
+    def local_tensor(self) -> Tensor:
         """This rank's block (device memory)."""
         return self._local
 
     def _np(self) -> np.ndarray:
-        return self._local.numpy()
+        return host(self._local)
 
     def numpy(self) -> np.ndarray:
         """The whole tensor on every rank (collective: gathers and reduces as needed)."""
@@ -86,7 +94,10 @@ class DistTensor:
         return self.numpy().item()
 
     def _new(self, arr: np.ndarray, shape: Sequence[int], placements: Sequence[Placement]) -> DistTensor:
-        return DistTensor(Local.from_numpy(arr, self.mesh.device), shape, self.mesh, placements)
+        return DistTensor(upload(arr, self.mesh.device), shape, self.mesh, placements)
+
+    def _wrap(self, local: Tensor, shape: Sequence[int], placements: Sequence[Placement]) -> DistTensor:
+        return DistTensor(local, shape, self.mesh, placements)
 
     def __repr__(self) -> str:
         return (f"DistTensor(shape={list(self.shape)}, dtype={self.dtype}, placements={list(self.placements)}, "
@@ -100,7 +111,7 @@ class DistTensor:
             if self.shape != ():
                 raise InvalidArgumentError(f"backward: {list(self.shape)}-shaped tensor; call it on a scalar "
                                            "(e.g. a loss) or pass grad=")
-            ones = np.ones((), self.dtype)
+            ones = np.ones((), self._npdtype)
             grad = self._new(ones, (), [Replicate()] * self.mesh.ndim)
         order = _topological(self)
         grads: dict[int, DistTensor] = {id(self): grad}
@@ -214,20 +225,20 @@ def shard_tensor(data: Any, mesh: ProcessMesh, placements: Sequence[Placement], 
     block = arr[tuple(slice(o, o + s) for o, s in zip(off, size, strict=True))]
     if any(isinstance(p, Partial) and p.op == "sum" and coord[a] != 0 for a, p in enumerate(pl)):
         block = np.zeros_like(block)
-    return DistTensor(Local.from_numpy(block, mesh.device), arr.shape, mesh, pl, requires_grad=requires_grad)
+    return DistTensor(upload(block, mesh.device), arr.shape, mesh, pl, requires_grad=requires_grad)
 
 
 def dtensor_from_local(local: Any, mesh: ProcessMesh, placements: Sequence[Placement],
                        shape: Sequence[int]) -> DistTensor:
     """A DistTensor of global ``shape`` whose block on this rank is ``local`` (no communication)."""
     coord = _check_member(mesh, "dtensor_from_local")
-    arr = local.numpy() if isinstance(local, Local) else np.asarray(local)
+    arr = np.asarray(local.numpy() if isinstance(local, Tensor) else local)
     pl = normalize(placements, len(shape), mesh.ndim, "dtensor_from_local")
     want = tuple(local_box(shape, pl, mesh.shape, coord)[1])
     if arr.shape != want:
         raise InvalidArgumentError(f"dtensor_from_local: rank {mesh.rank}'s block of a {list(shape)} tensor "
                                    f"placed {list(pl)} is {list(want)}, got {list(arr.shape)}")
-    return DistTensor(Local.from_numpy(arr, mesh.device), shape, mesh, pl)
+    return DistTensor(upload(arr, mesh.device), shape, mesh, pl)
 
 
 def reshard(dt: DistTensor, mesh: ProcessMesh, placements: Sequence[Placement]) -> DistTensor:
@@ -271,7 +282,7 @@ def _as_dist(x: Any, like: DistTensor) -> DistTensor:
         if x.mesh != like.mesh:
             raise UnsupportedError(f"operands on different meshes: {x.mesh} and {like.mesh}")
         return x
-    arr = np.asarray(x, dtype=like.dtype)
+    arr = np.asarray(x, dtype=like._npdtype)
     return shard_tensor(arr, like.mesh, [Replicate()] * like.mesh.ndim)
 
 
@@ -309,8 +320,8 @@ def _matmul(a: DistTensor, b: DistTensor, ta: bool, tb: bool) -> DistTensor:
         pb.append(ny)
         out.append(o)
     a2, b2 = reshard(a, a.mesh, _swap(pa, ta)), reshard(b, b.mesh, _swap(pb, tb))
-    la, lb = a2._np(), b2._np()
-    res = a._new((la.T if ta else la) @ (lb.T if tb else lb), (sa[0], sb[1]), out)
+    la, lb = a2._local, b2._local
+    res = a._wrap((la.T if ta else la) @ (lb.T if tb else lb), (sa[0], sb[1]), out)
 
     def back(g: DistTensor) -> list[DistTensor | None]:
         # d(op(a)) = g @ op(b).T, d(op(b)) = op(a).T @ g; transposed back where op transposed
@@ -353,7 +364,7 @@ def transpose(x: DistTensor) -> DistTensor:
     if x.ndim != 2:
         raise UnsupportedError(f"transpose: 2-D tensors only, got {list(x.shape)}")
     pl = [Shard(1 - p.dim) if isinstance(p, Shard) else p for p in x.placements]
-    out = x._new(x._np().T, (x.shape[1], x.shape[0]), pl)
+    out = x._wrap(x._local.T.contiguous(), (x.shape[1], x.shape[0]), pl)
     return _record(out, [x], lambda g: [transpose(g)])
 
 
@@ -376,11 +387,10 @@ def _binary(op: str, a: Any, b: Any) -> DistTensor:
         pa[ax], pb[ax] = na, nb
         out.append(o)
     a2, b2 = reshard(a, a.mesh, pa), reshard(b, b.mesh, pb)
-    fns: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
-        "add": np.add, "sub": np.subtract, "mul": np.multiply,
-        "relu_grad": lambda m, g: np.where(m > 0, g, np.zeros_like(g))}
-    val = fns[op](a2._np(), b2._np())
-    res = a._new(np.asarray(val, dtype=a.dtype), shape, out)
+    fns: dict[str, Callable[[Any, Any], Any]] = {
+        "add": lambda p, q: p + q, "sub": lambda p, q: p - q, "mul": lambda p, q: p * q,
+        "relu_grad": lambda m, g: g * (m > 0).cast(g.dtype)}
+    res = a._wrap(fns[op](a2._local, b2._local), shape, out)
 
     def back(g: DistTensor) -> list[DistTensor | None]:
         if op == "add":
@@ -446,7 +456,7 @@ def _unbroadcast(g: DistTensor, shape: Sequence[int]) -> DistTensor:
 
 def relu(x: DistTensor) -> DistTensor:
     x = _reduce_partial(x, [a for a, p in enumerate(x.placements) if isinstance(p, Partial)])
-    out = x._new(np.maximum(x._np(), 0), x.shape, x.placements)
+    out = x._wrap(x._local.relu(), x.shape, x.placements)
     return _record(out, [x], lambda g: [_binary("relu_grad", x.detach(), g)])
 
 
@@ -465,15 +475,17 @@ def sum_axis(x: DistTensor, axis: int) -> DistTensor:
         else:
             pl.append(p)
     shape = x.shape[:axis] + x.shape[axis + 1:]
-    out = x._new(x._np().sum(axis=axis), shape, pl)
+    out = x._wrap(x._local.sum(axis=axis), shape, pl)
 
     def back(g: DistTensor) -> list[DistTensor]:
         # the summed dimension comes back whole on the axes that sharded it
         g = _reduce_partial(g, [a for a, p in enumerate(x.placements)
                                 if p == Shard(axis) and isinstance(g.placements[a], Partial)])
         want = [p if isinstance(p, Shard) else g.placements[a] for a, p in enumerate(x.placements)]
-        full = np.ascontiguousarray(np.broadcast_to(np.expand_dims(g._np(), axis), x._local.shape))
-        return [g._new(full, x.shape, want)]
+        lg: Any = g._local
+        full = _zeros(x._local.shape, dtype=lg.dtype, device=lg.device) + \
+            lg.reshape(*lg.shape[:axis], 1, *lg.shape[axis:])
+        return [g._wrap(full, x.shape, want)]
     return _record(out, [x], back)
 
 
@@ -482,8 +494,8 @@ def mean(x: DistTensor) -> DistTensor:
     x = _reduce_partial(x, [a for a, p in enumerate(x.placements) if isinstance(p, Partial) and p.op != "sum"])
     n = math.prod(x.shape)
     pl = [Partial() if isinstance(p, Shard) else p for p in x.placements]
-    local = x._np()
-    out = x._new(np.asarray(local.sum(dtype=np.float64) / n if local.size else 0.0, dtype=x.dtype), (), pl)
+    local: Any = x._local
+    out = x._wrap(local.sum() * (1.0 / n), (), pl)
 
     def back(g: DistTensor) -> list[DistTensor]:
         # Shard axes need the whole scalar; Replicate / Partial axes take it as it is
@@ -491,5 +503,5 @@ def mean(x: DistTensor) -> DistTensor:
                                 if isinstance(p, Shard) and isinstance(g.placements[a], Partial)])
         want = [p if isinstance(p, Shard) else g.placements[a] for a, p in enumerate(x.placements)]
         box = x._local.shape
-        return [g._new(np.full(box, g._np() / n, dtype=x.dtype), x.shape, want)]
+        return [g._wrap(_full(box, g.item() / n, dtype=x.dtype, device=x.mesh.device), x.shape, want)]
     return _record(out, [x], back)

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from ..runtime.errors import InvalidArgumentError
-from ._local import Local
+from ..tensor import Tensor
+from ._local import upload
 from .dtensor import DistTensor, Parameter, shard_tensor
 from .mesh import ProcessMesh
 from .placement import Replicate
@@ -106,7 +107,7 @@ class AdamW:
                                            f"(shard_layer), got {type(p).__name__}")
         self.lr, self.beta1, self.beta2, self.eps, self.wd = learning_rate, beta1, beta2, epsilon, weight_decay
         self._t = 0
-        self._state: dict[int, tuple[Local, Local]] = {}
+        self._state: dict[int, tuple[Tensor, Tensor]] = {}
 
     def step(self) -> None:
         self._t += 1
@@ -118,12 +119,12 @@ class AdamW:
                 raise InvalidArgumentError(f"AdamW: a gradient placed {list(p.grad.placements)} for a parameter "
                                            f"placed {list(p.placements)}")
             local = p.local_tensor()
-            w, g = local.numpy(), p.grad.local_tensor().numpy()
+            w, g = np.array(local.numpy()), p.grad.local_tensor().numpy()
             if id(p) not in self._state:
                 zeros = np.zeros_like(w)
-                self._state[id(p)] = (Local.from_numpy(zeros, local.device), Local.from_numpy(zeros, local.device))
+                self._state[id(p)] = (upload(zeros, local.device), upload(zeros, local.device))
             ms, vs = self._state[id(p)]
-            m, v = ms.numpy(), vs.numpy()
+            m, v = np.array(ms.numpy()), np.array(vs.numpy())
             m *= b1
             m += (1 - b1) * g
             v *= b2
@@ -134,7 +135,7 @@ class AdamW:
             w -= (self.lr / (1 - b1 ** t)) * m / denom
             for dst, val in ((local, w), (ms, m), (vs, v)):
                 if val.size:
-                    dst.buffer.copy_from(val.reshape(-1).view(np.uint8))
+                    dst.buffer.copy_from(np.ascontiguousarray(val).reshape(-1).view(np.uint8), offset=dst.offset)
 
     def clear_grad(self) -> None:
         for p in self.params:
