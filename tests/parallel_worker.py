@@ -139,6 +139,16 @@ def mlp_grads(mesh: ProcessMesh) -> None:
         check(np.allclose(g.numpy(), ref, rtol=1e-5, atol=1e-6), f"grad {k}: {g.numpy()} vs {ref}")
 
 
+def partial_seed(mesh: ProcessMesh) -> None:
+    """backward(grad=) with a Partial gradient: each rank passes its own part on."""
+    x = data((5, 3))
+    for pl in ([Replicate()] * mesh.ndim, [Shard(0)] + [Replicate()] * (mesh.ndim - 1)):
+        X = dist.shard_tensor(x, mesh, pl, requires_grad=True)
+        seed = dist.shard_tensor(np.float32(2.0), mesh, [Partial()] * mesh.ndim)
+        X.mean().backward(grad=seed)
+        check(np.allclose(X.grad.numpy(), np.full((5, 3), 2.0 / 15, np.float32)), f"mean grad {pl}: {X.grad.numpy()}")
+
+
 def main() -> None:
     suite = sys.argv[1]
     world = dist.world()
@@ -148,11 +158,13 @@ def main() -> None:
         reshard_all(mesh1, [(8, 4), (5, 7), (3, 2), (3, 5, 2)], [Partial("max")])
         matmul_all(mesh1)
         mlp_grads(mesh1)
+        partial_seed(mesh1)
         if n == 4:
             mesh2 = ProcessMesh([[0, 1], [2, 3]], ["x", "y"])
             reshard_all(mesh2, [(4, 6), (5, 3)], [])
             matmul_all(mesh2)
             mlp_grads(mesh2)
+            partial_seed(mesh2)
     print(f"PASS {cases} cases", flush=True)
     world.destroy()
 

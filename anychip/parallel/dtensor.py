@@ -503,5 +503,6 @@ def mean(x: DistTensor) -> DistTensor:
                                 if isinstance(p, Shard) and isinstance(g.placements[a], Partial)])
         want = [p if isinstance(p, Shard) else g.placements[a] for a, p in enumerate(x.placements)]
         box = x._local.shape
-        return [g._wrap(_full(box, g.item() / n, dtype=x.dtype, device=x.mesh.device), x.shape, want)]
+        value = g._np().item() / n          # this rank's part: g may still be Partial on some axes
+        return [g._wrap(_full(box, value, dtype=x.dtype, device=x.mesh.device), x.shape, want)]
     return _record(out, [x], back)
