@@ -14,6 +14,7 @@ import numpy as np
 from ..tensor import Tensor
 from ..tensor import empty as _empty
 from ..tensor import tensor as _tensor
+from ..tensor import zeros as _zeros
 
 
 def upload(arr: Any, device: Any) -> Tensor:
@@ -35,3 +36,12 @@ def whole(t: Tensor) -> Any:
     if not t.is_contiguous():
         t = t.contiguous()
     return t.buffer if t.offset == 0 else t.buffer.view(t.offset, t.nbytes)
+
+
+def matmul(a: Any, b: Any) -> Tensor:
+    """``a @ b`` of 2-D blocks; an empty block (a short last chunk) gives zeros or an empty
+    result here, since a chip's GEMM kernel may refuse zero-sized operands."""
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    if m * k * n == 0:
+        return _zeros((m, n), dtype=a.dtype, device=a.device)
+    return a @ b

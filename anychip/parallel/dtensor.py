@@ -14,6 +14,7 @@ from ..tensor import full as _full
 from ..tensor import zeros as _zeros
 from . import _reshard
 from ._local import host, upload
+from ._local import matmul as _lmatmul
 from ._plan import plan
 from ._sharding import local_box, normalize
 from .mesh import ProcessMesh
@@ -321,7 +322,7 @@ def _matmul(a: DistTensor, b: DistTensor, ta: bool, tb: bool) -> DistTensor:
         out.append(o)
     a2, b2 = reshard(a, a.mesh, _swap(pa, ta)), reshard(b, b.mesh, _swap(pb, tb))
     la, lb = a2._local, b2._local
-    res = a._wrap((la.T if ta else la) @ (lb.T if tb else lb), (sa[0], sb[1]), out)
+    res = a._wrap(_lmatmul(la.T if ta else la, lb.T if tb else lb), (sa[0], sb[1]), out)
 
     def back(g: DistTensor) -> list[DistTensor | None]:
         # d(op(a)) = g @ op(b).T, d(op(b)) = op(a).T @ g; transposed back where op transposed
