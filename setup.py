@@ -8,6 +8,9 @@ extension modules: the backends ``dlopen`` them through cffi (ABI mode), exactly
 as they would open a vendor's library. ``anychip.runtime._libs.find_library``
 locates them. A C source added later only needs a line here.
 """
+import os
+import shutil
+
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
@@ -41,7 +44,15 @@ for _lib, _api in SIM_COLLECTIVES.items():
 
 
 class build_clib_as_ext(build_ext):
-    """Plain shared libraries: no PyInit symbol is required or exported (except by the allocator core)."""
+    """Plain shared libraries: no PyInit symbol is required or exported (except by the allocator core).
+    The vendor API headers (csrc/include) are installed with the package as anychip/_include,
+    for C programs built against the simulator (`anychip info --cflags BACKEND`)."""
+
+    def run(self):
+        super().run()
+        dest = os.path.join("anychip" if self.inplace else os.path.join(self.build_lib, "anychip"), "_include")
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(os.path.join("csrc", "include"), dest)
 
     def get_export_symbols(self, ext):
         return super().get_export_symbols(ext) if ext.name == "anychip._lib._alloc" else []

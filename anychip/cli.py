@@ -79,6 +79,11 @@ def cmd_devices(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     import numpy
 
+    if args.cflags:
+        from .devices._headers import cflags
+        print(cflags(args.cflags))
+        return 0
+
     info: dict[str, Any] = {
         "anychip": __version__,
         "python": f"{platform.python_version()} ({sys.executable})",
@@ -132,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_devices)
     i = sub.add_parser("info", help="version, Python, backends and the ANYCHIP_* variables in effect")
     i.add_argument("--json", action="store_true", help="print JSON")
+    i.add_argument("--cflags", metavar="BACKEND", help="print the compiler and linker flags that build a C program "
+                   "written for BACKEND's vendor API (ascend, kunlun or hygon) against the library it uses")
     i.set_defaults(func=cmd_info)
     from .collectives.launch import add_parser as add_launch_parser
     add_launch_parser(sub)

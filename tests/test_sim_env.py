@@ -168,11 +168,12 @@ VISIBLE = """
 
 
 def test_visibility_variables_renumber_devices():
-    # ACL: ascending ids only; reading stops at the first id that is invalid (or not ascending)
-    # XPU and HIP: list order; reading stops at the first invalid or repeated id
+    # ACL (CANN): ascending ids; an id past the last device ends the list; out of order rejects all
+    # XPU: list order; reading stops at the first invalid or repeated id
+    # HIP (clr): list order; a repeated id is skipped; a malformed entry ends the list
     out = run_py(VISIBLE, ASCEND_RT_VISIBLE_DEVICES="3,1", XPU_VISIBLE_DEVICES="3,1",
                  HIP_VISIBLE_DEVICES="6,2,6,1")
-    assert out == {"ascend": [3], "kunlun": [3, 1], "hygon": [6, 2]}
+    assert out == {"ascend": [], "kunlun": [3, 1], "hygon": [6, 2, 1]}
     out = run_py(VISIBLE, ASCEND_RT_VISIBLE_DEVICES="1,3,8", XPU_VISIBLE_DEVICES="2,x,4",
                  CUDA_VISIBLE_DEVICES="5,4")
     assert out == {"ascend": [1, 3], "kunlun": [2], "hygon": [5, 4]}        # HIP falls back to CUDA's
@@ -183,15 +184,16 @@ def test_visibility_variables_renumber_devices():
     assert out["ascend"] == [2]                                              # 3 does not exist
 
 
-def test_no_visible_device_makes_the_backend_unavailable():
+def test_no_visible_device_leaves_the_backend_with_none():
     out = run_py("""
         import json
         from anychip.devices.hygon import HygonPlugin
         from anychip.devices.ascend import AscendPlugin
         print(json.dumps([list(HygonPlugin().available()), list(AscendPlugin().available())]))
-    """, HIP_VISIBLE_DEVICES="", ASCEND_RT_VISIBLE_DEVICES="")
+    """, HIP_VISIBLE_DEVICES="9", ASCEND_RT_VISIBLE_DEVICES="")
     for ok, reason in out:
         assert ok is True and "0 device(s)" in reason       # the registry reports "no devices"
+    assert "ASCEND_RT_VISIBLE_DEVICES=\"\" is rejected: it must start with a device id" in out[1][1]
 
 
 def test_visible_devices_through_the_front_end():

@@ -21,7 +21,7 @@ PLUGINS = {"ascend": AscendPlugin, "kunlun": KunlunPlugin, "hygon": HygonPlugin}
 
 # the vendor code name each failure must carry
 BAD_FREE = {"ascend": "ACL_ERROR_RT_PARAM_INVALID", "kunlun": "XPUERR_INVALID_PARAM",
-            "hygon": "hipErrorInvalidDevicePointer"}
+            "hygon": "hipErrorInvalidValue"}
 OUT_OF_RANGE = {"ascend": "ACL_ERROR_RT_PARAM_INVALID", "kunlun": "XPUERR_INVALID_PARAM",
                 "hygon": "hipErrorInvalidValue"}
 DEAD_STREAM = {"ascend": "ACL_ERROR_RT_INVALID_HANDLE", "kunlun": "XPUERR_USEAFCLOSE",

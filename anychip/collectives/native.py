@@ -43,6 +43,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from ..devices._headers import Declarations
 from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
 from ..runtime.stream import Event
 from .communicator import OpSpec, Work
@@ -185,29 +186,7 @@ class NativeLibrary:
         return self.ffi.cast("void *", int(plugin.ffi.cast("uintptr_t", raw)))
 
 
-_HCCL_CDEF = """
-typedef void *aclrtStream;
-typedef struct { char internal[4108]; } HcclRootInfo;
-int HcclGetRootInfo(HcclRootInfo *rootInfo);
-int HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank, void **comm);
-int HcclCommDestroy(void *comm);
-int HcclGetCommAsyncError(void *comm, int *asyncError);
-const char *HcclGetErrorString(int code);
-int HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count, int dataType, int op, void *comm, aclrtStream stream);
-int HcclBroadcast(void *buf, uint64_t count, int dataType, uint32_t root, void *comm, aclrtStream stream);
-int HcclReduce(void *sendBuf, void *recvBuf, uint64_t count, int dataType, int op, uint32_t root, void *comm,
-               aclrtStream stream);
-int HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t recvCount, int dataType, int op, void *comm,
-                      aclrtStream stream);
-int HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCount, int dataType, void *comm, aclrtStream stream);
-int HcclAlltoAll(const void *sendBuf, uint64_t sendCount, int sendType, const void *recvBuf, uint64_t recvCount,
-                 int recvType, void *comm, aclrtStream stream);
-int HcclSend(void *sendBuf, uint64_t count, int dataType, uint32_t destRank, void *comm, aclrtStream stream);
-int HcclRecv(void *recvBuf, uint64_t count, int dataType, uint32_t srcRank, void *comm, aclrtStream stream);
-int HcclBarrier(void *comm, aclrtStream stream);
-int HcclGroupStart(void);
-int HcclGroupEnd(void);
-"""
+_HCCL_CDEF = Declarations("hccl/hccl_types.h", "hccl/hccl.h")      # csrc/include
 
 
 class Hccl(NativeLibrary):
@@ -240,7 +219,7 @@ class Hccl(NativeLibrary):
         return self.lib.HcclCommDestroy(comm)
 
     def async_error(self, comm: Any) -> int:
-        err = self.ffi.new("int *")
+        err = self.ffi.new("HcclResult *")
         rc = self.lib.HcclGetCommAsyncError(comm, err)
         return rc or int(err[0])
 
@@ -271,29 +250,7 @@ class Hccl(NativeLibrary):
         return lib.HcclBarrier(comm, stream)
 
 
-_NCCL_CDEF = """
-typedef struct { char internal[128]; } ncclUniqueId;
-int ncclGetUniqueId(ncclUniqueId *uniqueId);
-int ncclCommInitRank(void **comm, int nranks, ncclUniqueId commId, int rank);
-int ncclCommDestroy(void *comm);
-int ncclCommAbort(void *comm);
-int ncclCommGetAsyncError(void *comm, int *asyncError);
-const char *ncclGetErrorString(int result);
-const char *ncclGetLastError(void *comm);
-int ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, int datatype, int op, void *comm, void *stream);
-int ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, int datatype, int root, void *comm,
-                  void *stream);
-int ncclReduce(const void *sendbuff, void *recvbuff, size_t count, int datatype, int op, int root, void *comm,
-               void *stream);
-int ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, int datatype, void *comm, void *stream);
-int ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, int datatype, int op, void *comm,
-                      void *stream);
-int ncclAllToAll(const void *sendbuff, void *recvbuff, size_t count, int datatype, void *comm, void *stream);
-int ncclSend(const void *sendbuff, size_t count, int datatype, int peer, void *comm, void *stream);
-int ncclRecv(void *recvbuff, size_t count, int datatype, int peer, void *comm, void *stream);
-int ncclGroupStart(void);
-int ncclGroupEnd(void);
-"""
+_NCCL_CDEF = Declarations("rccl/rccl.h")      # csrc/include
 
 
 class Rccl(NativeLibrary):
@@ -317,7 +274,8 @@ class Rccl(NativeLibrary):
         return self.lib.ncclGetUniqueId(uid)
 
     def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
-        return self.lib.ncclCommInitRank(out, nranks, uid[0], rank)          # the id by value
+        comm = self.ffi.cast("ncclComm_t *", out)
+        return self.lib.ncclCommInitRank(comm, nranks, uid[0], rank)          # the id by value
 
     def destroy(self, comm: Any) -> int:
         return self.lib.ncclCommDestroy(comm)
@@ -326,7 +284,7 @@ class Rccl(NativeLibrary):
         return self.lib.ncclCommAbort(comm)
 
     def async_error(self, comm: Any) -> int:
-        err = self.ffi.new("int *")
+        err = self.ffi.new("ncclResult_t *")
         rc = self.lib.ncclCommGetAsyncError(comm, err)
         return rc or int(err[0])
 
@@ -359,27 +317,8 @@ class Rccl(NativeLibrary):
         return lib.ncclRecv(recv, count, dtype, root, comm, stream)
 
 
-_BKCL_CDEF = """
-typedef struct { char internal[512]; } BKCLUniqueId;
-int bkcl_get_unique_id(BKCLUniqueId *uid);
-int bkcl_init_rank(void **ctx, int rank, int nranks, const BKCLUniqueId *uid);
-int bkcl_destroy_context(void *ctx);
-int bkcl_comm_abort(void *ctx);
-int bkcl_all_reduce(void *ctx, const void *sendbuf, void *recvbuf, size_t count, int datatype, int op, void *stream);
-int bkcl_broadcast(void *ctx, const void *sendbuf, void *recvbuf, size_t count, int datatype, int root,
-                   void *stream);
-int bkcl_reduce(void *ctx, const void *sendbuf, void *recvbuf, size_t count, int datatype, int op, int root,
-                void *stream);
-int bkcl_all_gather(void *ctx, const void *sendbuf, size_t sendcount, void *recvbuf, int datatype, void *stream);
-int bkcl_reduce_scatter(void *ctx, const void *sendbuf, void *recvbuf, size_t recvcount, int datatype, int op,
-                        void *stream);
-int bkcl_all_to_all(void *ctx, const void *sendbuf, size_t count, void *recvbuf, int datatype, void *stream);
-int bkcl_send(void *ctx, const void *sendbuf, size_t count, int peer, int datatype, void *stream);
-int bkcl_recv(void *ctx, void *recvbuf, size_t count, int peer, int datatype, void *stream);
-int bkcl_group_start(void);
-int bkcl_group_end(void);
-"""
-_BKCL_SIM_CDEF = "int anychip_sim_bkcl_async_error(void *ctx, int *error);\n"
+_BKCL_CDEF = Declarations("bkcl/bkcl.h")      # csrc/include
+_BKCL_SIM_CDEF = ""                    # anychip_sim_bkcl_async_error is declared in bkcl/bkcl.h
 
 
 class Bkcl(NativeLibrary):
@@ -403,7 +342,7 @@ class Bkcl(NativeLibrary):
         return self.lib.bkcl_get_unique_id(uid)
 
     def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
-        return self.lib.bkcl_init_rank(out, rank, nranks, uid)
+        return self.lib.bkcl_init_rank(self.ffi.cast("BKCLContext_t *", out), rank, nranks, uid)
 
     def destroy(self, comm: Any) -> int:
         return self.lib.bkcl_destroy_context(comm)
@@ -414,7 +353,7 @@ class Bkcl(NativeLibrary):
     def async_error(self, comm: Any) -> int:
         if not self.simulated:
             return 0                            # the real BKCL reports failures through the stream
-        err = self.ffi.new("int *")
+        err = self.ffi.new("BKCLResult_t *")
         rc = self.lib.anychip_sim_bkcl_async_error(comm, err)
         return rc or int(err[0])
 

@@ -22,37 +22,16 @@ from typing import Any, ClassVar
 from ..runtime._libs import find_library
 from ..runtime.errors import DeviceError, OutOfMemoryError, UnsupportedError
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
+from ._headers import cdef_of
 
-__all__ = ["VendorPlugin", "simulate_mode", "find_vendor_library", "roots", "SIM_CDEF"]
+__all__ = ["VendorPlugin", "simulate_mode", "find_vendor_library", "roots"]
 
 log = logging.getLogger("anychip")
 
 SIMULATE_ENV = "ANYCHIP_SIMULATE"
 _MODES = ("auto", "always", "never")
 
-#: declarations of the simulator's own controls (see csrc/sim/core.h)
-SIM_CDEF = """
-typedef struct anychip_sim_ipc_handle {
-    uint32_t magic; uint32_t version; int32_t pid; int32_t fd; int32_t device; int32_t reserved0;
-    uint64_t offset; uint64_t size; uint64_t alloc_id; uint8_t reserved[16];
-} anychip_sim_ipc_handle;
-int anychip_sim_stream_hold(void *stream);
-int anychip_sim_stream_release(void *stream);
-int anychip_sim_stream_enqueue_host_fn(void *stream, void (*fn)(void *), void *arg);
-int anychip_sim_stream_wait(void *stream, int timeout_ms);
-int anychip_sim_event_wait(void *event, int timeout_ms);
-int anychip_sim_device_wait(int timeout_ms);
-const char *anychip_sim_last_error(void);
-const char *anychip_sim_status_string(int status);
-int anychip_sim_config(int *physical_devices, int *visible_devices, uint64_t *capacity);
-int anychip_sim_physical_device(int logical);
-int anychip_sim_ipc_get_handle(const void *devptr, anychip_sim_ipc_handle *handle);
-int anychip_sim_ipc_open(const anychip_sim_ipc_handle *handle, void **devptr);
-int anychip_sim_ipc_open_fd(int fd, const anychip_sim_ipc_handle *handle, void **devptr);
-int anychip_sim_ipc_close(void *devptr);
-"""
-
-#: the simulator's status for a timed wait that ran out (sim_status SIM_E_TIMEOUT, csrc/sim/core.h)
+#: the simulator's status for a timed wait that ran out (ANYCHIP_SIM_E_TIMEOUT in anychip/sim.h)
 SIM_E_TIMEOUT = 18
 #: longest time a wait stays in C: Python runs signal handlers (Ctrl-C) between slices
 WAIT_SLICE_MS = 50
@@ -127,7 +106,7 @@ class VendorPlugin(DevicePlugin):
     simulator_library: ClassVar[str] = ""
     #: the vendor API in words ("Ascend ACL runtime")
     api_label: ClassVar[str] = ""
-    #: cffi declarations of the vendor API (SIM_CDEF is appended)
+    #: cffi declarations of the vendor API, from its header (the simulator's controls are appended)
     cdef: ClassVar[str] = ""
     #: status code -> the vendor's name for it
     code_names: ClassVar[dict[int, str]] = {}
@@ -166,6 +145,7 @@ class VendorPlugin(DevicePlugin):
         self.library_path: str | None = None
         self.simulated = False
         self._count = 0
+        self._note = ""
         self._fns: dict[str, Any] = {}
         self._peers: set[tuple[int, int]] = set()
         self._peer_lock = threading.Lock()        # also guards _streams
@@ -235,7 +215,7 @@ class VendorPlugin(DevicePlugin):
             return False, (f"{why}, and the simulator library {self.simulator_library} is not built "
                            "(run `pip install -e .` or `python setup.py build_ext --inplace`)")
         ffi = cffi.FFI()
-        ffi.cdef(self.cdef + SIM_CDEF)
+        ffi.cdef(self.cdef + cdef_of("anychip/sim.h"))      # the simulator's own controls
         lib = ffi.dlopen(sim)
         ok, reason = self._finish(ffi, lib, sim, simulated=True)
         if ok and mode == "auto":
@@ -253,6 +233,7 @@ class VendorPlugin(DevicePlugin):
         self._timed_stream_wait = lib.anychip_sim_stream_wait if simulated else None
         self._timed_event_wait = lib.anychip_sim_event_wait if simulated else None
         self._timed_device_wait = lib.anychip_sim_device_wait if simulated else None
+        self._note = ""
         self._count = self._open()
         self._bind()
         kind = f"simulated {self.api_label}" if simulated else self.api_label
@@ -262,10 +243,12 @@ class VendorPlugin(DevicePlugin):
                     _announced.add(self.name)
                     log.info("%s: using the simulator %s in place of %s", self.name, path,
                              " / ".join(self.vendor_libraries))
-        return True, f"{kind} ({path}); {self._count} device(s)"
+        note = f" ({self._note})" if self._note else ""
+        return True, f"{kind} ({path}); {self._count} device(s){note}"
 
     def _open(self) -> int:
-        """Initialize the library and return the device count."""
+        """Initialize the library and return the device count (setting ``self._note`` to
+        say why it is 0 where the library tells)."""
         raise NotImplementedError
 
     def _bind(self) -> None:

@@ -13,73 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..runtime.plugin import D2D, D2H, H2D
+from ._headers import Declarations
 from ._vendor import VendorPlugin, roots
 
 __all__ = ["AscendPlugin"]
 
-CDEF = """
-typedef int aclError;
-typedef void *aclrtStream;
-typedef void *aclrtEvent;
-typedef void (*aclrtCallback)(void *userData);
-typedef enum aclrtMemcpyKind {
-    ACL_MEMCPY_HOST_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST,
-    ACL_MEMCPY_DEVICE_TO_DEVICE, ACL_MEMCPY_DEFAULT
-} aclrtMemcpyKind;
-typedef enum aclrtMemMallocPolicy {
-    ACL_MEM_MALLOC_HUGE_FIRST, ACL_MEM_MALLOC_HUGE_ONLY, ACL_MEM_MALLOC_NORMAL_ONLY,
-    ACL_MEM_MALLOC_HUGE_FIRST_P2P, ACL_MEM_MALLOC_HUGE_ONLY_P2P, ACL_MEM_MALLOC_NORMAL_ONLY_P2P
-} aclrtMemMallocPolicy;
-typedef enum aclrtMemAttr {
-    ACL_DDR_MEM, ACL_HBM_MEM, ACL_DDR_MEM_HUGE, ACL_DDR_MEM_NORMAL, ACL_HBM_MEM_HUGE, ACL_HBM_MEM_NORMAL,
-    ACL_DDR_MEM_P2P_HUGE, ACL_DDR_MEM_P2P_NORMAL, ACL_HBM_MEM_P2P_HUGE, ACL_HBM_MEM_P2P_NORMAL
-} aclrtMemAttr;
-typedef enum aclrtEventRecordedStatus {
-    ACL_EVENT_RECORDED_STATUS_NOT_READY = 0, ACL_EVENT_RECORDED_STATUS_COMPLETE = 1
-} aclrtEventRecordedStatus;
-typedef enum aclrtStreamStatus {
-    ACL_STREAM_STATUS_COMPLETE = 0, ACL_STREAM_STATUS_NOT_READY = 1, ACL_STREAM_STATUS_RESERVED = 0xFFFF
-} aclrtStreamStatus;
-typedef enum aclrtCallbackBlockType { ACL_CALLBACK_NO_BLOCK, ACL_CALLBACK_BLOCK } aclrtCallbackBlockType;
-
-aclError aclInit(const char *configPath);
-aclError aclFinalize(void);
-const char *aclGetRecentErrMsg(void);
-const char *aclrtGetSocName(void);
-aclError aclrtSetDevice(int32_t deviceId);
-aclError aclrtResetDevice(int32_t deviceId);
-aclError aclrtGetDevice(int32_t *deviceId);
-aclError aclrtGetDeviceCount(uint32_t *count);
-aclError aclrtSynchronizeDevice(void);
-aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId);
-aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags);
-aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
-aclError aclrtFree(void *devPtr);
-aclError aclrtMallocHost(void **hostPtr, size_t size);
-aclError aclrtFreeHost(void *hostPtr);
-aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
-aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);
-aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
-                          aclrtStream stream);
-aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count);
-aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream);
-aclError aclrtCreateStream(aclrtStream *stream);
-aclError aclrtDestroyStream(aclrtStream stream);
-aclError aclrtSynchronizeStream(aclrtStream stream);
-aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status);
-aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
-aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
-                             aclrtStream stream);
-aclError aclrtCreateEvent(aclrtEvent *event);
-aclError aclrtDestroyEvent(aclrtEvent event);
-aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream);
-aclError aclrtSynchronizeEvent(aclrtEvent event);
-aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status);
-aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent);
-"""
 
 ACL_SUCCESS = 0
 ACL_ERROR_REPEAT_INITIALIZE = 100002
+ACL_ERROR_RT_NO_DEVICE = 207004
 ACL_HBM_MEM = 1
 
 #: aclError values (acl/acl_base.h and acl/error_codes/rt_error_codes.h)
@@ -89,7 +31,10 @@ CODE_NAMES: dict[int, str] = {
     100001: "ACL_ERROR_UNINITIALIZE",
     100002: "ACL_ERROR_REPEAT_INITIALIZE",
     100003: "ACL_ERROR_INVALID_FILE",
+    100033: "ACL_ERROR_REPEAT_SUBSCRIBE",
     100037: "ACL_ERROR_REPEAT_FINALIZE",
+    100042: "ACL_ERROR_PROF_ALREADY_RUN",
+    100043: "ACL_ERROR_PROF_NOT_RUN",
     200000: "ACL_ERROR_BAD_ALLOC",
     200001: "ACL_ERROR_API_NOT_SUPPORT",
     200002: "ACL_ERROR_INVALID_DEVICE",
@@ -109,6 +54,9 @@ CODE_NAMES: dict[int, str] = {
     107006: "ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID",
     107007: "ACL_ERROR_RT_EVENT_TIMESTAMP_REVERSAL",
     107008: "ACL_ERROR_RT_ADDR_UNALIGNED",
+    107011: "ACL_ERROR_RT_STREAM_SUBSCRIBE",
+    107012: "ACL_ERROR_RT_THREAD_SUBSCRIBE",
+    107015: "ACL_ERROR_RT_STREAM_NO_CB_REG",
     107016: "ACL_ERROR_RT_INVALID_MEMORY_TYPE",
     107017: "ACL_ERROR_RT_INVALID_HANDLE",
     107018: "ACL_ERROR_RT_INVALID_MALLOC_TYPE",
@@ -122,6 +70,7 @@ CODE_NAMES: dict[int, str] = {
     507000: "ACL_ERROR_RT_INTERNAL_ERROR",
     507004: "ACL_ERROR_RT_STREAM_NOT_COMPLETE",
     507006: "ACL_ERROR_RT_EVENT_NOT_COMPLETE",
+    507012: "ACL_ERROR_RT_REPORT_TIMEOUT",
     507013: "ACL_ERROR_RT_SYS_DMA",
     507033: "ACL_ERROR_RT_DEV_SETUP_ERROR",
     507053: "ACL_ERROR_RT_DEVICE_MEM_ERROR",
@@ -136,7 +85,7 @@ class AscendPlugin(VendorPlugin):
     vendor_libraries = ("libascendcl.so",)
     simulator_library = "libascend_sim"
     api_label = "Ascend ACL runtime"
-    cdef = CDEF
+    cdef = Declarations("acl/acl.h")        # csrc/include/acl/acl.h
     code_names = CODE_NAMES
     oom_codes = frozenset({207001, 200000})     # ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_BAD_ALLOC
     copy_kinds = {H2D: 1, D2H: 2, D2D: 3}      # aclrtMemcpyKind
@@ -169,7 +118,14 @@ class AscendPlugin(VendorPlugin):
         rc = self.lib.aclInit(self.ffi.NULL)
         if rc not in (ACL_SUCCESS, ACL_ERROR_REPEAT_INITIALIZE):
             raise self._error(rc, "aclInit")
-        return int(self._out("uint32_t", "aclrtGetDeviceCount"))
+        count = self.ffi.new("uint32_t *")
+        rc = self.lib.aclrtGetDeviceCount(count)
+        if rc == ACL_ERROR_RT_NO_DEVICE:            # e.g. ASCEND_RT_VISIBLE_DEVICES rejected
+            self._note = self._message(rc)
+            return 0
+        if rc:
+            raise self._error(rc, "aclrtGetDeviceCount")
+        return int(count[0])
 
     def _vendor_message(self, code: int) -> str:
         p = self.lib.aclGetRecentErrMsg()

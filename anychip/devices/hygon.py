@@ -12,64 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..runtime.plugin import D2D, D2H, H2D
+from ._headers import Declarations
 from ._vendor import VendorPlugin, roots
 
 __all__ = ["HygonPlugin"]
 
-CDEF = """
-typedef enum hipError_t {
-    hipSuccess = 0, hipErrorInvalidValue = 1, hipErrorOutOfMemory = 2, hipErrorNotInitialized = 3,
-    hipErrorInvalidDevicePointer = 17, hipErrorInvalidMemcpyDirection = 21, hipErrorNoDevice = 100,
-    hipErrorInvalidDevice = 101, hipErrorInvalidHandle = 400, hipErrorNotReady = 600,
-    hipErrorIllegalAddress = 700, hipErrorPeerAccessAlreadyEnabled = 704, hipErrorPeerAccessNotEnabled = 705,
-    hipErrorNotSupported = 801, hipErrorUnknown = 999
-} hipError_t;
-typedef enum hipMemcpyKind {
-    hipMemcpyHostToHost = 0, hipMemcpyHostToDevice = 1, hipMemcpyDeviceToHost = 2,
-    hipMemcpyDeviceToDevice = 3, hipMemcpyDefault = 4
-} hipMemcpyKind;
-typedef struct ihipStream_t *hipStream_t;
-typedef struct ihipEvent_t *hipEvent_t;
-typedef int hipDevice_t;
-typedef void (*hipHostFn_t)(void *userData);
-
-const char *hipGetErrorName(hipError_t hip_error);
-const char *hipGetErrorString(hipError_t hipError);
-hipError_t hipGetLastError(void);
-hipError_t hipInit(unsigned int flags);
-hipError_t hipRuntimeGetVersion(int *runtimeVersion);
-hipError_t hipGetDeviceCount(int *count);
-hipError_t hipSetDevice(int deviceId);
-hipError_t hipGetDevice(int *deviceId);
-hipError_t hipDeviceGetName(char *name, int len, hipDevice_t device);
-hipError_t hipDeviceTotalMem(size_t *bytes, hipDevice_t device);
-hipError_t hipDeviceSynchronize(void);
-hipError_t hipDeviceCanAccessPeer(int *canAccessPeer, int deviceId, int peerDeviceId);
-hipError_t hipDeviceEnablePeerAccess(int peerDeviceId, unsigned int flags);
-hipError_t hipMalloc(void **ptr, size_t size);
-hipError_t hipFree(void *ptr);
-hipError_t hipHostMalloc(void **ptr, size_t size, unsigned int flags);
-hipError_t hipHostFree(void *ptr);
-hipError_t hipMemGetInfo(size_t *free, size_t *total);
-hipError_t hipMemcpy(void *dst, const void *src, size_t sizeBytes, hipMemcpyKind kind);
-hipError_t hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes, hipMemcpyKind kind, hipStream_t stream);
-hipError_t hipMemcpyPeerAsync(void *dst, int dstDeviceId, const void *src, int srcDevice, size_t sizeBytes,
-                              hipStream_t stream);
-hipError_t hipMemset(void *dst, int value, size_t sizeBytes);
-hipError_t hipMemsetAsync(void *dst, int value, size_t sizeBytes, hipStream_t stream);
-hipError_t hipStreamCreate(hipStream_t *stream);
-hipError_t hipStreamDestroy(hipStream_t stream);
-hipError_t hipStreamSynchronize(hipStream_t stream);
-hipError_t hipStreamQuery(hipStream_t stream);
-hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags);
-hipError_t hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void *userData);
-hipError_t hipEventCreate(hipEvent_t *event);
-hipError_t hipEventDestroy(hipEvent_t event);
-hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream);
-hipError_t hipEventSynchronize(hipEvent_t event);
-hipError_t hipEventQuery(hipEvent_t event);
-hipError_t hipEventElapsedTime(float *ms, hipEvent_t start, hipEvent_t stop);
-"""
 
 hipSuccess = 0
 hipErrorNotReady = 600
@@ -113,7 +60,7 @@ class HygonPlugin(VendorPlugin):
     vendor_libraries = ("libamdhip64.so", "libgalaxyhip.so")
     simulator_library = "libhygon_sim"
     api_label = "HIP runtime"
-    cdef = CDEF
+    cdef = Declarations("hip/hip_runtime_api.h")     # csrc/include/hip/hip_runtime_api.h
     code_names = CODE_NAMES
     oom_codes = frozenset({2})                    # hipErrorOutOfMemory
     copy_kinds = {H2D: 1, D2H: 2, D2D: 3}         # hipMemcpyKind

@@ -24,47 +24,11 @@ import numpy as np
 
 from ..runtime.errors import UnsupportedError
 from ..runtime.plugin import D2D, D2H, H2D
+from ._headers import Declarations
 from ._vendor import VendorPlugin, roots
 
 __all__ = ["KunlunPlugin"]
 
-CDEF = """
-typedef void *XPUStream;
-typedef void *XPUEvent;
-typedef enum { XPU_MEM_HBM = 0, XPU_MEM_MAIN = 0, XPU_MEM_L3 = 1 } XPUMemoryKind;
-typedef enum { XPU_DEVICE_TO_HOST = 0, XPU_HOST_TO_DEVICE = 1, XPU_DEVICE_TO_DEVICE = 2 } XPUMemcpyKind;
-typedef enum {
-    XPUATTR_PCI_ADDRESS = 0, XPUATTR_DEVID = 1, XPUATTR_BOARDID = 2, XPUATTR_ONBOARDID = 3, XPUATTR_MODEL = 4,
-    XPUATTR_MEM_MAIN_CAPACITY = 5, XPUATTR_MEM_L3_CAPACITY = 6, XPUATTR_NUM_CLUSTER = 7, XPUATTR_NUM_SDNN = 8
-} XPUDeviceAttr;
-
-int xpu_get_runtime_version(uint32_t *major, uint32_t *minor);
-int xpu_set_device(int devid);
-int xpu_current_device(int *devid);
-int xpu_device_count(int *dev_count);
-int xpu_device_get_attr(uint64_t *v, XPUDeviceAttr attr, int devid);
-int xpu_malloc(void **pdevptr, uint64_t sz, XPUMemoryKind kind);
-int xpu_free(void *devptr);
-int xpu_host_alloc(void **ptr, uint64_t sz, unsigned int flags);
-int xpu_host_free(void *ptr);
-int xpu_memcpy(void *dst, const void *src, uint64_t sz, XPUMemcpyKind kind);
-int xpu_memcpy_async(void *dst, const void *src, uint64_t sz, XPUMemcpyKind kind, XPUStream stream);
-int xpu_memcpy_peer(int dst_device, void *dst_addr, int src_device, const void *src_addr, uint64_t sz);
-int xpu_stream_create(XPUStream *pstream);
-int xpu_stream_destroy(XPUStream stream);
-int xpu_wait(XPUStream stream);
-int xpu_stream_wait_event(XPUStream stream, XPUEvent event);
-int xpu_event_create(XPUEvent *pevent);
-int xpu_event_record(XPUEvent event, XPUStream stream);
-int xpu_event_destroy(XPUEvent event);
-int xpu_event_wait(XPUEvent event);
-int xpu_event_query(XPUEvent event);
-
-/* simulator-only extensions */
-int anychip_sim_xpu_memset_async(void *dst, int value, uint64_t sz, XPUStream stream);
-int anychip_sim_xpu_event_elapsed_time(float *ms, XPUEvent start, XPUEvent end);
-int anychip_sim_xpu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes);
-"""
 
 XPU_SUCCESS = 0
 XPUERR_BUSY = 716
@@ -134,7 +98,7 @@ class KunlunPlugin(VendorPlugin):
     vendor_libraries = ("libxpurt.so",)
     simulator_library = "libkunlun_sim"
     api_label = "Kunlun XPU runtime"
-    cdef = CDEF
+    cdef = Declarations("xpu/runtime.h")     # csrc/include/xpu/runtime.h
     code_names = CODE_NAMES
     oom_codes = frozenset({705})                  # XPUERR_NOMEM
     copy_kinds = {D2H: 0, H2D: 1, D2D: 2}         # XPUMemcpyKind: device-to-host comes first

@@ -220,44 +220,112 @@ static int parse_id(const char *s, size_t len)
     return v;
 }
 
+static int listed(int id)
+{
+    for (int k = 0; k < G.nvis; k++)
+        if (G.vis[k] == id)
+            return 1;
+    return 0;
+}
+
+/* ASCEND_RT_VISIBLE_DEVICES as CANN's runtime reads it (Runtime::GetVisibleDevices):
+ * runs of digits separated by single commas; reading stops at any other character, at a
+ * second comma in a row, or at an id beyond the last device. A value that does not
+ * start with a digit, lists no usable id, repeats an id or is not in ascending order
+ * rejects the whole setting: no device is usable (G.vis_error says why). */
+static void visibility_acl(const char *p)
+{
+    const char *why = NULL;
+    if (*p < '0' || *p > '9')
+        why = "it must start with a device id";
+    while (!why && *p >= '0' && *p <= '9') {
+        size_t len = strspn(p, "0123456789");
+        int id = parse_id(p, len);
+        if (id < 0 || id >= G.nphys)
+            break;
+        if (listed(id))
+            why = "an id is repeated";
+        else if (G.nvis && id < G.vis[G.nvis - 1])
+            why = "the ids must be in ascending order";
+        else if (G.nvis < SIM_MAX_DEVICES)
+            G.vis[G.nvis++] = id;
+        p += len;
+        if (*p != ',')
+            break;
+        p++;
+    }
+    if (!why && G.nvis == 0)
+        why = "no listed id is a device";
+    if (why) {
+        G.nvis = 0;
+        snprintf(G.vis_error, sizeof G.vis_error, "ASCEND_RT_VISIBLE_DEVICES=\"%.64s\" is rejected: %s "
+                 "(ascending device ids from 0 to %d, separated by commas)", G.vis_value, why, G.nphys - 1);
+    }
+}
+
+/* HIP's rule (ROCm clr, rocdevice.cpp): each comma-separated entry must be exactly the
+ * decimal form of a device index below the device count (no blanks, no leading zeros);
+ * the first entry that is not ends the list; a repeated index is skipped; devices are
+ * numbered in list order. */
+static void visibility_hip(const char *p)
+{
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        int id = parse_id(p, len);
+        if (id < 0 || id >= G.nphys || (len > 1 && *p == '0'))
+            break;
+        if (!listed(id) && G.nvis < SIM_MAX_DEVICES)
+            G.vis[G.nvis++] = id;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+}
+
+/* CUDA's rule (XPU): ids in list order, blanks around an id ignored; reading stops at the
+ * first invalid or repeated id; "" lists none. */
+static void visibility_cuda(const char *p)
+{
+    while (*p && G.nvis < SIM_MAX_DEVICES) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *tok = p;
+        while (len && *tok == ' ') { tok++; len--; }
+        while (len && tok[len - 1] == ' ') len--;
+        int id = parse_id(tok, len);
+        if (id < 0 || id >= G.nphys || listed(id))
+            break;
+        G.vis[G.nvis++] = id;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+}
+
 static void apply_visibility(const char *visible, int rule)
 {
     G.nvis = 0;
+    G.vis_error[0] = '\0';
     for (int i = 0; i < SIM_MAX_DEVICES; i++)
         G.phys_to_log[i] = -1;
     if (!visible) {
         for (int i = 0; i < G.nphys; i++)
             G.vis[G.nvis++] = i;
     } else {
-        const char *p = visible;
-        while (*p && G.nvis < SIM_MAX_DEVICES) {
-            const char *comma = strchr(p, ',');
-            size_t len = comma ? (size_t)(comma - p) : strlen(p);
-            const char *tok = p;
-            if (rule == SIM_VIS_CUDA) { /* CUDA tolerates blanks around an id */
-                while (len && *tok == ' ') { tok++; len--; }
-                while (len && tok[len - 1] == ' ') len--;
-            }
-            int id = parse_id(tok, len);
-            if (id < 0 || id >= G.nphys)
-                break;
-            int bad = 0;
-            for (int k = 0; k < G.nvis; k++)
-                if (G.vis[k] == id)
-                    bad = 1;
-            if (rule == SIM_VIS_ACL && G.nvis && id <= G.vis[G.nvis - 1])
-                bad = 1;
-            if (bad)
-                break;
-            G.vis[G.nvis++] = id;
-            if (!comma)
-                break;
-            p = comma + 1;
-        }
+        snprintf(G.vis_value, sizeof G.vis_value, "%s", visible);
+        if (rule == SIM_VIS_ACL)
+            visibility_acl(visible);
+        else if (rule == SIM_VIS_HIP)
+            visibility_hip(visible);
+        else
+            visibility_cuda(visible);
     }
     for (int i = 0; i < G.nvis; i++)
         G.phys_to_log[G.vis[i]] = i;
 }
+
+const char *sim_visibility_error(void) { return G.vis_error[0] ? G.vis_error : NULL; }
 
 /* ========================================================================== */
 /* start and fork                                                             */

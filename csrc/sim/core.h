@@ -38,6 +38,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "anychip/sim.h"
+
 #define SIM_HIDDEN __attribute__((visibility("hidden")))
 #define SIM_EXPORT __attribute__((visibility("default")))
 
@@ -67,13 +69,16 @@ typedef enum sim_status {
     SIM_STATUS_COUNT
 } sim_status;
 
+_Static_assert(SIM_E_TIMEOUT == ANYCHIP_SIM_E_TIMEOUT, "anychip/sim.h documents the timeout status");
+
 /* copy directions understood by the core */
 enum { SIM_H2H = 0, SIM_H2D = 1, SIM_D2H = 2, SIM_D2D = 3, SIM_DEFAULT = 4 };
 
 /* visibility-variable rules */
 enum {
-    SIM_VIS_ACL = 0,   /* ascending ids, reading stops at the first invalid one; "" lists none */
+    SIM_VIS_ACL = 0,   /* CANN: ascending ids; a repeated / descending id or a bad start rejects all */
     SIM_VIS_CUDA = 1,  /* list order, reading stops at the first invalid or repeated id; "" lists none */
+    SIM_VIS_HIP = 2,   /* clr: list order, exact decimal entries, repeats skipped, a bad entry ends it */
 };
 
 typedef void (*sim_host_fn)(void *);
@@ -95,6 +100,8 @@ SIM_HIDDEN void sim_core_init(const char *visible, int rule);
 /* ACL needs an explicit aclrtSetDevice; HIP and XPU default to device 0. */
 SIM_HIDDEN void sim_set_require_current(int yes);
 
+/* why the visibility variable rejected every device (SIM_VIS_ACL), or NULL */
+SIM_HIDDEN const char *sim_visibility_error(void);
 SIM_HIDDEN int sim_visible_count(void);
 SIM_HIDDEN int sim_physical_count(void);
 SIM_HIDDEN int sim_logical_to_phys(int logical);          /* -1 when out of range */
@@ -125,6 +132,11 @@ SIM_HIDDEN sim_status sim_free(void *ptr);
 SIM_HIDDEN sim_status sim_mem_info(int phys, size_t *free_bytes, size_t *total_bytes);
 /* the device (physical) whose memory holds ptr, or -1 for host memory */
 SIM_HIDDEN int sim_device_of(const void *ptr);
+/* whether ptr lies inside a live page-locked host allocation (sim_host_alloc) */
+SIM_HIDDEN int sim_is_host_alloc(const void *ptr);
+/* whether every page of [ptr, ptr + n) is mapped in this process (host memory that can be
+ * read); used where a copy kind calls a host pointer device memory */
+SIM_HIDDEN int sim_host_mapped(const void *ptr, size_t n);
 
 /* page-locked host memory (plain host memory here, but tracked so a bad free is caught) */
 SIM_HIDDEN sim_status sim_host_alloc(size_t nbytes, void **out);
@@ -145,6 +157,9 @@ SIM_HIDDEN sim_status sim_stream_wait(void *stream, int timeout_ms);
 /* phys: a physical device, or SIM_CURRENT */
 SIM_HIDDEN sim_status sim_device_synchronize(int phys);
 SIM_HIDDEN sim_status sim_device_wait(int phys, int timeout_ms);
+/* wait for the work queued on the device's streams, passing over held streams (which only
+ * a release can let run) and the calling thread's own stream worker */
+SIM_HIDDEN sim_status sim_device_drain(int phys);
 
 /* enqueue work; the direction is checked against the allocation table */
 SIM_HIDDEN sim_status sim_memcpy_async(void *dst, const void *src, size_t n, int dir, void *stream);
@@ -159,6 +174,13 @@ SIM_HIDDEN sim_status sim_memset_sync(void *dst, int value, size_t n, int device
 
 /* on the current device */
 SIM_HIDDEN sim_status sim_event_create(void **event);
+/* no_timing: elapsed time with this event is refused (SIM_E_INVALID_HANDLE) */
+SIM_HIDDEN sim_status sim_event_create_flags(void **event, int no_timing);
+/* reset the event to "never recorded" when the stream reaches this point */
+SIM_HIDDEN sim_status sim_event_reset(void *event, void *stream);
+/* recorded: a record since creation / the last reset; complete: the latest record ran;
+ * waits_done: no stream has a queued wait on the event that it has not passed */
+SIM_HIDDEN sim_status sim_event_status(void *event, int *recorded, int *complete, int *waits_done);
 SIM_HIDDEN sim_status sim_event_destroy(void *event);
 SIM_HIDDEN sim_status sim_event_record(void *event, void *stream);
 SIM_HIDDEN sim_status sim_stream_wait_event(void *stream, void *event);
@@ -167,60 +189,7 @@ SIM_HIDDEN sim_status sim_event_wait(void *event, int timeout_ms);  /* SIM_OK or
 SIM_HIDDEN sim_status sim_event_query(void *event);            /* SIM_OK or SIM_E_NOT_READY */
 SIM_HIDDEN sim_status sim_event_elapsed(float *ms, void *start, void *end);
 
-/* ---- exported controls (same names in every simulator library) ------------- */
-
-/* Stop a stream from starting queued work until anychip_sim_stream_release; work
- * queued meanwhile stays pending, so "not ready" states are deterministic in tests.
- * NULL means the default stream of the calling thread's current device. Holds do not
- * nest. Destroying a held stream releases it first. Returns 0 or a sim_status. */
-SIM_EXPORT int anychip_sim_stream_hold(void *stream);
-SIM_EXPORT int anychip_sim_stream_release(void *stream);
-/* Run fn(arg) on the stream's worker thread, in order with the stream's other work. */
-SIM_EXPORT int anychip_sim_stream_enqueue_host_fn(void *stream, void (*fn)(void *), void *arg);
-/* Interruptible waits: wait at most timeout_ms (< 0: no limit) for the work queued when
- * called on a stream, for an event, or for every stream of the calling thread's current
- * device. 0 when complete, SIM_E_TIMEOUT otherwise, or the handle's error. They only
- * wait: a failure of the work is still reported by the vendor's synchronize, so a caller
- * that must react to signals waits in slices and then calls the vendor's synchronize. */
-SIM_EXPORT int anychip_sim_stream_wait(void *stream, int timeout_ms);
-SIM_EXPORT int anychip_sim_event_wait(void *event, int timeout_ms);
-SIM_EXPORT int anychip_sim_device_wait(int timeout_ms);
-/* Detail of the calling thread's most recent failure; "" when none. */
-SIM_EXPORT const char *anychip_sim_last_error(void);
-SIM_EXPORT const char *anychip_sim_status_string(int status);
-/* physical device count, visible device count, per-device capacity */
-SIM_EXPORT int anychip_sim_config(int *physical_devices, int *visible_devices, uint64_t *capacity);
-/* physical index of a visible (logical) device, -1 when out of range */
-SIM_EXPORT int anychip_sim_physical_device(int logical);
-/* Process-wide bit set of the configuration warnings already printed. Every simulator
- * library exports it; the copy in the first one loaded is the one used (config.c), so a
- * process that loads several simulator libraries prints each warning once. */
-SIM_EXPORT extern unsigned anychip_sim_warned;
-
-/* Inter-process memory handles (the simulated counterpart of cudaIpcGetMemHandle).
- * A handle names a whole allocation of the exporting process; opening it in another
- * process maps the same pages (through /proc/<pid>/fd/<fd>, or a descriptor the caller
- * received over a Unix socket) and returns the allocation's base address there, which
- * the importing simulator then accepts as device memory in copies. */
-typedef struct anychip_sim_ipc_handle {
-    uint32_t magic;      /* ANYCHIP_SIM_IPC_MAGIC */
-    uint32_t version;    /* 1 */
-    int32_t pid;         /* exporting process */
-    int32_t fd;          /* arena memfd in the exporting process */
-    int32_t device;      /* physical device */
-    int32_t reserved0;
-    uint64_t offset;     /* allocation start within the arena */
-    uint64_t size;       /* allocation size in bytes */
-    uint64_t alloc_id;   /* allocation id in the exporting process */
-    uint8_t reserved[16];
-} anychip_sim_ipc_handle;   /* 64 bytes */
-
-#define ANYCHIP_SIM_IPC_MAGIC 0x41435349u /* "ISCA" */
-
-SIM_EXPORT int anychip_sim_ipc_get_handle(const void *devptr, anychip_sim_ipc_handle *handle);
-SIM_EXPORT int anychip_sim_ipc_open(const anychip_sim_ipc_handle *handle, void **devptr);
-SIM_EXPORT int anychip_sim_ipc_open_fd(int fd, const anychip_sim_ipc_handle *handle, void **devptr);
-SIM_EXPORT int anychip_sim_ipc_close(void *devptr);
+/* ---- exported controls: declared in csrc/include/anychip/sim.h ------------------- */
 
 /* internal forms used by vendor IPC entry points (hipIpc*) */
 SIM_HIDDEN sim_status sim_ipc_get_handle(const void *devptr, anychip_sim_ipc_handle *h);

@@ -26,7 +26,9 @@ static sim_event *lookup(void *handle)
     return e;
 }
 
-sim_status sim_event_create(void **handle)
+sim_status sim_event_create(void **handle) { return sim_event_create_flags(handle, 0); }
+
+sim_status sim_event_create_flags(void **handle, int no_timing)
 {
     if (!handle)
         return sim_fail(SIM_E_INVALID_VALUE, "the output event pointer is NULL");
@@ -39,6 +41,7 @@ sim_status sim_event_create(void **handle)
         return sim_fail(SIM_E_HOST_ALLOC, "out of host memory");
     e->dev = phys;
     e->refs = 1;
+    e->no_timing = no_timing;
     pthread_mutex_init(&e->lock, NULL);
     sim_cond_init(&e->cv);
     e->handle = new_handle(TAG_EVENT);
@@ -88,7 +91,11 @@ static int wait_gen(sim_event *e, uint64_t gen, uint64_t deadline_ns)
     return sim_wait(gen_done, &c, &e->lock, &e->cv, &e->waiters, G.spin_ns, deadline_ns);
 }
 
-void sim_event_wait_gen(sim_event *e, uint64_t gen) { wait_gen(e, gen, 0); }
+void sim_event_wait_gen(sim_event *e, uint64_t gen)
+{
+    wait_gen(e, gen, 0);
+    __atomic_sub_fetch(&e->pending_waits, 1, __ATOMIC_ACQ_REL);
+}
 
 static uint64_t recorded(sim_event *e)
 {
@@ -137,9 +144,12 @@ static sim_status stream_wait(sim_stream *s, sim_event *e)
     op.u.ev.ev = e;
     op.u.ev.gen = gen;
     sim_event_ref(e);
+    __atomic_add_fetch(&e->pending_waits, 1, __ATOMIC_ACQ_REL);
     sim_status st = sim_stream_push(s, &op);
-    if (st != SIM_OK)
+    if (st != SIM_OK) {
+        __atomic_sub_fetch(&e->pending_waits, 1, __ATOMIC_ACQ_REL);
         sim_event_put(e);
+    }
     return st;
 }
 
@@ -163,10 +173,12 @@ static sim_status elapsed(float *ms, sim_event *start, sim_event *end)
     uint64_t t[2];
     for (int i = 0; i < 2; i++) {
         pthread_mutex_lock(&ev[i]->lock);
-        uint64_t rec = ev[i]->rec_gen, done = ev[i]->done_gen;
+        uint64_t rec = ev[i]->rec_gen, done = ev[i]->done_gen, reset = ev[i]->reset_gen;
         t[i] = ev[i]->t_ns;
         pthread_mutex_unlock(&ev[i]->lock);
-        if (rec == 0)
+        if (ev[i]->no_timing)
+            return sim_fail(SIM_E_INVALID_HANDLE, "the %s event was created without timing", i ? "end" : "start");
+        if (rec == reset)
             return sim_fail(SIM_E_NOT_RECORDED, "the %s event was never recorded", i ? "end" : "start");
         if (done < rec)
             return sim_fail(SIM_E_NOT_READY, "the %s event has not completed yet", i ? "end" : "start");
@@ -215,6 +227,46 @@ sim_status sim_stream_wait_event(void *stream, void *event)
 sim_status sim_event_synchronize(void *event) { WITH_EVENT(event, timed_sync(e, 0)); }
 sim_status sim_event_wait(void *event, int timeout_ms) { WITH_EVENT(event, timed_sync(e, sim_deadline(timeout_ms))); }
 sim_status sim_event_query(void *event) { WITH_EVENT(event, query(e)); }
+
+static void reset_now(void *arg)
+{
+    sim_event *e = arg;
+    pthread_mutex_lock(&e->lock);
+    e->reset_gen = e->rec_gen;
+    pthread_mutex_unlock(&e->lock);
+    sim_event_put(e);
+}
+
+static sim_status reset_on(sim_stream *s, sim_event *e)
+{
+    sim_op op = {.type = OP_HOST};
+    op.u.host.fn = reset_now;
+    op.u.host.arg = e;
+    sim_event_ref(e);
+    sim_status st = sim_stream_push(s, &op);
+    if (st != SIM_OK)
+        sim_event_put(e);
+    return st;
+}
+
+sim_status sim_event_reset(void *event, void *stream) { WITH_EVENT(event, on_stream(stream, e, reset_on)); }
+
+static sim_status status_of(sim_event *e, int *recorded, int *complete, int *waits_done)
+{
+    pthread_mutex_lock(&e->lock);
+    *recorded = e->rec_gen != e->reset_gen;
+    *complete = e->done_gen >= e->rec_gen;
+    pthread_mutex_unlock(&e->lock);
+    *waits_done = __atomic_load_n(&e->pending_waits, __ATOMIC_ACQUIRE) == 0;
+    return SIM_OK;
+}
+
+sim_status sim_event_status(void *event, int *recorded, int *complete, int *waits_done)
+{
+    if (!recorded || !complete || !waits_done)
+        return sim_fail(SIM_E_INVALID_VALUE, "the output pointer is NULL");
+    WITH_EVENT(event, status_of(e, recorded, complete, waits_done));
+}
 
 sim_status sim_event_elapsed(float *ms, void *start, void *end)
 {

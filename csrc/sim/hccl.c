@@ -11,13 +11,12 @@
  */
 #include <stdint.h>
 
+#include "acl/acl.h"
 #include "collective.h"
 #include "hccl/hccl.h"
 
 #define HCCL_API SIM_EXPORT
 
-typedef int aclError;
-aclError aclrtGetDevice(int32_t *deviceId);
 
 static HcclResult code(sc_status st)
 {

@@ -2,9 +2,14 @@
  * HIP front end of the simulator (libhygon_sim), standing in for libamdhip64.so /
  * Hygon DTK's libgalaxyhip.so.
  *
- * Exports the HIP runtime entry points of hip/hip_runtime_api.h with HIP's argument
- * orders, hipMemcpyKind values and hipError_t codes. HIP_VISIBLE_DEVICES (or, when it
- * is unset, CUDA_VISIBLE_DEVICES) selects devices in list order.
+ * Exports the HIP runtime entry points declared in csrc/include/hip/hip_runtime_api.h
+ * (ROCm's names, argument orders, hipMemcpyKind values, hipError_t codes and HIP 6's
+ * hipDeviceProp_tR0600). Behaviour follows ROCm clr (see docs/simulator.md):
+ * HIP_VISIBLE_DEVICES, or CUDA_VISIBLE_DEVICES when it is unset or empty, selects
+ * devices in list order (rocdevice.cpp's rule); hipFree waits for the device's streams
+ * and returns hipErrorInvalidValue for a pointer that is not an allocation; a memcpy
+ * kind is only range-checked, the pointers give the direction; elapsed time with an
+ * event created with hipEventDisableTiming is hipErrorInvalidHandle.
  *
  * Deviation: the null stream is an ordinary in-order stream of the current device; it
  * does not implicitly synchronize with the device's other streams as HIP's legacy
@@ -12,48 +17,24 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
+#include "hip/hip_runtime_api.h"
 
 #define HIP_API SIM_EXPORT
 
-typedef enum hipError_t {
-    hipSuccess = 0,
-    hipErrorInvalidValue = 1,
-    hipErrorOutOfMemory = 2,
-    hipErrorNotInitialized = 3,
-    hipErrorInvalidDevicePointer = 17,
-    hipErrorInvalidMemcpyDirection = 21,
-    hipErrorNoDevice = 100,
-    hipErrorInvalidDevice = 101,
-    hipErrorInvalidHandle = 400,
-    hipErrorNotReady = 600,
-    hipErrorIllegalAddress = 700,
-    hipErrorPeerAccessAlreadyEnabled = 704,
-    hipErrorPeerAccessNotEnabled = 705,
-    hipErrorNotSupported = 801,
-    hipErrorUnknown = 999,
-} hipError_t;
-
-typedef enum hipMemcpyKind {
-    hipMemcpyHostToHost = 0,
-    hipMemcpyHostToDevice = 1,
-    hipMemcpyDeviceToHost = 2,
-    hipMemcpyDeviceToDevice = 3,
-    hipMemcpyDefault = 4,
-} hipMemcpyKind;
-
-typedef struct ihipStream_t *hipStream_t;
-typedef struct ihipEvent_t *hipEvent_t;
-typedef int hipDevice_t;
-typedef void (*hipHostFn_t)(void *userData);
-
-#define HIP_IPC_HANDLE_SIZE 64
-typedef struct hipIpcMemHandle_st {
-    char reserved[HIP_IPC_HANDLE_SIZE];
-} hipIpcMemHandle_t;
+/* What a simulated device reports: a gfx906-class DCU (Hygon's DCUs are gfx906
+ * derivatives) with the simulator's memory capacity. */
+#define SIM_DEVICE_NAME "Hygon DCU (anychip simulator)"
+#define SIM_CU_COUNT 64
+#define SIM_WARP_SIZE 64
+#define SIM_CLOCK_KHZ 1500000
+#define SIM_MEM_CLOCK_KHZ 1000000
+#define SIM_L2_BYTES (4 * 1024 * 1024)
+#define SIM_LDS_BYTES 65536
 
 _Static_assert(sizeof(anychip_sim_ipc_handle) == HIP_IPC_HANDLE_SIZE, "IPC handle must fit hipIpcMemHandle_t");
 
@@ -65,9 +46,9 @@ static pthread_mutex_t peer_lock = PTHREAD_MUTEX_INITIALIZER;
 static void fe_init(void)
 {
     const char *vis = getenv("HIP_VISIBLE_DEVICES");
-    if (!vis)
+    if (!vis || !*vis)
         vis = getenv("CUDA_VISIBLE_DEVICES");
-    sim_core_init(vis, SIM_VIS_CUDA);
+    sim_core_init(vis && *vis ? vis : NULL, SIM_VIS_HIP);
     sim_set_require_current(0);
 }
 
@@ -107,16 +88,24 @@ static hipError_t ret(sim_status st)
     return e;
 }
 
+/* clr checks only that the kind is one of hipMemcpyKind's values; the copy goes where
+ * the pointers say (hip_memory.cpp) */
 static int memcpy_dir(hipMemcpyKind kind)
 {
-    switch (kind) {
-    case hipMemcpyHostToHost: return SIM_H2H;
-    case hipMemcpyHostToDevice: return SIM_H2D;
-    case hipMemcpyDeviceToHost: return SIM_D2H;
-    case hipMemcpyDeviceToDevice: return SIM_D2D;
-    case hipMemcpyDefault: return SIM_DEFAULT;
-    default: return -1;
-    }
+    return (unsigned)kind <= hipMemcpyDefault ? SIM_DEFAULT : -1;
+}
+
+/* A pointer the kind calls device memory that is not: it must at least be mapped host
+ * memory, so a stale device pointer (a closed IPC mapping) is an error, not a crash. */
+static sim_status check_claimed(const void *dst, const void *src, size_t n, hipMemcpyKind kind)
+{
+    int src_dev = kind == hipMemcpyDeviceToHost || kind == hipMemcpyDeviceToDevice;
+    int dst_dev = kind == hipMemcpyHostToDevice || kind == hipMemcpyDeviceToDevice;
+    if (n && src_dev && src && sim_device_of(src) < 0 && !sim_host_mapped(src, n))
+        return sim_fail(SIM_E_OUT_OF_RANGE, "the source %p is neither device memory nor mapped host memory", src);
+    if (n && dst_dev && dst && sim_device_of(dst) < 0 && !sim_host_mapped(dst, n))
+        return sim_fail(SIM_E_OUT_OF_RANGE, "the destination %p is neither device memory nor mapped host memory", dst);
+    return SIM_OK;
 }
 
 /* ---- errors --------------------------------------------------------------------- */
@@ -139,6 +128,7 @@ HIP_API const char *hipGetErrorName(hipError_t error)
     case hipErrorPeerAccessNotEnabled: return "hipErrorPeerAccessNotEnabled";
     case hipErrorNotSupported: return "hipErrorNotSupported";
     case hipErrorUnknown: return "hipErrorUnknown";
+    default: break;
     }
     return "hipErrorUnknown";
 }
@@ -161,6 +151,7 @@ HIP_API const char *hipGetErrorString(hipError_t error)
     case hipErrorPeerAccessNotEnabled: return "peer access has not been enabled";
     case hipErrorNotSupported: return "operation not supported";
     case hipErrorUnknown: return "unknown error";
+    default: break;
     }
     return "unknown error";
 }
@@ -234,7 +225,7 @@ HIP_API hipError_t hipDeviceGetName(char *name, int len, hipDevice_t device)
         return ret(sim_fail(SIM_E_INVALID_VALUE, "hipDeviceGetName: bad buffer"));
     if (sim_logical_to_phys(device) < 0)
         return ret(sim_fail(SIM_E_INVALID_DEVICE, "hipDeviceGetName: device %d does not exist", device));
-    const char *n = "Hygon DCU (anychip simulator)";
+    const char *n = SIM_DEVICE_NAME;
     size_t k = strlen(n);
     if (k >= (size_t)len)
         k = (size_t)len - 1;
@@ -251,6 +242,146 @@ HIP_API hipError_t hipDeviceTotalMem(size_t *bytes, hipDevice_t device)
     if (sim_logical_to_phys(device) < 0)
         return ret(sim_fail(SIM_E_INVALID_DEVICE, "hipDeviceTotalMem: device %d does not exist", device));
     *bytes = sim_capacity();
+    return hipSuccess;
+}
+
+static void fill_props(hipDeviceProp_tR0600 *p, int logical, int phys)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", SIM_DEVICE_NAME);
+    snprintf(p->gcnArchName, sizeof p->gcnArchName, "gfx906:sramecc+:xnack-");
+    for (int i = 0; i < 16; i++)
+        p->uuid.bytes[i] = (char)(i == 15 ? phys : 0x5a);
+    p->totalGlobalMem = sim_capacity();
+    p->sharedMemPerBlock = SIM_LDS_BYTES;
+    p->regsPerBlock = 65536;
+    p->warpSize = SIM_WARP_SIZE;
+    p->memPitch = (size_t)INT32_MAX;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = p->maxThreadsDim[1] = p->maxThreadsDim[2] = 1024;
+    p->maxGridSize[0] = INT32_MAX;
+    p->maxGridSize[1] = p->maxGridSize[2] = 65536;
+    p->clockRate = SIM_CLOCK_KHZ;
+    p->totalConstMem = sim_capacity() < (size_t)INT32_MAX ? sim_capacity() : (size_t)INT32_MAX;
+    p->major = 9;
+    p->minor = 0;
+    p->textureAlignment = 256;
+    p->texturePitchAlignment = 256;
+    p->deviceOverlap = 1;
+    p->multiProcessorCount = SIM_CU_COUNT;
+    p->canMapHostMemory = 1;
+    p->concurrentKernels = 1;
+    p->pciBusID = phys + 1;
+    p->pciDeviceID = 0;
+    p->pciDomainID = 0;
+    p->asyncEngineCount = 2;
+    p->unifiedAddressing = 1;
+    p->memoryClockRate = SIM_MEM_CLOCK_KHZ;
+    p->memoryBusWidth = 4096;
+    p->l2CacheSize = SIM_L2_BYTES;
+    p->maxThreadsPerMultiProcessor = 2560;
+    p->sharedMemPerMultiprocessor = SIM_LDS_BYTES;
+    p->regsPerMultiprocessor = 65536;
+    p->managedMemory = 1;
+    p->isMultiGpuBoard = 0;
+    p->multiGpuBoardGroupID = logical;
+    p->cooperativeLaunch = 1;
+    p->cooperativeMultiDeviceLaunch = 1;
+    p->sharedMemPerBlockOptin = SIM_LDS_BYTES;
+    p->maxBlocksPerMultiProcessor = 32;
+    p->hostRegisterSupported = 1;
+    p->memoryPoolsSupported = 0;
+    p->maxSharedMemoryPerMultiProcessor = SIM_LDS_BYTES;
+    p->clockInstructionRate = 100000;
+    p->arch.hasGlobalInt32Atomics = p->arch.hasSharedInt32Atomics = 1;
+    p->arch.hasGlobalInt64Atomics = p->arch.hasSharedInt64Atomics = 1;
+    p->arch.hasDoubles = p->arch.hasWarpVote = p->arch.hasWarpBallot = p->arch.hasWarpShuffle = 1;
+    p->arch.hasFloatAtomicAdd = p->arch.has3dGrid = 1;
+    p->isLargeBar = 1;
+}
+
+HIP_API hipError_t hipGetDevicePropertiesR0600(hipDeviceProp_tR0600 *prop, int deviceId)
+{
+    ENTER();
+    if (!prop)
+        return ret(sim_fail(SIM_E_INVALID_VALUE, "hipGetDeviceProperties: prop is NULL"));
+    int phys = sim_logical_to_phys(deviceId);
+    if (phys < 0)
+        return ret(sim_fail(SIM_E_INVALID_DEVICE, "hipGetDeviceProperties: device %d does not exist", deviceId));
+    fill_props(prop, deviceId, phys);
+    return hipSuccess;
+}
+
+/* the common attributes, from the same values as hipGetDeviceProperties */
+static int attribute(const hipDeviceProp_tR0600 *p, hipDeviceAttribute_t attr, int *v)
+{
+    switch (attr) {
+    case hipDeviceAttributeMaxThreadsPerBlock: *v = p->maxThreadsPerBlock; return 1;
+    case hipDeviceAttributeMaxBlockDimX: *v = p->maxThreadsDim[0]; return 1;
+    case hipDeviceAttributeMaxBlockDimY: *v = p->maxThreadsDim[1]; return 1;
+    case hipDeviceAttributeMaxBlockDimZ: *v = p->maxThreadsDim[2]; return 1;
+    case hipDeviceAttributeMaxGridDimX: *v = p->maxGridSize[0]; return 1;
+    case hipDeviceAttributeMaxGridDimY: *v = p->maxGridSize[1]; return 1;
+    case hipDeviceAttributeMaxGridDimZ: *v = p->maxGridSize[2]; return 1;
+    case hipDeviceAttributeMaxSharedMemoryPerBlock: *v = (int)p->sharedMemPerBlock; return 1;
+    case hipDeviceAttributeSharedMemPerBlockOptin: *v = (int)p->sharedMemPerBlockOptin; return 1;
+    case hipDeviceAttributeSharedMemPerMultiprocessor: *v = (int)p->sharedMemPerMultiprocessor; return 1;
+    case hipDeviceAttributeMaxSharedMemoryPerMultiprocessor: *v = (int)p->maxSharedMemoryPerMultiProcessor; return 1;
+    case hipDeviceAttributeTotalConstantMemory: *v = (int)p->totalConstMem; return 1;
+    case hipDeviceAttributeWarpSize: *v = p->warpSize; return 1;
+    case hipDeviceAttributeMaxRegistersPerBlock: *v = p->regsPerBlock; return 1;
+    case hipDeviceAttributeMaxRegistersPerMultiprocessor: *v = p->regsPerMultiprocessor; return 1;
+    case hipDeviceAttributeClockRate: *v = p->clockRate; return 1;
+    case hipDeviceAttributeMemoryClockRate: *v = p->memoryClockRate; return 1;
+    case hipDeviceAttributeMemoryBusWidth: *v = p->memoryBusWidth; return 1;
+    case hipDeviceAttributeMultiprocessorCount: *v = p->multiProcessorCount; return 1;
+    case hipDeviceAttributeComputeCapabilityMajor: *v = p->major; return 1;
+    case hipDeviceAttributeComputeCapabilityMinor: *v = p->minor; return 1;
+    case hipDeviceAttributeL2CacheSize: *v = p->l2CacheSize; return 1;
+    case hipDeviceAttributeMaxThreadsPerMultiProcessor: *v = p->maxThreadsPerMultiProcessor; return 1;
+    case hipDeviceAttributeMaxBlocksPerMultiProcessor: *v = p->maxBlocksPerMultiProcessor; return 1;
+    case hipDeviceAttributeConcurrentKernels: *v = p->concurrentKernels; return 1;
+    case hipDeviceAttributeAsyncEngineCount: *v = p->asyncEngineCount; return 1;
+    case hipDeviceAttributeCanMapHostMemory: *v = p->canMapHostMemory; return 1;
+    case hipDeviceAttributeUnifiedAddressing: *v = p->unifiedAddressing; return 1;
+    case hipDeviceAttributeManagedMemory: *v = p->managedMemory; return 1;
+    case hipDeviceAttributeIntegrated: *v = p->integrated; return 1;
+    case hipDeviceAttributeEccEnabled: *v = p->ECCEnabled; return 1;
+    case hipDeviceAttributeComputeMode: *v = p->computeMode; return 1;
+    case hipDeviceAttributeCooperativeLaunch: *v = p->cooperativeLaunch; return 1;
+    case hipDeviceAttributeCooperativeMultiDeviceLaunch: *v = p->cooperativeMultiDeviceLaunch; return 1;
+    case hipDeviceAttributePciBusId: *v = p->pciBusID; return 1;
+    case hipDeviceAttributePciDeviceId: *v = p->pciDeviceID; return 1;
+    case hipDeviceAttributePciDomainID: *v = p->pciDomainID; return 1;
+    case hipDeviceAttributeIsMultiGpuBoard: *v = p->isMultiGpuBoard; return 1;
+    case hipDeviceAttributeMultiGpuBoardGroupID: *v = p->multiGpuBoardGroupID; return 1;
+    case hipDeviceAttributeHostRegisterSupported: *v = p->hostRegisterSupported; return 1;
+    case hipDeviceAttributeMemoryPoolsSupported: *v = p->memoryPoolsSupported; return 1;
+    case hipDeviceAttributeClockInstructionRate: *v = p->clockInstructionRate; return 1;
+    case hipDeviceAttributeIsLargeBar: *v = p->isLargeBar; return 1;
+    case hipDeviceAttributeAsicRevision: *v = p->asicRevision; return 1;
+    case hipDeviceAttributeTextureAlignment: *v = (int)p->textureAlignment; return 1;
+    case hipDeviceAttributeTexturePitchAlignment: *v = (int)p->texturePitchAlignment; return 1;
+    case hipDeviceAttributeMaxPitch: *v = (int)p->memPitch; return 1;
+    case hipDeviceAttributeDeviceOverlap: *v = p->deviceOverlap; return 1;
+    case hipDeviceAttributeKernelExecTimeout: *v = p->kernelExecTimeoutEnabled; return 1;
+    case hipDeviceAttributePhysicalMultiProcessorCount: *v = p->multiProcessorCount; return 1;
+    default: return 0;
+    }
+}
+
+HIP_API hipError_t hipDeviceGetAttribute(int *pi, hipDeviceAttribute_t attr, int deviceId)
+{
+    ENTER();
+    if (!pi)
+        return ret(sim_fail(SIM_E_INVALID_VALUE, "hipDeviceGetAttribute: pi is NULL"));
+    int phys = sim_logical_to_phys(deviceId);
+    if (phys < 0)
+        return ret(sim_fail(SIM_E_INVALID_DEVICE, "hipDeviceGetAttribute: device %d does not exist", deviceId));
+    hipDeviceProp_tR0600 p;
+    fill_props(&p, deviceId, phys);
+    if (!attribute(&p, attr, pi))
+        return ret(sim_fail(SIM_E_INVALID_VALUE, "hipDeviceGetAttribute: attribute %d is not simulated", (int)attr));
     return hipSuccess;
 }
 
@@ -334,7 +465,11 @@ HIP_API hipError_t hipFree(void *ptr)
     ENTER();
     if (!ptr)
         return hipSuccess;
-    return ret(sim_free(ptr));
+    int dev = sim_device_of(ptr);
+    if (dev >= 0 && dev < sim_physical_count())
+        sim_device_drain(dev);          /* clr synchronizes the streams of the memory's device first */
+    sim_status st = sim_free(ptr);
+    return ret(st == SIM_E_BAD_FREE ? SIM_E_INVALID_VALUE : st);
 }
 
 HIP_API hipError_t hipHostMalloc(void **ptr, size_t size, unsigned int flags)
@@ -373,7 +508,8 @@ HIP_API hipError_t hipMemcpy(void *dst, const void *src, size_t sizeBytes, hipMe
     int dir = memcpy_dir(kind);
     if (dir < 0)
         return ret(sim_fail(SIM_E_DIRECTION, "hipMemcpy: unknown hipMemcpyKind %d", (int)kind));
-    return ret(sim_memcpy_sync(dst, src, sizeBytes, dir));
+    sim_status st = check_claimed(dst, src, sizeBytes, kind);
+    return ret(st != SIM_OK ? st : sim_memcpy_sync(dst, src, sizeBytes, dir));
 }
 
 HIP_API hipError_t hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes, hipMemcpyKind kind,
@@ -383,7 +519,8 @@ HIP_API hipError_t hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes, 
     int dir = memcpy_dir(kind);
     if (dir < 0)
         return ret(sim_fail(SIM_E_DIRECTION, "hipMemcpyAsync: unknown hipMemcpyKind %d", (int)kind));
-    return ret(sim_memcpy_async(dst, src, sizeBytes, dir, stream));
+    sim_status st = check_claimed(dst, src, sizeBytes, kind);
+    return ret(st != SIM_OK ? st : sim_memcpy_async(dst, src, sizeBytes, dir, stream));
 }
 
 static sim_status check_peer(void *dst, int dstDevice, const void *src, int srcDevice, size_t n)
@@ -398,10 +535,10 @@ static sim_status check_peer(void *dst, int dstDevice, const void *src, int srcD
     return SIM_OK;
 }
 
-HIP_API hipError_t hipMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t sizeBytes)
+HIP_API hipError_t hipMemcpyPeer(void *dst, int dstDeviceId, const void *src, int srcDeviceId, size_t sizeBytes)
 {
     ENTER();
-    sim_status st = check_peer(dst, dstDevice, src, srcDevice, sizeBytes);
+    sim_status st = check_peer(dst, dstDeviceId, src, srcDeviceId, sizeBytes);
     return ret(st != SIM_OK ? st : sim_memcpy_sync(dst, src, sizeBytes, SIM_D2D));
 }
 
@@ -481,8 +618,10 @@ HIP_API hipError_t hipEventCreate(hipEvent_t *event)
 
 HIP_API hipError_t hipEventCreateWithFlags(hipEvent_t *event, unsigned flags)
 {
-    (void)flags;
-    return hipEventCreate(event);
+    ENTER();
+    if (flags & ~(unsigned)(hipEventBlockingSync | hipEventDisableTiming | hipEventInterprocess))
+        return ret(sim_fail(SIM_E_INVALID_VALUE, "hipEventCreateWithFlags: unknown flags 0x%x", flags));
+    return ret(sim_event_create_flags((void **)event, (flags & hipEventDisableTiming) != 0));
 }
 
 HIP_API hipError_t hipEventDestroy(hipEvent_t event)

@@ -121,6 +121,9 @@ struct sim_event {
     uint64_t rec_gen;             /* records issued */
     uint64_t done_gen;            /* latest record completed; read without the lock */
     uint64_t t_ns;                /* completion time of done_gen */
+    uint64_t reset_gen;           /* rec_gen when last reset: "never recorded" while rec_gen == reset_gen */
+    int pending_waits;            /* waits on this event queued on streams and not yet passed (atomic) */
+    int no_timing;                /* created without timing: elapsed time is refused */
     int waiters;
 };
 
@@ -132,6 +135,8 @@ typedef struct sim_globals {
     int nvis;
     int vis[SIM_MAX_DEVICES];
     int phys_to_log[SIM_MAX_DEVICES];
+    char vis_value[80];           /* the visibility variable's value (truncated) */
+    char vis_error[256];          /* why the visibility variable was rejected; "" when it was not */
     uint64_t spin_ns;
     int require_current;
     sim_device dev[SIM_MAX_DEVICES];

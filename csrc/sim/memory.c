@@ -271,6 +271,39 @@ sim_status sim_host_alloc(size_t nbytes, void **out)
     return SIM_OK;
 }
 
+int sim_host_mapped(const void *ptr, size_t n)
+{
+    static const size_t chunk = 4096;      /* pages per mincore call */
+    unsigned char vec[4096];
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)ptr / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t end = (uintptr_t)ptr + (n ? n : 1);
+    if (end < (uintptr_t)ptr)
+        return 0;
+    while (start < end) {
+        size_t len = end - start;
+        if (len > chunk * (size_t)page)
+            len = chunk * (size_t)page;
+        if (mincore((void *)start, len, vec) != 0)
+            return 0;          /* ENOMEM: part of the range is not mapped */
+        start += len;
+    }
+    return 1;
+}
+
+int sim_is_host_alloc(const void *ptr)
+{
+    uintptr_t a = (uintptr_t)ptr;
+    int found = 0;
+    pthread_mutex_lock(&G.host_lock);
+    for (size_t i = 0; i < G.host_allocs.cap && !found; i++) {
+        const map_slot *s = &G.host_allocs.slots[i];
+        found = s->key && a >= s->key && a - s->key < (uintptr_t)s->val;
+    }
+    pthread_mutex_unlock(&G.host_lock);
+    return found;
+}
+
 sim_status sim_host_free(void *ptr)
 {
     pthread_mutex_lock(&G.host_lock);

@@ -448,7 +448,13 @@ static sim_status device_wait(int phys, int timed, uint64_t deadline_ns)
     char msg[sizeof t_msg];
     msg[0] = '\0';
     for (size_t i = 0; i < n; i++) {
-        st = first == SIM_E_TIMEOUT ? SIM_OK : timed ? timed_wait(list[i], deadline_ns) : synchronize(list[i]);
+        /* mode 2 (drain) passes over held streams and the caller's own worker: nothing
+         * would ever let them finish while this thread waits */
+        int skip = timed == 2 && (ALOAD(&list[i]->held) || pthread_equal(pthread_self(), list[i]->thread));
+        if (skip)
+            st = SIM_OK;
+        else
+            st = first == SIM_E_TIMEOUT ? SIM_OK : timed ? timed_wait(list[i], deadline_ns) : synchronize(list[i]);
         if (st != SIM_OK && first == SIM_OK) {
             first = st;
             snprintf(msg, sizeof msg, "%s", t_msg);
@@ -464,6 +470,7 @@ static sim_status device_wait(int phys, int timed, uint64_t deadline_ns)
 
 sim_status sim_device_synchronize(int phys) { return device_wait(phys, 0, 0); }
 sim_status sim_device_wait(int phys, int timeout_ms) { return device_wait(phys, 1, sim_deadline(timeout_ms)); }
+sim_status sim_device_drain(int phys) { return device_wait(phys, 2, 0); }
 
 /* ========================================================================== */
 /* copies and memsets                                                         */

@@ -1,10 +1,13 @@
 /*
  * Kunlun XPU runtime front end of the simulator (libkunlun_sim).
  *
- * Exports the xpu_* entry points of xpu/runtime.h with its argument orders and
- * enums (XPUMemcpyKind: device-to-host 0, host-to-device 1, device-to-device 2) and
- * the XPUError_t codes of xpu/defs.h (XPU_ERRNO_BASE 700 + n), returned as positive
- * values.
+ * Exports the xpu_* entry points declared in csrc/include/xpu/runtime.h, with the
+ * runtime's argument orders and enums (XPUMemcpyKind: device-to-host 0, host-to-device
+ * 1, device-to-device 2) and the XPUError_t codes of xpu/defs.h (XPU_ERRNO_BASE 700 + n),
+ * returned as positive values, as Paddle's call sites compare them.
+ *
+ * The current device is a per-thread state and defaults to device 0 (the runtime guide);
+ * xpu_device_list returns the physical numbers of the visible devices.
  *
  * The XPU runtime has no memset, no event timing and no memory-information call;
  * the simulator offers them under anychip-named extensions (anychip_sim_xpu_*), which
@@ -15,49 +18,9 @@
 #include <stdlib.h>
 
 #include "core.h"
+#include "xpu/runtime.h"
 
 #define XPU_API SIM_EXPORT
-
-typedef void *XPUStream;
-typedef void *XPUEvent;
-
-typedef enum {
-    XPU_MEM_HBM = 0,
-    XPU_MEM_MAIN = 0,
-    XPU_MEM_L3 = 1,
-} XPUMemoryKind;
-
-typedef enum {
-    XPU_DEVICE_TO_HOST = 0,
-    XPU_HOST_TO_DEVICE = 1,
-    XPU_DEVICE_TO_DEVICE = 2,
-} XPUMemcpyKind;
-
-typedef enum {
-    XPUATTR_PCI_ADDRESS = 0,
-    XPUATTR_DEVID = 1,
-    XPUATTR_BOARDID = 2,
-    XPUATTR_ONBOARDID = 3,
-    XPUATTR_MODEL = 4,
-    XPUATTR_MEM_MAIN_CAPACITY = 5,
-    XPUATTR_MEM_L3_CAPACITY = 6,
-    XPUATTR_NUM_CLUSTER = 7,
-    XPUATTR_NUM_SDNN = 8,
-} XPUDeviceAttr;
-
-#define XPU_SUCCESS 0
-#define XPUERR_INVALID_DEVICE 701
-#define XPUERR_UNINIT 702
-#define XPUERR_NODEV 703
-#define XPUERR_NOMEM 705
-#define XPUERR_NOCPUMEM 706
-#define XPUERR_INVALID_PARAM 707
-#define XPUERR_NOSUPPORT 712
-#define XPUERR_TIMEOUT 715
-#define XPUERR_BUSY 716
-#define XPUERR_USEAFCLOSE 717
-#define XPUERR_UNEXPECT 800
-#define XPUERR_DMAABORT 809
 
 #define XPU_MODEL_KL3 300 /* the board model the simulated devices report */
 
@@ -71,7 +34,7 @@ static void fe_init(void)
 
 #define ENTER() pthread_once(&fe_once, fe_init)
 
-static int xpu_code(sim_status st)
+static XPUError_t xpu_err(sim_status st)
 {
     switch (st) {
     case SIM_OK: return XPU_SUCCESS;
@@ -107,6 +70,18 @@ static int memcpy_dir(XPUMemcpyKind kind)
 }
 
 /* ---- versions and devices ------------------------------------------------------ */
+
+static int xpu_code(sim_status st) { return (int)xpu_err(st); }
+
+XPU_API int xpu_get_driver_version(uint32_t *major, uint32_t *minor)
+{
+    ENTER();
+    if (!major || !minor)
+        return xpu_code(sim_fail(SIM_E_INVALID_VALUE, "xpu_get_driver_version: NULL argument"));
+    *major = 4;   /* Paddle enables its XPU3 paths for driver major >= 4 */
+    *minor = 0;
+    return XPU_SUCCESS;
+}
 
 XPU_API int xpu_get_runtime_version(uint32_t *major, uint32_t *minor)
 {
@@ -147,7 +122,7 @@ XPU_API int xpu_device_list(int *dev_list)
     if (!dev_list)
         return xpu_code(sim_fail(SIM_E_INVALID_VALUE, "xpu_device_list: dev_list is NULL"));
     for (int i = 0; i < sim_visible_count(); i++)
-        dev_list[i] = i;
+        dev_list[i] = sim_logical_to_phys(i);   /* the physical numbers, as the runtime returns */
     return XPU_SUCCESS;
 }
 

@@ -1,40 +1,15 @@
 /*
- * Calls the Kunlun simulator through the XPU runtime's own C names and declarations, as a
- * program built against xpu/runtime.h would. Linked against libkunlun_sim by
+ * Calls the Kunlun simulator through the XPU runtime's C API, built from the shipped
+ * header (csrc/include/xpu/runtime.h) as a program written for
+ * xpu/runtime.h is. Linked against libkunlun_sim by
  * tests/test_sim_c_abi.py.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-typedef void *XPUStream;
-typedef void *XPUEvent;
-typedef enum { XPU_MEM_HBM = 0, XPU_MEM_MAIN = 0, XPU_MEM_L3 = 1 } XPUMemoryKind;
-typedef enum { XPU_DEVICE_TO_HOST = 0, XPU_HOST_TO_DEVICE = 1, XPU_DEVICE_TO_DEVICE = 2 } XPUMemcpyKind;
-typedef enum { XPUATTR_MEM_MAIN_CAPACITY = 5 } XPUDeviceAttr;
-
-int xpu_set_device(int devid);
-int xpu_current_device(int *devid);
-int xpu_device_count(int *dev_count);
-int xpu_device_get_attr(uint64_t *v, XPUDeviceAttr attr, int devid);
-int xpu_malloc(void **pdevptr, uint64_t sz, XPUMemoryKind kind);
-int xpu_free(void *devptr);
-int xpu_host_alloc(void **ptr, uint64_t sz, unsigned int flags);
-int xpu_host_free(void *ptr);
-int xpu_memcpy(void *dst, const void *src, uint64_t sz, XPUMemcpyKind kind);
-int xpu_memcpy_async(void *dst, const void *src, uint64_t sz, XPUMemcpyKind kind, XPUStream stream);
-int xpu_memcpy_peer(int dst_device, void *dst_addr, int src_device, const void *src_addr, uint64_t sz);
-int xpu_stream_create(XPUStream *pstream);
-int xpu_stream_destroy(XPUStream stream);
-int xpu_wait(XPUStream stream);
-int xpu_event_create(XPUEvent *pevent);
-int xpu_event_record(XPUEvent event, XPUStream stream);
-int xpu_event_destroy(XPUEvent event);
-int xpu_event_wait(XPUEvent event);
-int xpu_event_query(XPUEvent event);
-int xpu_stream_wait_event(XPUStream stream, XPUEvent event);
-int anychip_sim_stream_hold(void *stream);
-int anychip_sim_stream_release(void *stream);
+#include "anychip/sim.h"
+#include "xpu/runtime.h"
 
 #define CHECK(cond)                                                             \
     do {                                                                        \

@@ -19,6 +19,7 @@
 extern "C" {
 #endif
 
+/* ANYCHIP-CDEF-BEGIN */
 typedef void *XPUStream;
 
 typedef enum {
@@ -83,6 +84,8 @@ BKCLResult_t bkcl_group_end(void);
 /* anychip simulator only (not a BKCL call): the first failure of work enqueued on
  * `ctx` (BKCL_SUCCESS when none), since BKCL publishes no such call. */
 BKCLResult_t anychip_sim_bkcl_async_error(BKCLContext_t ctx, BKCLResult_t *error);
+
+/* ANYCHIP-CDEF-END */
 
 #ifdef __cplusplus
 }

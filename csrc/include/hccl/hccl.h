@@ -17,6 +17,7 @@
 extern "C" {
 #endif
 
+/* ANYCHIP-CDEF-BEGIN */
 typedef void *aclrtStream;
 
 HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo);
@@ -47,6 +48,8 @@ HcclResult HcclRecv(void *recvBuf, uint64_t count, HcclDataType dataType, uint32
 HcclResult HcclBarrier(HcclComm comm, aclrtStream stream);
 HcclResult HcclGroupStart(void);
 HcclResult HcclGroupEnd(void);
+
+/* ANYCHIP-CDEF-END */
 
 #ifdef __cplusplus
 }

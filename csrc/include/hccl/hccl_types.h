@@ -13,6 +13,7 @@
 extern "C" {
 #endif
 
+/* ANYCHIP-CDEF-BEGIN */
 typedef enum {
     HCCL_SUCCESS = 0,
     HCCL_E_PARA = 1,               /* parameter error */
@@ -73,6 +74,8 @@ typedef enum {
 typedef struct HcclRootInfoDef {
     char internal[HCCL_ROOT_INFO_BYTES];
 } HcclRootInfo;
+
+/* ANYCHIP-CDEF-END */
 
 #ifdef __cplusplus
 }

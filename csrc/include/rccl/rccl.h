@@ -18,8 +18,6 @@
 extern "C" {
 #endif
 
-typedef struct ihipStream_t *hipStream_t;
-
 #define NCCL_MAJOR 2
 #define NCCL_MINOR 20
 #define NCCL_PATCH 5
@@ -27,6 +25,8 @@ typedef struct ihipStream_t *hipStream_t;
 #define NCCL_VERSION(X, Y, Z) (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
 #define NCCL_VERSION_CODE NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)
 
+/* ANYCHIP-CDEF-BEGIN */
+typedef struct ihipStream_t *hipStream_t;
 typedef struct ncclComm *ncclComm_t;
 
 #define NCCL_UNIQUE_ID_BYTES 128
@@ -105,6 +105,8 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
                       hipStream_t stream);
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
+
+/* ANYCHIP-CDEF-END */
 
 #ifdef __cplusplus
 }
