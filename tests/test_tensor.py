@@ -316,3 +316,23 @@ def test_sim_kernel_checks_memory(name: str) -> None:
     with pytest.raises(anychip.InvalidArgumentError, match="a buffer of cpu:0, but the kernel runs on"):
         k.gemm(dev.index, (anychip.device("cpu").alloc(4), 0), (buf, 0, (1, 1)), (buf, 0, (1, 1)), 1, 1, 1,
                "float32", dev.current_stream())
+
+
+@pytest.mark.skipif(not any(d.backend == "opencl" for d in anychip.devices()), reason="no OpenCL platform")
+def test_opencl_runs_its_kernels_where_the_layout_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    dev = anychip.devices("opencl")[0]
+    k = dev.plugin.kernels
+    calls: list[str] = []
+    for name in ("binary", "matmul", "sum", "cast"):
+        real = getattr(k, name)
+        monkeypatch.setattr(k, name, lambda *a, _real=real, _name=name, **kw: (calls.append(_name), _real(*a, **kw)))
+    x = anychip.tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device=dev)
+    np.testing.assert_array_equal((x + x).numpy(), np.arange(6).reshape(2, 3) * 2)
+    np.testing.assert_array_equal((x @ x.T.contiguous()).numpy(), [[5, 14], [14, 50]])
+    assert x.sum().item() == 15.0
+    assert x.cast("int32").dtype == "int32"
+    assert calls == ["binary", "matmul", "sum", "cast"]
+    calls.clear()
+    np.testing.assert_array_equal((x + x[0]).numpy(), [[0, 2, 4], [3, 5, 7]])     # broadcast: host fallback
+    np.testing.assert_array_equal((x @ x.T).numpy(), [[5, 14], [14, 50]])          # strided: host fallback
+    assert calls == []

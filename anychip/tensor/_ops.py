@@ -154,7 +154,10 @@ def binary(op: str, a: Any, b: Any) -> Tensor:
         compute, result = _binary_types(op, t.dtype, type(s))
     k = where_kernels(dev, op, compute)
     if k is not None:
-        return _binary_kernel(k, op, a, b, shape, compute, result)
+        try:
+            return _binary_kernel(k, op, a, b, shape, compute, result)
+        except UnsupportedError:        # the kernel set cannot take this layout: host fallback
+            pass
     try:
         with np.errstate(all="ignore"):
             values = BINARY[op](_host_operand(a), _host_operand(b))
@@ -222,10 +225,13 @@ def unary(op: str, x: Tensor) -> Tensor:
     k = where_kernels(x.device, op, result)
     if k is not None:
         out = empty(x.shape, dtype=result, device=x.device)
-        if out.size:
-            k.unary(x.device.index, op, _out(out), result.name, _operand(src), result.name, x.shape,
-                    x.device.current_stream())
-        return out
+        try:
+            if out.size:
+                k.unary(x.device.index, op, _out(out), result.name, _operand(src), result.name, x.shape,
+                        x.device.current_stream())
+            return out
+        except UnsupportedError:
+            pass
     with np.errstate(all="ignore"):
         values = UNARY[op](_values(src))
     return _result(values, result, x.device)
@@ -261,10 +267,13 @@ def _convert(x: Tensor, d: DType) -> Tensor:
     k = where_kernels(x.device, "copy", x.dtype)
     if k is not None and (d is x.dtype or where_kernels(x.device, "copy", d) is not None):
         out = empty(x.shape, dtype=d, device=x.device)
-        if out.size:
-            k.unary(x.device.index, "copy", _out(out), d.name, _operand(x), x.dtype.name, x.shape,
-                    x.device.current_stream())
-        return out
+        try:
+            if out.size:
+                k.unary(x.device.index, "copy", _out(out), d.name, _operand(x), x.dtype.name, x.shape,
+                        x.device.current_stream())
+            return out
+        except UnsupportedError:
+            pass
     values = x._read() if d is x.dtype else _values(x)
     with np.errstate(all="ignore"):
         return _result(values, d, x.device)
@@ -316,10 +325,13 @@ def reduce(op: str, x: Tensor, axis: Any = None, keepdims: bool = False) -> Tens
             a = axes[0]
             outer, n, inner = math.prod(x.shape[:a]), x.shape[a], math.prod(x.shape[a + 1:])
         out = empty(shape, dtype=result, device=x.device)
-        if out.size:
-            k.reduce(x.device.index, op, _out(out), result.name, _out(src), x.dtype.name, outer, n, inner,
-                     x.device.current_stream())
-        return out
+        try:
+            if out.size:
+                k.reduce(x.device.index, op, _out(out), result.name, _out(src), x.dtype.name, outer, n, inner,
+                         x.device.current_stream())
+            return out
+        except UnsupportedError:
+            pass
     v = _values(x)
     ax = None if axis is None else axes[0]
     acc = np.float32 if x.dtype in (dt.float16, dt.bfloat16) else None
@@ -356,7 +368,10 @@ def matmul(a: Any, b: Any) -> Tensor:
     if a.ndim <= 2 and b.ndim <= 2:
         k = where_kernels(dev, "matmul", result)
         if k is not None:
-            return _gemm(k, a, b, result)
+            try:
+                return _gemm(k, a, b, result)
+            except UnsupportedError:
+                pass
     try:
         np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:

@@ -117,6 +117,16 @@ class Tensor:
                                    "Buffer; use .clone() for a copy in anychip memory")
         return self._buf
 
+    def __anychip_buffer__(self) -> tuple[Buffer, str]:
+        """(a Buffer of exactly this tensor's elements, dtype name): how collectives take tensors.
+        The tensor must be contiguous and of a dtype the collectives support."""
+        if not self.is_contiguous():
+            raise InvalidArgumentError(f"collectives need a contiguous tensor; this one has shape {self._shape} and "
+                                       f"strides {self._strides} (use .contiguous())")
+        if self._dtype.name == "bool":
+            raise UnsupportedError("collectives do not reduce bool tensors; cast to uint8 first")
+        return self.buffer.view(self._offset, self.nbytes), self._dtype.name
+
     def is_contiguous(self) -> bool:
         """True when the elements are laid out in C order without gaps."""
         expect = 1

@@ -15,6 +15,8 @@
  * OpenBLAS); otherwise, and for the other dtypes, a blocked loop runs.
  */
 #define _GNU_SOURCE
+/* the loops below are written to vectorize; -O2's cheap cost model leaves most of them scalar */
+#pragma GCC optimize("O3")
 #include "core.h"
 #include "internal.h"
 
@@ -335,6 +337,26 @@ static inline kval apply_unary(int op, int dt, kval v)
     return v;
 }
 
+/* same-type float ops, one loop per op (NaN stays NaN in relu, as np.maximum(x, 0)) */
+#define UNARY_TYPED(OP, T, RX, RO, SA, N, EXP, LOG)                                           \
+    do {                                                                                     \
+        const T *x_ = (const T *)(RX);                                                       \
+        T *o_ = (T *)(RO);                                                                   \
+        switch (OP) {                                                                        \
+        case U_COPY: for (int64_t i = 0; i < (N); i++) o_[i] = x_[i * (SA)]; break;          \
+        case U_RELU:                                                                         \
+            for (int64_t i = 0; i < (N); i++) {                                              \
+                T v = x_[i * (SA)];                                                          \
+                o_[i] = v > 0 ? v : (v != v ? v : (T)0);                                     \
+            }                                                                                \
+            break;                                                                           \
+        case U_EXP: for (int64_t i = 0; i < (N); i++) o_[i] = EXP(x_[i * (SA)]); break;      \
+        case U_LOG: for (int64_t i = 0; i < (N); i++) o_[i] = LOG(x_[i * (SA)]); break;      \
+        case U_NEG: for (int64_t i = 0; i < (N); i++) o_[i] = -x_[i * (SA)]; break;          \
+        default: break;                                                                      \
+        }                                                                                    \
+    } while (0)
+
 static void run_unary(void *arg)
 {
     ew_job *j = arg;
@@ -351,11 +373,20 @@ static void run_unary(void *arg)
         else
             for (int64_t i = 0; i < inner_; i++)
                 memcpy(ro + i * osz, rx + i * sa_ * isz, (size_t)isz);
-    } else if (j->op == U_RELU && j->in_dtype == K_F32 && sa_ == 1) {
+    } else if (j->in_dtype == j->out_dtype && j->in_dtype == K_F32) {
+        UNARY_TYPED(j->op, float, rx, ro, sa_, inner_, expf, logf);
+    } else if (j->in_dtype == j->out_dtype && j->in_dtype == K_F64) {
+        UNARY_TYPED(j->op, double, rx, ro, sa_, inner_, exp, log);
+    } else if (j->op == U_COPY && j->in_dtype == K_F32 && j->out_dtype == K_F16) {
         const float *x = (const float *)rx;
+        uint16_t *o = (uint16_t *)ro;
+        for (int64_t i = 0; i < inner_; i++)
+            o[i] = f2h(x[i * sa_]);
+    } else if (j->op == U_COPY && j->in_dtype == K_F16 && j->out_dtype == K_F32) {
+        const uint16_t *x = (const uint16_t *)rx;
         float *o = (float *)ro;
         for (int64_t i = 0; i < inner_; i++)
-            o[i] = x[i] > 0.0f ? x[i] : (x[i] != x[i] ? x[i] : 0.0f);
+            o[i] = h2f(x[i * sa_]);
     } else {
         for (int64_t i = 0; i < inner_; i++)
             store(ro + i * osz, j->out_dtype, apply_unary(j->op, j->in_dtype, load(rx + i * sa_ * isz, j->in_dtype)),
@@ -369,9 +400,60 @@ static void run_unary(void *arg)
 
 /* ---- reductions -------------------------------------------------------------------------- */
 
+#define LANES 8
+
+/* float32 / float64 input, accumulated in double; out of the same type */
+#define REDUCE_TYPED(J, T)                                                                   \
+    do {                                                                                     \
+        double *acc = malloc(sizeof(double) * (size_t)((J)->inner > LANES ? (J)->inner : LANES)); \
+        if (!acc)                                                                            \
+            break;                                                                           \
+        for (int64_t o = 0; o < (J)->outer; o++) {                                           \
+            const T *base = (const T *)(J)->x + o * (J)->n * (J)->inner;                     \
+            T *out = (T *)(J)->out + o * (J)->inner;                                         \
+            if ((J)->inner == 1 && (J)->op != R_MAX) {                                       \
+                for (int l = 0; l < LANES; l++)                                              \
+                    acc[l] = 0.0;                                                            \
+                int64_t r = 0;                                                               \
+                for (; r + LANES <= (J)->n; r += LANES)                                      \
+                    for (int l = 0; l < LANES; l++)                                          \
+                        acc[l] += base[r + l];                                               \
+                double s = 0.0;                                                              \
+                for (int l = 0; l < LANES; l++)                                              \
+                    s += acc[l];                                                             \
+                for (; r < (J)->n; r++)                                                      \
+                    s += base[r];                                                            \
+                out[0] = (T)((J)->op == R_MEAN ? s / (double)(J)->n : s);                    \
+                continue;                                                                    \
+            }                                                                                \
+            for (int64_t i = 0; i < (J)->inner; i++)                                         \
+                acc[i] = (J)->op == R_MAX ? base[i] : 0.0;                                   \
+            for (int64_t r = ((J)->op == R_MAX ? 1 : 0); r < (J)->n; r++) {                  \
+                const T *row = base + r * (J)->inner;                                        \
+                if ((J)->op == R_MAX)                                                        \
+                    for (int64_t i = 0; i < (J)->inner; i++)                                 \
+                        acc[i] = FMAXNAN(acc[i], (double)row[i]);                            \
+                else                                                                         \
+                    for (int64_t i = 0; i < (J)->inner; i++)                                 \
+                        acc[i] += row[i];                                                    \
+            }                                                                                \
+            for (int64_t i = 0; i < (J)->inner; i++)                                         \
+                out[i] = (T)((J)->op == R_MEAN ? acc[i] / (double)(J)->n : acc[i]);          \
+        }                                                                                    \
+        free(acc);                                                                           \
+    } while (0)
+
 static void run_reduce(void *arg)
 {
     red_job *j = arg;
+    if (j->in_dtype == j->out_dtype && (j->in_dtype == K_F32 || j->in_dtype == K_F64)) {
+        if (j->in_dtype == K_F32)
+            REDUCE_TYPED(j, float);
+        else
+            REDUCE_TYPED(j, double);
+        free(j);
+        return;
+    }
     int isz = ITEMSIZE[j->in_dtype], osz = ITEMSIZE[j->out_dtype];
     int ff = is_float(j->in_dtype);
     kval *acc = malloc(sizeof(kval) * (size_t)(j->inner ? j->inner : 1));
