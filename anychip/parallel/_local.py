@@ -45,3 +45,11 @@ def matmul(a: Any, b: Any) -> Tensor:
     if m * k * n == 0:
         return _zeros((m, n), dtype=a.dtype, device=a.device)
     return a @ b
+
+
+def apply(fn: Any, shape: tuple[int, ...], *ts: Any) -> Tensor:
+    """``fn(*ts)``, or zeros of ``shape`` when a block is empty (a short last chunk): the
+    result of an op over no elements, computed without a kernel launch on them."""
+    if any(t.size == 0 for t in ts):
+        return _zeros(shape, dtype=ts[0].dtype, device=ts[0].device)
+    return fn(*ts)

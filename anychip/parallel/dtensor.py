@@ -13,7 +13,7 @@ from ..tensor import Tensor
 from ..tensor import full as _full
 from ..tensor import zeros as _zeros
 from . import _reshard
-from ._local import host, upload
+from ._local import apply, host, upload
 from ._local import matmul as _lmatmul
 from ._plan import plan
 from ._sharding import local_box, normalize
@@ -365,7 +365,8 @@ def transpose(x: DistTensor) -> DistTensor:
     if x.ndim != 2:
         raise UnsupportedError(f"transpose: 2-D tensors only, got {list(x.shape)}")
     pl = [Shard(1 - p.dim) if isinstance(p, Shard) else p for p in x.placements]
-    out = x._wrap(x._local.T.contiguous(), (x.shape[1], x.shape[0]), pl)
+    lshape = x._local.shape[::-1]
+    out = x._wrap(apply(lambda t: t.T.contiguous(), lshape, x._local), (x.shape[1], x.shape[0]), pl)
     return _record(out, [x], lambda g: [transpose(g)])
 
 
@@ -391,7 +392,8 @@ def _binary(op: str, a: Any, b: Any) -> DistTensor:
     fns: dict[str, Callable[[Any, Any], Any]] = {
         "add": lambda p, q: p + q, "sub": lambda p, q: p - q, "mul": lambda p, q: p * q,
         "relu_grad": lambda m, g: g * (m > 0).cast(g.dtype)}
-    res = a._wrap(fns[op](a2._local, b2._local), shape, out)
+    local = np.broadcast_shapes(a2._local.shape, b2._local.shape)
+    res = a._wrap(apply(fns[op], local, a2._local, b2._local), shape, out)
 
     def back(g: DistTensor) -> list[DistTensor | None]:
         if op == "add":
@@ -457,7 +459,7 @@ def _unbroadcast(g: DistTensor, shape: Sequence[int]) -> DistTensor:
 
 def relu(x: DistTensor) -> DistTensor:
     x = _reduce_partial(x, [a for a, p in enumerate(x.placements) if isinstance(p, Partial)])
-    out = x._wrap(x._local.relu(), x.shape, x.placements)
+    out = x._wrap(apply(lambda t: t.relu(), x._local.shape, x._local), x.shape, x.placements)
     return _record(out, [x], lambda g: [_binary("relu_grad", x.detach(), g)])
 
 
@@ -476,7 +478,8 @@ def sum_axis(x: DistTensor, axis: int) -> DistTensor:
         else:
             pl.append(p)
     shape = x.shape[:axis] + x.shape[axis + 1:]
-    out = x._wrap(x._local.sum(axis=axis), shape, pl)
+    lshape = x._local.shape[:axis] + x._local.shape[axis + 1:]
+    out = x._wrap(apply(lambda t: t.sum(axis=axis), lshape, x._local), shape, pl)
 
     def back(g: DistTensor) -> list[DistTensor]:
         # the summed dimension comes back whole on the axes that sharded it
@@ -495,8 +498,7 @@ def mean(x: DistTensor) -> DistTensor:
     x = _reduce_partial(x, [a for a, p in enumerate(x.placements) if isinstance(p, Partial) and p.op != "sum"])
     n = math.prod(x.shape)
     pl = [Partial() if isinstance(p, Shard) else p for p in x.placements]
-    local: Any = x._local
-    out = x._wrap(local.sum() * (1.0 / n), (), pl)
+    out = x._wrap(apply(lambda t: t.sum() * (1.0 / n), (), x._local), (), pl)
 
     def back(g: DistTensor) -> list[DistTensor]:
         # Shard axes need the whole scalar; Replicate / Partial axes take it as it is
