@@ -25,9 +25,9 @@ SIM_CORE.append("csrc/sim/kernels.c")
 # name -> (sources, extra libraries)
 C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
     # the chip simulator: one core, one front end per vendor API (see docs/simulator.md)
-    "libascend_sim": ([*SIM_CORE, "csrc/sim/acl.c"], ["dl"]),
-    "libkunlun_sim": ([*SIM_CORE, "csrc/sim/xpu.c"], ["dl"]),
-    "libhygon_sim": ([*SIM_CORE, "csrc/sim/hip.c"], ["dl"]),
+    "libascend_sim": ([*SIM_CORE, "csrc/sim/acl.c"], ["dl", "m"]),
+    "libkunlun_sim": ([*SIM_CORE, "csrc/sim/xpu.c"], ["dl", "m"]),
+    "libhygon_sim": ([*SIM_CORE, "csrc/sim/hip.c"], ["dl", "m"]),
     # the shared-memory collective engine (see csrc/ccl/ccl.h)
     "libanychip_ccl": (["csrc/ccl/ccl.c"], []),
 }
