@@ -336,3 +336,21 @@ def test_opencl_runs_its_kernels_where_the_layout_fits(monkeypatch: pytest.Monke
     np.testing.assert_array_equal((x + x[0]).numpy(), [[0, 2, 4], [3, 5, 7]])     # broadcast: host fallback
     np.testing.assert_array_equal((x @ x.T).numpy(), [[5, 14], [14, 50]])          # strided: host fallback
     assert calls == []
+
+
+@pytest.mark.parametrize("name", SIM)
+def test_tensor_copies_the_array_before_returning(name: str) -> None:
+    """The host-to-device copy is queued; the caller's array may change at once."""
+    dev = anychip.device(name)
+    src = np.arange(4, dtype=np.float32)
+    stream = dev.current_stream()
+    dev.plugin.sim_hold_stream(dev.index, stream._live())
+    try:
+        t = anychip.tensor(src, device=dev)
+        part = anychip.zeros(4, device=dev)
+        part[1:3] = src[:2]
+        src[:] = -1.0
+    finally:
+        dev.plugin.sim_release_stream(dev.index, stream._live())
+    np.testing.assert_array_equal(t.numpy(), [0, 1, 2, 3])
+    np.testing.assert_array_equal(part.numpy(), [0, 0, 1, 0])
