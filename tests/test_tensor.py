@@ -354,3 +354,14 @@ def test_tensor_copies_the_array_before_returning(name: str) -> None:
         dev.plugin.sim_release_stream(dev.index, stream._live())
     np.testing.assert_array_equal(t.numpy(), [0, 1, 2, 3])
     np.testing.assert_array_equal(part.numpy(), [0, 0, 1, 0])
+
+
+def test_dlpack_import_reshapes_as_a_view() -> None:
+    a = np.arange(12, dtype=np.int32)
+    t = anychip.from_dlpack(a).reshape(3, 4)
+    a[5] = 50
+    assert t[1, 1].item() == 50
+    assert t.T.reshape(-1).numpy().tolist() == a.reshape(3, 4).T.reshape(-1).tolist()
+    with pytest.raises(anychip.UnsupportedError, match="imported through DLPack, which has no anychip Buffer"):
+        _ = t.buffer
+    assert isinstance(t.clone().buffer, anychip.Buffer)

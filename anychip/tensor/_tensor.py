@@ -306,7 +306,8 @@ class Tensor:
         return _ops.copy(self)
 
     def contiguous(self) -> Tensor:
-        return self if self.is_contiguous() and self._buf is not None else self.clone()
+        """``self`` when already contiguous, else a contiguous copy."""
+        return self if self.is_contiguous() else self.clone()
 
     # -- views -------------------------------------------------------------------
     def reshape(self, *shape: Any) -> Tensor:
