@@ -365,3 +365,24 @@ def test_dlpack_import_reshapes_as_a_view() -> None:
     with pytest.raises(anychip.UnsupportedError, match="imported through DLPack, which has no anychip Buffer"):
         _ = t.buffer
     assert isinstance(t.clone().buffer, anychip.Buffer)
+
+
+def test_dtype_objects() -> None:
+    assert anychip.float32 == "float32" == anychip.tensor([1.0], device="cpu").dtype
+    assert anychip.int64 == np.int64 and anychip.bfloat16 != "float16"
+    from anychip.tensor import dtype
+    assert dtype("bf16") is anychip.bfloat16 and dtype(np.dtype("uint8")) is anychip.uint8
+    with pytest.raises(anychip.InvalidArgumentError, match="is not a dtype"):
+        dtype(object())
+
+
+def test_bfloat16_numpy_needs_ml_dtypes() -> None:
+    t = anychip.tensor([1.5], dtype="bfloat16", device="cpu")
+    try:
+        import ml_dtypes  # noqa: F401
+    except ImportError:
+        with pytest.raises(anychip.UnsupportedError, match=r"NumPy has no bfloat16.*\.cast\('float32'\)"):
+            t.numpy()
+    else:
+        assert t.numpy().dtype.name == "bfloat16"
+    assert t.item() == 1.5 and t.tolist() == [1.5]
