@@ -48,7 +48,17 @@ from .runtime.stream import Event, Stream, current_stream
 from . import tensor as _tensor_package  # noqa: F401  (isort: skip)
 from .tensor import (  # noqa: E402  (isort: skip)
     DLPackError,
+    DType,
     Tensor,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int32,
+    int64,
+    uint8,
     arange,
     as_tensor,
     empty,
@@ -72,4 +82,5 @@ __all__ = [
     "PluginError", "SelectionError", "CollectiveError", "CollectiveTimeout",
     # tensors
     "Tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange", "from_dlpack", "DLPackError",
+    "DType", "bool_", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64",
 ]

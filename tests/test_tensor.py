@@ -336,3 +336,53 @@ def test_opencl_runs_its_kernels_where_the_layout_fits(monkeypatch: pytest.Monke
     np.testing.assert_array_equal((x + x[0]).numpy(), [[0, 2, 4], [3, 5, 7]])     # broadcast: host fallback
     np.testing.assert_array_equal((x @ x.T).numpy(), [[5, 14], [14, 50]])          # strided: host fallback
     assert calls == []
+
+
+@pytest.mark.parametrize("name", SIM)
+def test_tensor_copies_the_array_before_returning(name: str) -> None:
+    """The host-to-device copy is queued; the caller's array may change at once."""
+    dev = anychip.device(name)
+    src = np.arange(4, dtype=np.float32)
+    stream = dev.current_stream()
+    dev.plugin.sim_hold_stream(dev.index, stream._live())
+    try:
+        t = anychip.tensor(src, device=dev)
+        part = anychip.zeros(4, device=dev)
+        part[1:3] = src[:2]
+        src[:] = -1.0
+    finally:
+        dev.plugin.sim_release_stream(dev.index, stream._live())
+    np.testing.assert_array_equal(t.numpy(), [0, 1, 2, 3])
+    np.testing.assert_array_equal(part.numpy(), [0, 0, 1, 0])
+
+
+def test_dlpack_import_reshapes_as_a_view() -> None:
+    a = np.arange(12, dtype=np.int32)
+    t = anychip.from_dlpack(a).reshape(3, 4)
+    a[5] = 50
+    assert t[1, 1].item() == 50
+    assert t.T.reshape(-1).numpy().tolist() == a.reshape(3, 4).T.reshape(-1).tolist()
+    with pytest.raises(anychip.UnsupportedError, match="imported through DLPack, which has no anychip Buffer"):
+        _ = t.buffer
+    assert isinstance(t.clone().buffer, anychip.Buffer)
+
+
+def test_dtype_objects() -> None:
+    assert anychip.float32 == "float32" == anychip.tensor([1.0], device="cpu").dtype
+    assert anychip.int64 == np.int64 and anychip.bfloat16 != "float16"
+    from anychip.tensor import dtype
+    assert dtype("bf16") is anychip.bfloat16 and dtype(np.dtype("uint8")) is anychip.uint8
+    with pytest.raises(anychip.InvalidArgumentError, match="is not a dtype"):
+        dtype(object())
+
+
+def test_bfloat16_numpy_needs_ml_dtypes() -> None:
+    t = anychip.tensor([1.5], dtype="bfloat16", device="cpu")
+    try:
+        import ml_dtypes  # noqa: F401
+    except ImportError:
+        with pytest.raises(anychip.UnsupportedError, match=r"NumPy has no bfloat16.*\.cast\('float32'\)"):
+            t.numpy()
+    else:
+        assert t.numpy().dtype.name == "bfloat16"
+    assert t.item() == 1.5 and t.tolist() == [1.5]

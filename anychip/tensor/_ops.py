@@ -72,7 +72,7 @@ def _result(values: np.ndarray, dtype: DType, device: Any) -> Tensor:
     values = _host_values(np.asarray(values), dtype)
     out = empty(values.shape, dtype=dtype, device=device)
     if values.size:
-        out._write(values)
+        out._write(values, owned=True)
     return out
 
 

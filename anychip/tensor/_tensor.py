@@ -211,8 +211,11 @@ class Tensor:
         host = cp.asnumpy(flat) if hi > lo else np.empty(0, np.uint8)
         return _strided(host, self._offset - lo, self._shape, self._byte_strides(), self._dtype.storage)
 
-    def _write(self, values: np.ndarray) -> None:
-        """Store host ``values`` (storage dtype, this tensor's shape) into this tensor's elements."""
+    def _write(self, values: np.ndarray, owned: bool = False) -> None:
+        """Store host ``values`` (storage dtype, this tensor's shape) into this tensor's elements.
+        Device memory is written by a copy queued on the current stream: unless ``owned`` (a
+        fresh array nobody else holds), ``values`` is copied first, so that the caller may
+        change its array as soon as this returns."""
         view = self._host_view(writable=True)
         if view is not None:
             np.copyto(view, values, casting="unsafe")
@@ -221,6 +224,8 @@ class Tensor:
             raise UnsupportedError("writing into a non-contiguous view of device memory is not supported; "
                                    "write into a contiguous tensor")
         data = np.ascontiguousarray(values, dtype=self._dtype.storage)
+        if not owned and np.may_share_memory(data, values):
+            data = data.copy()
         if data.nbytes == 0:
             return
         if self._ext is not None:
@@ -301,7 +306,8 @@ class Tensor:
         return _ops.copy(self)
 
     def contiguous(self) -> Tensor:
-        return self if self.is_contiguous() and self._buf is not None else self.clone()
+        """``self`` when already contiguous, else a contiguous copy."""
+        return self if self.is_contiguous() else self.clone()
 
     # -- views -------------------------------------------------------------------
     def reshape(self, *shape: Any) -> Tensor:
