@@ -10,9 +10,11 @@ locates them. A C source added later only needs a line here.
 """
 import os
 import shutil
+from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 # every warning is an error: the C code builds clean or not at all
 COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wextra", "-Werror"]
@@ -73,4 +75,17 @@ PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]
 ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"], depends=["csrc/alloc/stats.h"],
                              extra_compile_args=PY_EXT_FLAGS))
 
-setup(ext_modules=ext_modules, cmdclass={"build_ext": build_clib_as_ext})
+class build_py_with_templates(build_py):
+    """Ships csrc/templates (what `anychip plugin new` copies) as anychip/_templates in the
+    built package (see anychip/_data.py); the headers go as anychip/_include (build_ext above)."""
+
+    def run(self):
+        super().run()
+        if self.editable_mode:             # an editable install reads csrc/ in place
+            return
+        dst = Path(self.build_lib) / "anychip" / "_templates"
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(Path("csrc") / "templates", dst, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+setup(ext_modules=ext_modules, cmdclass={"build_ext": build_clib_as_ext, "build_py": build_py_with_templates})

@@ -17,6 +17,7 @@ from ._version import __version__
 # is final: later imports of anychip.devices.<backend> find the package in
 # sys.modules and do not rebind the attribute.
 from . import devices as _devices_package  # noqa: F401  (isort: skip)
+from ._data import get_include
 from .runtime.buffer import Buffer
 from .runtime.device import (
     Device,
@@ -83,4 +84,6 @@ __all__ = [
     # tensors
     "Tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange", "from_dlpack", "DLPackError",
     "DType", "bool_", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+    # plugin authors
+    "get_include",
 ]

@@ -69,6 +69,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         return 0
     print(_table([[r["device"], r["kind"], r["name"], _mib(r["memory"]), r["status"]] for r in rows],
                  ["DEVICE", "KIND", "NAME", "MEMORY", "STATUS"]))
+    for what, why in registry.refused():
+        print(f"refused: {what}: {why}")
     env = os.environ.get("ANYCHIP_DEVICES")
     if env is not None and not args.all:
         print(f"\nANYCHIP_DEVICES={env!r}; `anychip devices --all` lists every backend"
@@ -94,6 +96,7 @@ def cmd_info(args: argparse.Namespace) -> int:
              "source": b.source, "status": b.reason}
             for b in registry.backends()
         ],
+        "refused_plugins": [{"what": w, "why": y} for w, y in registry.refused()],
         "environment": {k: {"value": os.environ.get(k), "default": d, "meaning": m} for k, (d, m) in VARIABLES.items()},
         "unknown_variables": sorted(set(in_effect()) - set(VARIABLES)),
         "invalid_variables": problems(),
@@ -110,6 +113,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         state = (f"{b['devices']} device(s){' (simulated)' if b['simulated'] else ''}" if b["available"]
                  else "unavailable")
         print(f"  {b['name']:<8} {state:<24} {b['status']}\n  {'':<8} from {b['source']}")
+    for r in info["refused_plugins"]:
+        print(f"  refused: {r['what']}: {r['why']}")
     print("\nenvironment (ANYCHIP_*):")
     for k, (d, m) in VARIABLES.items():
         v = os.environ.get(k)
@@ -142,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_info)
     from .collectives.launch import add_parser as add_launch_parser
     add_launch_parser(sub)
+    from .conformance.command import add_parser as add_conformance_parser
+    add_conformance_parser(sub)
+    from .scaffold import add_parser as add_plugin_parser
+    add_plugin_parser(sub)
     return p
 
 

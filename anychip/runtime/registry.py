@@ -1,5 +1,13 @@
-"""Backend discovery: built-ins, the ``anychip.plugins`` entry-point group, and
-plugins registered at run time with :func:`register_plugin`.
+"""Backend discovery: built-ins, the ``anychip.plugins`` entry-point group, C plugin
+libraries (the ``anychip.plugin_libraries`` entry-point group and every shared library
+in ``ANYCHIP_PLUGIN_PATH``), and plugins registered at run time with :func:`register_plugin`.
+
+A library is dispatched by the init symbol it exports, through :data:`LIBRARY_KINDS`
+(``anychip_plugin_init`` -> the ``anychip/plugin.h`` loader); a loader for another
+plugin ABI adds one entry there. A library that is refused (it cannot be opened,
+exports no known init symbol, its loader rejects it, its name is taken) is reported
+with a warning naming the library and the reason, and kept in :func:`refused`; the
+other backends load as usual.
 
 Nothing is imported until a backend is first needed. A backend that cannot be
 imported or constructed, or whose ``available()`` says no, is still listed
@@ -19,7 +27,8 @@ from typing import Any
 from .errors import PluginError
 from .plugin import DevicePlugin, contract_problem
 
-__all__ = ["BackendInfo", "backends", "backend", "register_plugin", "BUILTIN_BACKENDS", "reset"]
+__all__ = ["BackendInfo", "backends", "backend", "register_plugin", "BUILTIN_BACKENDS", "reset", "refused",
+           "library_files", "LIBRARY_KINDS", "PLUGIN_PATH_ENV", "LIBRARY_ENTRY_POINT_GROUP"]
 
 log = logging.getLogger("anychip")
 
@@ -34,6 +43,19 @@ BUILTIN_BACKENDS: dict[str, str] = {
 }
 
 ENTRY_POINT_GROUP = "anychip.plugins"
+
+#: entry points whose value (a path, a list of paths, or a function returning either) names C plugin libraries
+LIBRARY_ENTRY_POINT_GROUP = "anychip.plugin_libraries"
+#: directories (every shared library in them) and library files, os.pathsep-separated
+PLUGIN_PATH_ENV = "ANYCHIP_PLUGIN_PATH"
+
+#: init symbol a plugin library exports -> "module:function" that probes such a library:
+#: ``probe(path) -> (backend name, loader)``, raising PluginError with the reason to refuse it
+LIBRARY_KINDS: dict[str, str] = {
+    "anychip_plugin_init": "anychip.devices.cplugin:probe",
+}
+
+_LIBRARY_SUFFIXES = (".so", ".dylib")
 
 
 @dataclass
@@ -121,6 +143,7 @@ class BackendInfo:
 _lock = threading.RLock()
 _backends: dict[str, BackendInfo] | None = None
 _runtime_registered: list[tuple[str, str, Callable[[], Any]]] = []
+_refusals: list[tuple[str, str]] = []
 
 
 def _after_fork_in_child() -> None:
@@ -143,31 +166,117 @@ def _import_target(target: str) -> Callable[[], Any]:
     return load
 
 
+def _refuse(what: str, reason: str) -> None:
+    """Report a plugin that is not loaded (a warning, and :func:`refused` keeps it)."""
+    _refusals.append((what, reason))
+    warnings.warn(f"anychip: {what} refused: {reason}", RuntimeWarning, stacklevel=4)
+
+
+def _entry_points(group: str) -> list[Any]:
+    try:
+        from importlib.metadata import entry_points
+        return sorted(entry_points(group=group), key=lambda e: (e.name, e.value))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("anychip: could not read entry points of %s: %s", group, exc)
+        return []
+
+
+def _ep_source(ep: Any) -> str:
+    dist = getattr(getattr(ep, "dist", None), "name", None)
+    return f"entry point {ep.value}" + (f" (package {dist})" if dist else "")
+
+
+def library_files(spec: str) -> list[str]:
+    """The plugin libraries an ``ANYCHIP_PLUGIN_PATH`` value names: every shared library
+    (``*.so``, ``*.so.N``, ``*.dylib``) in each directory, in name order, and each file named."""
+    out: list[str] = []
+    for entry in spec.split(os.pathsep):
+        entry = os.path.expanduser(entry.strip())
+        if not entry:
+            continue
+        if os.path.isdir(entry):
+            for name in sorted(os.listdir(entry)):
+                path = os.path.join(entry, name)
+                if os.path.isfile(path) and (name.endswith(_LIBRARY_SUFFIXES) or ".so." in name):
+                    out.append(os.path.abspath(path))
+        elif os.path.isfile(entry):
+            out.append(os.path.abspath(entry))
+        else:
+            _refuse(f"{PLUGIN_PATH_ENV} entry {entry}", "no such file or directory")
+    return out
+
+
+def _library_probe(path: str) -> Callable[[str], tuple[str, Callable[[], Any]]]:
+    """The probe of the plugin ABI ``path`` implements, chosen by the init symbol it exports."""
+    import ctypes
+    try:
+        handle = ctypes.CDLL(path)
+    except OSError as exc:
+        raise PluginError(f"cannot be loaded: {exc}") from None
+    for symbol, target in LIBRARY_KINDS.items():
+        if hasattr(handle, symbol):
+            return _import_target(target)()
+    raise PluginError(f"exports none of the init symbols {', '.join(LIBRARY_KINDS)} "
+                      "(not an anychip plugin, or a plugin for another ABI)")
+
+
+def _plugin_libraries() -> list[tuple[str, str]]:
+    """(path, how it was found) of every plugin library, each library once."""
+    found: list[tuple[str, str]] = []
+    for ep in _entry_points(LIBRARY_ENTRY_POINT_GROUP):
+        try:
+            from ..devices.cplugin import library_paths_from
+            paths = library_paths_from(ep.load())
+        except Exception as exc:  # noqa: BLE001 - a broken package must not stop the others
+            _refuse(f"plugin library of {_ep_source(ep)}", f"{type(exc).__name__}: {exc}")
+            continue
+        found += [(p, _ep_source(ep)) for p in paths]
+    spec = os.environ.get(PLUGIN_PATH_ENV, "")
+    found += [(p, PLUGIN_PATH_ENV) for p in library_files(spec)]
+    seen: set[str] = set()
+    unique = []
+    for path, how in found:
+        key = os.path.realpath(path)
+        if key not in seen:
+            seen.add(key)
+            unique.append((path, how))
+    return unique
+
+
 def _discover() -> dict[str, BackendInfo]:
     found: dict[str, BackendInfo] = {}
+    _refusals.clear()
 
     def add(name: str, source: str, loader: Callable[[], Any]) -> None:
         if name in found:
-            msg = (f"anychip: backend {name!r} from {source} refused: the name is already taken by "
-                   f"{found[name].source}")
-            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            _refuse(f"backend {name!r} from {source}", f"the name is already taken by {found[name].source}")
             return
         found[name] = BackendInfo(name=name, source=source, loader=loader)
 
     for name, target in BUILTIN_BACKENDS.items():
         add(name, f"built-in ({target.partition(':')[0]})", _import_target(target))
-    eps: list[Any] = []
-    try:
-        from importlib.metadata import entry_points
-        eps = list(entry_points(group=ENTRY_POINT_GROUP))
-    except Exception as exc:  # noqa: BLE001
-        log.warning("anychip: could not read entry points: %s", exc)
-    for ep in sorted(eps, key=lambda e: (e.name, e.value)):
-        dist = getattr(getattr(ep, "dist", None), "name", None)
-        add(ep.name, f"entry point {ep.value}" + (f" (package {dist})" if dist else ""), ep.load)
+    for ep in _entry_points(ENTRY_POINT_GROUP):
+        add(ep.name, _ep_source(ep), ep.load)
+    for path, how in _plugin_libraries():
+        try:
+            name, loader = _library_probe(path)(path)
+        except PluginError as exc:
+            _refuse(f"plugin library {path} (from {how})", str(exc))
+            continue
+        except Exception as exc:  # noqa: BLE001 - a broken library must not stop the others
+            _refuse(f"plugin library {path} (from {how})", f"{type(exc).__name__}: {exc}")
+            continue
+        add(name, f"C library {path} (from {how})", loader)
     for name, source, loader in _runtime_registered:
         add(name, source, loader)
     return found
+
+
+def refused() -> list[tuple[str, str]]:
+    """(what, why) of every plugin discovery refused (a library, an entry point, a name taken)."""
+    with _lock:
+        _all()
+        return list(_refusals)
 
 
 def _all() -> dict[str, BackendInfo]:

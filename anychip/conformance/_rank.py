@@ -1,0 +1,183 @@
+"""One rank of a conformance job: ``python -m anychip.conformance._rank RUN.json``.
+
+The runner starts it on every rank (``anychip launch``). Every rank runs every case on
+its own device; after each case the ranks exchange their outcomes and rank 0 writes the
+merged record, one JSON object a line, to the run's output file (the runner reads it as
+it grows, for the progress bar and the report). ``RUN.json`` holds the
+:class:`~.cases.Config`, the output path and the job: ``main`` (device API, collectives,
+faults) or ``killed`` (the last rank dies mid-job; the others print what they saw).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any, TextIO
+
+from .cases import OPS, Config, Outcome, Row, collective_row, device_cases, fault_cases, plan
+
+RESULT_PREFIX = "CONFORMANCE-RESULT "
+
+
+def merge(name: str, group: str, per_rank: list[dict]) -> dict:
+    """One record from every rank's outcome of a case: failed when any rank failed (the
+    first such rank's detail), skipped when every rank skipped, else passed."""
+    failed = [(r, o) for r, o in enumerate(per_rank) if o["status"] == "failed"]
+    out = dict(per_rank[0])
+    out.update(name=name, group=group, seconds=max(o["seconds"] for o in per_rank))
+    if failed:
+        r, o = failed[0]
+        out.update(o, seconds=out["seconds"], rank=r, detail=f"rank {r}: {o['detail']}")
+        out["failed_ranks"] = [r for r, _ in failed]
+    elif all(o["status"] == "skipped" for o in per_rank):
+        out["status"] = "skipped"
+    elif any(o["status"] == "skipped" for o in per_rank):
+        r = next(r for r, o in enumerate(per_rank) if o["status"] == "skipped")
+        out.update(status="skipped", detail=f"rank {r}: {per_rank[r]['detail']}")
+    else:
+        out["status"] = "passed"
+    return out
+
+
+class _Writer:
+    def __init__(self, path: str | None) -> None:
+        self.f: TextIO | None = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
+
+    def write(self, kind: str, **record: Any) -> None:
+        if self.f is not None:
+            self.f.write(json.dumps({"type": kind, **record}) + "\n")
+            self.f.flush()
+
+
+def _row_record(row: Row, per_rank: list[dict], n: int) -> dict:
+    rec: dict[str, Any] = {"op": row.op, "size": row.nbytes, "count": row.count, "dtype": row.dtype,
+                           "redop": row.redop, "root": row.root}
+    errors = [(r, d["error"]) for r, d in enumerate(per_rank) if "error" in d]
+    if errors:
+        r, msg = errors[0]
+        rec["error"] = f"rank {r}: {msg}"
+        rec["status"] = "skipped" if all(d.get("unsupported") for d in per_rank) else "failed"
+        return rec
+    from .cases import busbw
+    for place in ("oop", "ip"):
+        if place not in per_rank[0]:
+            continue
+        secs = sum(d[place]["seconds"] for d in per_rank) / n
+        alg, bus = busbw(row, secs, n)
+        rec[place] = {"time_us": secs * 1e6, "algbw": alg, "busbw": bus,
+                      "wrong": sum(d[place]["wrong"] for d in per_rank)}
+    wrong = sum(rec[p]["wrong"] for p in ("oop", "ip") if p in rec)
+    rec["status"] = "passed" if wrong == 0 else "failed"
+    return rec
+
+
+def _run_row(comm: Any, row: Row, cfg: Config, index: int) -> dict:
+    from ..runtime.errors import UnsupportedError
+    try:
+        return collective_row(comm, row, cfg, index)
+    except UnsupportedError as exc:
+        return {"error": f"unsupported: {exc}", "unsupported": True}
+    except Exception as exc:  # noqa: BLE001 - reported as the row's failure
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _op_case(op: str, records: list[dict]) -> dict:
+    bad = [r for r in records if r["status"] == "failed"]
+    out = Outcome(op, "collective").to_json()
+    del out["seconds"]
+    wrong = sum(r.get(p, {}).get("wrong", 0) for r in records for p in ("oop", "ip"))
+    out["extra"] = {"rows": len(records), "wrong": wrong}
+    if bad:
+        first = bad[0]
+        where = f"{first['op']} {first['size']} B {first['dtype']} {first['redop']} root {first['root']}"
+        out["status"] = "failed"
+        if "error" in first:
+            out.update(detail=f"{len(bad)} of {len(records)} rows failed; first ({where}): {first['error']}",
+                       expected="no error", got=first["error"])
+        else:
+            w = sum(first.get(p, {}).get("wrong", 0) for p in ("oop", "ip"))
+            out.update(detail=f"{len(bad)} of {len(records)} rows wrong ({wrong} wrong elements); first: {where}",
+                       expected="#wrong 0", got=f"#wrong {w}")
+    elif records and all(r["status"] == "skipped" for r in records):
+        out.update(status="skipped", detail=records[0]["error"])
+    return out
+
+
+def main_job(cfg: Config, path: str) -> int:
+    import anychip
+
+    from .. import collectives
+    comm = collectives.init()
+    dev, n, rank = comm.device, comm.size, comm.rank
+    lead = rank == 0
+    out = _Writer(path if lead else None)
+    if lead:
+        out.write("start", device=str(dev), backend=dev.backend, simulated=bool(dev.simulated),
+                  accelerator=bool(getattr(dev.plugin, "accelerator", True)), ranks=n,
+                  transport=comm.transport.name, version=anychip.__version__)
+    for o in device_cases(dev):
+        merged = merge(o.name, "device", comm.exchange(o.to_json()))
+        if lead:
+            out.write("case", **merged)
+    rows = plan(cfg)
+    for op in OPS:
+        mine = [(i, r) for i, r in enumerate(rows) if r.op == op]
+        if not mine:
+            continue
+        records = []
+        t = time.perf_counter()
+        for i, row in mine:
+            rec = _row_record(row, comm.exchange(_run_row(comm, row, cfg, i)), n)
+            records.append(rec)
+            if lead:
+                out.write("row", **rec)
+        if lead:
+            out.write("case", **_op_case(op, records), seconds=time.perf_counter() - t)
+    if cfg.faults:
+        for o in fault_cases(comm):
+            merged = merge(o.name, "fault", comm.exchange(o.to_json()))
+            if lead:
+                out.write("case", **merged)
+    comm.barrier().wait()
+    comm.destroy()
+    if lead:
+        out.write("end")
+    return 0
+
+
+def killed_job() -> int:
+    """The last rank dies (SIGKILL) while the others are in an all_reduce with it; each
+    survivor prints what it got (the runner checks it)."""
+    import anychip
+
+    from .. import collectives
+    comm = collectives.init()
+    n, rank = comm.size, comm.rank
+    buf = comm.device.alloc(4 << 20)
+    comm.barrier().wait()
+    if rank == n - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    t = time.perf_counter()
+    try:
+        comm.all_reduce(buf, count=1 << 20).wait()
+        kind, msg = "none", ""
+    except anychip.AnychipError as exc:
+        kind, msg = type(exc).__name__, str(exc)
+    print(RESULT_PREFIX + json.dumps({"rank": rank, "error": kind, "message": msg,
+                                      "seconds": time.perf_counter() - t}), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0], encoding="utf-8") as f:
+        run = json.load(f)
+    if run["job"] == "killed":
+        return killed_job()
+    return main_job(Config.from_json(run["config"]), run["out"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

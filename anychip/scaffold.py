@@ -1,0 +1,127 @@
+"""``anychip plugin``: start and check a plugin for a new chip.
+
+* ``anychip plugin new NAME [--lang c|python] [--dir DIR]`` writes ``DIR/NAME``, a complete
+  plugin project from the templates (``csrc/templates``, shipped in the package): a
+  host-memory device with asynchronous streams and timed events that builds with
+  ``pip install ./NAME``, registers itself and passes ``anychip conformance``.
+* ``anychip plugin cflags`` prints the compiler flag that finds ``anychip/plugin.h``.
+* ``anychip plugin check LIBRARY`` loads a C plugin library as anychip would and says
+  what it offers, or why it is refused.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from ._data import get_include, plugin_header, templates_dir
+from .runtime.errors import AnychipError, InvalidArgumentError, PluginError
+
+__all__ = ["new_plugin", "add_parser", "LANGUAGES"]
+
+LANGUAGES = ("c", "python")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_RESERVED = frozenset({"cpu", "cuda", "opencl", "ascend", "kunlun", "hygon", "all"})
+
+
+def _class_name(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def new_plugin(name: str, lang: str = "c", directory: str | Path = ".") -> Path:
+    """Write the plugin project ``directory/name`` and return its path."""
+    if not _NAME.match(name):
+        raise InvalidArgumentError(f"plugin name {name!r} is not a backend name: want lower-case letters, digits "
+                                   "and _, starting with a letter (e.g. mychip)")
+    if name in _RESERVED:
+        raise InvalidArgumentError(f"plugin name {name!r} is taken by a built-in backend; choose another")
+    if lang not in LANGUAGES:
+        raise InvalidArgumentError(f"--lang {lang!r}: want one of {', '.join(LANGUAGES)}")
+    target = Path(directory) / name
+    if target.exists() and any(target.iterdir()):
+        raise InvalidArgumentError(f"{target} exists and is not empty; choose another --dir or remove it")
+    tokens = {"@name@": name, "@NAME@": name.upper(), "@Name@": _class_name(name)}
+
+    def subst(text: str) -> str:
+        for k, v in tokens.items():
+            text = text.replace(k, v)
+        return text
+
+    source = templates_dir() / lang
+    for path in sorted(source.rglob("*")):
+        if path.is_dir() or "__pycache__" in path.parts:
+            continue
+        rel = subst(str(path.relative_to(source)))
+        if Path(rel).name == "dot-gitignore":
+            rel = str(Path(rel).with_name(".gitignore"))
+        out = target / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(subst(path.read_text()))
+    if lang == "c":
+        header = target / "include" / "anychip" / "plugin.h"
+        header.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(plugin_header(), header)
+    return target
+
+
+def _cmd_new(args: argparse.Namespace) -> int:
+    try:
+        path = new_plugin(args.name, args.lang, args.dir)
+    except AnychipError as exc:
+        print(f"anychip plugin new: error: {exc}", file=sys.stderr)
+        return 2
+    where = str(path) if path.is_absolute() else f".{os.sep}{path}"     # (a bare name would be looked up on PyPI)
+    print(f"wrote {where} ({'C, anychip/plugin.h' if args.lang == 'c' else 'Python, DevicePlugin'})\n"
+          f"next:\n  pip install {where}\n  anychip devices --all\n"
+          f"  anychip conformance --device {args.name} -n 2\n"
+          f"then replace the functions marked DRIVER with your chip's calls (see {path / 'README.md'})")
+    return 0
+
+
+def _cmd_cflags(args: argparse.Namespace) -> int:
+    print(f"-I{get_include()}")
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from .devices.cplugin import probe
+    try:
+        name, loader = probe(str(Path(args.library).resolve()))
+    except PluginError as exc:
+        print(f"anychip plugin check: {args.library} refused: {exc}", file=sys.stderr)
+        return 1
+    plugin = loader()
+    ok, reason = plugin.available()
+    t, ffi = plugin.t, plugin.ffi
+    unset = [f for f in ("set_device", "device_name", "device_synchronize", "copy_async", "copy_peer", "fill",
+                         "fill_async", "stream_query", "stream_wait_event", "event_create", "event_query",
+                         "event_elapsed_ms", "get_error_string", "get_last_error")
+             if getattr(t, f) == ffi.NULL]
+    print(f"backend:     {name} ({'simulated' if plugin.simulated else 'real'})")
+    print(f"ABI:         {plugin.abi[0]}.{plugin.abi[1]}" + (f", {plugin.plugin_version}"
+                                                              if plugin.plugin_version else ""))
+    print(f"status:      {'available' if ok else 'unavailable'}: {reason}")
+    print(f"optional entries not set (anychip falls back): {', '.join(unset) or 'none'}")
+    problem = plugin.collectives_problem()
+    kinds = "" if problem else ", ".join(sorted(plugin.native_ccl().kinds))
+    print(f"collectives: {problem or 'native (' + kinds + ')'}; the host transport runs the rest")
+    return 0 if ok else 1
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plugin", help="start a plugin for a new chip (new), build flags (cflags), check a library")
+    psub = p.add_subparsers(dest="plugin_command", metavar="ACTION", required=True)
+    n = psub.add_parser("new", help="write a complete plugin project for a new chip")
+    n.add_argument("name", help="backend name of the chip (lower-case letters, digits, _)")
+    n.add_argument("--lang", choices=LANGUAGES, default="c",
+                   help="c: a shared library implementing anychip/plugin.h; python: a DevicePlugin package")
+    n.add_argument("--dir", default=".", help="where to create the project directory NAME (default: .)")
+    n.set_defaults(func=_cmd_new)
+    c = psub.add_parser("cflags", help="print the compiler flag that finds anychip/plugin.h")
+    c.set_defaults(func=_cmd_cflags)
+    k = psub.add_parser("check", help="load a C plugin library as anychip would and report on it")
+    k.add_argument("library", help="path of the shared library")
+    k.set_defaults(func=_cmd_check)

@@ -1,0 +1,242 @@
+/*
+ * anychip/plugin.h -- the C ABI a new chip implements to become an anychip backend.
+ *
+ * A plugin is a shared library exporting one function:
+ *
+ *     anychip_status anychip_plugin_init(anychip_plugin *plugin);
+ *
+ * anychip allocates an anychip_plugin, zeroes it, sets `struct_size` to the size it
+ * knows and calls anychip_plugin_init when it discovers the library (keep it cheap:
+ * fill the table and return; open the driver lazily, e.g. in device_count). The plugin
+ * sets `major` / `minor` to ANYCHIP_PLUGIN_API_MAJOR / _MINOR of the header it was built
+ * with, names its device type, and fills the function pointers it implements. It returns
+ * 0 on success or one of its own non-zero codes.
+ *
+ * Versioning (as PJRT's C API): a minor version only adds entries, taken from the
+ * reserved slots, so the struct keeps its size and layout. anychip loads a plugin of the
+ * same major version and any minor; a plugin of a newer major is refused with a message
+ * saying so. A plugin must not write past `struct_size` (ANYCHIP_PLUGIN_HAS tells).
+ *
+ * Status codes are the plugin's own: 0 is success, anything else a failure. anychip
+ * turns a failure into a Python exception carrying the code, the plugin's text for it
+ * (get_error_string) and the detail of the calling thread's last failure
+ * (get_last_error). The three *_status fields name the codes that mean "out of memory",
+ * "invalid argument" and "timed out", so they become OutOfMemoryError,
+ * InvalidArgumentError and CollectiveTimeout.
+ *
+ * REQUIRED entries (a plugin missing one is refused, naming it):
+ *   device_count, mem_info, mem_alloc, mem_free, copy,
+ *   stream_create, stream_destroy, stream_synchronize
+ *
+ * OPTIONAL entries, and what anychip does without them:
+ *   set_device            device index is passed to every call anyway; nothing is called
+ *   device_name           the device is called "<device_type> <index>"
+ *   copy_async            the synchronous copy, ordered on the stream: anychip first
+ *                         synchronizes the stream, then copies
+ *   copy_peer             copies between two devices stage through host memory
+ *   fill_async            fill after a stream synchronize; without fill either, a host
+ *                         buffer of the byte is copied (through the copy path)
+ *   stream_query          with events: record one and query it; without: stream_synchronize,
+ *                         then "complete"
+ *   device_synchronize    stream_synchronize on every stream anychip created on the device
+ *   events (event_create, event_destroy, event_record, event_synchronize: all four or none)
+ *                         the stream-synchronize fallback: recording synchronizes the stream
+ *                         and takes a host timestamp; an event is complete once recorded;
+ *                         waiting on it is a no-op
+ *   event_query           event_synchronize, then "complete"
+ *   event_elapsed_ms      elapsed time is refused (UnsupportedError)
+ *   stream_wait_event     the host waits for the event (event_synchronize), then goes on
+ *   get_error_string      messages show the status code only
+ *   get_last_error        messages carry no per-call detail
+ *   collectives           see below; without them the host transport serves (device ->
+ *                         host copies, anychip's shared-memory engine or MPI, host -> device)
+ *
+ * COLLECTIVES (optional; NCCL-shaped). A plugin offering them sets at least
+ * get_unique_id, comm_init_rank, comm_destroy and all_reduce; otherwise anychip ignores
+ * the collective entries (it logs a warning
+ * saying which are missing; `anychip plugin check` shows it too). Each op is enqueued on `stream`
+ * and returns at once; its completion is observed with an event recorded after it, and
+ * its failure through comm_get_async_error. Any single op left NULL (broadcast, reduce,
+ * all_gather, reduce_scatter, all_to_all) runs on the host transport instead; send and
+ * recv are used only when send, recv, group_start and group_end are all present (a
+ * pair must progress together). Counts are in elements of `dtype`; anychip moves data
+ * of every type as ANYCHIP_UINT8 for the ops that do not reduce. ccl_dtype_mask and
+ * ccl_redop_mask say which types and reductions the reducing ops support (bit
+ * 1 << value; 0 = all); the others run on the host transport.
+ *
+ * Handles: device memory is a `void *` (it need not be addressable by the host);
+ * streams, events and communicators are opaque pointers the plugin hands out. anychip
+ * never passes a NULL stream: it creates its own default stream per device. Host
+ * memory passed to a copy stays valid until the copy has completed on its stream.
+ * Calls may come from any thread, several at once.
+ */
+#ifndef ANYCHIP_PLUGIN_H
+#define ANYCHIP_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ANYCHIP_PLUGIN_API_MAJOR 1
+#define ANYCHIP_PLUGIN_API_MINOR 0
+
+/* the symbol anychip looks up */
+#define ANYCHIP_PLUGIN_INIT_SYMBOL "anychip_plugin_init"
+
+/* slots kept for entries later minor versions add (the struct size never changes) */
+#define ANYCHIP_PLUGIN_RESERVED 32
+
+/* longest device type name, including the terminating NUL */
+#define ANYCHIP_DEVICE_TYPE_MAX 64
+
+typedef int32_t anychip_status;           /* 0 = success; other values are the plugin's own */
+
+typedef struct anychip_stream_s *anychip_stream;
+typedef struct anychip_event_s *anychip_event;
+typedef struct anychip_comm_s *anychip_comm;
+
+typedef enum anychip_copy_kind {
+    ANYCHIP_COPY_H2D = 0,                 /* src is host memory, dst device memory */
+    ANYCHIP_COPY_D2H = 1,                 /* src is device memory, dst host memory */
+    ANYCHIP_COPY_D2D = 2                  /* both are memory of the same device */
+} anychip_copy_kind;
+
+typedef enum anychip_dtype {
+    ANYCHIP_INT8 = 0, ANYCHIP_UINT8 = 1, ANYCHIP_INT32 = 2, ANYCHIP_INT64 = 3,
+    ANYCHIP_FLOAT16 = 4, ANYCHIP_BFLOAT16 = 5, ANYCHIP_FLOAT32 = 6, ANYCHIP_FLOAT64 = 7
+} anychip_dtype;
+
+typedef enum anychip_redop {
+    ANYCHIP_SUM = 0, ANYCHIP_PROD = 1, ANYCHIP_MIN = 2, ANYCHIP_MAX = 3, ANYCHIP_AVG = 4
+} anychip_redop;
+
+/* flags */
+#define ANYCHIP_PLUGIN_SIMULATED (1u << 0)  /* a stand-in on the host, not real hardware:
+                                               listed and ordered with simulated chips */
+
+/* a communicator's bootstrap id: rank 0 makes it, anychip sends it to the other ranks */
+#define ANYCHIP_UNIQUE_ID_BYTES 128
+typedef struct anychip_unique_id {
+    char internal[ANYCHIP_UNIQUE_ID_BYTES];
+} anychip_unique_id;
+
+typedef struct anychip_plugin {
+    /* ---- header: set by anychip ---------------------------------------------------- */
+    size_t struct_size;                   /* sizeof(anychip_plugin) as anychip knows it */
+    /* ---- header: set by the plugin ----------------------------------------------------- */
+    uint32_t major;                       /* ANYCHIP_PLUGIN_API_MAJOR the plugin was built with */
+    uint32_t minor;                       /* ANYCHIP_PLUGIN_API_MINOR the plugin was built with */
+    char device_type[ANYCHIP_DEVICE_TYPE_MAX];   /* backend name: [a-z][a-z0-9_]* ("mychip") */
+    const char *plugin_version;           /* optional, free text ("1.2.0 (driver 5.1)") */
+    uint32_t flags;                       /* ANYCHIP_PLUGIN_* flags */
+    anychip_status oom_status;            /* code meaning "out of memory" (0: any mem_alloc failure) */
+    anychip_status invalid_status;        /* code meaning "invalid argument" (0: none) */
+    anychip_status timeout_status;        /* code meaning "timed out" (0: none) */
+
+    /* ---- errors (optional) -------------------------------------------------------- */
+    const char *(*get_error_string)(anychip_status status);  /* text of a code */
+    const char *(*get_last_error)(void);  /* detail of this thread's last failure, or NULL */
+
+    /* ---- devices ------------------------------------------------------------------ */
+    anychip_status (*device_count)(int *count);                              /* required */
+    anychip_status (*set_device)(int device);                                /* optional */
+    anychip_status (*device_name)(int device, char *name, size_t len);       /* optional */
+    anychip_status (*mem_info)(int device, size_t *free, size_t *total);     /* required */
+    anychip_status (*device_synchronize)(int device);                        /* optional */
+
+    /* ---- memory ------------------------------------------------------------------- */
+    anychip_status (*mem_alloc)(int device, size_t nbytes, void **ptr);      /* required */
+    anychip_status (*mem_free)(int device, void *ptr);                        /* required */
+
+    /* ---- copies ------------------------------------------------------------------- */
+    /* synchronous: returns when the copy is complete (required) */
+    anychip_status (*copy)(int device, void *dst, const void *src, size_t nbytes,
+                           anychip_copy_kind kind);
+    /* enqueued on stream, returns at once (optional) */
+    anychip_status (*copy_async)(int device, void *dst, const void *src, size_t nbytes,
+                                 anychip_copy_kind kind, anychip_stream stream);
+    /* device src_device -> device dst_device, enqueued on stream of src_device (optional) */
+    anychip_status (*copy_peer)(int dst_device, void *dst, int src_device, const void *src,
+                                size_t nbytes, anychip_stream stream);
+    anychip_status (*fill)(int device, void *dst, int value, size_t nbytes);    /* optional */
+    anychip_status (*fill_async)(int device, void *dst, int value, size_t nbytes,
+                                 anychip_stream stream);                        /* optional */
+
+    /* ---- streams ------------------------------------------------------------------ */
+    anychip_status (*stream_create)(int device, anychip_stream *stream);     /* required */
+    anychip_status (*stream_destroy)(int device, anychip_stream stream);     /* required */
+    anychip_status (*stream_synchronize)(int device, anychip_stream stream); /* required */
+    /* 0 when all its work is complete, not_ready_status when some is pending (optional) */
+    anychip_status (*stream_query)(int device, anychip_stream stream);
+    anychip_status (*stream_wait_event)(int device, anychip_stream stream,
+                                        anychip_event event);               /* optional */
+
+    /* ---- events (optional, all of create / destroy / record / synchronize or none) ------ */
+    anychip_status (*event_create)(int device, anychip_event *event);
+    anychip_status (*event_destroy)(int device, anychip_event event);
+    anychip_status (*event_record)(int device, anychip_event event, anychip_stream stream);
+    anychip_status (*event_synchronize)(int device, anychip_event event);
+    /* 0 when the recorded work is complete, not_ready_status when pending (optional) */
+    anychip_status (*event_query)(int device, anychip_event event);
+    anychip_status (*event_elapsed_ms)(int device, float *ms, anychip_event start,
+                                       anychip_event end);                  /* optional */
+    /* what stream_query / event_query return for "not complete yet" (not a failure) */
+    anychip_status not_ready_status;
+
+    /* ---- collectives (optional, see the top of this file) ------------------------------ */
+    uint32_t ccl_dtype_mask;              /* bit (1 << anychip_dtype): supported by reductions; 0 = all */
+    uint32_t ccl_redop_mask;              /* bit (1 << anychip_redop): supported; 0 = all */
+    anychip_status (*get_unique_id)(anychip_unique_id *id);
+    anychip_status (*comm_init_rank)(int device, int nranks, const anychip_unique_id *id, int rank,
+                                     anychip_comm *comm);
+    anychip_status (*comm_destroy)(anychip_comm comm);
+    anychip_status (*comm_abort)(anychip_comm comm);          /* optional: comm_destroy */
+    /* the failure of enqueued work, 0 when none (optional: failures are not reported) */
+    anychip_status (*comm_get_async_error)(anychip_comm comm, anychip_status *error);
+    anychip_status (*all_reduce)(const void *send, void *recv, size_t count, anychip_dtype dtype,
+                                 anychip_redop op, anychip_comm comm, anychip_stream stream);
+    anychip_status (*broadcast)(const void *send, void *recv, size_t count, anychip_dtype dtype,
+                                int root, anychip_comm comm, anychip_stream stream);
+    anychip_status (*reduce)(const void *send, void *recv, size_t count, anychip_dtype dtype,
+                             anychip_redop op, int root, anychip_comm comm, anychip_stream stream);
+    anychip_status (*all_gather)(const void *send, void *recv, size_t send_count, anychip_dtype dtype,
+                                 anychip_comm comm, anychip_stream stream);
+    anychip_status (*reduce_scatter)(const void *send, void *recv, size_t recv_count,
+                                     anychip_dtype dtype, anychip_redop op, anychip_comm comm,
+                                     anychip_stream stream);
+    anychip_status (*all_to_all)(const void *send, void *recv, size_t count, anychip_dtype dtype,
+                                 anychip_comm comm, anychip_stream stream);
+    anychip_status (*send)(const void *send, size_t count, anychip_dtype dtype, int peer,
+                           anychip_comm comm, anychip_stream stream);
+    anychip_status (*recv)(void *recv, size_t count, anychip_dtype dtype, int peer,
+                           anychip_comm comm, anychip_stream stream);
+    anychip_status (*group_start)(void);
+    anychip_status (*group_end)(void);
+
+    /* ---- growth ------------------------------------------------------------------- */
+    void *reserved[ANYCHIP_PLUGIN_RESERVED];
+} anychip_plugin;
+
+/* whether `field` lies inside the struct anychip passed (a newer plugin on an older core) */
+#define ANYCHIP_PLUGIN_HAS(p, field) \
+    (offsetof(anychip_plugin, field) + sizeof(((anychip_plugin *)0)->field) <= (p)->struct_size)
+
+/* the one symbol a plugin exports */
+typedef anychip_status (*anychip_plugin_init_fn)(anychip_plugin *plugin);
+
+#if defined(__GNUC__)
+#define ANYCHIP_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define ANYCHIP_PLUGIN_EXPORT
+#endif
+
+ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *plugin);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ANYCHIP_PLUGIN_H */

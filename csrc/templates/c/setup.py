@@ -1,0 +1,29 @@
+"""Builds lib@name@.so, a plain shared library (not a Python extension module), into the
+package anychip_@name@, so that ``pip install .`` installs it where the entry point finds it."""
+import os
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class build_plugin(build_ext):
+    def get_ext_filename(self, ext_name):
+        *package, name = ext_name.split(".")
+        return os.path.join(*package, name + ".so")
+
+    def get_export_symbols(self, ext):
+        return []                       # only anychip_plugin_init is exported (no PyInit_*)
+
+
+setup(
+    ext_modules=[
+        Extension(
+            "anychip_@name@.lib@name@",
+            sources=["src/@name@.c"],
+            include_dirs=["include"],
+            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-fvisibility=hidden"],
+            libraries=["pthread"],
+        )
+    ],
+    cmdclass={"build_ext": build_plugin},
+)

@@ -1,0 +1,317 @@
+/*
+ * Test plugins: the device `anychip plugin new` generates, changed in one way each.
+ *
+ * Built by tests/test_cplugin.py with
+ *   -DTEMPLATE_SOURCE="\"<rendered project>/src/<name>.c\"" -DNAME="\"<backend name>\"" -DVARIANT_<X>
+ * VARIANT_GOOD            the template as it is
+ * VARIANT_NO_INIT         exports no anychip_plugin_init
+ * VARIANT_MAJOR2          claims plugin ABI 2.0
+ * VARIANT_MISSING         leaves the required mem_alloc and copy unset
+ * VARIANT_INIT_FAIL       anychip_plugin_init fails, with a detail
+ * VARIANT_EVENTS_PARTIAL  sets three of the four event entries
+ * VARIANT_MINIMAL         only the required entries: every fallback of the core is used
+ * VARIANT_CCL_SELF        collectives that are real for groups of one rank (refused for more)
+ * VARIANT_CCL_NOOP        collectives that report success and move no data
+ * VARIANT_CCL_PARTIAL     sets all_reduce and get_unique_id only (too few to be used)
+ * VARIANT_CCL_SHM         collectives between processes over a shared-memory segment: all_reduce
+ *                         (int32 / int64 / float32 / float64; sum, min, max), all_gather and
+ *                         broadcast, run in the calling thread after a stream synchronize; anything
+ *                         else is left to anychip's host transport
+ */
+#define anychip_plugin_init template_plugin_init
+#include TEMPLATE_SOURCE
+
+#include <unistd.h>
+#undef anychip_plugin_init
+
+#if defined(VARIANT_CCL_SELF) || defined(VARIANT_CCL_NOOP) || defined(VARIANT_CCL_SHM)
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#define S_TIMEOUT 7
+#define SLOT (1u << 20)                                  /* bytes per rank and round */
+
+#define MAX_RANKS 64
+typedef struct {
+    _Atomic uint64_t seq[MAX_RANKS];                     /* barriers each rank has reached */
+    _Atomic int32_t pid[MAX_RANKS];
+} shm_header;
+
+struct anychip_comm_s {
+    int device, nranks, rank;
+    shm_header *hdr;                                     /* VARIANT_CCL_SHM: the mapped segment */
+    char *slots;
+    size_t size;
+    double timeout;
+};
+
+static size_t dtype_size(anychip_dtype t) {
+    static const size_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
+    return (unsigned)t < 8 ? sizes[t] : 0;
+}
+
+static anychip_status get_unique_id(anychip_unique_id *id) {
+    static _Atomic unsigned serial;
+    memset(id, 0, sizeof *id);
+    snprintf(id->internal, sizeof id->internal, "/%s-%d-%u-%ld", NAME, (int)getpid(), atomic_fetch_add(&serial, 1),
+             (long)time(NULL));
+    return S_OK;
+}
+
+#ifdef VARIANT_CCL_SHM
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* whether process pid runs (a killed process its parent has not reaped yet is a zombie: dead) */
+static int alive(int32_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return kill(pid, 0) == 0 || errno != ESRCH;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')');
+    return !(close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X'));
+}
+
+/* every rank arrives, then all go on; a peer that has exited, or is missing past the timeout, fails */
+static anychip_status barrier(anychip_comm c) {
+    uint64_t mine = atomic_fetch_add(&c->hdr->seq[c->rank], 1) + 1;
+    double start = now_s(), next_check = start + 0.1;
+    for (int r = 0; r < c->nranks; r++) {
+        while (atomic_load(&c->hdr->seq[r]) < mine) {
+            double t = now_s();
+            if (t - start > c->timeout)
+                return fail(S_TIMEOUT, "rank %d: timed out after %g s waiting for rank %d", c->rank, c->timeout, r);
+            if (t > next_check) {
+                int32_t pid = atomic_load(&c->hdr->pid[r]);
+                if (pid > 0 && !alive(pid))
+                    return fail(S_SYSTEM, "rank %d: rank %d (pid %d) exited during the collective", c->rank, r, pid);
+                next_check = t + 0.1;
+            }
+            sched_yield();
+        }
+    }
+    return S_OK;
+}
+
+static anychip_status shm_attach(anychip_comm c, const anychip_unique_id *id) {
+    const char *t = getenv("ANYCHIP_COLLECTIVE_TIMEOUT");
+    c->timeout = t && atof(t) > 0 ? atof(t) : 60.0;
+    c->size = sizeof(shm_header) + (size_t)c->nranks * SLOT;
+    int fd = -1;
+    double deadline = now_s() + c->timeout;
+    for (;;) {                                           /* rank 0 creates; the others wait for it */
+        fd = c->rank == 0 ? shm_open(id->internal, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(id->internal, O_RDWR, 0);
+        struct stat st;
+        if (fd >= 0 && c->rank == 0 && ftruncate(fd, (off_t)c->size) != 0) {
+            close(fd);
+            return fail(S_SYSTEM, "ftruncate of %s failed", id->internal);
+        }
+        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == c->size) break;
+        if (fd >= 0) close(fd);
+        if (c->rank == 0) return fail(S_SYSTEM, "shm_open of %s failed", id->internal);
+        if (now_s() > deadline) return fail(S_TIMEOUT, "rank %d: %s never appeared", c->rank, id->internal);
+        sched_yield();
+    }
+    void *p = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return fail(S_SYSTEM, "mmap of %s failed", id->internal);
+    c->hdr = p;
+    c->slots = (char *)p + sizeof(shm_header);
+    atomic_store(&c->hdr->pid[c->rank], (int32_t)getpid());
+    anychip_status rc = barrier(c);                      /* all mapped: the name can go */
+    if (c->rank == 0) shm_unlink(id->internal);
+    return rc;
+}
+#endif
+
+static anychip_status comm_init_rank(int d, int nranks, const anychip_unique_id *id, int rank, anychip_comm *out) {
+#ifdef VARIANT_CCL_SELF
+    if (nranks != 1) return fail(S_INVALID, "these test collectives serve groups of one rank, not %d", nranks);
+#endif
+    anychip_comm c = calloc(1, sizeof *c);
+    if (!c) return fail(S_SYSTEM, "out of host memory");
+    c->device = d;
+    c->nranks = nranks;
+    c->rank = rank;
+#ifdef VARIANT_CCL_SHM
+    if (nranks > MAX_RANKS) {
+        free(c);
+        return fail(S_INVALID, "at most %d ranks, not %d", MAX_RANKS, nranks);
+    }
+    anychip_status rc = shm_attach(c, id);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+#else
+    (void)id;
+#endif
+    *out = c;
+    return S_OK;
+}
+
+static anychip_status comm_destroy(anychip_comm c) {
+    if (c->hdr) munmap(c->hdr, c->size);
+    free(c);
+    return S_OK;
+}
+
+#ifdef VARIANT_CCL_SHM
+#define REDUCE_LOOP(T)                                                                            \
+    for (size_t i = 0; i < n; i++) {                                                             \
+        T acc = ((const T *)c->slots)[i];                                                        \
+        for (int r = 1; r < c->nranks; r++) {                                                    \
+            T v = ((const T *)(c->slots + (size_t)r * SLOT))[i];                                 \
+            acc = op == ANYCHIP_SUM ? acc + v : op == ANYCHIP_MIN ? (v < acc ? v : acc) : (v > acc ? v : acc); \
+        }                                                                                        \
+        ((T *)out)[i] = acc;                                                                     \
+    }
+
+static void reduce_slots(anychip_comm c, void *out, size_t n, anychip_dtype t, anychip_redop op) {
+    switch (t) {
+    case ANYCHIP_INT32: REDUCE_LOOP(int32_t) break;
+    case ANYCHIP_INT64: REDUCE_LOOP(int64_t) break;
+    case ANYCHIP_FLOAT32: REDUCE_LOOP(float) break;
+    default: REDUCE_LOOP(double) break;
+    }
+}
+
+static anychip_status all_reduce(const void *send, void *recv, size_t count, anychip_dtype t, anychip_redop op,
+                                 anychip_comm c, anychip_stream s) {
+    size_t size = dtype_size(t), per = SLOT / size;
+    anychip_status rc = stream_synchronize(c->device, s);     /* ordered after the stream's work */
+    for (size_t at = 0; rc == S_OK && at < count; at += per) {
+        size_t n = count - at < per ? count - at : per;
+        memcpy(c->slots + (size_t)c->rank * SLOT, (const char *)send + at * size, n * size);
+        if ((rc = barrier(c))) break;
+        reduce_slots(c, (char *)recv + at * size, n, t, op);
+        rc = barrier(c);
+    }
+    return rc;
+}
+
+static anychip_status all_gather(const void *send, void *recv, size_t count, anychip_dtype t, anychip_comm c,
+                                 anychip_stream s) {
+    size_t bytes = count * dtype_size(t);
+    anychip_status rc = stream_synchronize(c->device, s);
+    for (size_t at = 0; rc == S_OK && at < bytes; at += SLOT) {
+        size_t n = bytes - at < SLOT ? bytes - at : SLOT;
+        memcpy(c->slots + (size_t)c->rank * SLOT, (const char *)send + at, n);
+        if ((rc = barrier(c))) break;
+        for (int r = 0; r < c->nranks; r++) memcpy((char *)recv + (size_t)r * bytes + at, c->slots + (size_t)r * SLOT, n);
+        rc = barrier(c);
+    }
+    return rc;
+}
+
+static anychip_status broadcast(const void *send, void *recv, size_t count, anychip_dtype t, int root,
+                                anychip_comm c, anychip_stream s) {
+    size_t bytes = count * dtype_size(t);
+    if (root < 0 || root >= c->nranks) return fail(S_INVALID, "broadcast: root %d of %d ranks", root, c->nranks);
+    anychip_status rc = stream_synchronize(c->device, s);
+    for (size_t at = 0; rc == S_OK && at < bytes; at += SLOT) {
+        size_t n = bytes - at < SLOT ? bytes - at : SLOT;
+        if (c->rank == root) memcpy(c->slots, (const char *)send + at, n);
+        if ((rc = barrier(c))) break;
+        memmove((char *)recv + at, c->slots, n);
+        rc = barrier(c);
+    }
+    return rc;
+}
+#else
+/* one rank: every op's result is its input (an enqueued device-to-device copy) */
+static anychip_status self_copy(anychip_comm c, const void *send, void *recv, size_t bytes, anychip_stream s) {
+#ifdef VARIANT_CCL_NOOP
+    (void)c; (void)send; (void)recv; (void)bytes; (void)s;
+    return S_OK;                                      /* success, and no data moved */
+#else
+    if (send == recv || bytes == 0) return S_OK;
+    return copy_async(c->device, recv, send, bytes, ANYCHIP_COPY_D2D, s);
+#endif
+}
+
+static anychip_status all_reduce(const void *send, void *recv, size_t count, anychip_dtype t, anychip_redop op,
+                                 anychip_comm c, anychip_stream s) {
+    (void)op;
+    return self_copy(c, send, recv, count * dtype_size(t), s);
+}
+
+static anychip_status broadcast(const void *send, void *recv, size_t count, anychip_dtype t, int root,
+                                anychip_comm c, anychip_stream s) {
+    if (root != 0) return fail(S_INVALID, "broadcast: root %d of a group of one", root);
+    return self_copy(c, send, recv, count * dtype_size(t), s);
+}
+
+static anychip_status all_gather(const void *send, void *recv, size_t count, anychip_dtype t, anychip_comm c,
+                                 anychip_stream s) {
+    return self_copy(c, send, recv, count * dtype_size(t), s);
+}
+#endif /* VARIANT_CCL_SHM */
+#endif
+
+#ifdef VARIANT_CCL_PARTIAL
+static anychip_status partial_unique_id(anychip_unique_id *id) {
+    (void)id;
+    return fail(S_INVALID, "never called: the entries are too few to be used");
+}
+
+static anychip_status partial_all_reduce(const void *send, void *recv, size_t count, anychip_dtype t,
+                                         anychip_redop op, anychip_comm c, anychip_stream s) {
+    (void)send; (void)recv; (void)count; (void)t; (void)op; (void)c; (void)s;
+    return fail(S_INVALID, "never called: the entries are too few to be used");
+}
+#endif
+
+ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p);
+
+#ifndef VARIANT_NO_INIT
+ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
+    anychip_status rc = template_plugin_init(p);
+    if (rc) return rc;
+    snprintf(p->device_type, sizeof p->device_type, "%s", NAME);
+#if defined(VARIANT_MAJOR2)
+    p->major = 2;
+    p->minor = 3;
+#elif defined(VARIANT_MISSING)
+    p->mem_alloc = NULL;
+    p->copy = NULL;
+#elif defined(VARIANT_INIT_FAIL)
+    return fail(S_SYSTEM, "no %s driver: /dev/%s0 does not exist", NAME, NAME);
+#elif defined(VARIANT_EVENTS_PARTIAL)
+    p->event_record = NULL;
+#elif defined(VARIANT_MINIMAL)
+    p->set_device = NULL; p->device_name = NULL; p->device_synchronize = NULL;
+    p->copy_async = NULL; p->copy_peer = NULL; p->fill = NULL; p->fill_async = NULL;
+    p->stream_query = NULL; p->stream_wait_event = NULL;
+    p->event_create = NULL; p->event_destroy = NULL; p->event_record = NULL; p->event_synchronize = NULL;
+    p->event_query = NULL; p->event_elapsed_ms = NULL;
+    p->get_error_string = NULL; p->get_last_error = NULL;
+#elif defined(VARIANT_CCL_PARTIAL)
+    p->get_unique_id = partial_unique_id;
+    p->all_reduce = partial_all_reduce;
+#elif defined(VARIANT_CCL_SELF) || defined(VARIANT_CCL_NOOP) || defined(VARIANT_CCL_SHM)
+#ifdef VARIANT_CCL_SHM
+    p->timeout_status = S_TIMEOUT;
+    p->ccl_dtype_mask = 1u << ANYCHIP_INT32 | 1u << ANYCHIP_INT64 | 1u << ANYCHIP_FLOAT32 | 1u << ANYCHIP_FLOAT64;
+    p->ccl_redop_mask = 1u << ANYCHIP_SUM | 1u << ANYCHIP_MIN | 1u << ANYCHIP_MAX;
+#endif
+    p->get_unique_id = get_unique_id;
+    p->comm_init_rank = comm_init_rank;
+    p->comm_destroy = comm_destroy;
+    p->all_reduce = all_reduce;
+    p->broadcast = broadcast;
+    p->all_gather = all_gather;
+#endif
+    return S_OK;
+}
+#endif
