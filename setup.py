@@ -34,6 +34,10 @@ C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
     "libanychip_ccl": (["csrc/ccl/ccl.c"], []),
 }
 
+# the tensor kernels (csrc/sim/kernels.c) call libm (expf, logf, ...)
+for _lib in ("libascend_sim", "libkunlun_sim", "libhygon_sim"):
+    C_LIBRARIES[_lib][1].append("m")
+
 # extra compiler flags per library (signed integer sums in the engine wrap, as NCCL's do)
 EXTRA_FLAGS: dict[str, list[str]] = {"libanychip_ccl": ["-O3", "-fwrapv"]}
 
