@@ -172,7 +172,8 @@ def test_refusals_name_the_library_and_the_reason(libs: dict[str, Path], plugin_
     src = "(from ANYCHIP_PLUGIN_PATH)"
     assert refused == {
         f"plugin library {libs['NO_INIT']} {src}":
-            "exports none of the init symbols anychip_plugin_init (not an anychip plugin, or a plugin for another ABI)",
+            "exports none of the init symbols anychip_plugin_init, InitPlugin (not an anychip plugin, or a plugin "
+            "for another ABI)",
         f"plugin library {libs['MAJOR2']} {src}":
             "is built for plugin ABI 2.3, a newer major version; this anychip implements 1.0 and loads only plugins "
             "of major version 1 (upgrade anychip)",

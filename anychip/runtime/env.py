@@ -26,8 +26,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                     "with a binary unit K, M, G or T, e.g. 512MiB or 1.5G)"),
     "ANYCHIP_SIM_SPIN_US": ("20", "microseconds a simulated stream worker or a synchronizing thread spins "
                                   "before it sleeps (0 to 1000000)"),
-    "ANYCHIP_PLUGIN_PATH": ("(unset)", "C plugin libraries (anychip/plugin.h) to load: directories (every shared "
-                                       "library in them) and library files, separated by ':'"),
+    "ANYCHIP_PLUGIN_PATH": ("(unset)", "C plugin libraries (anychip/plugin.h, or Paddle CustomDevice plugins "
+                                       "exporting InitPlugin) to load: directories (every shared library in them) "
+                                       "and library files, separated by ':' (Paddle's CUSTOM_DEVICE_ROOT "
+                                       "directory is read too, see docs/paddle.md)"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
                                       "garbage_collection_threshold:F, or backend:native to turn caching off"),
     "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers before it raises "

@@ -53,7 +53,12 @@ PLUGIN_PATH_ENV = "ANYCHIP_PLUGIN_PATH"
 #: ``probe(path) -> (backend name, loader)``, raising PluginError with the reason to refuse it
 LIBRARY_KINDS: dict[str, str] = {
     "anychip_plugin_init": "anychip.devices.cplugin:probe",
+    "InitPlugin": "anychip.devices.paddle:probe",           # Paddle CustomDevice plugins (docs/paddle.md)
 }
+#: how a backend's source names a library of each kind
+LIBRARY_LABELS: dict[str, str] = {"anychip_plugin_init": "C library", "InitPlugin": "Paddle CustomDevice plugin"}
+#: Paddle's plugin directory: every shared library in it is probed too
+PADDLE_ROOT_ENV = "CUSTOM_DEVICE_ROOT"
 
 _LIBRARY_SUFFIXES = (".so", ".dylib")
 
@@ -206,8 +211,8 @@ def library_files(spec: str) -> list[str]:
     return out
 
 
-def _library_probe(path: str) -> Callable[[str], tuple[str, Callable[[], Any]]]:
-    """The probe of the plugin ABI ``path`` implements, chosen by the init symbol it exports."""
+def _library_probe(path: str) -> tuple[str, Callable[[str], tuple[str, Callable[[], Any]]]]:
+    """(init symbol, the probe of the plugin ABI ``path`` implements), chosen by the init symbol it exports."""
     import ctypes
     try:
         handle = ctypes.CDLL(path)
@@ -215,7 +220,7 @@ def _library_probe(path: str) -> Callable[[str], tuple[str, Callable[[], Any]]]:
         raise PluginError(f"cannot be loaded: {exc}") from None
     for symbol, target in LIBRARY_KINDS.items():
         if hasattr(handle, symbol):
-            return _import_target(target)()
+            return symbol, _import_target(target)()
     raise PluginError(f"exports none of the init symbols {', '.join(LIBRARY_KINDS)} "
                       "(not an anychip plugin, or a plugin for another ABI)")
 
@@ -233,6 +238,9 @@ def _plugin_libraries() -> list[tuple[str, str]]:
         found += [(p, _ep_source(ep)) for p in paths]
     spec = os.environ.get(PLUGIN_PATH_ENV, "")
     found += [(p, PLUGIN_PATH_ENV) for p in library_files(spec)]
+    root = os.environ.get(PADDLE_ROOT_ENV, "").strip()
+    if root and os.path.isdir(os.path.expanduser(root)):
+        found += [(p, PADDLE_ROOT_ENV) for p in library_files(root)]
     seen: set[str] = set()
     unique = []
     for path, how in found:
@@ -259,14 +267,15 @@ def _discover() -> dict[str, BackendInfo]:
         add(ep.name, _ep_source(ep), ep.load)
     for path, how in _plugin_libraries():
         try:
-            name, loader = _library_probe(path)(path)
+            symbol, probe = _library_probe(path)
+            name, loader = probe(path)
         except PluginError as exc:
             _refuse(f"plugin library {path} (from {how})", str(exc))
             continue
         except Exception as exc:  # noqa: BLE001 - a broken library must not stop the others
             _refuse(f"plugin library {path} (from {how})", f"{type(exc).__name__}: {exc}")
             continue
-        add(name, f"C library {path} (from {how})", loader)
+        add(name, f"{LIBRARY_LABELS.get(symbol, 'library')} {path} (from {how})", loader)
     for name, source, loader in _runtime_registered:
         add(name, source, loader)
     return found
