@@ -21,16 +21,22 @@ COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wextra",
 
 # the chip simulator's core, one file per concern (see csrc/sim/core.h)
 SIM_CORE = [f"csrc/sim/{name}.c" for name in ("config", "memory", "ipc", "handles", "wait", "stream", "event")]
+# the simulated chips' tensor kernels (enqueued on simulated streams)
+SIM_CORE.append("csrc/sim/kernels.c")
 
 # name -> (sources, extra libraries)
 C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
     # the chip simulator: one core, one front end per vendor API (see docs/simulator.md)
-    "libascend_sim": ([*SIM_CORE, "csrc/sim/acl.c"], ["dl"]),
-    "libkunlun_sim": ([*SIM_CORE, "csrc/sim/xpu.c"], ["dl"]),
-    "libhygon_sim": ([*SIM_CORE, "csrc/sim/hip.c"], ["dl"]),
+    "libascend_sim": ([*SIM_CORE, "csrc/sim/acl.c"], ["dl", "m"]),
+    "libkunlun_sim": ([*SIM_CORE, "csrc/sim/xpu.c"], ["dl", "m"]),
+    "libhygon_sim": ([*SIM_CORE, "csrc/sim/hip.c"], ["dl", "m"]),
     # the shared-memory collective engine (see csrc/ccl/ccl.h)
     "libanychip_ccl": (["csrc/ccl/ccl.c"], []),
 }
+
+# the tensor kernels (csrc/sim/kernels.c) call libm (expf, logf, ...)
+for _lib in ("libascend_sim", "libkunlun_sim", "libhygon_sim"):
+    C_LIBRARIES[_lib][1].append("m")
 
 # extra compiler flags per library (signed integer sums in the engine wrap, as NCCL's do)
 EXTRA_FLAGS: dict[str, list[str]] = {"libanychip_ccl": ["-O3", "-fwrapv"]}

@@ -43,6 +43,33 @@ from .runtime.plugin import DevicePlugin
 from .runtime.registry import BackendInfo, backends, register_plugin, unregister_plugin
 from .runtime.stream import Event, Stream, current_stream
 
+# The package anychip/tensor shares its name with the function anychip.tensor(), as
+# anychip/devices does with anychip.devices(): import the package first, then bind
+# the function (``from anychip.tensor import Tensor`` keeps working through sys.modules).
+from . import tensor as _tensor_package  # noqa: F401  (isort: skip)
+from .tensor import (  # noqa: E402  (isort: skip)
+    DLPackError,
+    DType,
+    Tensor,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int32,
+    int64,
+    uint8,
+    arange,
+    as_tensor,
+    empty,
+    from_dlpack,
+    full,
+    ones,
+    tensor,
+    zeros,
+)
+
 __all__ = [
     "__version__",
     # devices
@@ -54,6 +81,9 @@ __all__ = [
     # errors
     "AnychipError", "DeviceError", "OutOfMemoryError", "InvalidArgumentError", "UnsupportedError",
     "PluginError", "SelectionError", "CollectiveError", "CollectiveTimeout",
+    # tensors
+    "Tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange", "from_dlpack", "DLPackError",
+    "DType", "bool_", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64",
     # plugin authors
     "get_include",
 ]

@@ -327,6 +327,8 @@ class Communicator:
     def _submit(self, kind: str, send: Any, recv: Any, count: Any, dtype: Any, op: Any, root: Any,
                 stream: Stream | None, *, send_mult: int, recv_mult: int) -> Work:
         self._live()
+        if hasattr(send, "__anychip_buffer__") or hasattr(recv, "__anychip_buffer__"):
+            send, recv, dtype = _from_tensors(kind, send, recv, dtype)
         stream = self._stream(kind, stream)
         g = getattr(self._tls, "group", None)
         if g is None:
@@ -433,6 +435,27 @@ class Communicator:
 
 def _none() -> None:
     return None
+
+
+def _from_tensors(kind: str, send: Any, recv: Any, dtype: Any) -> tuple[Any, Any, Any]:
+    """Tensors (anything with ``__anychip_buffer__() -> (Buffer, dtype name)``) as Buffers and
+    their dtype. A dtype left at its default ("float32") takes the tensors'; one given
+    explicitly must match them."""
+    dtypes = []
+    out = []
+    for x in (send, recv):
+        if hasattr(x, "__anychip_buffer__"):
+            buf, name = x.__anychip_buffer__()
+            dtypes.append(name)
+            out.append(buf)
+        else:
+            out.append(x)
+    if len(set(dtypes)) > 1:
+        raise InvalidArgumentError(f"{kind}: send and recv tensors have different dtypes ({' and '.join(dtypes)})")
+    if dtype != "float32" and dtype_name(dtype) != dtypes[0]:
+        raise InvalidArgumentError(f"{kind}: dtype={dtype!r} but the tensor holds {dtypes[0]}; leave dtype out "
+                                   "when passing tensors")
+    return out[0], out[1], dtypes[0]
 
 
 def _ref(obj: Any) -> Any:

@@ -258,6 +258,21 @@ class VendorPlugin(DevicePlugin):
         ok, _ = self.available()
         return self._count if ok else 0
 
+    @property
+    def kernels(self) -> Any:
+        """The simulator's tensor kernels (devices/_sim_kernels.py), made on first use; None on a
+        vendor library (the tensor layer then uses its host fallback)."""
+        if not self.simulated or self.lib is None:
+            return None
+        k = self.__dict__.get("_kernels")
+        if k is None or k._plugin is not self:
+            from ._sim_kernels import SimKernels
+            with self._load_lock:
+                k = self.__dict__.get("_kernels")
+                if k is None:
+                    k = self.__dict__["_kernels"] = SimKernels(self)
+        return k
+
     # -- calling the library ------------------------------------------------
     def _fn(self, name: str) -> Any:
         """The library's function ``name`` (cached)."""

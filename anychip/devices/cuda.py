@@ -395,6 +395,17 @@ class CUDAPlugin(DevicePlugin):
         self._probe()
         return self._nccl is not None
 
+    @property
+    def kernels(self) -> Any:
+        """The tensor kernels (CuPy's, over anychip memory: devices/_cuda_kernels.py) once CuPy is loaded."""
+        if self._cupy is None:
+            return None
+        k = self.__dict__.get("_tensor_kernels")
+        if k is None:
+            from ._cuda_kernels import CudaKernels
+            k = self.__dict__["_tensor_kernels"] = CudaKernels(self)
+        return k
+
     def native_ccl(self) -> Any:
         """``cupy.cuda.nccl`` when NCCL loaded, else None (the reason is in ``available()``)."""
         self._probe()

@@ -54,6 +54,7 @@ from ..runtime.errors import (
     UnsupportedError,
 )
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
+from ._opencl_tensor import OpenCLTensorKernels
 
 __all__ = ["OpenCLKernels", "OpenCLPlugin", "cl_code_name"]
 
@@ -659,7 +660,7 @@ class OpenCLPlugin(DevicePlugin):
 
 # ---------------------------------------------------------------------- kernels
 
-class OpenCLKernels:
+class OpenCLKernels(OpenCLTensorKernels):
     """The kernel set of the OpenCL backend (see docs/opencl.md for the interface).
 
     Every method takes the device ``index``; buffers as ``(handle, byte_offset)``

@@ -1,0 +1,188 @@
+"""The parallel layer: placements, ProcessMesh, shard sizes, reshard plans (in process), and
+every reshard transition, sharded matmul and autograd across 2 and 4 rank processes
+(tests/parallel_worker.py checks thousands of cases against NumPy in one launch each), and
+examples/auto_parallel.py in small size on the simulated chips and on cpu."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import anychip
+from anychip import collectives
+from anychip import parallel as dist
+from anychip.parallel import Partial, ProcessMesh, Replicate, Shard
+from anychip.parallel._plan import plan
+from anychip.parallel._sharding import chunk, local_box
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+WORKER = os.path.join(HERE, "parallel_worker.py")
+EXAMPLE = os.path.join(ROOT, "examples", "auto_parallel.py")
+
+
+def _launch(n: int, device: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "anychip.cli", "launch", "-n", str(n), "--device", device, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def _available(backend: str) -> bool:
+    return any(b.name == backend and b.available for b in anychip.backends())
+
+
+# -- shard sizes and plans -------------------------------------------------------------------
+
+def test_chunks_follow_torch_chunk() -> None:
+    # ceil(n / k) per rank; the last ranks' chunks are short or empty
+    assert [chunk(5, 4, i) for i in range(4)] == [(0, 2), (2, 2), (4, 1), (5, 0)]
+    assert [chunk(3, 4, i) for i in range(4)] == [(0, 1), (1, 1), (2, 1), (3, 0)]
+    assert [chunk(7, 2, i) for i in range(2)] == [(0, 4), (4, 3)]
+    assert [chunk(0, 2, i) for i in range(2)] == [(0, 0), (0, 0)]
+    # nested: axis 0 splits dim 0 in 3 + 2, axis 1 splits each part again
+    assert local_box((5, 3), [Shard(0), Shard(0)], (2, 2), (1, 1)) == ([4, 0], [1, 3])
+    assert local_box((5, 3), [Shard(1), Shard(0)], (2, 2), (0, 1)) == ([3, 0], [2, 2])
+
+
+def _kinds(src: list, dst: list) -> list[tuple[int, str]]:
+    return [(s.axis, s.kind) for s in plan(src, dst)]
+
+
+def test_one_collective_per_transition() -> None:
+    R, S, P = Replicate(), Shard, Partial()
+    assert _kinds([P], [R]) == [(0, "all_reduce")]
+    assert _kinds([S(0)], [R]) == [(0, "all_gather")]
+    assert _kinds([R], [S(1)]) == [(0, "slice")]
+    assert _kinds([P], [S(0)]) == [(0, "reduce_scatter")]
+    assert _kinds([S(0)], [S(1)]) == [(0, "all_to_all")]
+    assert _kinds([R], [P]) == [(0, "to_partial")]
+    assert _kinds([S(1)], [P]) == [(0, "all_gather"), (0, "to_partial")]
+    assert _kinds([Partial("max")], [P]) == [(0, "all_reduce"), (0, "to_partial")]
+    assert _kinds([S(0), R], [S(0), R]) == []
+    # one axis at a time, the last first
+    assert _kinds([S(0), S(1)], [R, R]) == [(1, "all_gather"), (0, "all_gather")]
+    assert _kinds([P, S(0)], [S(0), S(1)]) == [(1, "all_to_all"), (0, "reduce_scatter")]
+    # nested shards of one dimension: the inner axis is gathered before the outer one moves
+    assert _kinds([S(0), S(0)], [S(1), S(0)]) == [(1, "all_gather"), (0, "all_to_all"), (1, "slice")]
+    assert _kinds([R, S(0)], [S(0), S(0)]) == [(1, "all_gather"), (0, "slice"), (1, "slice")]
+
+
+def test_placement_errors() -> None:
+    with pytest.raises(anychip.InvalidArgumentError, match=r"Partial: reduce op 'mul' is not supported; "
+                       r"use one of sum, avg, max, min"):
+        Partial("mul")
+    with pytest.raises(anychip.InvalidArgumentError, match=r"Shard: dim must be an int, got 'a'"):
+        Shard("a")
+    assert repr([Shard(1), Replicate(), Partial()]) == "[Shard(dim=1), Replicate(), Partial(op='sum')]"
+
+
+# -- one process: a one-rank world --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mesh1() -> Iterator[ProcessMesh]:
+    world = collectives.init("cpu:0", world=collectives.World(0, 1, 0, 1, f"test-parallel-{os.getpid()}", "none"))
+    yield ProcessMesh([[0]], dim_names=["x", "y"], comm=world)
+    world.destroy()
+
+
+def test_mesh_errors(mesh1: ProcessMesh) -> None:
+    with pytest.raises(anychip.InvalidArgumentError, match=r"rectangular shape"):
+        ProcessMesh([[0, 1], [2]], comm=mesh1.comm)
+    with pytest.raises(anychip.InvalidArgumentError, match=r"ranks must be distinct and >= 0, got \[0, 0\]"):
+        ProcessMesh([0, 0], comm=mesh1.comm)
+    with pytest.raises(anychip.InvalidArgumentError, match=r"dim_names must be 2 strings, one per mesh "
+                       r"dimension of shape \[1, 1\]; got \['x'\]"):
+        ProcessMesh([[0]], ["x"], comm=mesh1.comm)
+    with pytest.raises(anychip.InvalidArgumentError, match=r"rank 3 is not in the job, whose ranks are 0..0"):
+        ProcessMesh([0, 3], comm=mesh1.comm)
+    assert mesh1.get_dim_size("y") == 1 and mesh1.axis("y") == 1 and mesh1.coordinate == (0, 0)
+    with pytest.raises(anychip.InvalidArgumentError, match=r"no dimension named 'z'; the mesh has \['x', 'y'\]"):
+        mesh1.axis("z")
+
+
+def test_shard_tensor_errors(mesh1: ProcessMesh) -> None:
+    with pytest.raises(anychip.InvalidArgumentError, match=r"3 placements given for a 2-d mesh"):
+        dist.shard_tensor(np.ones((2, 2)), mesh1, [Replicate()] * 3)
+    with pytest.raises(anychip.InvalidArgumentError, match=r"Shard\(dim=2\) is out of range for a 2-d tensor"):
+        dist.shard_tensor(np.ones((2, 2)), mesh1, [Shard(2)])
+    with pytest.raises(anychip.InvalidArgumentError, match=r"block of a \[4, 2\] tensor placed .* is \[4, 2\], "
+                       r"got \[2, 2\]"):
+        dist.dtensor_from_local(np.ones((2, 2)), mesh1, [Shard(0)], (4, 2))
+    other = ProcessMesh([[0]], dim_names=["a", "b"], comm=mesh1.comm)
+    with pytest.raises(anychip.UnsupportedError, match=r"moving between meshes is not supported"):
+        dist.reshard(dist.shard_tensor(np.ones(2), mesh1, []), other, [])
+
+
+def test_single_rank_ops_autograd_and_adamw(mesh1: ProcessMesh) -> None:
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+    X = dist.shard_tensor(x, mesh1, [Shard(0), Shard(1)])      # shards over axes of one rank: whole
+    W = dist.shard_tensor(w, mesh1, [Replicate(), Shard(0)], requires_grad=True)
+    assert X.local_tensor().shape == (4, 3) and X.local_tensor().device == mesh1.device
+    assert X.T.placements == (Shard(1), Shard(0)) and np.array_equal(X.T.numpy(), x.T)
+    Y = (X @ W).relu()
+    L = Y.mean()
+    assert L.placements == (Partial(), Replicate())     # relu reduced the row-parallel Partial on y
+    L.backward()
+    h = x @ w
+    np.testing.assert_allclose(L.item(), np.maximum(h, 0).mean(), rtol=1e-6)
+    np.testing.assert_allclose(W.grad.numpy(), x.T @ ((h > 0) / h.size), rtol=1e-5)
+    assert W.grad.placements == W.placements
+    with pytest.raises(anychip.InvalidArgumentError, match=r"backward: \[4, 2\]-shaped tensor; call it on a scalar"):
+        Y.backward()
+    # AdamW: decoupled decay, bias-corrected moments
+    g = W.grad.numpy()
+    opt = dist.AdamW([W], learning_rate=0.1, weight_decay=0.5)
+    opt.step()
+    want = w * (1 - 0.1 * 0.5) - 0.1 * g / (np.abs(g) + 1e-8)
+    np.testing.assert_allclose(W.numpy(), want, rtol=1e-5, atol=1e-7)
+    opt.clear_grad()
+    assert W.grad is None
+
+
+def test_linear_needs_shard_layer(mesh1: ProcessMesh) -> None:
+    layer = dist.Linear(3, 2)
+    assert [n for n, _ in layer.named_parameters()] == ["weight", "bias"]
+    with pytest.raises(anychip.InvalidArgumentError, match=r"not placed on a mesh yet; call shard_layer"):
+        layer(dist.shard_tensor(np.ones((1, 3), np.float32), mesh1, []))
+    dist.shard_layer(layer, mesh1)
+    assert all(p.requires_grad and p.placements == (Replicate(), Replicate()) for p in layer.parameters())
+    with pytest.raises(anychip.InvalidArgumentError, match=r"matmul: shapes \[1, 4\] and \[3, 2\] do not fit"):
+        layer(dist.shard_tensor(np.ones((1, 4), np.float32), mesh1, []))
+
+
+# -- across processes ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,backend,cases", [(2, "cpu", 355), (4, "cpu", 2100), (2, "kunlun", 355),
+                                             (4, "ascend", 2100)])
+def test_every_reshard_matmul_and_gradient_across_ranks(n: int, backend: str, cases: int) -> None:
+    # 1-D mesh of n ranks (shapes (8,4), (5,7), (3,2), (3,5,2): even, uneven, empty chunks, 3-D),
+    # and with 4 ranks a 2x2 mesh ((4,6), (5,3)); every source x destination placement, every
+    # matmul placement pair, and the gradients of an MLP against NumPy
+    p = _launch(n, backend, WORKER, "all")
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in range(n):
+        assert f"[{r}] PASS {cases} cases" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("backend", ["cpu", "ascend", "kunlun", "hygon"])
+def test_example_small_matches_one_device(backend: str) -> None:
+    if not _available(backend):
+        pytest.skip(f"{backend} is unavailable")
+    p = _launch(4, backend, EXAMPLE, "--small")
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [line.split() for line in p.stdout.splitlines() if line.startswith("[0]  ")]
+    assert [r[1] for r in rows] == ["0", "1", "2"], p.stdout
+    losses = [(float(r[2]), float(r[3])) for r in rows]
+    assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in losses)
+    assert losses[2][0] < losses[0][0]           # it trains
+    assert "[0] losses match: worst relative difference" in p.stdout
+
+
+def test_example_needs_four_ranks() -> None:
+    p = _launch(2, "cpu", EXAMPLE, "--small")
+    assert p.returncode == 2
+    assert "auto_parallel.py needs 4 ranks (a 2 x 2 mesh), got 2" in p.stdout + p.stderr
