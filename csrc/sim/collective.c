@@ -31,12 +31,10 @@ struct sc_comm {
     void *order_event;                /* orders ops issued on different streams */
     void *last_stream;                /* stream of the previous op (NULL: none yet) */
     int has_last;
-    pthread_mutex_t lock;             /* enqueue order; the idle wait */
+    pthread_mutex_t lock;             /* enqueue order; pending count */
     pthread_cond_t idle;
-    _Atomic int pending;              /* tasks enqueued and not finished */
-    _Atomic int idle_waiters;         /* threads in wait_idle (a finishing task wakes them) */
-    _Atomic int failed;               /* a task claimed async_msg (set once) */
-    _Atomic int async_status;         /* sc_status of the first failed task (after async_msg) */
+    int pending;                      /* tasks enqueued and not finished */
+    _Atomic int async_status;         /* sc_status of the first failed task */
     char async_msg[512];
 };
 
@@ -256,10 +254,8 @@ sc_status sc_comm_check(const sc_comm *c, const char *fn)
 static void wait_idle(sc_comm *c)
 {
     pthread_mutex_lock(&c->lock);
-    atomic_fetch_add(&c->idle_waiters, 1); /* before reading pending: see run_job */
-    while (atomic_load(&c->pending) > 0)
+    while (c->pending > 0)
         pthread_cond_wait(&c->idle, &c->lock);
-    atomic_fetch_sub(&c->idle_waiters, 1);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -314,29 +310,22 @@ typedef struct job {
     ccl_task *task;
 } job;
 
-/* Runs on the stream's worker. It takes no lock of the communicator (the issuing thread
- * holds it while it enqueues the next op): the first failure claims the message with an
- * atomic flag and publishes its status after it; idle waiters are woken only when there
- * are some (pending and idle_waiters are both sequentially consistent, so either this
- * thread sees the waiter or the waiter sees pending reach 0). */
 static void run_job(void *arg)
 {
     job *j = arg;
     sc_comm *c = j->comm;
     ccl_task_run(j->task);
     int st = ccl_task_status(j->task);
-    int unclaimed = 0;
-    if (st != CCL_OK && atomic_compare_exchange_strong(&c->failed, &unclaimed, 1)) {
+    pthread_mutex_lock(&c->lock);
+    if (st != CCL_OK && atomic_load(&c->async_status) == SC_OK) {
         snprintf(c->async_msg, sizeof c->async_msg, "%s", ccl_task_error(j->task));
         atomic_store(&c->async_status, from_ccl(st));
     }
     ccl_task_free(j->task);
     free(j);
-    if (atomic_fetch_sub(&c->pending, 1) == 1 && atomic_load(&c->idle_waiters) > 0) {
-        pthread_mutex_lock(&c->lock);
+    if (--c->pending == 0)
         pthread_cond_broadcast(&c->idle);
-        pthread_mutex_unlock(&c->lock);
-    }
+    pthread_mutex_unlock(&c->lock);
 }
 
 /* Make `stream` wait for the work queued so far on `other` (both on the comm's device). */
@@ -372,13 +361,10 @@ static sc_status enqueue(sc_comm *c, const ccl_op *ops, int n, void *stream, voi
         ss = order_after(c, stream, c->last_stream);
     for (int i = 0; ss == SIM_OK && i < nothers; i++)
         ss = order_after(c, stream, others[i]);
-    if (ss == SIM_OK) {
-        atomic_fetch_add(&c->pending, 1); /* before the job can run and count itself done */
+    if (ss == SIM_OK)
         ss = sim_enqueue_host_fn(stream, run_job, j);
-        if (ss != SIM_OK && atomic_fetch_sub(&c->pending, 1) == 1)
-            pthread_cond_broadcast(&c->idle); /* (this thread holds c->lock) */
-    }
     if (ss == SIM_OK) {
+        c->pending++;
         c->has_last = 1;
         c->last_stream = stream;
         for (int i = 0; i < nothers; i++)
