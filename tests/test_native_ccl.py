@@ -159,6 +159,43 @@ def test_one_rank_every_op_and_the_engine_for_what_the_library_lacks(backend, mo
 
 
 @pytest.mark.parametrize("backend", SIM_PARAMS)
+def test_repeated_ops_take_the_prepared_path_and_reuse_their_events(backend, monkeypatch):
+    comm = _single(f"{backend}:0", monkeypatch)
+    dev, t = comm.device, comm.transport
+    try:
+        x = dev.alloc(4 * 64).copy_from(np.arange(64, dtype=np.float32))
+        y = dev.alloc(4 * 64)
+        calls = []
+        submit = t.submit
+        monkeypatch.setattr(t, "submit", lambda *a: calls.append(a) or submit(*a))
+        works = [comm.all_reduce(x, y) for _ in range(200)]      # every Work kept: 200 events
+        for _ in range(300):
+            last = comm.all_reduce(x, y)                           # each dropped before it settles
+        last.wait()
+        for w in works:
+            w.wait()
+        assert calls == []                                         # all through submit_prepared
+        assert np.array_equal(y.to_numpy(np.float32), np.arange(64, dtype=np.float32))
+        assert 0 < len(t._events) <= 64
+        # the same call after the buffer was freed is refused, not served from the cache
+        y.free()
+        with pytest.raises(InvalidArgumentError, match="freed"):
+            comm.all_reduce(x, y)
+        # a library error on the prepared path raises as on the plain one
+        z = dev.alloc(4 * 64)
+        comm.all_reduce(x, z).wait()
+        monkeypatch.setattr(t.lib, "error", lambda rc, what: InvalidArgumentError(f"{what}: {rc}"))
+        key = next(k for k in comm._prepared if k[2] == id(z))
+        fields = comm._prepared[key][3]
+        comm._prepared[key] = (*comm._prepared[key][:3], (*fields[:5], (lambda s: 5, "all_reduce", "ar")),
+                               comm._prepared[key][4])
+        with pytest.raises(InvalidArgumentError, match="ar: 5"):
+            comm.all_reduce(x, z)
+    finally:
+        comm.destroy()
+
+
+@pytest.mark.parametrize("backend", SIM_PARAMS)
 def test_library_result_codes_for_bad_arguments(backend, monkeypatch):
     comm = _single(f"{backend}:0", monkeypatch)
     t = comm.transport

@@ -339,16 +339,23 @@ class Communicator:
             if hit is not None and hit[0]() is send and hit[1]() is recv and hit[2]() is stream and \
                     (send is None or not send.freed) and (recv is None or not recv.freed):
                 k, c, d, o, r, native = hit[3]
-                spec = OpSpec(k, send, recv if recv is not None or recv_mult == 0 else send, c, d, o, r)
-                return self._transport.submit_prepared(([spec], native), stream)
+                last = hit[4]
+                specs = last[0]() if last[0] is not None else None
+                if specs is None:
+                    specs = _Specs([OpSpec(k, send, recv if recv is not None or recv_mult == 0 else send, c, d, o,
+                                           r)])
+                    last[0] = weakref.ref(specs)
+                return self._transport.submit_prepared((specs, native), stream)
         spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
         if g is None:
             if len(self._prepared) >= 32:
                 self._prepared.clear()
             specs, native = self._transport.prepare([spec])
-            # the cache holds the buffers weakly: their memory is released as usual when dropped
+            specs = _Specs(specs)
+            # the cache holds the buffers weakly: their memory is released as usual when dropped;
+            # and the spec list last submitted weakly, reused while the stream still holds it
             fields = (spec.kind, spec.count, spec.dtype, spec.op, spec.root, native)
-            self._prepared[key] = (_ref(send), _ref(recv), weakref.ref(stream), fields)
+            self._prepared[key] = (_ref(send), _ref(recv), weakref.ref(stream), fields, [weakref.ref(specs)])
             return self._transport.submit_prepared((specs, native), stream)
         if g is not None:
             if g.stream is not None and g.stream is not stream:
@@ -456,6 +463,16 @@ def _from_tensors(kind: str, send: Any, recv: Any, dtype: Any) -> tuple[Any, Any
         raise InvalidArgumentError(f"{kind}: dtype={dtype!r} but the tensor holds {dtypes[0]}; leave dtype out "
                                    "when passing tensors")
     return out[0], out[1], dtypes[0]
+
+
+class _Specs(list):
+    """The spec list of a prepared call. The communicator's cache refers to it weakly: while
+    a stream (or a Work) still holds it for an earlier op, a repeated call submits the same
+    list, so back-to-back ops do not each leave a new spec and list behind them (objects held
+    until their op completes age into the collector's oldest generation, whose full
+    collections cost milliseconds)."""
+
+    __slots__ = ("__weakref__",)
 
 
 def _ref(obj: Any) -> Any:

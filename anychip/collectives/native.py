@@ -171,6 +171,12 @@ class NativeLibrary:
         """Issue one op (count in elements of dtype; movement ops in bytes)."""
         raise NotImplementedError
 
+    def bind(self, comm: Any, kind: str, send: Any, recv: Any, count: int, dtype: int, redop: int,
+             root: int) -> Any:
+        """``op`` with everything but the stream fixed: a callable ``(stream) -> status``."""
+        op = self.op
+        return lambda stream: op(comm, kind, send, recv, count, dtype, redop, root, stream)
+
     # -- how the device plugin's objects reach the library (override for non-vendor plugins) --
     def use_device(self, plugin: Any, index: int) -> None:
         """Make device ``index`` current on the calling thread before a library call."""
@@ -449,6 +455,15 @@ class _EventWork(Work):
         self._event = event
         self._keep = keep
 
+    def __del__(self) -> None:
+        # dropped before it settled: nobody can wait for its event any more, and the event's
+        # next record supersedes this one, so it may serve the next op (saves a create/destroy)
+        event = self._event
+        if event is not None:
+            pool = self._transport._events
+            if len(pool) < 64:
+                pool.append(event)
+
     def _settle(self) -> bool:
         exc = self._transport._async_failure(self._what)
         self._finish(exc)
@@ -496,7 +511,8 @@ class NativeTransport(Transport):
         self.mode = "sim" if library.simulated else "device"
         self.name = f"native/{library.api}" + (" (simulated)" if library.simulated else "")
         self._boot: Transport = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
-        self._events: list[Event] = []          # completion events that have passed, for reuse
+        self._events: list[Event] = []          # completion events free for reuse
+        self._last_stream: tuple[Any, Any] | None = None     # (raw stream, the library's handle)
         self._comm: Any = None
         self._plugin: Any = cast(Any, device.plugin)
         try:
@@ -528,6 +544,41 @@ class NativeTransport(Transport):
         finally:
             if grouped:
                 lib.check(lib.group_end(), f"{what}: {lib.api} group end")
+        event = self._events.pop() if self._events else Event(self.device)
+        event.record(stream)
+        stream._keep_alive(specs)
+        return _EventWork(what, self, event, specs)
+
+    def prepare(self, specs: list[OpSpec]) -> tuple[list[OpSpec], Any]:
+        """(specs, the op bound to its converted arguments): a repeated op skips the dtype / op
+        lookups, the pointer conversions and the choice of the library function."""
+        if len(specs) != 1 or self._comm is None or not self.lib.supports(specs[0]):
+            return specs, None
+        sp = specs[0]
+        send, recv, count, dtype, redop, root, copy_first = self._arguments(sp)
+        if copy_first:
+            return specs, None
+        call = self.lib.bind(self._comm, sp.kind, send, recv, count, dtype, redop, root)
+        return specs, (call, sp.kind, f"{sp.kind} ({self.lib.api}, group {self.label})")
+
+    def submit_prepared(self, prepared: tuple[list[OpSpec], Any], stream: Stream) -> Work:
+        specs, native = prepared
+        if native is None:
+            return self.submit(specs, stream)
+        self._live()
+        call, what, where = native
+        lib, plugin = self.lib, self._plugin
+        lib.use_device(plugin, self.device.index)
+        raw = stream._live()
+        last = self._last_stream
+        if last is not None and last[0] is raw:
+            handle = last[1]
+        else:
+            handle = lib.stream_handle(plugin, raw)
+            self._last_stream = (raw, handle)
+        rc = call(handle)
+        if rc:
+            raise lib.error(rc, where)
         event = self._events.pop() if self._events else Event(self.device)
         event.record(stream)
         stream._keep_alive(specs)
@@ -565,7 +616,9 @@ class NativeTransport(Transport):
         if self._comm is None:
             raise InvalidArgumentError(f"communicator {self.label} was destroyed")
 
-    def _issue(self, sp: OpSpec, stream_handle: Any, stream: Stream) -> None:
+    def _arguments(self, sp: OpSpec) -> tuple[Any, Any, int, int, int, int, bool]:
+        """The library's arguments for ``sp`` (send, recv, count, dtype, redop, root) and whether
+        the root's send must first be copied to its recv (HCCL broadcasts in place)."""
         lib, ffi = self.lib, self.lib.ffi
         reducing = sp.kind in ("all_reduce", "reduce", "reduce_scatter")
         if reducing:
@@ -574,10 +627,17 @@ class NativeTransport(Transport):
             count, dtype, redop = sp.count * sp.itemsize, lib.byte, 0
         send = ffi.cast("void *", (sp.send.ptr or 0) if sp.send is not None else 0)
         recv = ffi.cast("void *", (sp.recv.ptr or 0) if sp.recv is not None else 0)
-        if sp.kind == "broadcast" and isinstance(lib, Hccl) and sp.root == self.rank and send != recv and count:
+        copy_first = bool(sp.kind == "broadcast" and isinstance(lib, Hccl) and sp.root == self.rank and
+                          send != recv and count)
+        root = sp.root if sp.root >= 0 else 0
+        return send, recv, count, dtype, redop, root, copy_first
+
+    def _issue(self, sp: OpSpec, stream_handle: Any, stream: Stream) -> None:
+        lib = self.lib
+        send, recv, count, dtype, redop, root, copy_first = self._arguments(sp)
+        if copy_first:
             from ..runtime.device import copy
             copy(sp.recv, sp.send, count, stream=stream)                      # HCCL broadcasts in place
-        root = sp.root if sp.root >= 0 else 0
         lib.check(lib.op(self._comm, sp.kind, send, recv, count, dtype, redop, root, stream_handle),
                   f"{sp.kind} ({lib.api}, group {self.label})")
 

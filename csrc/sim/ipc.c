@@ -61,20 +61,29 @@ sim_status sim_ipc_get_handle(const void *devptr, anychip_sim_ipc_handle *h)
     if (phys < 0)
         return sim_fail(SIM_E_INVALID_VALUE, "%p is not device memory allocated by this process", devptr);
     sim_device *d = &G.dev[phys];
-    pthread_rwlock_wrlock(&G.exec);
+    /* making the arena shareable excludes running ops (G.exec for writing); once it is,
+     * d->lock alone keeps the table and the descriptor steady for the lookup */
     pthread_mutex_lock(&d->lock);
+    int exclusive = d->fd < 0;
+    if (exclusive) {
+        pthread_mutex_unlock(&d->lock);
+        pthread_rwlock_wrlock(&G.exec);
+        pthread_mutex_lock(&d->lock);
+    }
     size_t off = (size_t)((const char *)devptr - d->base);
     long i = sim_alloc_floor(d, off);
     if (i < 0 || off >= d->allocs[i].off + d->allocs[i].rsize) {
         pthread_mutex_unlock(&d->lock);
-        pthread_rwlock_unlock(&G.exec);
+        if (exclusive)
+            pthread_rwlock_unlock(&G.exec);
         return sim_fail(SIM_E_INVALID_VALUE, "%p is not inside a live allocation", devptr);
     }
     sim_alloc a = d->allocs[i];
-    sim_status st = make_shareable(d, phys);
+    sim_status st = exclusive ? make_shareable(d, phys) : SIM_OK;
     int fd = d->fd;
     pthread_mutex_unlock(&d->lock);
-    pthread_rwlock_unlock(&G.exec);
+    if (exclusive)
+        pthread_rwlock_unlock(&G.exec);
     if (st != SIM_OK)
         return st;
     memset(h, 0, sizeof *h);

@@ -5,6 +5,10 @@
  */
 #include "internal.h"
 
+#include <sched.h>
+
+#define SPIN_YIELD_AFTER_NS 2000
+
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -34,13 +38,21 @@ int sim_wait(sim_ready_fn ready, const void *ctx, pthread_mutex_t *lock, pthread
     if (ready(ctx))
         return 1;
     if (spin_ns) {
-        uint64_t until = now_ns() + spin_ns;
+        /* after the first microseconds the spin yields the core between polls: on a machine
+         * with more busy threads than cores, the thread that will make us ready (the issuing
+         * thread, a peer rank) may be waiting for this very core */
+        uint64_t start = now_ns(), until = start + spin_ns;
         for (unsigned k = 1;; k++) {
             if (ready(ctx))
                 return 1;
             cpu_relax();
-            if ((k & 63) == 0 && now_ns() > until)
-                break;
+            if ((k & 63) == 0) {
+                uint64_t t = now_ns();
+                if (t > until)
+                    break;
+                if (t - start > SPIN_YIELD_AFTER_NS)
+                    sched_yield();
+            }
         }
     }
     int ok = 1;
