@@ -49,6 +49,24 @@ def _run(kind: str, comm: Any, x: np.ndarray, recv_shape: tuple[int, ...], **kw:
     return np.array(host(recv))
 
 
+def all_reduce_in_place(steps: Sequence[Step], local: Any, mesh: ProcessMesh) -> Any:
+    """A plan of all_reduce steps only (Partial -> Replicate on each axis, the gradients' path)
+    run on a device copy of the block, with no trip through the host."""
+    import time
+    out = local.clone()
+    mesh.device.synchronize()          # the work queued before counts as compute, not collective time
+    for step in steps:
+        comm = mesh.axis_comm(step.axis)
+        if mesh.shape[step.axis] == 1 or comm is None:
+            continue
+        src: Any = step.src                          # a Partial: all_reduce steps start from one
+        t0 = time.perf_counter()
+        comm.all_reduce(whole(out), count=out.size, dtype=out.dtype.name, op=src.op).wait()
+        seconds["all_reduce"] = seconds.get("all_reduce", 0.0) + time.perf_counter() - t0
+        counts["all_reduce"] = counts.get("all_reduce", 0) + 1
+    return out
+
+
 def run_step(step: Step, x: np.ndarray, shape: Sequence[int], cur: Sequence[Placement],
              mesh: ProcessMesh) -> np.ndarray:
     """The local block after ``step`` (cur: the placements before it)."""

@@ -254,11 +254,15 @@ def reshard(dt: DistTensor, mesh: ProcessMesh, placements: Sequence[Placement]) 
     if pl == dt.placements:
         return dt
     cur = list(dt.placements)
-    x = dt._np()
-    for step in plan(cur, pl):
-        x = _reshard.run_step(step, x, dt.shape, cur, mesh)
-        cur[step.axis] = step.dst
-    out = dt._new(x, dt.shape, pl)
+    steps = plan(cur, pl)
+    if all(step.kind == "all_reduce" for step in steps):
+        out = DistTensor(_reshard.all_reduce_in_place(steps, dt._local, mesh), dt.shape, mesh, pl)
+    else:
+        x = dt._np()
+        for step in steps:
+            x = _reshard.run_step(step, x, dt.shape, cur, mesh)
+            cur[step.axis] = step.dst
+        out = dt._new(x, dt.shape, pl)
     src = dt.placements
     return _record(out, [dt], lambda g: [_back_to(g, src)])
 
