@@ -15,8 +15,11 @@
  * OpenBLAS); otherwise, and for the other dtypes, a blocked loop runs.
  */
 #define _GNU_SOURCE
-/* the loops below are written to vectorize; -O2's cheap cost model leaves most of them scalar */
-#pragma GCC optimize("O3")
+/* the loops below are written to vectorize; -O2's cheap cost model leaves most of them scalar.
+ * No trapping math: selects over computed values (NaN checks, clamps, maximum) may then be
+ * if-converted into vector blends; the values are the same, only FP exception flags (which
+ * nothing reads) may differ. */
+#pragma GCC optimize("O3", "no-trapping-math")
 #include "core.h"
 #include "internal.h"
 
@@ -35,6 +38,15 @@ enum { U_COPY, U_RELU, U_EXP, U_LOG, U_NEG, U_NOPS };
 enum { R_SUM, R_MEAN, R_MAX, R_NOPS };
 
 #define K_MAXDIM 16
+
+/* The hot kernels are compiled three times, for x86-64 with AVX-512, with AVX2 + FMA and
+ * for the baseline, and the loader picks the widest the CPU has (an ifunc): the library
+ * still runs on any x86-64. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define K_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define K_CLONES
+#endif
 
 static const int ITEMSIZE[K_NDTYPES] = {1, 1, 1, 4, 8, 2, 2, 4, 8};
 
@@ -96,6 +108,41 @@ static inline uint16_t f2b(float f)
     if ((x & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((x >> 16) | 0x40u);
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* ---- exp ------------------------------------------------------------------------------- */
+
+static inline float bits_to_f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* e^x in float32 without branches, so that loops over it vectorize (the C library's expf is
+ * a call per element): Cephes' range reduction x = n ln2 + r (ln2 in two parts), a degree-6
+ * polynomial for e^r, and 2^n applied as two factors so that results down to the smallest
+ * subnormal round once. Within 1 ulp of the correctly rounded result; overflow gives inf,
+ * underflow 0, NaN stays NaN. Every value is computed and then selected, never branched on. */
+static inline float k_expf(float x)
+{
+    float xc = x > -104.0f ? x : -104.0f;           /* e^-104 rounds to 0; NaN also lands here */
+    xc = xc < 89.0f ? xc : 89.0f;                   /* e^89 overflows */
+    const float round = 12582912.0f;                /* 1.5 * 2^23: adding it rounds to an integer */
+    float n = (xc * 1.44269504088896341f + round) - round;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;      /* n in [-150, 129] */
+    float res = p * bits_to_f((uint32_t)(n1 + 127) << 23) * bits_to_f((uint32_t)(n2 + 127) << 23);
+    float nan = x + x;
+    return x != x ? nan : res;
 }
 
 /* ---- argument records -------------------------------------------------------------------- */
@@ -233,7 +280,7 @@ static _Atomic(dgemm_fn) g_dgemm;
     default: EW_COMPARE(J, T, T, ID);                                                        \
     }
 
-static void run_elementwise(void *arg)
+K_CLONES static void run_elementwise(void *arg)
 {
     ew_job *j = arg;
     switch (j->dtype) {
@@ -321,7 +368,7 @@ static inline kval apply_unary(int op, int dt, kval v)
             float f = (float)v.d;
             switch (op) {
             case U_RELU: f = isnan(f) ? f : f > 0 ? f : 0.0f; break;
-            case U_EXP: f = expf(f); break;
+            case U_EXP: f = k_expf(f); break;
             case U_LOG: f = logf(f); break;
             case U_NEG: f = -f; break;
             default: break;
@@ -338,26 +385,31 @@ static inline kval apply_unary(int op, int dt, kval v)
 }
 
 /* same-type float ops, one loop per op (NaN stays NaN in relu, as np.maximum(x, 0)) */
+#define UNARY_LOOP(N, SA, BODY)                                                              \
+    do {                                                                                     \
+        if ((SA) == 1)                  /* contiguous: the loop that vectorizes */           \
+            for (int64_t i = 0; i < (N); i++) { const int64_t k_ = i; BODY; }                \
+        else                                                                                 \
+            for (int64_t i = 0; i < (N); i++) { const int64_t k_ = i * (SA); BODY; }         \
+    } while (0)
+
 #define UNARY_TYPED(OP, T, RX, RO, SA, N, EXP, LOG)                                           \
     do {                                                                                     \
         const T *x_ = (const T *)(RX);                                                       \
         T *o_ = (T *)(RO);                                                                   \
         switch (OP) {                                                                        \
-        case U_COPY: for (int64_t i = 0; i < (N); i++) o_[i] = x_[i * (SA)]; break;          \
+        case U_COPY: UNARY_LOOP(N, SA, o_[i] = x_[k_]); break;                               \
         case U_RELU:                                                                         \
-            for (int64_t i = 0; i < (N); i++) {                                              \
-                T v = x_[i * (SA)];                                                          \
-                o_[i] = v > 0 ? v : (v != v ? v : (T)0);                                     \
-            }                                                                                \
+            UNARY_LOOP(N, SA, T v = x_[k_]; o_[i] = v > 0 ? v : (v != v ? v : (T)0));         \
             break;                                                                           \
-        case U_EXP: for (int64_t i = 0; i < (N); i++) o_[i] = EXP(x_[i * (SA)]); break;      \
-        case U_LOG: for (int64_t i = 0; i < (N); i++) o_[i] = LOG(x_[i * (SA)]); break;      \
-        case U_NEG: for (int64_t i = 0; i < (N); i++) o_[i] = -x_[i * (SA)]; break;          \
+        case U_EXP: UNARY_LOOP(N, SA, o_[i] = EXP(x_[k_])); break;                           \
+        case U_LOG: UNARY_LOOP(N, SA, o_[i] = LOG(x_[k_])); break;                           \
+        case U_NEG: UNARY_LOOP(N, SA, o_[i] = -x_[k_]); break;                               \
         default: break;                                                                      \
         }                                                                                    \
     } while (0)
 
-static void run_unary(void *arg)
+K_CLONES static void run_unary(void *arg)
 {
     ew_job *j = arg;
     int isz = ITEMSIZE[j->in_dtype], osz = ITEMSIZE[j->out_dtype];
@@ -374,7 +426,7 @@ static void run_unary(void *arg)
             for (int64_t i = 0; i < inner_; i++)
                 memcpy(ro + i * osz, rx + i * sa_ * isz, (size_t)isz);
     } else if (j->in_dtype == j->out_dtype && j->in_dtype == K_F32) {
-        UNARY_TYPED(j->op, float, rx, ro, sa_, inner_, expf, logf);
+        UNARY_TYPED(j->op, float, rx, ro, sa_, inner_, k_expf, logf);
     } else if (j->in_dtype == j->out_dtype && j->in_dtype == K_F64) {
         UNARY_TYPED(j->op, double, rx, ro, sa_, inner_, exp, log);
     } else if (j->op == U_COPY && j->in_dtype == K_F32 && j->out_dtype == K_F16) {
@@ -443,7 +495,7 @@ static void run_unary(void *arg)
         free(acc);                                                                           \
     } while (0)
 
-static void run_reduce(void *arg)
+K_CLONES static void run_reduce(void *arg)
 {
     red_job *j = arg;
     if (j->in_dtype == j->out_dtype && (j->in_dtype == K_F32 || j->in_dtype == K_F64)) {
