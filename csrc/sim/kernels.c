@@ -39,9 +39,10 @@ enum { R_SUM, R_MEAN, R_MAX, R_NOPS };
 
 #define K_MAXDIM 16
 
-/* The hot kernels are compiled three times, for x86-64 with AVX-512, with AVX2 + FMA and
- * for the baseline, and the loader picks the widest the CPU has (an ifunc): the library
- * still runs on any x86-64. */
+/* The float32 fast paths (contiguous operands) are compiled three times, for x86-64 with
+ * AVX-512, with AVX2 + FMA and for the baseline, and the loader picks the widest the CPU has
+ * (an ifunc): the library still runs on any x86-64. Only those small functions are cloned,
+ * so the build stays quick; every other layout and type runs the general loops below. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
 #define K_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -280,9 +281,63 @@ static _Atomic(dgemm_fn) g_dgemm;
     default: EW_COMPARE(J, T, T, ID);                                                        \
     }
 
-K_CLONES static void run_elementwise(void *arg)
+/* true when strides are those of a C-contiguous array of shape (dimensions of 1 aside) */
+static int c_contiguous(int ndim, const int64_t *shape, const int64_t *strides)
+{
+    int64_t want = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] != 1 && strides[d] != want)
+            return 0;
+        want *= shape[d];
+    }
+    return 1;
+}
+
+static int64_t numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    return n;
+}
+
+/* float32, both inputs contiguous: one flat loop per op */
+#define EW_F32_FLAT(OT, EXPR)                                                                \
+    do {                                                                                     \
+        OT *o_ = (OT *)out;                                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            float x = a[i], y = b[i];                                                        \
+            o_[i] = (OT)(EXPR);                                                              \
+        }                                                                                    \
+    } while (0)
+
+K_CLONES static void ew_f32_flat(int op, const float *a, const float *b, void *out, int64_t n)
+{
+    switch (op) {
+    case E_ADD: EW_F32_FLAT(float, x + y); break;
+    case E_SUB: EW_F32_FLAT(float, x - y); break;
+    case E_MUL: EW_F32_FLAT(float, x * y); break;
+    case E_DIV: EW_F32_FLAT(float, x / y); break;
+    case E_MAX: EW_F32_FLAT(float, FMAXNAN(x, y)); break;
+    case E_MIN: EW_F32_FLAT(float, FMINNAN(x, y)); break;
+    case E_EQ: EW_F32_FLAT(uint8_t, TO_BOOL(x == y)); break;
+    case E_NE: EW_F32_FLAT(uint8_t, TO_BOOL(x != y)); break;
+    case E_LT: EW_F32_FLAT(uint8_t, TO_BOOL(x < y)); break;
+    case E_LE: EW_F32_FLAT(uint8_t, TO_BOOL(x <= y)); break;
+    case E_GT: EW_F32_FLAT(uint8_t, TO_BOOL(x > y)); break;
+    case E_GE: EW_F32_FLAT(uint8_t, TO_BOOL(x >= y)); break;
+    default: break;
+    }
+}
+
+static void run_elementwise(void *arg)
 {
     ew_job *j = arg;
+    if (j->dtype == K_F32 && c_contiguous(j->ndim, j->shape, j->as) && c_contiguous(j->ndim, j->shape, j->bs)) {
+        ew_f32_flat(j->op, (const float *)j->a, (const float *)j->b, j->out, numel(j->ndim, j->shape));
+        free(j);
+        return;
+    }
     switch (j->dtype) {
     case K_BOOL: EW_INT(j, uint8_t, uint8_t); break;
     case K_I8: EW_INT(j, int8_t, uint8_t); break;
@@ -409,9 +464,19 @@ static inline kval apply_unary(int op, int dt, kval v)
         }                                                                                    \
     } while (0)
 
-K_CLONES static void run_unary(void *arg)
+K_CLONES static void unary_f32_flat(int op, const float *x, float *o, int64_t n)
+{
+    UNARY_TYPED(op, float, x, o, 1, n, k_expf, logf);
+}
+
+static void run_unary(void *arg)
 {
     ew_job *j = arg;
+    if (j->in_dtype == K_F32 && j->out_dtype == K_F32 && j->op != U_COPY && c_contiguous(j->ndim, j->shape, j->as)) {
+        unary_f32_flat(j->op, (const float *)j->a, (float *)j->out, numel(j->ndim, j->shape));
+        free(j);
+        return;
+    }
     int isz = ITEMSIZE[j->in_dtype], osz = ITEMSIZE[j->out_dtype];
     int ff = is_float(j->in_dtype);
     const char *px = j->a;
@@ -495,12 +560,17 @@ K_CLONES static void run_unary(void *arg)
         free(acc);                                                                           \
     } while (0)
 
-K_CLONES static void run_reduce(void *arg)
+K_CLONES static void reduce_f32(red_job *j)
+{
+    REDUCE_TYPED(j, float);
+}
+
+static void run_reduce(void *arg)
 {
     red_job *j = arg;
     if (j->in_dtype == j->out_dtype && (j->in_dtype == K_F32 || j->in_dtype == K_F64)) {
         if (j->in_dtype == K_F32)
-            REDUCE_TYPED(j, float);
+            reduce_f32(j);
         else
             REDUCE_TYPED(j, double);
         free(j);
