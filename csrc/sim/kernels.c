@@ -15,11 +15,8 @@
  * OpenBLAS); otherwise, and for the other dtypes, a blocked loop runs.
  */
 #define _GNU_SOURCE
-/* the loops below are written to vectorize; -O2's cheap cost model leaves most of them scalar.
- * No trapping math: selects over computed values (NaN checks, clamps, maximum) may then be
- * if-converted into vector blends; the values are the same, only FP exception flags (which
- * nothing reads) may differ. */
-#pragma GCC optimize("O3", "no-trapping-math")
+/* the loops below are written to vectorize; -O2's cheap cost model leaves most of them scalar */
+#pragma GCC optimize("O3")
 #include "core.h"
 #include "internal.h"
 
@@ -545,7 +542,17 @@ static void run_unary(void *arg)
             }                                                                                \
             for (int64_t i = 0; i < (J)->inner; i++)                                         \
                 acc[i] = (J)->op == R_MAX ? base[i] : 0.0;                                   \
-            for (int64_t r = ((J)->op == R_MAX ? 1 : 0); r < (J)->n; r++) {                  \
+            int64_t r = (J)->op == R_MAX ? 1 : 0;                                            \
+            if ((J)->op != R_MAX && sizeof(T) == 4)                                          \
+                /* float rows four at a time: one pass over acc for four rows (sums of     \
+                 * two floats are all but always exact in double) */                       \
+                for (; r + 4 <= (J)->n; r += 4) {                                            \
+                    const T *r0 = base + r * (J)->inner, *r1 = r0 + (J)->inner;              \
+                    const T *r2 = r1 + (J)->inner, *r3 = r2 + (J)->inner;                    \
+                    for (int64_t i = 0; i < (J)->inner; i++)                                 \
+                        acc[i] += ((double)r0[i] + (double)r1[i]) + ((double)r2[i] + (double)r3[i]); \
+                }                                                                            \
+            for (; r < (J)->n; r++) {                                                        \
                 const T *row = base + r * (J)->inner;                                        \
                 if ((J)->op == R_MAX)                                                        \
                     for (int64_t i = 0; i < (J)->inner; i++)                                 \
