@@ -53,6 +53,7 @@ _UN = {name: i for i, name in enumerate(UNARY)}
 REDUCE = ("sum", "mean", "max")
 _RED = {name: i for i, name in enumerate(REDUCE)}
 MAX_DIMS = 16
+_ONE = (1,)         # what a 0-d operand passes for its shape and strides (never read)
 
 _blas_lock = threading.Lock()
 _blas_given: set[str] = set()
@@ -120,22 +121,20 @@ class SimKernels:
         """``out = a <op> b`` over ``shape`` (inputs strided, of ``dtype``; out contiguous,
         of ``dtype`` or bool for comparisons)."""
         nd = self._ndim(shape)
-        ffi = self._ffi
         ptr_o = self._ptr(index, out[0], out[1], "out")
         ptr_a = self._ptr(index, a[0], a[1], "a")
         ptr_b = self._ptr(index, b[0], b[1], "b")
+        # tuples of ints go to the int64_t * parameters as temporary arrays (cffi)
         self._run(index, "elementwise", self._lib.anychip_simk_elementwise, stream, _EW[op], _DT[dtype], nd,
-                  ffi.new("int64_t[]", list(shape) or [1]), ptr_o, ptr_a, ffi.new("int64_t[]", list(a[2]) or [1]),
-                  ptr_b, ffi.new("int64_t[]", list(b[2]) or [1]))
+                  tuple(shape) or _ONE, ptr_o, ptr_a, tuple(a[2]) or _ONE, ptr_b, tuple(b[2]) or _ONE)
 
     def unary(self, index: int, op: str, out: Any, out_dtype: str, x: Any, dtype: str, shape: tuple[int, ...],
               stream: Any) -> None:
         """``out = op(x)`` over ``shape``; ``copy`` converts ``dtype`` to ``out_dtype`` (a cast)."""
         nd = self._ndim(shape)
-        ffi = self._ffi
         self._run(index, "unary", self._lib.anychip_simk_unary, stream, _UN[op], _DT[out_dtype], _DT[dtype], nd,
-                  ffi.new("int64_t[]", list(shape) or [1]), self._ptr(index, out[0], out[1], "out"),
-                  self._ptr(index, x[0], x[1], "x"), ffi.new("int64_t[]", list(x[2]) or [1]))
+                  tuple(shape) or _ONE, self._ptr(index, out[0], out[1], "out"),
+                  self._ptr(index, x[0], x[1], "x"), tuple(x[2]) or _ONE)
 
     def reduce(self, index: int, op: str, out: Any, out_dtype: str, x: Any, dtype: str, outer: int, n: int,
                inner: int, stream: Any) -> None:

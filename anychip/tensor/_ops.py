@@ -22,7 +22,7 @@ import numpy as np
 from ..runtime import InvalidArgumentError, UnsupportedError
 from . import _dtype as dt
 from ._dtype import DType
-from ._tensor import Tensor, _axis, _host_values, empty, tensor
+from ._tensor import Tensor, _axis, _host_values, _new, empty, tensor
 
 __all__ = ["binary", "unary", "reduce", "matmul", "cast", "copy", "fill", "relu", "exp", "log", "maximum",
            "minimum", "where_kernels"]
@@ -116,8 +116,19 @@ def _numpy_dtype(name: str, what: str) -> DType:
         raise UnsupportedError(f"{what} gives {name} in NumPy, which anychip tensors do not support") from None
 
 
+_TYPES: dict[tuple[str, str, Any], tuple[DType, DType]] = {}
+
+
 def _binary_types(op: str, a: DType, b: DType | type) -> tuple[DType, DType]:
-    """(compute dtype, result dtype) of ``a <op> b``."""
+    """(compute dtype, result dtype) of ``a <op> b``; worked out once per combination."""
+    key = (op, a.name, b.name if isinstance(b, DType) else b)
+    found = _TYPES.get(key)
+    if found is None:
+        found = _TYPES[key] = _binary_types_of(op, a, b)
+    return found
+
+
+def _binary_types_of(op: str, a: DType, b: DType | type) -> tuple[DType, DType]:
     if dt.bfloat16 in (a, b) and (isinstance(b, type) or dt.result_type(a, b) is dt.bfloat16):
         compute = dt.result_type(a, b if isinstance(b, DType) else b(0))
         return compute, (dt.bool_ if op in COMPARISONS else compute)
@@ -143,7 +154,7 @@ def binary(op: str, a: Any, b: Any) -> Tensor:
     sym = _SYMBOL.get(op, op)
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         try:
-            shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+            shape = a._shape if a._shape == b._shape else tuple(np.broadcast_shapes(a.shape, b.shape))
         except ValueError:
             raise InvalidArgumentError(f"{sym}: shapes {a.shape} and {b.shape} cannot be broadcast together "
                                        "(trailing dimensions must be equal or 1)") from None
@@ -175,7 +186,7 @@ def _binary_kernel(k: Any, op: str, a: Any, b: Any, shape: tuple[int, ...], comp
     dev = (a if isinstance(a, Tensor) else b).device
     a = _prepare(a, compute, dev)
     b = _prepare(b, compute, dev)
-    out = empty(shape, dtype=result, device=dev)
+    out = _new(shape, result, dev)
     if out.size:
         k.elementwise(dev.index, op, _out(out), _broadcast(a, shape), _broadcast(b, shape), shape, compute.name,
                       dev.current_stream())
@@ -195,6 +206,8 @@ def full_like_scalar(value: Any, dtype: DType, dev: Any) -> Tensor:
 
 def _broadcast(t: Tensor, shape: tuple[int, ...]) -> tuple[Any, int, tuple[int, ...]]:
     """Operand of ``t`` read as ``shape`` (stride 0 on broadcast dimensions)."""
+    if t._shape == shape:
+        return _operand(t)
     lead = len(shape) - t.ndim
     strides = [0] * lead
     for n, s, want in zip(t.shape, t.strides, shape[lead:], strict=False):
@@ -224,7 +237,7 @@ def unary(op: str, x: Tensor) -> Tensor:
     src = x if x.dtype is result else cast(x, result)
     k = where_kernels(x.device, op, result)
     if k is not None:
-        out = empty(x.shape, dtype=result, device=x.device)
+        out = _new(x.shape, result, x.device)
         try:
             if out.size:
                 k.unary(x.device.index, op, _out(out), result.name, _operand(src), result.name, x.shape,
@@ -266,7 +279,7 @@ def copy(x: Tensor) -> Tensor:
 def _convert(x: Tensor, d: DType) -> Tensor:
     k = where_kernels(x.device, "copy", x.dtype)
     if k is not None and (d is x.dtype or where_kernels(x.device, "copy", d) is not None):
-        out = empty(x.shape, dtype=d, device=x.device)
+        out = _new(x.shape, d, x.device)
         try:
             if out.size:
                 k.unary(x.device.index, "copy", _out(out), d.name, _operand(x), x.dtype.name, x.shape,
@@ -324,7 +337,7 @@ def reduce(op: str, x: Tensor, axis: Any = None, keepdims: bool = False) -> Tens
         else:
             a = axes[0]
             outer, n, inner = math.prod(x.shape[:a]), x.shape[a], math.prod(x.shape[a + 1:])
-        out = empty(shape, dtype=result, device=x.device)
+        out = _new(shape, result, x.device)
         try:
             if out.size:
                 k.reduce(x.device.index, op, _out(out), result.name, _out(src), x.dtype.name, outer, n, inner,
@@ -394,7 +407,7 @@ def _gemm(k: Any, a: Tensor, b: Tensor, result: DType) -> Tensor:
     m, kk, n = a2.shape[0], a2.shape[1], b2.shape[1]
     shape = (m, n) if a.ndim == 2 and b.ndim == 2 else (n,) if a.ndim == 1 and b.ndim == 2 else \
         (m,) if b.ndim == 1 and a.ndim == 2 else ()
-    out = empty(shape, dtype=result, device=dev)
+    out = _new(shape, result, dev)
     if out.size:
         k.gemm(dev.index, _out(out), _operand(a2), _operand(b2), m, kk, n, result.name, dev.current_stream())
     return out

@@ -577,6 +577,11 @@ def empty(*shape: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
     return Tensor(buf, dims, d)
 
 
+def _new(shape: tuple[int, ...], d: DType, dev: Device) -> Tensor:
+    """:func:`empty` for the ops, which pass a shape tuple of ints, a DType and a Device."""
+    return Tensor(dev.alloc(math.prod(shape) * d.itemsize), shape, d)
+
+
 def full(shape: Any, value: Any, dtype: Any = None, device: Any = None) -> Tensor:
     """A tensor of ``shape`` with every element ``value`` (dtype: from the value when not given)."""
     if dtype is None:

@@ -36,6 +36,16 @@ enum { R_SUM, R_MEAN, R_MAX, R_NOPS };
 
 #define K_MAXDIM 16
 
+/* The float32 fast paths (contiguous operands) are compiled three times, for x86-64 with
+ * AVX-512, with AVX2 + FMA and for the baseline, and the loader picks the widest the CPU has
+ * (an ifunc): the library still runs on any x86-64. Only those small functions are cloned,
+ * so the build stays quick; every other layout and type runs the general loops below. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define K_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define K_CLONES
+#endif
+
 static const int ITEMSIZE[K_NDTYPES] = {1, 1, 1, 4, 8, 2, 2, 4, 8};
 
 /* ---- half types ----------------------------------------------------------------------- */
@@ -96,6 +106,41 @@ static inline uint16_t f2b(float f)
     if ((x & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((x >> 16) | 0x40u);
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* ---- exp ------------------------------------------------------------------------------- */
+
+static inline float bits_to_f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* e^x in float32 without branches, so that loops over it vectorize (the C library's expf is
+ * a call per element): Cephes' range reduction x = n ln2 + r (ln2 in two parts), a degree-6
+ * polynomial for e^r, and 2^n applied as two factors so that results down to the smallest
+ * subnormal round once. Within 1 ulp of the correctly rounded result; overflow gives inf,
+ * underflow 0, NaN stays NaN. Every value is computed and then selected, never branched on. */
+static inline float k_expf(float x)
+{
+    float xc = x > -104.0f ? x : -104.0f;           /* e^-104 rounds to 0; NaN also lands here */
+    xc = xc < 89.0f ? xc : 89.0f;                   /* e^89 overflows */
+    const float round = 12582912.0f;                /* 1.5 * 2^23: adding it rounds to an integer */
+    float n = (xc * 1.44269504088896341f + round) - round;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;      /* n in [-150, 129] */
+    float res = p * bits_to_f((uint32_t)(n1 + 127) << 23) * bits_to_f((uint32_t)(n2 + 127) << 23);
+    float nan = x + x;
+    return x != x ? nan : res;
 }
 
 /* ---- argument records -------------------------------------------------------------------- */
@@ -233,9 +278,63 @@ static _Atomic(dgemm_fn) g_dgemm;
     default: EW_COMPARE(J, T, T, ID);                                                        \
     }
 
+/* true when strides are those of a C-contiguous array of shape (dimensions of 1 aside) */
+static int c_contiguous(int ndim, const int64_t *shape, const int64_t *strides)
+{
+    int64_t want = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] != 1 && strides[d] != want)
+            return 0;
+        want *= shape[d];
+    }
+    return 1;
+}
+
+static int64_t numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    return n;
+}
+
+/* float32, both inputs contiguous: one flat loop per op */
+#define EW_F32_FLAT(OT, EXPR)                                                                \
+    do {                                                                                     \
+        OT *o_ = (OT *)out;                                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            float x = a[i], y = b[i];                                                        \
+            o_[i] = (OT)(EXPR);                                                              \
+        }                                                                                    \
+    } while (0)
+
+K_CLONES static void ew_f32_flat(int op, const float *a, const float *b, void *out, int64_t n)
+{
+    switch (op) {
+    case E_ADD: EW_F32_FLAT(float, x + y); break;
+    case E_SUB: EW_F32_FLAT(float, x - y); break;
+    case E_MUL: EW_F32_FLAT(float, x * y); break;
+    case E_DIV: EW_F32_FLAT(float, x / y); break;
+    case E_MAX: EW_F32_FLAT(float, FMAXNAN(x, y)); break;
+    case E_MIN: EW_F32_FLAT(float, FMINNAN(x, y)); break;
+    case E_EQ: EW_F32_FLAT(uint8_t, TO_BOOL(x == y)); break;
+    case E_NE: EW_F32_FLAT(uint8_t, TO_BOOL(x != y)); break;
+    case E_LT: EW_F32_FLAT(uint8_t, TO_BOOL(x < y)); break;
+    case E_LE: EW_F32_FLAT(uint8_t, TO_BOOL(x <= y)); break;
+    case E_GT: EW_F32_FLAT(uint8_t, TO_BOOL(x > y)); break;
+    case E_GE: EW_F32_FLAT(uint8_t, TO_BOOL(x >= y)); break;
+    default: break;
+    }
+}
+
 static void run_elementwise(void *arg)
 {
     ew_job *j = arg;
+    if (j->dtype == K_F32 && c_contiguous(j->ndim, j->shape, j->as) && c_contiguous(j->ndim, j->shape, j->bs)) {
+        ew_f32_flat(j->op, (const float *)j->a, (const float *)j->b, j->out, numel(j->ndim, j->shape));
+        free(j);
+        return;
+    }
     switch (j->dtype) {
     case K_BOOL: EW_INT(j, uint8_t, uint8_t); break;
     case K_I8: EW_INT(j, int8_t, uint8_t); break;
@@ -321,7 +420,7 @@ static inline kval apply_unary(int op, int dt, kval v)
             float f = (float)v.d;
             switch (op) {
             case U_RELU: f = isnan(f) ? f : f > 0 ? f : 0.0f; break;
-            case U_EXP: f = expf(f); break;
+            case U_EXP: f = k_expf(f); break;
             case U_LOG: f = logf(f); break;
             case U_NEG: f = -f; break;
             default: break;
@@ -338,28 +437,43 @@ static inline kval apply_unary(int op, int dt, kval v)
 }
 
 /* same-type float ops, one loop per op (NaN stays NaN in relu, as np.maximum(x, 0)) */
+#define UNARY_LOOP(N, SA, BODY)                                                              \
+    do {                                                                                     \
+        if ((SA) == 1)                  /* contiguous: the loop that vectorizes */           \
+            for (int64_t i = 0; i < (N); i++) { const int64_t k_ = i; BODY; }                \
+        else                                                                                 \
+            for (int64_t i = 0; i < (N); i++) { const int64_t k_ = i * (SA); BODY; }         \
+    } while (0)
+
 #define UNARY_TYPED(OP, T, RX, RO, SA, N, EXP, LOG)                                           \
     do {                                                                                     \
         const T *x_ = (const T *)(RX);                                                       \
         T *o_ = (T *)(RO);                                                                   \
         switch (OP) {                                                                        \
-        case U_COPY: for (int64_t i = 0; i < (N); i++) o_[i] = x_[i * (SA)]; break;          \
+        case U_COPY: UNARY_LOOP(N, SA, o_[i] = x_[k_]); break;                               \
         case U_RELU:                                                                         \
-            for (int64_t i = 0; i < (N); i++) {                                              \
-                T v = x_[i * (SA)];                                                          \
-                o_[i] = v > 0 ? v : (v != v ? v : (T)0);                                     \
-            }                                                                                \
+            UNARY_LOOP(N, SA, T v = x_[k_]; o_[i] = v > 0 ? v : (v != v ? v : (T)0));         \
             break;                                                                           \
-        case U_EXP: for (int64_t i = 0; i < (N); i++) o_[i] = EXP(x_[i * (SA)]); break;      \
-        case U_LOG: for (int64_t i = 0; i < (N); i++) o_[i] = LOG(x_[i * (SA)]); break;      \
-        case U_NEG: for (int64_t i = 0; i < (N); i++) o_[i] = -x_[i * (SA)]; break;          \
+        case U_EXP: UNARY_LOOP(N, SA, o_[i] = EXP(x_[k_])); break;                           \
+        case U_LOG: UNARY_LOOP(N, SA, o_[i] = LOG(x_[k_])); break;                           \
+        case U_NEG: UNARY_LOOP(N, SA, o_[i] = -x_[k_]); break;                               \
         default: break;                                                                      \
         }                                                                                    \
     } while (0)
 
+K_CLONES static void unary_f32_flat(int op, const float *x, float *o, int64_t n)
+{
+    UNARY_TYPED(op, float, x, o, 1, n, k_expf, logf);
+}
+
 static void run_unary(void *arg)
 {
     ew_job *j = arg;
+    if (j->in_dtype == K_F32 && j->out_dtype == K_F32 && j->op != U_COPY && c_contiguous(j->ndim, j->shape, j->as)) {
+        unary_f32_flat(j->op, (const float *)j->a, (float *)j->out, numel(j->ndim, j->shape));
+        free(j);
+        return;
+    }
     int isz = ITEMSIZE[j->in_dtype], osz = ITEMSIZE[j->out_dtype];
     int ff = is_float(j->in_dtype);
     const char *px = j->a;
@@ -374,7 +488,7 @@ static void run_unary(void *arg)
             for (int64_t i = 0; i < inner_; i++)
                 memcpy(ro + i * osz, rx + i * sa_ * isz, (size_t)isz);
     } else if (j->in_dtype == j->out_dtype && j->in_dtype == K_F32) {
-        UNARY_TYPED(j->op, float, rx, ro, sa_, inner_, expf, logf);
+        UNARY_TYPED(j->op, float, rx, ro, sa_, inner_, k_expf, logf);
     } else if (j->in_dtype == j->out_dtype && j->in_dtype == K_F64) {
         UNARY_TYPED(j->op, double, rx, ro, sa_, inner_, exp, log);
     } else if (j->op == U_COPY && j->in_dtype == K_F32 && j->out_dtype == K_F16) {
@@ -428,7 +542,17 @@ static void run_unary(void *arg)
             }                                                                                \
             for (int64_t i = 0; i < (J)->inner; i++)                                         \
                 acc[i] = (J)->op == R_MAX ? base[i] : 0.0;                                   \
-            for (int64_t r = ((J)->op == R_MAX ? 1 : 0); r < (J)->n; r++) {                  \
+            int64_t r = (J)->op == R_MAX ? 1 : 0;                                            \
+            if ((J)->op != R_MAX && sizeof(T) == 4)                                          \
+                /* float rows four at a time: one pass over acc for four rows (sums of     \
+                 * two floats are all but always exact in double) */                       \
+                for (; r + 4 <= (J)->n; r += 4) {                                            \
+                    const T *r0 = base + r * (J)->inner, *r1 = r0 + (J)->inner;              \
+                    const T *r2 = r1 + (J)->inner, *r3 = r2 + (J)->inner;                    \
+                    for (int64_t i = 0; i < (J)->inner; i++)                                 \
+                        acc[i] += ((double)r0[i] + (double)r1[i]) + ((double)r2[i] + (double)r3[i]); \
+                }                                                                            \
+            for (; r < (J)->n; r++) {                                                        \
                 const T *row = base + r * (J)->inner;                                        \
                 if ((J)->op == R_MAX)                                                        \
                     for (int64_t i = 0; i < (J)->inner; i++)                                 \
@@ -443,12 +567,17 @@ static void run_unary(void *arg)
         free(acc);                                                                           \
     } while (0)
 
+K_CLONES static void reduce_f32(red_job *j)
+{
+    REDUCE_TYPED(j, float);
+}
+
 static void run_reduce(void *arg)
 {
     red_job *j = arg;
     if (j->in_dtype == j->out_dtype && (j->in_dtype == K_F32 || j->in_dtype == K_F64)) {
         if (j->in_dtype == K_F32)
-            REDUCE_TYPED(j, float);
+            reduce_f32(j);
         else
             REDUCE_TYPED(j, double);
         free(j);
