@@ -18,6 +18,10 @@
 #define SIM_MAX_MEMORY (1ull << 40)         /* 1 TiB */
 #define SIM_DEFAULT_SPIN_US 20
 #define SIM_MAX_SPIN_US 1000000
+/* A thread waiting for a stream or event spins this many times longer than a worker waiting
+ * for work: a synchronize usually follows a kernel of some tens to hundreds of microseconds,
+ * and a sleep costs a wake-up of about as much on a VM (CUDA's default schedule spins too). */
+#define SIM_WAIT_SPIN_FACTOR 10
 
 sim_globals G = {
     .init_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -204,6 +208,7 @@ static void read_environment(void)
                       "20");
     }
     G.spin_ns = (uint64_t)spin_us * 1000;
+    G.wait_spin_ns = G.spin_ns * SIM_WAIT_SPIN_FACTOR;
 }
 
 /* one decimal id made only of digits, or -1 */

@@ -88,7 +88,7 @@ static int gen_done(const void *ctx)
 static int wait_gen(sim_event *e, uint64_t gen, uint64_t deadline_ns)
 {
     struct gen_ctx c = {e, gen};
-    return sim_wait(gen_done, &c, &e->lock, &e->cv, &e->waiters, G.spin_ns, deadline_ns);
+    return sim_wait(gen_done, &c, &e->lock, &e->cv, &e->waiters, G.wait_spin_ns, deadline_ns);
 }
 
 void sim_event_wait_gen(sim_event *e, uint64_t gen)

@@ -137,7 +137,8 @@ typedef struct sim_globals {
     int phys_to_log[SIM_MAX_DEVICES];
     char vis_value[80];           /* the visibility variable's value (truncated) */
     char vis_error[256];          /* why the visibility variable was rejected; "" when it was not */
-    uint64_t spin_ns;
+    uint64_t spin_ns;             /* a stream worker's spin for its next op */
+    uint64_t wait_spin_ns;        /* a synchronizing thread's spin (SIM_WAIT_SPIN_FACTOR x spin_ns) */
     int require_current;
     sim_device dev[SIM_MAX_DEVICES];
     pthread_rwlock_t exec;        /* read: an op touches memory; write: memory is freed or unmapped */

@@ -155,7 +155,7 @@ static int wait_done(sim_stream *s, uint64_t target, uint64_t deadline_ns)
     if (!ALOAD(&s->held))
         help_run(s, target);
     struct done_ctx c = {s, target};
-    return sim_wait(done_reached, &c, &s->lock, &s->done_cv, &s->waiters, ALOAD(&s->held) ? 0 : G.spin_ns,
+    return sim_wait(done_reached, &c, &s->lock, &s->done_cv, &s->waiters, ALOAD(&s->held) ? 0 : G.wait_spin_ns,
                     deadline_ns);
 }
 
