@@ -24,8 +24,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ANYCHIP_SIM_DEVICES": ("8", "number of devices of each simulated chip (0 to 64)"),
     "ANYCHIP_SIM_MEMORY": ("16GiB", "memory capacity of each simulated device, 1MiB to 1TiB (bytes, or a number "
                                     "with a binary unit K, M, G or T, e.g. 512MiB or 1.5G)"),
-    "ANYCHIP_SIM_SPIN_US": ("20", "microseconds a simulated stream worker or a synchronizing thread spins "
-                                  "before it sleeps (0 to 1000000)"),
+    "ANYCHIP_SIM_SPIN_US": ("20", "microseconds a simulated stream worker spins for its next op before it "
+                                  "sleeps (0 to 1000000); a synchronizing thread spins 10 times as long"),
     "ANYCHIP_PLUGIN_PATH": ("(unset)", "C plugin libraries (anychip/plugin.h, or Paddle CustomDevice plugins "
                                        "exporting InitPlugin) to load: directories (every shared library in them) "
                                        "and library files, separated by ':' (Paddle's CUSTOM_DEVICE_ROOT "
