@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include "ccl.h"
+#include "common/half.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -227,75 +228,6 @@ const char *ccl_status_name(int st)
 /* ========================================================================== */
 /* reduction kernels                                                           */
 /* ========================================================================== */
-
-static inline float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalize */
-            exp = 127 - 15 + 1;
-            while (!(man & 0x400)) {
-                man <<= 1;
-                exp--;
-            }
-            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static inline uint16_t float_to_half(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t absx = x & 0x7fffffffu;
-    if (absx >= 0x7f800000u) /* inf or nan */
-        return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
-    if (absx >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
-        return (uint16_t)(sign | 0x7c00);
-    if (absx < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
-        if (absx < 0x33000000u)
-            return (uint16_t)sign;
-        uint32_t e = absx >> 23, m = (absx & 0x7fffff) | 0x800000;
-        uint32_t shift = 126 - e; /* value / 2^-24, with the implicit bit in m */
-        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-        if (rem > halfway || (rem == halfway && (r & 1)))
-            r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = ((absx >> 13) - ((127 - 15) << 10));
-    uint32_t rem = absx & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (r & 1)))
-        r++;
-    return (uint16_t)(sign | r);
-}
-
-static inline float bf16_to_float(uint16_t h)
-{
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static inline uint16_t float_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40);
-    x += 0x7fff + ((x >> 16) & 1);
-    return (uint16_t)(x >> 16);
-}
 
 #define BLK 512
 #define ID(x) (x)

@@ -19,6 +19,7 @@
 #pragma GCC optimize("O3")
 #include "core.h"
 #include "internal.h"
+#include "common/half.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -47,66 +48,6 @@ enum { R_SUM, R_MEAN, R_MAX, R_NOPS };
 #endif
 
 static const int ITEMSIZE[K_NDTYPES] = {1, 1, 1, 4, 8, 2, 2, 4, 8};
-
-/* ---- half types ----------------------------------------------------------------------- */
-
-static inline float h2f(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-    if (exp == 0x1f)
-        bits = sign | 0x7f800000u | (man << 13);
-    else if (exp)
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    else if (man) {                     /* subnormal: normalise */
-        int e = -1;
-        do { man <<= 1; e++; } while (!(man & 0x400u));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
-    } else
-        bits = sign;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static inline uint16_t f2h(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u)              /* inf or NaN */
-        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0));
-    if (ax >= 0x477ff000u)              /* rounds to >= 65520: overflow */
-        return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) {             /* subnormal half or zero */
-        if (ax < 0x33000000u)
-            return (uint16_t)sign;      /* < half the smallest subnormal (ties at 2^-25 go to 0, even) */
-        uint32_t e = ax >> 23, man = (ax & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126 - e;       /* 14 + (112 - e) + ... : bits to drop */
-        uint32_t r = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1u)))
-            r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = ax + 0xfff + ((ax >> 13) & 1u) - (112u << 23);
-    return (uint16_t)(sign | (r >> 13));
-}
-
-static inline float b2f(uint16_t b)
-{
-    uint32_t bits = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static inline uint16_t f2b(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
 
 /* ---- exp ------------------------------------------------------------------------------- */
 
@@ -341,8 +282,8 @@ static void run_elementwise(void *arg)
     case K_U8: EW_INT(j, uint8_t, uint8_t); break;
     case K_I32: EW_INT(j, int32_t, uint32_t); break;
     case K_I64: EW_INT(j, int64_t, uint64_t); break;
-    case K_F16: EW_FLOAT(j, uint16_t, h2f, f2h); break;
-    case K_BF16: EW_FLOAT(j, uint16_t, b2f, f2b); break;
+    case K_F16: EW_FLOAT(j, uint16_t, half_to_float, float_to_half); break;
+    case K_BF16: EW_FLOAT(j, uint16_t, bf16_to_float, float_to_bf16); break;
     case K_F32: EW_FLOAT(j, float, ID, ID); break;
     case K_F64: EW_DOUBLE(j); break;
     default: break;
@@ -365,8 +306,8 @@ static inline kval load(const char *p, int dt)
     case K_U8: v.i = *(const uint8_t *)p; break;
     case K_I32: v.i = *(const int32_t *)p; break;
     case K_I64: v.i = *(const int64_t *)p; break;
-    case K_F16: v.d = h2f(*(const uint16_t *)p); break;
-    case K_BF16: v.d = b2f(*(const uint16_t *)p); break;
+    case K_F16: v.d = half_to_float(*(const uint16_t *)p); break;
+    case K_BF16: v.d = bf16_to_float(*(const uint16_t *)p); break;
     case K_F32: v.d = *(const float *)p; break;
     default: v.d = *(const double *)p; break;
     }
@@ -384,8 +325,8 @@ static inline void store(char *p, int dt, kval v, int from_float)
         case K_U8: *(uint8_t *)p = (uint8_t)(int64_t)d; break;
         case K_I32: *(int32_t *)p = (int32_t)(int64_t)d; break;
         case K_I64: *(int64_t *)p = (int64_t)d; break;
-        case K_F16: *(uint16_t *)p = f2h((float)d); break;
-        case K_BF16: *(uint16_t *)p = f2b((float)d); break;
+        case K_F16: *(uint16_t *)p = float_to_half((float)d); break;
+        case K_BF16: *(uint16_t *)p = float_to_bf16((float)d); break;
         case K_F32: *(float *)p = (float)d; break;
         default: *(double *)p = d; break;
         }
@@ -398,8 +339,8 @@ static inline void store(char *p, int dt, kval v, int from_float)
     case K_U8: *(uint8_t *)p = (uint8_t)i; break;
     case K_I32: *(int32_t *)p = (int32_t)i; break;
     case K_I64: *(int64_t *)p = i; break;
-    case K_F16: *(uint16_t *)p = f2h((float)i); break;
-    case K_BF16: *(uint16_t *)p = f2b((float)i); break;
+    case K_F16: *(uint16_t *)p = float_to_half((float)i); break;
+    case K_BF16: *(uint16_t *)p = float_to_bf16((float)i); break;
     case K_F32: *(float *)p = (float)i; break;
     default: *(double *)p = (double)i; break;
     }
@@ -495,12 +436,12 @@ static void run_unary(void *arg)
         const float *x = (const float *)rx;
         uint16_t *o = (uint16_t *)ro;
         for (int64_t i = 0; i < inner_; i++)
-            o[i] = f2h(x[i * sa_]);
+            o[i] = float_to_half(x[i * sa_]);
     } else if (j->op == U_COPY && j->in_dtype == K_F16 && j->out_dtype == K_F32) {
         const uint16_t *x = (const uint16_t *)rx;
         float *o = (float *)ro;
         for (int64_t i = 0; i < inner_; i++)
-            o[i] = h2f(x[i * sa_]);
+            o[i] = half_to_float(x[i * sa_]);
     } else {
         for (int64_t i = 0; i < inner_; i++)
             store(ro + i * osz, j->out_dtype, apply_unary(j->op, j->in_dtype, load(rx + i * sa_ * isz, j->in_dtype)),
@@ -717,8 +658,8 @@ static void run_gemm(void *arg)
         case K_U8: GEMM_LOOP(j, uint8_t, uint64_t, ID, (uint8_t), UMADD64); break;
         case K_I32: GEMM_LOOP(j, int32_t, uint64_t, ID, (int32_t), UMADD64); break;
         case K_I64: GEMM_LOOP(j, int64_t, uint64_t, ID, (int64_t), UMADD64); break;
-        case K_F16: GEMM_LOOP(j, uint16_t, float, h2f, f2h, FMADD); break;
-        case K_BF16: GEMM_LOOP(j, uint16_t, float, b2f, f2b, FMADD); break;
+        case K_F16: GEMM_LOOP(j, uint16_t, float, half_to_float, float_to_half, FMADD); break;
+        case K_BF16: GEMM_LOOP(j, uint16_t, float, bf16_to_float, float_to_bf16, FMADD); break;
         case K_F32: GEMM_LOOP(j, float, float, ID, ID, FMADD); break;
         case K_F64: GEMM_LOOP(j, double, double, ID, ID, FMADD); break;
         default: break;
