@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import __version__
+from ._format import table as _table
 from .runtime import registry
 from .runtime.device import devices as selected_devices
 from .runtime.env import VARIABLES, in_effect, log_level, problems
@@ -22,14 +23,6 @@ def _mib(n: Any) -> str:
     if not isinstance(n, int):
         return "-"
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
-    out += [fmt.format(*map(str, r)) for r in rows]
-    return "\n".join(line.rstrip() for line in out)
 
 
 def _device_rows(show_all: bool) -> tuple[list[dict], list[str]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .._format import table as _table
 from .cases import OPS
 
 __all__ = ["tables", "cases_report", "summary", "counts", "verdict", "avg_busbw", "write_json", "plot"]
@@ -96,14 +97,6 @@ def cases_report(result: dict, only_problems: bool = False) -> str:
             line += f"  ({c['detail']})"
         lines.append(line)
     return "\n".join(lines)
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
-    out += [fmt.format(*map(str, r)) for r in rows]
-    return "\n".join(line.rstrip() for line in out)
 
 
 def summary(results: list[dict]) -> str:

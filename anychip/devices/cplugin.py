@@ -28,7 +28,7 @@ import numpy as np
 from .._data import plugin_header
 from ..collectives.native import NativeLibrary
 from ..collectives.transport import check_mode
-from ..runtime._libs import dlopen
+from ..runtime._libs import copy_pointers, dlopen
 from ..runtime.errors import CollectiveTimeout, DeviceError, OutOfMemoryError, PluginError, UnsupportedError
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
 
@@ -290,14 +290,10 @@ class CPlugin(DevicePlugin):
               stream: Any) -> None:
         self._use(index)
         ffi = self.ffi
-        if kind == H2D:
-            d, s = ffi.cast("void *", dst + dst_off), ffi.from_buffer(src) + src_off
-        elif kind == D2H:
-            d, s = ffi.from_buffer(dst) + dst_off, ffi.cast("void *", src + src_off)
-        elif kind == D2D:
-            d, s = ffi.cast("void *", dst + dst_off), ffi.cast("void *", src + src_off)
-        else:
+        ptrs = copy_pointers(ffi, kind, dst, dst_off, src, src_off)
+        if ptrs is None:
             raise DeviceError(f"unknown copy kind {kind!r}", backend=self.name)
+        d, s = ptrs
         t = self.t
         if t.copy_async != ffi.NULL:
             rc = t.copy_async(index, d, s, nbytes, _COPY_KINDS[kind], stream)

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from ..collectives.native import NativeLibrary
-from ..runtime._libs import dlopen
+from ..runtime._libs import copy_pointers, dlopen
 from ..runtime.errors import DeviceError, InvalidArgumentError, OutOfMemoryError, PluginError, UnsupportedError
-from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
+from ..runtime.plugin import DevicePlugin
 
 __all__ = ["CDEF", "PaddlePlugin", "PaddleXccl", "probe", "root_libraries", "REQUIRED", "RUNTIME_VERSION"]
 
@@ -590,14 +590,10 @@ class PaddlePlugin(DevicePlugin):
             return
         self._use(index)
         f = self.ffi
-        if kind == H2D:
-            d, s = f.cast("void *", dst + dst_off), f.from_buffer(src) + src_off
-        elif kind == D2H:
-            d, s = f.from_buffer(dst) + dst_off, f.cast("void *", src + src_off)
-        elif kind == D2D:
-            d, s = f.cast("void *", dst + dst_off), f.cast("void *", src + src_off)
-        else:
+        ptrs = copy_pointers(f, kind, dst, dst_off, src, src_off)
+        if ptrs is None:
             raise InvalidArgumentError(f"unknown copy kind {kind!r}")
+        d, s = ptrs
         dev = self._dev(index)
         async_entry = f"async_memory_copy_{kind}"
         if self._has(async_entry):

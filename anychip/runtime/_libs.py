@@ -28,3 +28,15 @@ def dlopen(ffi: Any, path: str) -> Any:
     leaves them mapped, as a CUDA driver stays mapped for the life of a process.
     """
     return ffi.dlopen(path, ffi.RTLD_NODELETE)
+
+
+def copy_pointers(ffi: Any, kind: str, dst: Any, dst_off: int, src: Any, src_off: int) -> tuple[Any, Any] | None:
+    """The C pointers of a raw copy's operands (``dst``, ``src``): device memory is an int
+    address, host memory a 1-D uint8 array; None for a kind that is none of h2d, d2h, d2d."""
+    if kind == "h2d":
+        return ffi.cast("void *", dst + dst_off), ffi.from_buffer(src) + src_off
+    if kind == "d2h":
+        return ffi.from_buffer(dst) + dst_off, ffi.cast("void *", src + src_off)
+    if kind == "d2d":
+        return ffi.cast("void *", dst + dst_off), ffi.cast("void *", src + src_off)
+    return None
