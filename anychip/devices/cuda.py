@@ -411,6 +411,9 @@ class CUDAPlugin(DevicePlugin):
         self._probe()
         return self._nccl
 
+    def native_ccl_problem(self) -> str:
+        return "cupy.cuda.nccl is not available"
+
     # ------------------------------------------------------------------ helpers
     @contextmanager
     def _translate(self, what: str, index: int | None = None, requested: int | None = None) -> Iterator[None]:
