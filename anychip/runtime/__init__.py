@@ -19,7 +19,7 @@ from .stream import Event, Stream, current_stream
 
 __all__ = [
     "AnychipError", "BackendInfo", "Buffer", "CollectiveError", "CollectiveTimeout", "Device", "DeviceError",
-    "DevicePlugin", "Event", "InvalidArgumentError", "NativeLibrary", "OutOfMemoryError", "PluginError", "SelectionError", "Stream",
-    "UnsupportedError", "backends", "copy", "current_device", "current_stream", "default_device", "device",
-    "devices", "register_plugin", "set_device", "unregister_plugin",
+    "DevicePlugin", "Event", "InvalidArgumentError", "NativeLibrary", "OutOfMemoryError", "PluginError",
+    "SelectionError", "Stream", "UnsupportedError", "backends", "copy", "current_device", "current_stream",
+    "default_device", "device", "devices", "register_plugin", "set_device", "unregister_plugin",
 ]

@@ -365,9 +365,19 @@ def backend(name: str) -> BackendInfo | None:
         return info
 
 
+#: called when the set of backends changes (the device front end drops its selection); the
+#: registry sits below the front end, which registers here (runtime/device.py)
+_on_change: list[Callable[[], None]] = []
+
+
+def on_change(callback: Callable[[], None]) -> None:
+    """Call ``callback`` whenever a backend is registered, unregistered or rediscovered."""
+    _on_change.append(callback)
+
+
 def _invalidate_selection() -> None:
-    from .device import _reset_selection  # (not `from . import device`: that name is the function)
-    _reset_selection()
+    for callback in _on_change:
+        callback()
 
 
 def reset() -> None:
