@@ -32,7 +32,7 @@ PACKAGE = ROOT / "anychip"
 
 #: layer -> the module prefixes that form it (the longest match wins)
 LAYERS: dict[str, tuple[str, ...]] = {
-    "base": ("anychip._version", "anychip._lib", "anychip._format"),
+    "base": ("anychip._version", "anychip._lib", "anychip._format", "anychip._spawn"),
     "runtime": ("anychip.runtime", "anychip._data"),
     "devices": ("anychip.devices",),
     "collectives": ("anychip.collectives",),
@@ -40,7 +40,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "parallel": ("anychip.parallel",),
     "conformance": ("anychip.conformance",),
     "face": ("anychip",),
-    "commands": ("anychip.cli", "anychip.scaffold"),
+    "commands": ("anychip.cli", "anychip.scaffold", "anychip.__main__"),
 }
 
 #: layer -> the layers its modules may import (besides its own)
