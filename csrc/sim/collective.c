@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "collective.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -15,12 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define COMM_MAGIC 0x53434f4du /* "SCOM" */
 #define ID_MAGIC "anychip-ccl:"
 #define ZERO_COPY_DEFAULT 65536u
 
 struct sc_comm {
-    uint32_t magic;
     char vendor[8];
     char name[96];
     ccl_comm *engine;
@@ -180,6 +179,46 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
     return end != v ? (uint64_t)x : dflt;
 }
 
+/* The live communicators. A handle is looked up here before anything reads it, so a destroyed
+ * (or made-up) communicator is reported without touching freed memory. */
+static ptr_map live_comms;
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t live_once = PTHREAD_ONCE_INIT;
+
+static void live_atfork_child(void)
+{
+    pthread_mutex_init(&live_lock, NULL);     /* another parent thread may have held it */
+}
+
+static void live_setup(void)
+{
+    pthread_atfork(NULL, NULL, live_atfork_child);
+}
+
+static int live_add(sc_comm *c)
+{
+    pthread_once(&live_once, live_setup);
+    pthread_mutex_lock(&live_lock);
+    int rc = map_put(&live_comms, (uint64_t)(uintptr_t)c, c);
+    pthread_mutex_unlock(&live_lock);
+    return rc;
+}
+
+static void live_remove(sc_comm *c)
+{
+    pthread_mutex_lock(&live_lock);
+    map_del(&live_comms, (uint64_t)(uintptr_t)c);
+    pthread_mutex_unlock(&live_lock);
+}
+
+static int is_live(const sc_comm *c)
+{
+    pthread_mutex_lock(&live_lock);
+    int live = map_get(&live_comms, (uint64_t)(uintptr_t)c) != NULL;
+    pthread_mutex_unlock(&live_lock);
+    return live;
+}
+
 sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nranks, int rank, sc_comm **out)
 {
     if (!out || !id)
@@ -221,7 +260,11 @@ sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nran
             st = sc_fail(from_ccl(e), "%s communicator init (rank %d of %d): %s", vendor, rank, nranks,
                          ccl_init_error());
     }
+    if (st == SC_OK && live_add(c) != 0)
+        st = sc_fail(SC_OOM, "%s communicator init: out of host memory", vendor);
     if (st != SC_OK) {
+        if (c->engine)
+            ccl_comm_destroy(c->engine);
         if (c->order_event)
             sim_event_destroy(c->order_event);
         pthread_mutex_destroy(&c->lock);
@@ -236,7 +279,6 @@ sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nran
     ccl_comm_set_label(c->engine, label);
     ccl_comm_set_ipc(c->engine, ipc_open, ipc_close);
     ccl_comm_set_thresholds(c->engine, UINT64_MAX, c->zc_min);
-    c->magic = COMM_MAGIC;
     *out = c;
     return SC_OK;
 }
@@ -245,7 +287,7 @@ sc_status sc_comm_check(const sc_comm *c, const char *fn)
 {
     if (!c)
         return sc_fail(SC_NULL, "%s: the communicator is NULL", fn);
-    if (c->magic != COMM_MAGIC)
+    if (!is_live(c))
         return sc_fail(SC_INVALID, "%s: %p is not a live communicator (destroyed, or never created)", fn,
                        (const void *)c);
     return SC_OK;
@@ -261,7 +303,7 @@ static void wait_idle(sc_comm *c)
 
 static void comm_free(sc_comm *c)
 {
-    c->magic = 0;
+    live_remove(c);
     ccl_comm_destroy(c->engine);
     sim_event_destroy(c->order_event);
     pthread_mutex_destroy(&c->lock);
