@@ -25,6 +25,7 @@ PROGRAMS = [
     ("hip_abi.c", "libhygon_sim", "hip ok", {}),
     ("acl_fidelity.c", "libascend_sim", "acl fidelity ok", {}),
     ("hip_fidelity.c", "libhygon_sim", "hip fidelity ok", {}),
+    ("hip_stream_ordered.c", "libhygon_sim", "hip stream-ordered ok", {}),
     ("xpu_fidelity.c", "libkunlun_sim", "xpu fidelity ok", {"XPU_VISIBLE_DEVICES": "5,2,7"}),
 ]
 
@@ -48,7 +49,9 @@ SYMBOLS = {
         hipMemcpyAsync hipMemset hipMemsetAsync
         hipSetDevice hipGetDevice hipGetDeviceCount hipStreamCreate hipStreamDestroy hipStreamSynchronize
         hipStreamQuery hipEventCreate hipEventDestroy hipEventRecord hipEventSynchronize hipEventQuery
-        hipEventElapsedTime hipStreamWaitEvent hipMemGetInfo hipDeviceSynchronize hipGetErrorString""",
+        hipEventElapsedTime hipStreamWaitEvent hipMemGetInfo hipDeviceSynchronize hipGetErrorString
+        hipExtHostAlloc hipFreeHost hipMallocAsync hipFreeAsync hipMallocFromPoolAsync hipDeviceGetDefaultMemPool
+        hipDeviceGetMemPool hipDeviceSetMemPool hipMemPoolSetAttribute hipMemPoolGetAttribute hipMemPoolTrimTo""",
 }
 CONTROLS = "anychip_sim_stream_hold anychip_sim_stream_release anychip_sim_ipc_get_handle anychip_sim_ipc_open"
 

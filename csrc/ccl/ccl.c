@@ -131,9 +131,10 @@ struct ccl_task {
 
 static const char *KIND_NAMES[] = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
                                    "all_to_all", "send", "recv", "barrier"};
-static const char *DTYPE_NAMES[] = {"int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"};
+static const char *DTYPE_NAMES[] = {"int8",  "uint8", "int32",  "int64",  "float16", "bfloat16",
+                                    "float32", "float64", "int16", "uint16", "uint32", "uint64"};
 static const char *REDOP_NAMES[] = {"sum", "prod", "min", "max", "avg"};
-static const size_t DTYPE_SIZES[] = {1, 1, 4, 8, 2, 2, 4, 8};
+static const size_t DTYPE_SIZES[] = {1, 1, 4, 8, 2, 2, 4, 8, 2, 2, 4, 8};
 
 /* ========================================================================== */
 /* small utilities                                                            */
@@ -306,9 +307,14 @@ DEF_REDUCE(red_f16, uint16_t, float, half_to_float, float_to_half)
 DEF_REDUCE(red_bf16, uint16_t, float, bf16_to_float, float_to_bf16)
 DEF_REDUCE(red_f32, float, float, ID, (float))
 DEF_REDUCE(red_f64, double, double, ID, (double))
+DEF_REDUCE(red_i16, int16_t, int64_t, ID, (int16_t))
+DEF_REDUCE(red_u16, uint16_t, int64_t, ID, (uint16_t))
+DEF_REDUCE(red_u32, uint32_t, uint64_t, ID, (uint32_t))
+DEF_REDUCE(red_u64, uint64_t, uint64_t, ID, (uint64_t))
 
 typedef void (*reduce_fn)(void *const *, int, const void *const *, int, size_t, int, int);
-static const reduce_fn REDUCERS[] = {red_i8, red_u8, red_i32, red_i64, red_f16, red_bf16, red_f32, red_f64};
+static const reduce_fn REDUCERS[] = {red_i8,  red_u8,  red_i32, red_i64, red_f16, red_bf16,
+                                     red_f32, red_f64, red_i16, red_u16, red_u32, red_u64};
 
 static void reduce1(const ccl_op *o, void *dst, const void *const *srcs, int n, uint64_t m)
 {

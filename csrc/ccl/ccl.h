@@ -100,7 +100,7 @@ typedef enum ccl_kind {
 /* element types (values are anychip's own, not a vendor's) */
 typedef enum ccl_dtype {
     CCL_INT8 = 0, CCL_UINT8, CCL_INT32, CCL_INT64, CCL_FLOAT16, CCL_BFLOAT16, CCL_FLOAT32,
-    CCL_FLOAT64, CCL_DTYPE_COUNT
+    CCL_FLOAT64, CCL_INT16, CCL_UINT16, CCL_UINT32, CCL_UINT64, CCL_DTYPE_COUNT
 } ccl_dtype;
 
 typedef enum ccl_redop { CCL_SUM = 0, CCL_PROD, CCL_MIN, CCL_MAX, CCL_AVG, CCL_REDOP_COUNT } ccl_redop;

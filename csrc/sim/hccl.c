@@ -2,10 +2,11 @@
  * HCCL in the Ascend simulator (libascend_sim): the HCCL C API of hccl/hccl.h on the
  * anychip collective engine. Ops are enqueued on ACL streams of the simulator.
  *
- * Types: reductions work on int8, uint8, int32, int64, fp16, bf16, fp32, fp64, and
- * sum / prod also on uint32 / uint64 (the same bits as the signed types); int16 and
- * uint16 reductions, and max / min of uint32 / uint64, return HCCL_E_NOT_SUPPORT.
- * Data movement (broadcast, all-gather, all-to-all, send / recv) takes every type.
+ * Types: reductions work on int8, int16, uint8, int32, uint32, int64, uint64, fp16,
+ * bf16, fp32, fp64; PROD of int16 and bf16 is HCCL_E_NOT_SUPPORT (as on 910B / 910_93),
+ * and so are uint16 and the 8-bit float types. Data movement (broadcast, all-gather,
+ * all-to-all, send / recv) takes every type but the reserved INT128. An unknown type or
+ * op is HCCL_E_NOT_SUPPORT; an op of count 0 returns HCCL_SUCCESS before any check.
  * HCCL has no average op. Failures of enqueued work are reported by
  * HcclGetCommAsyncError and by every later call on the communicator.
  */
@@ -35,25 +36,36 @@ static HcclResult code(sc_status st)
     }
 }
 
+/* reduce: 1 every op, 2 sum / prod only (the bits of the signed type), 3 all but PROD
+ * (910B / 910_93 refuse PROD of int16 and bf16: cann-hccl HcomCheckReduceDataType),
+ * 0 none; size 0: not a type HCCL moves (INT128 is reserved, 13 unassigned) */
 static const struct { int ccl; int size; int reduce; } TYPES[] = {
-    [HCCL_DATA_TYPE_INT8] = {CCL_INT8, 1, 1},       [HCCL_DATA_TYPE_INT16] = {-1, 2, 0},
+    [HCCL_DATA_TYPE_INT8] = {CCL_INT8, 1, 1},       [HCCL_DATA_TYPE_INT16] = {CCL_INT16, 2, 3},
     [HCCL_DATA_TYPE_INT32] = {CCL_INT32, 4, 1},     [HCCL_DATA_TYPE_FP16] = {CCL_FLOAT16, 2, 1},
     [HCCL_DATA_TYPE_FP32] = {CCL_FLOAT32, 4, 1},    [HCCL_DATA_TYPE_INT64] = {CCL_INT64, 8, 1},
-    [HCCL_DATA_TYPE_UINT64] = {CCL_INT64, 8, 2},    [HCCL_DATA_TYPE_UINT8] = {CCL_UINT8, 1, 1},
-    [HCCL_DATA_TYPE_UINT16] = {-1, 2, 0},           [HCCL_DATA_TYPE_UINT32] = {CCL_INT32, 4, 2},
-    [HCCL_DATA_TYPE_FP64] = {CCL_FLOAT64, 8, 1},    [HCCL_DATA_TYPE_BFP16] = {CCL_BFLOAT16, 2, 1},
+    [HCCL_DATA_TYPE_UINT64] = {CCL_UINT64, 8, 1},   [HCCL_DATA_TYPE_UINT8] = {CCL_UINT8, 1, 1},
+    [HCCL_DATA_TYPE_UINT16] = {-1, 2, 0},           [HCCL_DATA_TYPE_UINT32] = {CCL_UINT32, 4, 1},
+    [HCCL_DATA_TYPE_FP64] = {CCL_FLOAT64, 8, 1},    [HCCL_DATA_TYPE_BFP16] = {CCL_BFLOAT16, 2, 3},
+    [HCCL_DATA_TYPE_INT128] = {-1, 0, 0},           [HCCL_DATA_TYPE_HIF8] = {-1, 1, 0},
+    [HCCL_DATA_TYPE_FP8E4M3] = {-1, 1, 0},          [HCCL_DATA_TYPE_FP8E5M2] = {-1, 1, 0},
+    [HCCL_DATA_TYPE_FP8E8M0] = {-1, 1, 0},
 };
-static const char *const TYPE_NAMES[] = {"INT8", "INT16", "INT32", "FP16", "FP32", "INT64", "UINT64", "UINT8",
-                                         "UINT16", "UINT32", "FP64", "BFP16"};
+#define NTYPES ((int)(sizeof TYPES / sizeof TYPES[0]))
+static const char *const TYPE_NAMES[] = {"INT8",   "INT16",  "INT32", "FP16",   "FP32",    "INT64",
+                                         "UINT64", "UINT8",  "UINT16", "UINT32", "FP64",   "BFP16",
+                                         "INT128", "13",     "HIF8",  "FP8E4M3", "FP8E5M2", "FP8E8M0"};
+static const char *const OP_NAMES[] = {"SUM", "PROD", "MAX", "MIN"};
 static const int OPS[] = {[HCCL_REDUCE_SUM] = CCL_SUM, [HCCL_REDUCE_PROD] = CCL_PROD, [HCCL_REDUCE_MAX] = CCL_MAX,
                           [HCCL_REDUCE_MIN] = CCL_MIN};
 
-/* Fill dtype / redop / count of `o`: reductions in the engine's type, movement as bytes. */
+/* Fill dtype / redop / count of `o`: reductions in the engine's type, movement as bytes.
+ * An unknown type or op is HCCL_E_NOT_SUPPORT, as HcomCheckDataType / HcomCheckReductionOp
+ * return. */
 static sc_status types(sc_op *o, uint64_t count, HcclDataType t, int reducing, HcclReduceOp op, const char *fn)
 {
-    if ((unsigned)t >= HCCL_DATA_TYPE_RESERVED)
-        return sc_fail(SC_INVALID, "%s: dataType %d is not an HcclDataType (0..%d)", fn, (int)t,
-                       HCCL_DATA_TYPE_RESERVED - 1);
+    if ((unsigned)t >= (unsigned)NTYPES || TYPES[t].size == 0)
+        return sc_fail(SC_UNSUPPORTED, "%s: dataType %d is not a data type HCCL supports (0..11, 14..17)", fn,
+                       (int)t);
     o->count = count;
     if (!reducing) {
         o->dtype = CCL_UINT8;
@@ -61,11 +73,12 @@ static sc_status types(sc_op *o, uint64_t count, HcclDataType t, int reducing, H
         o->count = count * (uint64_t)TYPES[t].size;
         return SC_OK;
     }
-    if ((unsigned)op >= HCCL_REDUCE_RESERVED)
-        return sc_fail(SC_INVALID, "%s: op %d is not an HcclReduceOp (SUM 0, PROD 1, MAX 2, MIN 3)", fn, (int)op);
-    if (!TYPES[t].reduce || (TYPES[t].reduce == 2 && op != HCCL_REDUCE_SUM && op != HCCL_REDUCE_PROD))
-        return sc_fail(SC_UNSUPPORTED, "%s: the simulator cannot reduce HCCL_DATA_TYPE_%s with %s", fn,
-                       TYPE_NAMES[t], op == HCCL_REDUCE_MAX ? "MAX" : op == HCCL_REDUCE_MIN ? "MIN" : "this op");
+    if ((unsigned)op > HCCL_REDUCE_MIN)
+        return sc_fail(SC_UNSUPPORTED, "%s: op %d is not an HcclReduceOp (SUM 0, PROD 1, MAX 2, MIN 3)", fn, (int)op);
+    int r = TYPES[t].reduce;
+    if (!r || (r == 2 && op != HCCL_REDUCE_SUM && op != HCCL_REDUCE_PROD) || (r == 3 && op == HCCL_REDUCE_PROD))
+        return sc_fail(SC_UNSUPPORTED, "%s: HCCL does not reduce HCCL_DATA_TYPE_%s with HCCL_REDUCE_%s", fn,
+                       TYPE_NAMES[t], OP_NAMES[op]);
     o->dtype = TYPES[t].ccl;
     o->redop = OPS[op];
     return SC_OK;
@@ -94,7 +107,12 @@ HCCL_API HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *ro
     return code(sc_comm_init("hccl", rootInfo, sizeof *rootInfo, (int)nRanks, (int)rank, (sc_comm **)comm));
 }
 
-HCCL_API HcclResult HcclCommDestroy(HcclComm comm) { return code(sc_comm_destroy((sc_comm *)comm)); }
+HCCL_API HcclResult HcclCommDestroy(HcclComm comm)
+{
+    if (!comm)
+        return HCCL_SUCCESS; /* CANN skips a NULL communicator */
+    return code(sc_comm_destroy((sc_comm *)comm));
+}
 
 HCCL_API HcclResult HcclGetRankSize(HcclComm comm, uint32_t *rankSize)
 {
@@ -162,6 +180,8 @@ HCCL_API const char *HcclGetErrorString(HcclResult code)
 HCCL_API HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType,
                                   HcclReduceOp op, HcclComm comm, aclrtStream stream)
 {
+    if (count == 0)
+        return HCCL_SUCCESS; /* CANN: before any check */
     sc_op o = {.kind = CCL_ALL_REDUCE, .root = -1, .send = sendBuf, .recv = recvBuf};
     sc_status st = types(&o, count, dataType, 1, op, "HcclAllReduce");
     return st ? code(st) : submit(comm, &o, stream, "HcclAllReduce");
@@ -170,6 +190,8 @@ HCCL_API HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count, 
 HCCL_API HcclResult HcclBroadcast(void *buf, uint64_t count, HcclDataType dataType, uint32_t root, HcclComm comm,
                                   aclrtStream stream)
 {
+    if (count == 0)
+        return HCCL_SUCCESS; /* CANN: before any check */
     sc_op o = {.kind = CCL_BROADCAST, .root = root > INT32_MAX ? INT32_MAX : (int)root, .send = buf, .recv = buf};
     sc_status st = types(&o, count, dataType, 0, 0, "HcclBroadcast");
     return st ? code(st) : submit(comm, &o, stream, "HcclBroadcast");
@@ -178,6 +200,8 @@ HCCL_API HcclResult HcclBroadcast(void *buf, uint64_t count, HcclDataType dataTy
 HCCL_API HcclResult HcclReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType dataType, HcclReduceOp op,
                                uint32_t root, HcclComm comm, aclrtStream stream)
 {
+    if (count == 0)
+        return HCCL_SUCCESS; /* CANN: before any check */
     sc_op o = {.kind = CCL_REDUCE, .root = root > INT32_MAX ? INT32_MAX : (int)root, .send = sendBuf,
                .recv = recvBuf};
     sc_status st = types(&o, count, dataType, 1, op, "HcclReduce");
@@ -187,6 +211,8 @@ HCCL_API HcclResult HcclReduce(void *sendBuf, void *recvBuf, uint64_t count, Hcc
 HCCL_API HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t recvCount, HcclDataType dataType,
                                       HcclReduceOp op, HcclComm comm, aclrtStream stream)
 {
+    if (recvCount == 0)
+        return HCCL_SUCCESS; /* CANN: before any check */
     sc_op o = {.kind = CCL_REDUCE_SCATTER, .root = -1, .send = sendBuf, .recv = recvBuf};
     sc_status st = types(&o, recvCount, dataType, 1, op, "HcclReduceScatter");
     return st ? code(st) : submit(comm, &o, stream, "HcclReduceScatter");
@@ -195,6 +221,8 @@ HCCL_API HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t rec
 HCCL_API HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCount, HcclDataType dataType,
                                   HcclComm comm, aclrtStream stream)
 {
+    if (sendCount == 0)
+        return HCCL_SUCCESS; /* CANN: before any check */
     sc_op o = {.kind = CCL_ALL_GATHER, .root = -1, .send = sendBuf, .recv = recvBuf};
     sc_status st = types(&o, sendCount, dataType, 0, 0, "HcclAllGather");
     return st ? code(st) : submit(comm, &o, stream, "HcclAllGather");
@@ -203,21 +231,24 @@ HCCL_API HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCou
 HCCL_API HcclResult HcclAlltoAll(const void *sendBuf, uint64_t sendCount, HcclDataType sendType, const void *recvBuf,
                                  uint64_t recvCount, HcclDataType recvType, HcclComm comm, aclrtStream stream)
 {
+    if (sendCount == 0)
+        return HCCL_SUCCESS; /* CANN: before any check */
     sc_op o = {.kind = CCL_ALL_TO_ALL, .root = -1, .send = sendBuf, .recv = (void *)recvBuf};
     sc_status st = types(&o, sendCount, sendType, 0, 0, "HcclAlltoAll");
-    if (st == SC_OK && (unsigned)recvType < HCCL_DATA_TYPE_RESERVED &&
-        recvCount * (uint64_t)TYPES[recvType].size != o.count)
+    sc_op r = {0};
+    if (st == SC_OK)
+        st = types(&r, recvCount, recvType, 0, 0, "HcclAlltoAll");
+    if (st == SC_OK && r.count != o.count)
         st = sc_fail(SC_INVALID, "HcclAlltoAll: each block sends %llu bytes but receives %llu; they must match",
-                     (unsigned long long)o.count,
-                     (unsigned long long)(recvCount * (uint64_t)TYPES[recvType].size));
-    else if (st == SC_OK && (unsigned)recvType >= HCCL_DATA_TYPE_RESERVED)
-        st = sc_fail(SC_INVALID, "HcclAlltoAll: recvType %d is not an HcclDataType", (int)recvType);
+                     (unsigned long long)o.count, (unsigned long long)r.count);
     return st ? code(st) : submit(comm, &o, stream, "HcclAlltoAll");
 }
 
 HCCL_API HcclResult HcclSend(void *sendBuf, uint64_t count, HcclDataType dataType, uint32_t destRank, HcclComm comm,
                              aclrtStream stream)
 {
+    if (count == 0)
+        return HCCL_SUCCESS; /* CANN: before any check */
     sc_op o = {.kind = CCL_SEND, .root = destRank > INT32_MAX ? INT32_MAX : (int)destRank, .send = sendBuf};
     sc_status st = types(&o, count, dataType, 0, 0, "HcclSend");
     return st ? code(st) : submit(comm, &o, stream, "HcclSend");
@@ -226,6 +257,8 @@ HCCL_API HcclResult HcclSend(void *sendBuf, uint64_t count, HcclDataType dataTyp
 HCCL_API HcclResult HcclRecv(void *recvBuf, uint64_t count, HcclDataType dataType, uint32_t srcRank, HcclComm comm,
                              aclrtStream stream)
 {
+    if (count == 0)
+        return HCCL_SUCCESS; /* CANN: before any check */
     sc_op o = {.kind = CCL_RECV, .root = srcRank > INT32_MAX ? INT32_MAX : (int)srcRank, .recv = recvBuf};
     sc_status st = types(&o, count, dataType, 0, 0, "HcclRecv");
     return st ? code(st) : submit(comm, &o, stream, "HcclRecv");

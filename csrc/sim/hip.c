@@ -13,7 +13,8 @@
  *
  * Deviation: the null stream is an ordinary in-order stream of the current device; it
  * does not implicitly synchronize with the device's other streams as HIP's legacy
- * default stream does.
+ * default stream does. hipStreamLegacy and hipStreamPerThread name that same stream
+ * (clr gives each thread its own per-thread stream).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -21,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
 #include "hip/hip_runtime_api.h"
+#include "internal.h"
 
 #define HIP_API SIM_EXPORT
 
@@ -86,6 +87,12 @@ static hipError_t ret(sim_status st)
     if (e != hipSuccess && e != hipErrorNotReady)
         t_last = e;
     return e;
+}
+
+/* hipStreamLegacy and hipStreamPerThread: the current device's null stream */
+static void *S(hipStream_t stream)
+{
+    return stream == hipStreamLegacy || stream == hipStreamPerThread ? NULL : (void *)stream;
 }
 
 /* clr checks only that the kind is one of hipMemcpyKind's values; the copy goes where
@@ -180,7 +187,7 @@ HIP_API hipError_t hipRuntimeGetVersion(int *runtimeVersion)
     ENTER();
     if (!runtimeVersion)
         return ret(sim_fail(SIM_E_INVALID_VALUE, "hipRuntimeGetVersion: NULL argument"));
-    *runtimeVersion = 60000000; /* reports itself as a HIP 6.0 runtime */
+    *runtimeVersion = HIP_VERSION; /* reports itself as a HIP 6.0 runtime */
     return hipSuccess;
 }
 
@@ -448,6 +455,8 @@ HIP_API hipError_t hipDeviceDisablePeerAccess(int peerDeviceId)
 
 /* ---- memory --------------------------------------------------------------------- */
 
+static sim_status pool_forget(void *ptr);
+
 HIP_API hipError_t hipMalloc(void **ptr, size_t size)
 {
     ENTER();
@@ -468,21 +477,35 @@ HIP_API hipError_t hipFree(void *ptr)
     int dev = sim_device_of(ptr);
     if (dev >= 0 && dev < sim_physical_count())
         sim_device_drain(dev);          /* clr synchronizes the streams of the memory's device first */
+    pool_forget(ptr);                   /* hipFree also takes memory of hipMallocAsync */
     sim_status st = sim_free(ptr);
     return ret(st == SIM_E_BAD_FREE ? SIM_E_INVALID_VALUE : st);
+}
+
+static sim_status host_alloc(void **ptr, size_t size, unsigned int flags, const char *fn)
+{
+    if (!ptr)
+        return sim_fail(SIM_E_INVALID_VALUE, "%s: ptr is NULL", fn);
+    if ((flags & hipHostMallocCoherent) && (flags & hipHostMallocNonCoherent))
+        return sim_fail(SIM_E_INVALID_VALUE, "%s: hipHostMallocCoherent and hipHostMallocNonCoherent exclude "
+                        "each other", fn);
+    if (size == 0) {
+        *ptr = NULL;
+        return SIM_OK;
+    }
+    return sim_host_alloc(size, ptr);
 }
 
 HIP_API hipError_t hipHostMalloc(void **ptr, size_t size, unsigned int flags)
 {
     ENTER();
-    (void)flags;
-    if (!ptr)
-        return ret(sim_fail(SIM_E_INVALID_VALUE, "hipHostMalloc: ptr is NULL"));
-    if (size == 0) {
-        *ptr = NULL;
-        return hipSuccess;
-    }
-    return ret(sim_host_alloc(size, ptr));
+    return ret(host_alloc(ptr, size, flags, "hipHostMalloc"));
+}
+
+HIP_API hipError_t hipExtHostAlloc(void **ptr, size_t size, unsigned int flags)
+{
+    ENTER();
+    return ret(host_alloc(ptr, size, flags, "hipExtHostAlloc"));
 }
 
 HIP_API hipError_t hipHostFree(void *ptr)
@@ -492,6 +515,237 @@ HIP_API hipError_t hipHostFree(void *ptr)
         return hipSuccess;
     sim_status st = sim_host_free(ptr);
     return st == SIM_E_BAD_FREE ? ret(SIM_E_INVALID_VALUE) : ret(st);
+}
+
+HIP_API hipError_t hipFreeHost(void *ptr) { return hipHostFree(ptr); }
+
+/* ---- stream-ordered allocation ------------------------------------------------------ */
+
+/* One pool per device (its default pool; hipMemPoolCreate is not provided). Memory
+ * comes from the device arena when hipMallocAsync is called (ready before any later
+ * work of the stream) and goes back when the stream reaches hipFreeAsync, so the pool
+ * keeps nothing in reserve: reserved and used memory are the same. */
+struct ihipMemPoolHandle_t {
+    int phys;
+    int ready;                          /* handed out by a hipDevice*MemPool call */
+    uint64_t release_threshold;
+    int reuse[3];                       /* the three hipMemPoolReuse* switches */
+    uint64_t used, used_high, reserved_high;
+};
+
+static struct ihipMemPoolHandle_t pools[SIM_MAX_DEVICES];
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static ptr_map pool_allocs;             /* address -> size of a live pool allocation (+1 so never 0) */
+
+static struct ihipMemPoolHandle_t *pool_of(int phys)
+{
+    struct ihipMemPoolHandle_t *p = &pools[phys];
+    pthread_mutex_lock(&pool_lock);
+    if (!p->ready) {
+        p->phys = phys;
+        p->reuse[0] = p->reuse[1] = p->reuse[2] = 1;     /* each is on by default */
+        p->ready = 1;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return p;
+}
+
+static sim_status check_pool(hipMemPool_t pool, const char *fn)
+{
+    if (!pool)
+        return sim_fail(SIM_E_INVALID_VALUE, "%s: the memory pool is NULL", fn);
+    for (int i = 0; i < SIM_MAX_DEVICES; i++)
+        if (pool == &pools[i] && pools[i].ready)
+            return SIM_OK;
+    return sim_fail(SIM_E_INVALID_VALUE, "%s: %p is not a memory pool (the simulator has one default pool per "
+                    "device, from hipDeviceGetDefaultMemPool)", fn, (void *)pool);
+}
+
+static sim_status device_pool(int device, hipMemPool_t *out, const char *fn)
+{
+    if (!out)
+        return sim_fail(SIM_E_INVALID_VALUE, "%s: mem_pool is NULL", fn);
+    int phys = sim_logical_to_phys(device);
+    if (phys < 0)
+        return sim_fail(SIM_E_INVALID_DEVICE, "%s: device %d does not exist (%d visible)", fn, device,
+                        sim_visible_count());
+    *out = pool_of(phys);
+    return SIM_OK;
+}
+
+HIP_API hipError_t hipDeviceGetDefaultMemPool(hipMemPool_t *mem_pool, int device)
+{
+    ENTER();
+    return ret(device_pool(device, mem_pool, "hipDeviceGetDefaultMemPool"));
+}
+
+HIP_API hipError_t hipDeviceGetMemPool(hipMemPool_t *mem_pool, int device)
+{
+    ENTER();
+    return ret(device_pool(device, mem_pool, "hipDeviceGetMemPool"));
+}
+
+HIP_API hipError_t hipDeviceSetMemPool(int device, hipMemPool_t mem_pool)
+{
+    ENTER();
+    hipMemPool_t own = NULL;
+    sim_status st = device_pool(device, &own, "hipDeviceSetMemPool");
+    if (st == SIM_OK)
+        st = check_pool(mem_pool, "hipDeviceSetMemPool");
+    if (st == SIM_OK && mem_pool != own)
+        st = sim_fail(SIM_E_INVALID_VALUE, "hipDeviceSetMemPool: the pool belongs to device %d, not device %d",
+                      sim_phys_to_logical(mem_pool->phys), device);
+    return ret(st);
+}
+
+static sim_status pool_malloc(void **dev_ptr, size_t size, struct ihipMemPoolHandle_t *pool, hipStream_t stream,
+                              const char *fn)
+{
+    if (!dev_ptr)
+        return sim_fail(SIM_E_INVALID_VALUE, "%s: dev_ptr is NULL", fn);
+    if (size == 0)
+        return sim_fail(SIM_E_INVALID_VALUE, "%s: size is 0", fn);
+    sim_stream *s;
+    sim_status st = sim_stream_get(S(stream), &s);
+    if (st != SIM_OK)
+        return st;
+    int phys = s->dev;
+    sim_stream_put(s);
+    if (!pool)
+        pool = pool_of(phys);
+    else if (pool->phys != phys)
+        return sim_fail(SIM_E_INVALID_VALUE, "%s: the pool is device %d's; the stream is on device %d", fn,
+                        sim_phys_to_logical(pool->phys), sim_phys_to_logical(phys));
+    void *p;
+    if ((st = sim_malloc(phys, size, &p)) != SIM_OK)
+        return st;
+    pthread_mutex_lock(&pool_lock);
+    int rc = map_put(&pool_allocs, (uint64_t)(uintptr_t)p, (void *)(uintptr_t)(size + 1));
+    if (rc == 0) {
+        pool->used += size;
+        if (pool->used > pool->used_high)
+            pool->used_high = pool->used;
+        if (pool->used > pool->reserved_high)
+            pool->reserved_high = pool->used;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (rc != 0) {
+        sim_free(p);
+        return sim_fail(SIM_E_HOST_ALLOC, "%s: out of host memory", fn);
+    }
+    *dev_ptr = p;
+    return SIM_OK;
+}
+
+/* Forget a pool allocation (SIM_OK) or say it is none. */
+static sim_status pool_forget(void *ptr)
+{
+    pthread_mutex_lock(&pool_lock);
+    uintptr_t v = (uintptr_t)map_del(&pool_allocs, (uint64_t)(uintptr_t)ptr);
+    if (v) {
+        int dev = sim_device_of(ptr);
+        if (dev >= 0)
+            pools[dev].used -= (uint64_t)(v - 1);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return v ? SIM_OK : SIM_E_INVALID_VALUE;
+}
+
+HIP_API hipError_t hipMallocAsync(void **dev_ptr, size_t size, hipStream_t stream)
+{
+    ENTER();
+    return ret(pool_malloc(dev_ptr, size, NULL, stream, "hipMallocAsync"));
+}
+
+HIP_API hipError_t hipMallocFromPoolAsync(void **dev_ptr, size_t size, hipMemPool_t mem_pool, hipStream_t stream)
+{
+    ENTER();
+    sim_status st = check_pool(mem_pool, "hipMallocFromPoolAsync");
+    return ret(st != SIM_OK ? st : pool_malloc(dev_ptr, size, mem_pool, stream, "hipMallocFromPoolAsync"));
+}
+
+static void free_when_reached(void *ptr) { sim_free(ptr); }
+
+HIP_API hipError_t hipFreeAsync(void *dev_ptr, hipStream_t stream)
+{
+    ENTER();
+    if (!dev_ptr)
+        return ret(sim_fail(SIM_E_INVALID_VALUE, "hipFreeAsync: dev_ptr is NULL"));
+    sim_stream *s;
+    sim_status st = sim_stream_get(S(stream), &s);
+    if (st != SIM_OK)
+        return ret(st);
+    sim_stream_put(s);
+    if (pool_forget(dev_ptr) != SIM_OK)
+        return ret(sim_fail(SIM_E_INVALID_VALUE, "hipFreeAsync: %p is not a live allocation of hipMallocAsync / "
+                            "hipMallocFromPoolAsync (freed already, or from another allocator)", dev_ptr));
+    st = sim_enqueue_host_fn(S(stream), free_when_reached, dev_ptr);
+    if (st != SIM_OK)
+        sim_free(dev_ptr);              /* not enqueued: nothing of the stream can still use it */
+    return ret(st);
+}
+
+HIP_API hipError_t hipMemPoolSetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void *value)
+{
+    ENTER();
+    sim_status st = check_pool(mem_pool, "hipMemPoolSetAttribute");
+    if (st == SIM_OK && !value)
+        st = sim_fail(SIM_E_INVALID_VALUE, "hipMemPoolSetAttribute: value is NULL");
+    if (st != SIM_OK)
+        return ret(st);
+    pthread_mutex_lock(&pool_lock);
+    switch (attr) {
+    case hipMemPoolReuseFollowEventDependencies:
+    case hipMemPoolReuseAllowOpportunistic:
+    case hipMemPoolReuseAllowInternalDependencies:
+        mem_pool->reuse[attr - 1] = *(const int *)value != 0;
+        break;
+    case hipMemPoolAttrReleaseThreshold: mem_pool->release_threshold = *(const uint64_t *)value; break;
+    case hipMemPoolAttrReservedMemHigh:
+    case hipMemPoolAttrUsedMemHigh:
+        if (*(const uint64_t *)value != 0)
+            st = sim_fail(SIM_E_INVALID_VALUE, "hipMemPoolSetAttribute: a high watermark can only be reset (to 0)");
+        else if (attr == hipMemPoolAttrUsedMemHigh)
+            mem_pool->used_high = mem_pool->used;
+        else
+            mem_pool->reserved_high = mem_pool->used;
+        break;
+    default:
+        st = sim_fail(SIM_E_INVALID_VALUE, "hipMemPoolSetAttribute: attribute %d cannot be set", (int)attr);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return ret(st);
+}
+
+HIP_API hipError_t hipMemPoolGetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void *value)
+{
+    ENTER();
+    sim_status st = check_pool(mem_pool, "hipMemPoolGetAttribute");
+    if (st == SIM_OK && !value)
+        st = sim_fail(SIM_E_INVALID_VALUE, "hipMemPoolGetAttribute: value is NULL");
+    if (st != SIM_OK)
+        return ret(st);
+    pthread_mutex_lock(&pool_lock);
+    switch (attr) {
+    case hipMemPoolReuseFollowEventDependencies:
+    case hipMemPoolReuseAllowOpportunistic:
+    case hipMemPoolReuseAllowInternalDependencies: *(int *)value = mem_pool->reuse[attr - 1]; break;
+    case hipMemPoolAttrReleaseThreshold: *(uint64_t *)value = mem_pool->release_threshold; break;
+    case hipMemPoolAttrReservedMemCurrent:
+    case hipMemPoolAttrUsedMemCurrent: *(uint64_t *)value = mem_pool->used; break;
+    case hipMemPoolAttrReservedMemHigh: *(uint64_t *)value = mem_pool->reserved_high; break;
+    case hipMemPoolAttrUsedMemHigh: *(uint64_t *)value = mem_pool->used_high; break;
+    default: st = sim_fail(SIM_E_INVALID_VALUE, "hipMemPoolGetAttribute: unknown attribute %d", (int)attr);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return ret(st);
+}
+
+HIP_API hipError_t hipMemPoolTrimTo(hipMemPool_t mem_pool, size_t min_bytes_to_hold)
+{
+    ENTER();
+    (void)min_bytes_to_hold;            /* the pool holds nothing back: nothing to trim */
+    return ret(check_pool(mem_pool, "hipMemPoolTrimTo"));
 }
 
 HIP_API hipError_t hipMemGetInfo(size_t *free, size_t *total)
@@ -520,7 +774,7 @@ HIP_API hipError_t hipMemcpyAsync(void *dst, const void *src, size_t sizeBytes, 
     if (dir < 0)
         return ret(sim_fail(SIM_E_DIRECTION, "hipMemcpyAsync: unknown hipMemcpyKind %d", (int)kind));
     sim_status st = check_claimed(dst, src, sizeBytes, kind);
-    return ret(st != SIM_OK ? st : sim_memcpy_async(dst, src, sizeBytes, dir, stream));
+    return ret(st != SIM_OK ? st : sim_memcpy_async(dst, src, sizeBytes, dir, S(stream)));
 }
 
 static sim_status check_peer(void *dst, int dstDevice, const void *src, int srcDevice, size_t n)
@@ -547,7 +801,7 @@ HIP_API hipError_t hipMemcpyPeerAsync(void *dst, int dstDeviceId, const void *sr
 {
     ENTER();
     sim_status st = check_peer(dst, dstDeviceId, src, srcDevice, sizeBytes);
-    return ret(st != SIM_OK ? st : sim_memcpy_async(dst, src, sizeBytes, SIM_D2D, stream));
+    return ret(st != SIM_OK ? st : sim_memcpy_async(dst, src, sizeBytes, SIM_D2D, S(stream)));
 }
 
 HIP_API hipError_t hipMemset(void *dst, int value, size_t sizeBytes)
@@ -559,7 +813,7 @@ HIP_API hipError_t hipMemset(void *dst, int value, size_t sizeBytes)
 HIP_API hipError_t hipMemsetAsync(void *dst, int value, size_t sizeBytes, hipStream_t stream)
 {
     ENTER();
-    return ret(sim_memset_async(dst, value, sizeBytes, 1, stream));
+    return ret(sim_memset_async(dst, value, sizeBytes, 1, S(stream)));
 }
 
 /* ---- streams -------------------------------------------------------------------- */
@@ -579,19 +833,26 @@ HIP_API hipError_t hipStreamCreateWithFlags(hipStream_t *stream, unsigned int fl
 HIP_API hipError_t hipStreamDestroy(hipStream_t stream)
 {
     ENTER();
-    return ret(sim_stream_destroy(stream));
+    if (!stream || stream == hipStreamLegacy || stream == hipStreamPerThread)
+        return ret(sim_fail(SIM_E_INVALID_STREAM, "hipStreamDestroy: the null stream cannot be destroyed"));
+    sim_status st = sim_stream_destroy(stream);
+    if (st == SIM_E_INVALID_STREAM) {       /* clr: a handle that is not a live stream */
+        t_last = hipErrorContextIsDestroyed;
+        return hipErrorContextIsDestroyed;
+    }
+    return ret(st);
 }
 
 HIP_API hipError_t hipStreamSynchronize(hipStream_t stream)
 {
     ENTER();
-    return ret(sim_stream_synchronize(stream));
+    return ret(sim_stream_synchronize(S(stream)));
 }
 
 HIP_API hipError_t hipStreamQuery(hipStream_t stream)
 {
     ENTER();
-    return ret(sim_stream_query(stream));
+    return ret(sim_stream_query(S(stream)));
 }
 
 HIP_API hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags)
@@ -599,13 +860,13 @@ HIP_API hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsi
     ENTER();
     if (flags != 0)
         return ret(sim_fail(SIM_E_INVALID_VALUE, "hipStreamWaitEvent: flags must be 0"));
-    return ret(sim_stream_wait_event(stream, event));
+    return ret(sim_stream_wait_event(S(stream), event));
 }
 
 HIP_API hipError_t hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void *userData)
 {
     ENTER();
-    return ret(sim_enqueue_host_fn(stream, fn, userData));
+    return ret(sim_enqueue_host_fn(S(stream), fn, userData));
 }
 
 /* ---- events --------------------------------------------------------------------- */
@@ -633,7 +894,7 @@ HIP_API hipError_t hipEventDestroy(hipEvent_t event)
 HIP_API hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream)
 {
     ENTER();
-    return ret(sim_event_record(event, stream));
+    return ret(sim_event_record(event, S(stream)));
 }
 
 HIP_API hipError_t hipEventSynchronize(hipEvent_t event)

@@ -2,10 +2,9 @@
  * RCCL in the Hygon simulator (libhygon_sim): the NCCL C API of rccl/rccl.h on the
  * anychip collective engine. Ops are enqueued on HIP streams of the simulator.
  *
- * Types: reductions work on int8, uint8, int32, int64, float16, bfloat16, float32,
- * float64 (every op), and sum / prod also on uint32 / uint64 (the same bits as the
- * signed types); max / min / avg of uint32 / uint64 and reductions of the fp8 types
- * return ncclInvalidArgument. Data movement takes every type. Failures of
+ * Types: reductions work on int8, uint8, int32, uint32, int64, uint64, float16,
+ * bfloat16, float32, float64 with every op (integer avg: the sum divided by the rank
+ * count); reductions of the fp8 types return ncclInvalidArgument (RCCL reduces them). Data movement takes every type. Failures of
  * enqueued work are reported by ncclCommGetAsyncError (and ncclGetLastError) and by
  * every later call on the communicator.
  */
@@ -39,7 +38,7 @@ static ncclResult_t code(sc_status st)
 
 static const struct { int ccl; int size; int reduce; } TYPES[] = {
     [ncclInt8] = {CCL_INT8, 1, 1},       [ncclUint8] = {CCL_UINT8, 1, 1},     [ncclInt32] = {CCL_INT32, 4, 1},
-    [ncclUint32] = {CCL_INT32, 4, 2},    [ncclInt64] = {CCL_INT64, 8, 1},     [ncclUint64] = {CCL_INT64, 8, 2},
+    [ncclUint32] = {CCL_UINT32, 4, 1},   [ncclInt64] = {CCL_INT64, 8, 1},     [ncclUint64] = {CCL_UINT64, 8, 1},
     [ncclFloat16] = {CCL_FLOAT16, 2, 1}, [ncclFloat32] = {CCL_FLOAT32, 4, 1}, [ncclFloat64] = {CCL_FLOAT64, 8, 1},
     [ncclBfloat16] = {CCL_BFLOAT16, 2, 1}, [ncclFp8E4M3] = {-1, 1, 0},        [ncclFp8E5M2] = {-1, 1, 0},
 };
@@ -60,8 +59,7 @@ static sc_status types(sc_op *o, size_t count, ncclDataType_t t, int reducing, n
     }
     if ((unsigned)op >= ncclNumOps)
         return sc_fail(SC_INVALID, "%s: invalid reduction operation %d", fn, (int)op);
-    /* unsigned 32/64-bit: sum and prod wrap identically to the signed types */
-    if (!TYPES[t].reduce || (TYPES[t].reduce == 2 && op != ncclSum && op != ncclProd))
+    if (!TYPES[t].reduce)
         return sc_fail(SC_UNSUPPORTED, "%s: the simulator cannot reduce data type %d with %s", fn, (int)t,
                        OP_NAMES[op]);
     o->dtype = TYPES[t].ccl;
@@ -71,6 +69,9 @@ static sc_status types(sc_op *o, size_t count, ncclDataType_t t, int reducing, n
 
 static ncclResult_t submit(ncclComm_t comm, sc_op *o, hipStream_t stream, const char *fn)
 {
+    /* hipStreamLegacy (1) and hipStreamPerThread (2): the device's null stream, as in hip.c */
+    if (stream == (hipStream_t)1 || stream == (hipStream_t)2)
+        stream = NULL;
     return code(sc_submit((sc_comm *)comm, o, stream, fn));
 }
 
@@ -100,9 +101,16 @@ NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm)
     return code(sc_comm_check((sc_comm *)comm, "ncclCommFinalize"));
 }
 
-NCCL_API ncclResult_t ncclCommDestroy(ncclComm_t comm) { return code(sc_comm_destroy((sc_comm *)comm)); }
+/* NCCL / RCCL return success for a NULL communicator (init.cc) */
+NCCL_API ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    return comm ? code(sc_comm_destroy((sc_comm *)comm)) : ncclSuccess;
+}
 
-NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) { return code(sc_comm_abort((sc_comm *)comm)); }
+NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    return comm ? code(sc_comm_abort((sc_comm *)comm)) : ncclSuccess;
+}
 
 NCCL_API const char *ncclGetErrorString(ncclResult_t result)
 {

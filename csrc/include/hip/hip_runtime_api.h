@@ -23,6 +23,9 @@ extern "C" {
 #define hipDeviceProp_t hipDeviceProp_tR0600
 #define HIP_VERSION_MAJOR 6
 #define HIP_VERSION_MINOR 0
+#define HIP_VERSION_PATCH 0
+/* hip_version.h's encoding; hipRuntimeGetVersion reports the same number */
+#define HIP_VERSION (HIP_VERSION_MAJOR * 10000000 + HIP_VERSION_MINOR * 100000 + HIP_VERSION_PATCH)
 
 /* ANYCHIP-CDEF-BEGIN */
 typedef enum hipError_t {
@@ -63,6 +66,7 @@ typedef enum hipMemcpyKind {
 
 typedef struct ihipStream_t *hipStream_t;
 typedef struct ihipEvent_t *hipEvent_t;
+typedef struct ihipMemPoolHandle_t *hipMemPool_t;
 typedef int hipDevice_t;
 typedef void (*hipHostFn_t)(void *userData);
 
@@ -73,6 +77,24 @@ typedef void (*hipHostFn_t)(void *userData);
 #define hipStreamDefault 0x00
 #define hipStreamNonBlocking 0x01
 #define hipHostMallocDefault 0x0
+#define hipHostMallocPortable 0x1
+#define hipHostMallocMapped 0x2
+#define hipHostMallocWriteCombined 0x4
+#define hipHostMallocNumaUser 0x20000000
+#define hipHostMallocCoherent 0x40000000
+#define hipHostMallocNonCoherent 0x80000000
+#define hipHostAllocDefault 0x0
+#define hipHostAllocPortable 0x1
+#define hipHostAllocMapped 0x2
+#define hipHostAllocWriteCombined 0x4
+#define hipIpcMemLazyEnablePeerAccess 0x1
+#define hipDeviceScheduleAuto 0x0
+#define hipDeviceScheduleSpin 0x1
+#define hipDeviceScheduleYield 0x2
+#define hipDeviceScheduleBlockingSync 0x4
+#define hipDeviceScheduleMask 0x7
+#define hipDeviceMapHost 0x8
+#define hipDeviceLmemResizeToMax 0x10
 
 #define HIP_IPC_HANDLE_SIZE 64
 typedef struct hipIpcMemHandle_st {
@@ -390,7 +412,37 @@ hipError_t hipEventElapsedTime(float *ms, hipEvent_t start, hipEvent_t stop);
 hipError_t hipIpcGetMemHandle(hipIpcMemHandle_t *handle, void *devPtr);
 hipError_t hipIpcOpenMemHandle(void **devPtr, hipIpcMemHandle_t handle, unsigned int flags);
 hipError_t hipIpcCloseMemHandle(void *devPtr);
+
+/* the host allocators ROCm 6.3 recommends over hipHostMalloc / hipHostFree */
+hipError_t hipExtHostAlloc(void **ptr, size_t size, unsigned int flags);
+hipError_t hipFreeHost(void *ptr);
+
+/* stream-ordered allocation (HIP >= 5.2) and the memory-pool calls used with it */
+typedef enum hipMemPoolAttr {
+    hipMemPoolReuseFollowEventDependencies = 0x1,
+    hipMemPoolReuseAllowOpportunistic = 0x2,
+    hipMemPoolReuseAllowInternalDependencies = 0x3,
+    hipMemPoolAttrReleaseThreshold = 0x4,
+    hipMemPoolAttrReservedMemCurrent = 0x5,
+    hipMemPoolAttrReservedMemHigh = 0x6,
+    hipMemPoolAttrUsedMemCurrent = 0x7,
+    hipMemPoolAttrUsedMemHigh = 0x8
+} hipMemPoolAttr;
+hipError_t hipMallocAsync(void **dev_ptr, size_t size, hipStream_t stream);
+hipError_t hipFreeAsync(void *dev_ptr, hipStream_t stream);
+hipError_t hipMallocFromPoolAsync(void **dev_ptr, size_t size, hipMemPool_t mem_pool, hipStream_t stream);
+hipError_t hipDeviceGetDefaultMemPool(hipMemPool_t *mem_pool, int device);
+hipError_t hipDeviceGetMemPool(hipMemPool_t *mem_pool, int device);
+hipError_t hipDeviceSetMemPool(int device, hipMemPool_t mem_pool);
+hipError_t hipMemPoolSetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void *value);
+hipError_t hipMemPoolGetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void *value);
+hipError_t hipMemPoolTrimTo(hipMemPool_t mem_pool, size_t min_bytes_to_hold);
 /* ANYCHIP-CDEF-END */
+
+/* Special stream handles (not numbers, so outside the declarations above): the legacy
+ * null stream and the calling thread's default stream. */
+#define hipStreamLegacy ((hipStream_t)1)
+#define hipStreamPerThread ((hipStream_t)2)
 
 #ifdef __cplusplus
 }
