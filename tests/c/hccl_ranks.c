@@ -145,13 +145,51 @@ static int run(int rank, int nranks, const HcclRootInfo *root_info)
     get(o, recv, 300 * sizeof(float));
     CHECK(o[299] == (float)(prev + 299), "ring [299] = %g", o[299]);
 
-    /* errors found when called */
-    CHECK(HcclAllReduce(send, recv, 4, HCCL_DATA_TYPE_RESERVED, HCCL_REDUCE_SUM, comm, stream) == HCCL_E_PARA,
-          "type");
-    CHECK(HcclAllReduce(send, recv, 4, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_RESERVED, comm, stream) == HCCL_E_PARA,
-          "op");
-    CHECK(HcclAllReduce(send, recv, 4, HCCL_DATA_TYPE_INT16, HCCL_REDUCE_SUM, comm, stream) == HCCL_E_NOT_SUPPORT,
-          "int16 sum");
+    /* int16: every op but PROD (cann-hccl HcomCheckReduceDataType, 910B / 910_93) */
+    int16_t *h16 = (int16_t *)h, *o16 = (int16_t *)o;
+    for (int i = 0; i < 7; i++)
+        h16[i] = (int16_t)((rank + 1) * (i - 3) * 1000);
+    put(send, h16, 7 * sizeof(int16_t));
+    HCCL(HcclAllReduce(send, recv, 7, HCCL_DATA_TYPE_INT16, HCCL_REDUCE_SUM, comm, stream));
+    aclrtSynchronizeStream(stream);
+    get(o16, recv, 7 * sizeof(int16_t));
+    CHECK(o16[0] == (int16_t)(-3000 * nranks * (nranks + 1) / 2) && o16[6] == (int16_t)(3000 * nranks * (nranks + 1) / 2),
+          "int16 sum [0] = %d [6] = %d", o16[0], o16[6]);
+    HCCL(HcclAllReduce(send, recv, 7, HCCL_DATA_TYPE_INT16, HCCL_REDUCE_MIN, comm, stream));
+    aclrtSynchronizeStream(stream);
+    get(o16, recv, 7 * sizeof(int16_t));
+    CHECK(o16[0] == (int16_t)(-3000 * nranks) && o16[6] == 3000, "int16 min [0] = %d [6] = %d", o16[0], o16[6]);
+    CHECK(HcclAllReduce(send, recv, 7, HCCL_DATA_TYPE_INT16, HCCL_REDUCE_PROD, comm, stream) == HCCL_E_NOT_SUPPORT,
+          "int16 prod");
+    CHECK(HcclAllReduce(send, recv, 7, HCCL_DATA_TYPE_BFP16, HCCL_REDUCE_PROD, comm, stream) == HCCL_E_NOT_SUPPORT,
+          "bf16 prod");
+    /* uint32 max: unsigned order */
+    uint32_t *hu = (uint32_t *)h, *ou = (uint32_t *)o;
+    hu[0] = rank == 0 ? 0x80000000u : (uint32_t)rank;
+    hu[1] = rank == 0 ? 0xFFFFFFFFu : 5u;
+    put(send, hu, 2 * sizeof(uint32_t));
+    HCCL(HcclAllReduce(send, recv, 2, HCCL_DATA_TYPE_UINT32, HCCL_REDUCE_MAX, comm, stream));
+    aclrtSynchronizeStream(stream);
+    get(ou, recv, 2 * sizeof(uint32_t));
+    CHECK(ou[0] == 0x80000000u && ou[1] == 0xFFFFFFFFu, "uint32 max %x %x", ou[0], ou[1]);
+
+    /* errors found when called: CANN's codes */
+    CHECK(HCCL_DATA_TYPE_RESERVED == 255 && HCCL_REDUCE_RESERVED == 255 && HCCL_DATA_TYPE_INT128 == 12 &&
+          HCCL_DATA_TYPE_FP8E8M0 == 17, "enum values");
+    CHECK(HcclAllReduce(send, recv, 4, HCCL_DATA_TYPE_RESERVED, HCCL_REDUCE_SUM, comm, stream) ==
+          HCCL_E_NOT_SUPPORT, "type");
+    CHECK(HcclAllReduce(send, recv, 4, (HcclDataType)13, HCCL_REDUCE_SUM, comm, stream) == HCCL_E_NOT_SUPPORT,
+          "type 13");
+    CHECK(HcclAllGather(send, recv, 4, HCCL_DATA_TYPE_INT128, comm, stream) == HCCL_E_NOT_SUPPORT, "int128");
+    CHECK(HcclAllReduce(send, recv, 4, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_RESERVED, comm, stream) ==
+          HCCL_E_NOT_SUPPORT, "op");
+    CHECK(HcclAllReduce(send, recv, 4, HCCL_DATA_TYPE_FP32, (HcclReduceOp)4, comm, stream) == HCCL_E_NOT_SUPPORT,
+          "op 4");
+    /* count 0 succeeds before any check, even of the communicator */
+    CHECK(HcclAllReduce(NULL, NULL, 0, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, NULL, stream) == HCCL_SUCCESS,
+          "count 0");
+    CHECK(HcclBroadcast(NULL, 0, HCCL_DATA_TYPE_RESERVED, 0, NULL, NULL) == HCCL_SUCCESS, "count 0 broadcast");
+    CHECK(HcclCommDestroy(NULL) == HCCL_SUCCESS, "destroy NULL");
     CHECK(HcclBroadcast(send, 4, HCCL_DATA_TYPE_FP32, (uint32_t)nranks, comm, stream) == HCCL_E_PARA, "root");
     CHECK(HcclAllReduce(NULL, recv, 4, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, comm, stream) == HCCL_E_PTR, "NULL");
     CHECK(HcclAllReduce(send, recv, 4, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, NULL, stream) == HCCL_E_PTR,

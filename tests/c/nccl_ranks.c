@@ -106,6 +106,36 @@ static int run(int rank, int nranks, ncclUniqueId id)
     CHECK(oi[3] == (int64_t)((10 * (nranks - 1) * nranks / 2 + 3 * nranks) / nranks), "avg int64 [3] = %lld",
           (long long)oi[3]);
 
+    /* unsigned max / min and integer avg (rccl enqueue.cc: unsigned order, sum then divide) */
+    uint64_t *hu = (uint64_t *)h, *ou = (uint64_t *)o;
+    hu[0] = rank == 0 ? 0x8000000000000000ull : (uint64_t)rank;
+    hu[1] = rank == 0 ? UINT64_MAX : 7u;
+    put(send, hu, 2 * sizeof(uint64_t));
+    NCCL(ncclAllReduce(send, recv, 2, ncclUint64, ncclMax, comm, stream));
+    hipStreamSynchronize(stream);
+    get(ou, recv, 2 * sizeof(uint64_t));
+    CHECK(ou[0] == 0x8000000000000000ull && ou[1] == UINT64_MAX, "uint64 max %llx %llx", (unsigned long long)ou[0],
+          (unsigned long long)ou[1]);
+    NCCL(ncclAllReduce(send, recv, 2, ncclUint64, ncclMin, comm, stream));
+    hipStreamSynchronize(stream);
+    get(ou, recv, 2 * sizeof(uint64_t));
+    CHECK(ou[0] == 1 && ou[1] == 7, "uint64 min %llu %llu", (unsigned long long)ou[0], (unsigned long long)ou[1]);
+    uint32_t *hw = (uint32_t *)h, *ow = (uint32_t *)o;
+    hw[0] = 0xF0000000u + (uint32_t)rank;
+    hw[1] = 10u * (uint32_t)(rank + 1);
+    put(send, hw, 2 * sizeof(uint32_t));
+    NCCL(ncclAllReduce(send, recv, 2, ncclUint32, ncclMin, comm, stream));
+    hipStreamSynchronize(stream);
+    get(ow, recv, 2 * sizeof(uint32_t));
+    CHECK(ow[0] == 0xF0000000u && ow[1] == 10u, "uint32 min %x %u", ow[0], ow[1]);
+    hw[0] = 4u * (uint32_t)rank;
+    put(send, hw, 2 * sizeof(uint32_t));
+    NCCL(ncclAllReduce(send, recv, 2, ncclUint32, ncclAvg, comm, stream));
+    hipStreamSynchronize(stream);
+    get(ow, recv, 2 * sizeof(uint32_t));
+    CHECK(ow[0] == 2u * (uint32_t)(nranks - 1) && ow[1] == 5u * (uint32_t)(nranks + 1),
+          "uint32 avg %u %u", ow[0], ow[1]);
+
     /* broadcast from the last rank, reduce (prod) to rank 1 % nranks */
     int root = nranks - 1;
     for (int i = 0; i < 100; i++)
@@ -196,6 +226,7 @@ static int run(int rank, int nranks, ncclUniqueId id)
     CHECK(ncclBroadcast(send, recv, 4, ncclFloat32, nranks, comm, stream) == ncclInvalidArgument, "root");
     CHECK(ncclAllReduce(h, recv, 4, ncclFloat32, ncclSum, comm, stream) == ncclInvalidArgument, "host pointer");
     CHECK(ncclAllReduce(send, recv, 4, ncclFloat32, ncclSum, NULL, stream) == ncclInvalidArgument, "NULL comm");
+    CHECK(ncclCommDestroy(NULL) == ncclSuccess && ncclCommAbort(NULL) == ncclSuccess, "NULL destroy / abort");
     CHECK(ncclAllReduce(NULL, recv, 4, ncclFloat32, ncclSum, comm, stream) == ncclInvalidArgument, "NULL send");
     CHECK(ncclAllReduce(send, recv, big * nranks + 1, ncclFloat32, ncclSum, comm, stream) == ncclInvalidArgument,
           "count past the allocation");
