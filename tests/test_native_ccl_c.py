@@ -25,14 +25,15 @@ PROGRAMS = [("hccl_ranks.c", "libascend_sim", "hccl"), ("bkcl_ranks.c", "libkunl
 SYMBOLS = {
     "libascend_sim": """HcclGetRootInfo HcclCommInitRootInfo HcclCommDestroy HcclGetRankSize HcclGetRankId
         HcclGetCommName HcclGetCommAsyncError HcclGetErrorString HcclAllReduce HcclBroadcast HcclReduce
-        HcclReduceScatter HcclAllGather HcclAlltoAll HcclSend HcclRecv HcclBarrier HcclGroupStart HcclGroupEnd""",
+        HcclReduceScatter HcclAllGather HcclAlltoAll HcclSend HcclRecv HcclBarrier HcclGroupStart HcclGroupEnd
+        HcclCommInitAll""",
     "libkunlun_sim": """bkcl_get_unique_id bkcl_init_rank bkcl_destroy_context bkcl_comm_abort bkcl_comm_count
         bkcl_comm_user_rank bkcl_all_reduce bkcl_broadcast bkcl_reduce bkcl_all_gather bkcl_reduce_scatter
         bkcl_all_to_all bkcl_send bkcl_recv bkcl_group_start bkcl_group_end anychip_sim_bkcl_async_error""",
     "libhygon_sim": """ncclGetVersion ncclGetUniqueId ncclCommInitRank ncclCommFinalize ncclCommDestroy
         ncclCommAbort ncclGetErrorString ncclGetLastError ncclCommGetAsyncError ncclCommCount ncclCommCuDevice
         ncclCommUserRank ncclReduce ncclBcast ncclBroadcast ncclAllReduce ncclReduceScatter ncclAllGather
-        ncclAllToAll ncclSend ncclRecv ncclGroupStart ncclGroupEnd""",
+        ncclAllToAll ncclSend ncclRecv ncclGroupStart ncclGroupEnd ncclCommInitAll""",
 }
 
 
@@ -103,3 +104,38 @@ def test_collective_symbols_exported_engine_private(libname):
     assert not [s for s in SYMBOLS[libname].split() if s not in exported]
     # the engine compiled into the library stays private
     assert not sorted(s for s in exported if s.startswith(("ccl_", "sc_")))
+
+
+# the NCCL user guide's examples ported to HIP + RCCL (fork stands in for MPI), and
+# HcclCommInitAll: several devices in one process
+SINGLE_PROCESS = [("nccl_guide.c", "libhygon_sim", ["1"], ["guide 1 ok"]),
+                  ("nccl_guide.c", "libhygon_sim", ["2", "3"], ["guide 2 ok"] * 3),
+                  ("nccl_guide.c", "libhygon_sim", ["3", "2", "2"], ["guide 3 ok"] * 2),
+                  ("nccl_guide.c", "libhygon_sim", ["3t", "2", "2"], ["guide 3t ok"] * 2),
+                  ("hccl_init_all.c", "libascend_sim", [], ["hccl init all ok"])]
+
+
+@pytest.mark.parametrize("source,libname,args,expected", SINGLE_PROCESS,
+                         ids=["guide1-init-all", "guide2-process-per-device", "guide3-group-init",
+                              "guide3-thread-per-device", "hccl-init-all"])
+def test_several_devices_per_process(tmp_path, source, libname, args, expected):
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler")
+    lib = _library(libname)
+    libdir, libfile = os.path.split(lib)
+    exe = tmp_path / source[:-2]
+    build = subprocess.run(
+        [gcc, "-std=c11", "-Wall", "-Werror", "-Werror=implicit-function-declaration", f"-I{INCLUDE}", "-o",
+         str(exe), os.path.join(HERE, "c", source), f"-L{libdir}", f"-l:{libfile}", f"-Wl,-rpath,{libdir}",
+         "-lpthread"], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    before = _shm()
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("VISIBLE_DEVICES") and not k.startswith(("ANYCHIP_SIM", "ANYCHIP_CCL"))}
+    run = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines() == expected
+    assert run.stderr == ""
+    left = _leaked(before)
+    assert not left, f"segments left in /dev/shm: {sorted(left)}"

@@ -593,3 +593,66 @@ sc_status sc_submit(sc_comm *c, const sc_op *op, void *stream, const char *fn)
         return defer(c, stream, &o, fn);
     return enqueue(c, &o, 1, stream, NULL, 0, fn);
 }
+
+/* ---- several communicators at once (single-process multi-device init) -------------------- */
+
+typedef struct init_job {
+    const char *vendor;
+    const sc_init_req *req;
+    sc_status st;
+    char msg[480];
+} init_job;
+
+static void *init_one(void *arg)
+{
+    init_job *j = arg;
+    sim_status s = sim_set_current(j->req->logical);
+    if (s != SIM_OK)
+        j->st = sc_fail(SC_RUNTIME, "%s communicator init: device %d: %s", j->vendor, j->req->logical,
+                        sim_last_message());
+    else
+        j->st = sc_comm_init(j->vendor, j->req->id, j->req->size, j->req->nranks, j->req->rank, j->req->out);
+    if (j->st != SC_OK)
+        snprintf(j->msg, sizeof j->msg, "%s", sim_last_message());
+    return NULL;
+}
+
+sc_status sc_comm_init_many(const char *vendor, const sc_init_req *reqs, int n)
+{
+    init_job *jobs = calloc((size_t)(n > 0 ? n : 1), sizeof *jobs);
+    pthread_t *threads = calloc((size_t)(n > 0 ? n : 1), sizeof *threads);
+    if (!jobs || !threads) {
+        free(jobs);
+        free(threads);
+        return sc_fail(SC_OOM, "%s communicator init: out of host memory", vendor);
+    }
+    int started = 0;
+    sc_status first = SC_OK;
+    char msg[480] = "";
+    for (; started < n; started++) {
+        jobs[started] = (init_job){.vendor = vendor, .req = &reqs[started]};
+        *reqs[started].out = NULL;
+        if (pthread_create(&threads[started], NULL, init_one, &jobs[started]) != 0) {
+            first = SC_SYSTEM;
+            snprintf(msg, sizeof msg, "%s communicator init: cannot start a thread for rank %d", vendor,
+                     reqs[started].rank);
+            break;
+        }
+    }
+    for (int i = 0; i < started; i++) {
+        pthread_join(threads[i], NULL);
+        if (jobs[i].st != SC_OK && first == SC_OK) {
+            first = jobs[i].st;
+            snprintf(msg, sizeof msg, "%s", jobs[i].msg);
+        }
+    }
+    if (first != SC_OK)                 /* all or none: free the ones that were made */
+        for (int i = 0; i < started; i++)
+            if (*reqs[i].out) {
+                sc_comm_destroy(*reqs[i].out);
+                *reqs[i].out = NULL;
+            }
+    free(jobs);
+    free(threads);
+    return first == SC_OK ? SC_OK : sc_fail(first, "%s", msg);
+}

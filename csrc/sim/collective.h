@@ -58,6 +58,16 @@ SIM_HIDDEN sc_status sc_unique_id(const char *vendor, void *id, size_t size);
  * current device (blocks until every rank has joined, at most the collective timeout). */
 SIM_HIDDEN sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nranks, int rank,
                                   sc_comm **out);
+/* Create several communicators at once, each of its rank on its device (one thread
+ * each, so ranks of one process join each other): all are made, or none (*out NULL). */
+typedef struct sc_init_req {
+    const void *id;
+    size_t size;
+    int nranks, rank;
+    int logical;                 /* the device, as the calling program numbers them */
+    sc_comm **out;
+} sc_init_req;
+SIM_HIDDEN sc_status sc_comm_init_many(const char *vendor, const sc_init_req *reqs, int n);
 /* Wait for the communicator's enqueued work, then free it. */
 SIM_HIDDEN sc_status sc_comm_destroy(sc_comm *c);
 /* Fail every rank's pending and future ops, then free it. */

@@ -11,6 +11,7 @@
  * HcclGetCommAsyncError and by every later call on the communicator.
  */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "acl/acl.h"
 #include "collective.h"
@@ -105,6 +106,39 @@ HCCL_API HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *ro
     if (nRanks > INT32_MAX || rank > INT32_MAX)
         return code(sc_fail(SC_INVALID, "HcclCommInitRootInfo: nRanks=%u, rank=%u out of range", nRanks, rank));
     return code(sc_comm_init("hccl", rootInfo, sizeof *rootInfo, (int)nRanks, (int)rank, (sc_comm **)comm));
+}
+
+HCCL_API HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *comms)
+{
+    if (!devices || !comms)
+        return code(sc_fail(SC_NULL, "HcclCommInitAll: %s is NULL", devices ? "comms" : "devices"));
+    uint32_t count = 0;
+    if (aclrtGetDeviceCount(&count) != 0)
+        return code(sc_fail(SC_RUNTIME, "HcclCommInitAll: no visible device"));
+    if (ndev < 1 || ndev > count || ndev > CCL_MAX_RANKS)
+        return code(sc_fail(SC_INVALID, "HcclCommInitAll: ndev=%u; 1..%u devices are visible", ndev, count));
+    for (uint32_t i = 0; i < ndev; i++) {
+        if (devices[i] < 0 || (uint32_t)devices[i] >= count)
+            return code(sc_fail(SC_INVALID, "HcclCommInitAll: devices[%u]=%d is not a device (0..%u)", i,
+                                (int)devices[i], count - 1));
+        for (uint32_t k = 0; k < i; k++)
+            if (devices[k] == devices[i])
+                return code(sc_fail(SC_INVALID, "HcclCommInitAll: device %d is listed twice (devices[%u] and "
+                                    "devices[%u])", (int)devices[i], k, i));
+    }
+    HcclRootInfo root;
+    sc_status st = sc_unique_id("hccl", &root, sizeof root);
+    sc_init_req *reqs = st == SC_OK ? calloc(ndev, sizeof *reqs) : NULL;
+    if (st == SC_OK && !reqs)
+        st = sc_fail(SC_OOM, "HcclCommInitAll: out of host memory");
+    if (st == SC_OK) {
+        for (uint32_t i = 0; i < ndev; i++)
+            reqs[i] = (sc_init_req){.id = &root, .size = sizeof root, .nranks = (int)ndev, .rank = (int)i,
+                                    .logical = devices[i], .out = (sc_comm **)&comms[i]};
+        st = sc_comm_init_many("hccl", reqs, (int)ndev);
+    }
+    free(reqs);
+    return code(st);
 }
 
 HCCL_API HcclResult HcclCommDestroy(HcclComm comm)

@@ -10,6 +10,7 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "collective.h"
 #include "rccl/rccl.h"
@@ -18,6 +19,7 @@
 
 typedef int hipError_t;
 hipError_t hipGetDevice(int *deviceId);
+hipError_t hipGetDeviceCount(int *count);
 
 static ncclResult_t code(sc_status st)
 {
@@ -88,12 +90,112 @@ NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
     return code(sc_unique_id("nccl", uniqueId, sizeof *uniqueId));
 }
 
+/* Inits called inside a group wait for its outermost ncclGroupEnd, which makes them all at
+ * once (one thread each), as NCCL does: one thread can so create the communicators of
+ * several devices (the NCCL user guide's examples 1 and 3). */
+typedef struct deferred_init {
+    ncclUniqueId id;
+    sc_init_req req;
+} deferred_init;
+
+static __thread int t_group;                  /* this thread's group depth */
+static __thread deferred_init *t_inits;
+static __thread int t_ninits, t_cap_inits;
+
+static sc_status check_init(ncclComm_t *comm, int nranks, int rank, const char *fn)
+{
+    if (!comm)
+        return sc_fail(SC_NULL, "%s: comm is NULL", fn);
+    if (nranks < 1 || nranks > CCL_MAX_RANKS)
+        return sc_fail(SC_INVALID, "%s: nranks=%d; the simulator supports 1..%d ranks", fn, nranks, CCL_MAX_RANKS);
+    if (rank < 0 || rank >= nranks)
+        return sc_fail(SC_INVALID, "%s: rank=%d is outside 0..%d", fn, rank, nranks - 1);
+    return SC_OK;
+}
+
 NCCL_API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
 {
     int dev;
     if (hipGetDevice(&dev) != 0)
         return code(sc_fail(SC_RUNTIME, "ncclCommInitRank: no usable current device"));
-    return code(sc_comm_init("nccl", &commId, sizeof commId, nranks, rank, (sc_comm **)comm));
+    sc_status st = check_init(comm, nranks, rank, "ncclCommInitRank");
+    if (st != SC_OK)
+        return code(st);
+    if (t_group == 0)
+        return code(sc_comm_init("nccl", &commId, sizeof commId, nranks, rank, (sc_comm **)comm));
+    if (t_ninits == t_cap_inits) {
+        int cap = t_cap_inits ? 2 * t_cap_inits : 8;
+        deferred_init *p = realloc(t_inits, (size_t)cap * sizeof *p);
+        if (!p)
+            return code(sc_fail(SC_OOM, "ncclCommInitRank: out of host memory"));
+        t_inits = p;
+        t_cap_inits = cap;
+    }
+    *comm = NULL;                              /* made by the group's end */
+    t_inits[t_ninits++] = (deferred_init){
+        .id = commId, .req = {.size = sizeof commId, .nranks = nranks, .rank = rank, .logical = dev,
+                              .out = (sc_comm **)comm}};
+    return ncclSuccess;
+}
+
+/* Make the inits deferred by this thread's group. */
+static sc_status run_deferred_inits(void)
+{
+    int n = t_ninits;
+    if (n == 0)
+        return SC_OK;
+    sc_init_req *reqs = malloc((size_t)n * sizeof *reqs);
+    sc_status st = SC_OK;
+    if (!reqs)
+        st = sc_fail(SC_OOM, "ncclGroupEnd: out of host memory");
+    else {
+        for (int i = 0; i < n; i++) {
+            reqs[i] = t_inits[i].req;
+            reqs[i].id = &t_inits[i].id;
+        }
+        st = sc_comm_init_many("nccl", reqs, n);
+        free(reqs);
+    }
+    free(t_inits);
+    t_inits = NULL;
+    t_ninits = t_cap_inits = 0;
+    return st;
+}
+
+NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
+{
+    if (!comms)
+        return code(sc_fail(SC_NULL, "ncclCommInitAll: comms is NULL"));
+    if (ndev < 1 || ndev > CCL_MAX_RANKS)
+        return code(sc_fail(SC_INVALID, "ncclCommInitAll: ndev=%d; the simulator supports 1..%d", ndev,
+                            CCL_MAX_RANKS));
+    int count = 0;
+    if (hipGetDeviceCount(&count) != 0)
+        return code(sc_fail(SC_RUNTIME, "ncclCommInitAll: no visible device"));
+    if (!devlist && ndev > count)
+        return code(sc_fail(SC_INVALID, "ncclCommInitAll: ndev=%d but %d devices are visible", ndev, count));
+    for (int i = 0; devlist && i < ndev; i++) {
+        if (devlist[i] < 0 || devlist[i] >= count)
+            return code(sc_fail(SC_INVALID, "ncclCommInitAll: devlist[%d]=%d is not a device (0..%d)", i, devlist[i],
+                                count - 1));
+        for (int k = 0; k < i; k++)
+            if (devlist[k] == devlist[i])
+                return code(sc_fail(SC_USAGE, "ncclCommInitAll: device %d is listed twice (devlist[%d] and "
+                                    "devlist[%d])", devlist[i], k, i));
+    }
+    ncclUniqueId id;
+    sc_status st = sc_unique_id("nccl", &id, sizeof id);
+    sc_init_req *reqs = st == SC_OK ? calloc((size_t)ndev, sizeof *reqs) : NULL;
+    if (st == SC_OK && !reqs)
+        st = sc_fail(SC_OOM, "ncclCommInitAll: out of host memory");
+    if (st == SC_OK) {
+        for (int i = 0; i < ndev; i++)
+            reqs[i] = (sc_init_req){.id = &id, .size = sizeof id, .nranks = ndev, .rank = i,
+                                    .logical = devlist ? devlist[i] : i, .out = (sc_comm **)&comms[i]};
+        st = sc_comm_init_many("nccl", reqs, ndev);
+    }
+    free(reqs);
+    return code(st);
 }
 
 NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm)
@@ -246,6 +348,21 @@ NCCL_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t data
     return st ? code(st) : submit(comm, &o, stream, "ncclRecv");
 }
 
-NCCL_API ncclResult_t ncclGroupStart(void) { return code(sc_group_start()); }
+NCCL_API ncclResult_t ncclGroupStart(void)
+{
+    sc_status st = sc_group_start();
+    if (st == SC_OK)
+        t_group++;
+    return code(st);
+}
 
-NCCL_API ncclResult_t ncclGroupEnd(void) { return code(sc_group_end()); }
+NCCL_API ncclResult_t ncclGroupEnd(void)
+{
+    if (t_group == 0)
+        return code(sc_group_end());           /* unbalanced: ncclInvalidUsage */
+    sc_status st = SC_OK;
+    if (--t_group == 0)
+        st = run_deferred_inits();             /* before the group's ops */
+    sc_status ops = sc_group_end();
+    return code(st != SC_OK ? st : ops);
+}

@@ -22,6 +22,8 @@ typedef void *aclrtStream;
 
 HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo);
 HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank, HcclComm *comm);
+/* one process, several devices: communicator i on devices[i] */
+HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *comms);
 HcclResult HcclCommDestroy(HcclComm comm);
 HcclResult HcclGetRankSize(HcclComm comm, uint32_t *rankSize);
 HcclResult HcclGetRankId(HcclComm comm, uint32_t *rank);

@@ -75,6 +75,8 @@ typedef enum {
 ncclResult_t ncclGetVersion(int *version);
 ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+/* one process, several devices: communicator i on device devlist[i] (or i when devlist is NULL) */
+ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
