@@ -160,6 +160,9 @@ SIM_HIDDEN sim_status sim_device_wait(int phys, int timeout_ms);
 /* wait for the work queued on the device's streams, passing over held streams (which only
  * a release can let run) and the calling thread's own stream worker */
 SIM_HIDDEN sim_status sim_device_drain(int phys);
+/* the same, passing over the streams marked non-blocking too (HIP's legacy null stream) */
+SIM_HIDDEN sim_status sim_device_drain_blocking(int phys);
+SIM_HIDDEN sim_status sim_stream_set_nonblocking(void *stream);
 
 /* enqueue work; the direction is checked against the allocation table */
 SIM_HIDDEN sim_status sim_memcpy_async(void *dst, const void *src, size_t n, int dir, void *stream);

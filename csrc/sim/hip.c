@@ -11,10 +11,14 @@
  * kind is only range-checked, the pointers give the direction; elapsed time with an
  * event created with hipEventDisableTiming is hipErrorInvalidHandle.
  *
- * Deviation: the null stream is an ordinary in-order stream of the current device; it
- * does not implicitly synchronize with the device's other streams as HIP's legacy
- * default stream does. hipStreamLegacy and hipStreamPerThread name that same stream
- * (clr gives each thread its own per-thread stream).
+ * The synchronous copies and memsets (hipMemcpy, hipMemcpyPeer, hipMemset) first wait
+ * for the work queued on the current device's blocking streams, as clr's legacy null
+ * stream does (streams made with hipStreamNonBlocking are passed over).
+ *
+ * Deviation: work enqueued on the null stream (hipMemcpyAsync(..., 0) and the like) and
+ * hipStreamSynchronize(0) are ordered with the null stream only, not with the device's
+ * blocking streams. hipStreamLegacy and hipStreamPerThread name the null stream (clr
+ * gives each thread its own per-thread stream).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -93,6 +97,14 @@ static hipError_t ret(sim_status st)
 static void *S(hipStream_t stream)
 {
     return stream == hipStreamLegacy || stream == hipStreamPerThread ? NULL : (void *)stream;
+}
+
+/* clr's legacy null stream: a synchronous copy first waits for the current device's blocking streams */
+static sim_status wait_blocking_streams(void)
+{
+    int phys;
+    sim_status st = sim_current_phys(&phys);
+    return st != SIM_OK ? st : sim_device_drain_blocking(phys);
 }
 
 /* clr checks only that the kind is one of hipMemcpyKind's values; the copy goes where
@@ -763,6 +775,8 @@ HIP_API hipError_t hipMemcpy(void *dst, const void *src, size_t sizeBytes, hipMe
     if (dir < 0)
         return ret(sim_fail(SIM_E_DIRECTION, "hipMemcpy: unknown hipMemcpyKind %d", (int)kind));
     sim_status st = check_claimed(dst, src, sizeBytes, kind);
+    if (st == SIM_OK)
+        st = wait_blocking_streams();
     return ret(st != SIM_OK ? st : sim_memcpy_sync(dst, src, sizeBytes, dir));
 }
 
@@ -793,6 +807,8 @@ HIP_API hipError_t hipMemcpyPeer(void *dst, int dstDeviceId, const void *src, in
 {
     ENTER();
     sim_status st = check_peer(dst, dstDeviceId, src, srcDeviceId, sizeBytes);
+    if (st == SIM_OK)
+        st = wait_blocking_streams();
     return ret(st != SIM_OK ? st : sim_memcpy_sync(dst, src, sizeBytes, SIM_D2D));
 }
 
@@ -807,7 +823,8 @@ HIP_API hipError_t hipMemcpyPeerAsync(void *dst, int dstDeviceId, const void *sr
 HIP_API hipError_t hipMemset(void *dst, int value, size_t sizeBytes)
 {
     ENTER();
-    return ret(sim_memset_sync(dst, value, sizeBytes, 1));
+    sim_status st = wait_blocking_streams();
+    return ret(st != SIM_OK ? st : sim_memset_sync(dst, value, sizeBytes, 1));
 }
 
 HIP_API hipError_t hipMemsetAsync(void *dst, int value, size_t sizeBytes, hipStream_t stream)
@@ -826,8 +843,14 @@ HIP_API hipError_t hipStreamCreate(hipStream_t *stream)
 
 HIP_API hipError_t hipStreamCreateWithFlags(hipStream_t *stream, unsigned int flags)
 {
-    (void)flags; /* hipStreamNonBlocking: the simulator's null stream never blocks others anyway */
-    return hipStreamCreate(stream);
+    ENTER();
+    if (flags & ~(unsigned)hipStreamNonBlocking)
+        return ret(sim_fail(SIM_E_INVALID_VALUE, "hipStreamCreateWithFlags: unknown flags 0x%x "
+                            "(hipStreamDefault 0, hipStreamNonBlocking 1)", flags));
+    sim_status st = sim_stream_create((void **)stream);
+    if (st == SIM_OK && (flags & hipStreamNonBlocking) && (st = sim_stream_set_nonblocking(*stream)) != SIM_OK)
+        sim_stream_destroy(*stream);
+    return ret(st);
 }
 
 HIP_API hipError_t hipStreamDestroy(hipStream_t stream)

@@ -100,6 +100,7 @@ struct sim_stream {
     uint64_t tail;                /* next free slot; read without the lock */
     uint64_t done;                /* ops completed; read without the lock */
     int held;                     /* read without the lock */
+    int nonblocking;              /* HIP's hipStreamNonBlocking: legacy null-stream waits pass it over */
     int stop;                     /* read without the lock */
     int dead;
     int sleeping;                 /* the worker sleeps on work_cv */

@@ -448,9 +448,10 @@ static sim_status device_wait(int phys, int timed, uint64_t deadline_ns)
     char msg[sizeof t_msg];
     msg[0] = '\0';
     for (size_t i = 0; i < n; i++) {
-        /* mode 2 (drain) passes over held streams and the caller's own worker: nothing
-         * would ever let them finish while this thread waits */
-        int skip = timed == 2 && (ALOAD(&list[i]->held) || pthread_equal(pthread_self(), list[i]->thread));
+        /* modes 2 and 3 (drain) pass over held streams and the caller's own worker: nothing
+         * would ever let them finish while this thread waits; mode 3 also over non-blocking ones */
+        int skip = timed >= 2 && (ALOAD(&list[i]->held) || pthread_equal(pthread_self(), list[i]->thread) ||
+                                  (timed == 3 && list[i]->nonblocking));
         if (skip)
             st = SIM_OK;
         else
@@ -471,6 +472,20 @@ static sim_status device_wait(int phys, int timed, uint64_t deadline_ns)
 sim_status sim_device_synchronize(int phys) { return device_wait(phys, 0, 0); }
 sim_status sim_device_wait(int phys, int timeout_ms) { return device_wait(phys, 1, sim_deadline(timeout_ms)); }
 sim_status sim_device_drain(int phys) { return device_wait(phys, 2, 0); }
+sim_status sim_device_drain_blocking(int phys) { return device_wait(phys, 3, 0); }
+
+sim_status sim_stream_set_nonblocking(void *stream)
+{
+    if (!stream)
+        return sim_fail(SIM_E_INVALID_STREAM, "the null stream cannot be made non-blocking");
+    sim_stream *s;
+    sim_status st = sim_stream_get(stream, &s);
+    if (st == SIM_OK) {
+        s->nonblocking = 1;       /* set before the handle is handed out */
+        sim_stream_put(s);
+    }
+    return st;
+}
 
 /* ========================================================================== */
 /* copies and memsets                                                         */

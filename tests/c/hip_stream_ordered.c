@@ -2,12 +2,15 @@
  * HIP as ROCm 6 programs use it beyond the basics: the version and flag macros,
  * hipExtHostAlloc / hipFreeHost, the special stream handles hipStreamPerThread and
  * hipStreamLegacy, stream-ordered allocation (hipMallocAsync / hipFreeAsync) with the
- * device's default memory pool, and hipStreamDestroy of a destroyed stream (clr: 709).
+ * device's default memory pool, hipStreamDestroy of a destroyed stream (clr: 709), and
+ * the legacy null stream's wait for blocking streams in a synchronous hipMemcpy.
  * Built and run by tests/test_sim_c_abi.py; prints "hip stream-ordered ok".
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "hip/hip_runtime_api.h"
 
@@ -28,6 +31,33 @@ static int host[N];
 static volatile int hostfn_ran;
 
 static void mark(void *arg) { hostfn_ran = *(int *)arg; }
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* stream work that takes 100 ms */
+static void slow(void *arg)
+{
+    (void)arg;
+    double t0 = now();
+    while (now() - t0 < 0.1) {
+    }
+}
+
+/* waits (at most 10 s) for the host to set *flag; records whether it saw it */
+static volatile int released, saw_release;
+static void wait_for_host(void *arg)
+{
+    (void)arg;
+    double t0 = now();
+    while (!released && now() - t0 < 10.0) {
+    }
+    saw_release = released;
+}
 
 int main(void)
 {
@@ -121,6 +151,28 @@ int main(void)
     CHECK(hipMallocAsync(NULL, 16, s) == hipErrorInvalidValue);
     CHECK(hipMemPoolTrimTo((hipMemPool_t)&token, 0) == hipErrorInvalidValue);
     CHECK(hipDeviceGetDefaultMemPool(&pool, 999) == hipErrorInvalidDevice);
+
+    /* the synchronous hipMemcpy waits for the device's blocking streams, not for non-blocking ones */
+    hipStream_t blocking, nonblocking;
+    CHECK(hipStreamCreateWithFlags(&blocking, hipStreamDefault) == hipSuccess);
+    CHECK(hipStreamCreateWithFlags(&nonblocking, hipStreamNonBlocking) == hipSuccess);
+    CHECK(hipStreamCreateWithFlags(&nonblocking, 0x4) == hipErrorInvalidValue);
+    CHECK(hipLaunchHostFunc(nonblocking, wait_for_host, NULL) == hipSuccess);
+    int ones[4] = {1, 1, 1, 1}, back[4] = {0, 0, 0, 0};
+    pinned[0] = 0;
+    CHECK(hipMemcpy(d, pinned, sizeof(int), hipMemcpyHostToDevice) == hipSuccess);
+    CHECK(hipLaunchHostFunc(blocking, slow, NULL) == hipSuccess);
+    CHECK(hipMemcpyAsync(d, ones, sizeof ones, hipMemcpyHostToDevice, blocking) == hipSuccess);
+    CHECK(hipMemcpy(back, d, sizeof back, hipMemcpyDeviceToHost) == hipSuccess);
+    CHECK(back[0] == 1 && back[3] == 1);
+    CHECK(hipLaunchHostFunc(blocking, slow, NULL) == hipSuccess);
+    CHECK(hipMemsetAsync(d, 0, sizeof ones, blocking) == hipSuccess);
+    CHECK(hipMemset(d, 9, 1) == hipSuccess);       /* after the async memset */
+    CHECK(hipMemcpy(back, d, sizeof back, hipMemcpyDeviceToHost) == hipSuccess);
+    CHECK(back[0] == 9 && back[1] == 0);
+    released = 1;
+    CHECK(hipStreamSynchronize(nonblocking) == hipSuccess && saw_release == 1);
+    CHECK(hipStreamDestroy(blocking) == hipSuccess && hipStreamDestroy(nonblocking) == hipSuccess);
 
     /* a second hipStreamDestroy of one stream: clr's hipErrorContextIsDestroyed */
     CHECK(hipStreamDestroy(s) == hipSuccess);
