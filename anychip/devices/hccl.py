@@ -28,7 +28,7 @@ class Hccl(NativeLibrary):
              9: "HCCL_E_TIMEOUT", 15: "HCCL_E_RUNTIME", 19: "HCCL_E_NETWORK", 20: "HCCL_E_AGAIN",
              21: "HCCL_E_REMOTE", 22: "HCCL_E_SUSPENDING", 24: "HCCL_E_OOM"}
     timeout_codes = frozenset({9})
-    invalid_codes = frozenset({1, 2})
+    invalid_codes = frozenset({1, 2, 5})         # PARA, PTR, NOT_SUPPORT (an unknown type or op)
     dtypes = {"int8": 0, "int32": 2, "float16": 3, "float32": 4, "int64": 5, "uint8": 7, "float64": 10,
               "bfloat16": 11}
     byte = 7                                    # HCCL_DATA_TYPE_UINT8
