@@ -124,6 +124,7 @@ def test_what_each_library_takes_natively():
     h, b, r = Hccl, Bkcl, Rccl
     assert not h.supports(h, spec("all_reduce", op="avg"))          # HCCL has no average
     assert h.supports(h, spec("all_reduce", "int8", "prod")) and h.supports(h, spec("barrier"))
+    assert not h.supports(h, spec("all_reduce", "bfloat16", "prod"))  # refused on 910B / 910_93
     assert not b.supports(b, spec("reduce_scatter", "int8"))        # BKCL has no int8
     assert b.supports(b, spec("all_gather", "int8"))                # movement goes as bytes
     assert not b.supports(b, spec("barrier")) and not r.supports(r, spec("barrier"))

@@ -37,6 +37,13 @@ class Hccl(NativeLibrary):
                        "recv", "barrier"})
     broadcast_in_place = True
 
+    def supports(self, spec: Any) -> bool:
+        # CANN on 910B / 910_93 refuses PROD of bf16 (param_check.cc, HcomCheckReduceDataType):
+        # the engine does that one
+        if spec.dtype == "bfloat16" and spec.op == "prod" and spec.kind in ("all_reduce", "reduce", "reduce_scatter"):
+            return False
+        return NativeLibrary.supports(self, spec)
+
     def _get_id(self, uid: Any) -> int:
         return self.lib.HcclGetRootInfo(uid)
 
