@@ -10,6 +10,7 @@ locates them. A C source added later only needs a line here.
 """
 import os
 import shutil
+import sysconfig
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -49,6 +50,22 @@ for _lib, _api in SIM_COLLECTIVES.items():
     EXTRA_FLAGS.setdefault(_lib, []).append("-fwrapv")      # ccl_embed.c raises the engine to -O3
 
 
+# ---- Paddle CustomDevice provider (see docs/paddle.md, "Paddle on anychip") ---------------
+# The simulated chips' anychip/plugin.h faces: adapters written against the vendor APIs only
+# (ACL + HCCL, XPU + BKCL, HIP + RCCL), compiled into each simulator library.
+SIM_PLUGIN_FACES = {"libascend_sim": "plugin_acl", "libkunlun_sim": "plugin_xpu", "libhygon_sim": "plugin_hip"}
+for _lib, _face in SIM_PLUGIN_FACES.items():
+    C_LIBRARIES[_lib][0].append(f"csrc/sim/{_face}.c")
+    EXTRA_FLAGS.setdefault(_lib, []).append("-DANYCHIP_SIMULATOR")
+# The bridge (csrc/include/anychip/paddle/bridge.c, shipped for C plugins): one copy per
+# Paddle device type, because Paddle calls InitPlugin once per library. They go to
+# paddle_custom_device/ next to the anychip package, where Paddle looks when
+# CUSTOM_DEVICE_ROOT is unset; each names its plugin.h library relative to itself.
+PADDLE_BRIDGES = ("ascend", "kunlun", "hygon")
+_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+os.makedirs("paddle_custom_device", exist_ok=True)   # an in-place build copies the bridges there
+
+
 class build_clib_as_ext(build_ext):
     """Plain shared libraries: no PyInit symbol is required or exported (except by the allocator core).
     The vendor API headers (csrc/include) are installed with the package as anychip/_include,
@@ -73,6 +90,13 @@ ext_modules = [
         libraries=["pthread", "rt", *libs],
     )
     for name, (sources, libs) in C_LIBRARIES.items()
+]
+ext_modules += [
+    Extension(f"paddle_custom_device.libanychip_{chip}", sources=[f"csrc/paddle/provider_{chip}.c"],
+              depends=["csrc/include/anychip/paddle/bridge.c", "csrc/include/anychip/paddle/device_ext.h"],
+              include_dirs=["csrc/include"],
+              libraries=["pthread", "dl"], extra_compile_args=[*COMMON_FLAGS, f'-DANYCHIP_EXT_SUFFIX="{_SUFFIX}"'])
+    for chip in PADDLE_BRIDGES
 ]
 # CPython's method signatures fix parameters (self, args, closure) a function may not use
 PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]
