@@ -57,11 +57,9 @@ SIM_PLUGIN_FACES = {"libascend_sim": "plugin_acl", "libkunlun_sim": "plugin_xpu"
 for _lib, _face in SIM_PLUGIN_FACES.items():
     C_LIBRARIES[_lib][0].append(f"csrc/sim/{_face}.c")
     EXTRA_FLAGS.setdefault(_lib, []).append("-DANYCHIP_SIMULATOR")
-# The bridge (csrc/include/anychip/paddle/bridge.c, shipped for C plugins): one copy per
-# Paddle device type, because Paddle calls InitPlugin once per library. They go to
-# paddle_custom_device/ next to the anychip package, where Paddle looks when
-# CUSTOM_DEVICE_ROOT is unset; each names its plugin.h library relative to itself.
-PADDLE_BRIDGES = ("ascend", "kunlun", "hygon")
+# The bridge (csrc/include/anychip/paddle/bridge.c, shipped for C plugins) over the simulated
+# chip ANYCHIP_PADDLE names (the Ascend by default): paddle_custom_device/libanychip_sim next
+# to the anychip package, where Paddle looks when CUSTOM_DEVICE_ROOT is unset.
 _SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 os.makedirs("paddle_custom_device", exist_ok=True)   # an in-place build copies the bridges there
 
@@ -91,13 +89,11 @@ ext_modules = [
     )
     for name, (sources, libs) in C_LIBRARIES.items()
 ]
-ext_modules += [
-    Extension(f"paddle_custom_device.libanychip_{chip}", sources=[f"csrc/paddle/provider_{chip}.c"],
+ext_modules.append(
+    Extension("paddle_custom_device.libanychip_sim", sources=["csrc/paddle/provider_sim.c"],
               depends=["csrc/include/anychip/paddle/bridge.c", "csrc/include/anychip/paddle/device_ext.h"],
-              include_dirs=["csrc/include"],
-              libraries=["pthread", "dl"], extra_compile_args=[*COMMON_FLAGS, f'-DANYCHIP_EXT_SUFFIX="{_SUFFIX}"'])
-    for chip in PADDLE_BRIDGES
-]
+              include_dirs=["csrc/include"], libraries=["pthread", "dl"],
+              extra_compile_args=[*COMMON_FLAGS, f'-DANYCHIP_EXT_SUFFIX="{_SUFFIX}"']))
 # CPython's method signatures fix parameters (self, args, closure) a function may not use
 PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]
 ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"], depends=["csrc/alloc/stats.h"],

@@ -3,10 +3,16 @@
  * one anychip/plugin.h backend, so that every C-level anychip backend is a Paddle device
  * type named "anychip_<backend>" (see docs/paddle.md, "Paddle on anychip").
  *
- * Paddle calls InitPlugin once per library, so each device type is its own copy of this
- * file, compiled with ANYCHIP_PADDLE_TARGET: the plugin.h library it serves, a path
- * relative to the bridge's own directory (or absolute). The bridge dlopens it and calls
- * its anychip_plugin_init.
+ Paddle calls InitPlugin once per library and gives each library one device type, so a
+ * build of this file serves one plugin.h library, named at compile time:
+ *   ANYCHIP_PADDLE_TARGET      the library's path, relative to the bridge's own directory
+ *                              or absolute (a vendor's C plugin: `anychip plugin paddle`);
+ *   ANYCHIP_PADDLE_SIMULATORS  a pattern (one %s) of the simulated chips' libraries: the
+ *                              chip is the one ANYCHIP_PADDLE names (ascend, kunlun or
+ *                              hygon), the simulated Ascend when it is unset.
+ * Paddle's launcher takes the first device type it finds, so one simulated chip per
+ * process is Paddle's device (ANYCHIP_PADDLE=none registers none). The bridge dlopens the
+ * library and calls its anychip_plugin_init.
  *
  * The copy fence. Paddle issues synchronous copies (memory_copy_h2d / d2h / d2d, memset)
  * that expect to see the device's earlier asynchronous work, as CUDA's legacy-stream
@@ -30,12 +36,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "anychip/plugin.h"
 #include "anychip/paddle/device_ext.h"
 
-#ifndef ANYCHIP_PADDLE_TARGET
-#error "compile with -DANYCHIP_PADDLE_TARGET=\"<the plugin.h library, relative to this library's directory>\""
+#if !defined(ANYCHIP_PADDLE_TARGET) && !defined(ANYCHIP_PADDLE_SIMULATORS)
+#error "define ANYCHIP_PADDLE_TARGET (the plugin.h library, relative to this library's directory or absolute)"
 #endif
 
 #define EXPORT __attribute__((visibility("default")))
@@ -728,9 +735,47 @@ static C_Status xccl_all_to_all(const void **send, const size_t *send_count, con
 
 /* ---- loading the plugin and InitPlugin ------------------------------------------------------------ */
 
+#ifdef ANYCHIP_PADDLE_SIMULATORS
+/* The simulated chip ANYCHIP_PADDLE names (the first of them), "ascend" when unset, NULL for
+ * none; `buf` holds the name. */
+static const char *chosen_simulator(char *buf, size_t len)
+{
+    static const char *const CHIPS[] = {"ascend", "kunlun", "hygon"};
+    const char *v = getenv("ANYCHIP_PADDLE");
+    if (!v)
+        return "ascend";
+    for (const char *p = v; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        const char *end = p;
+        while (*end && *end != ',' && *end != ' ')
+            end++;
+        for (size_t i = 0; i < sizeof CHIPS / sizeof *CHIPS; i++)
+            if ((size_t)(end - p) == strlen(CHIPS[i]) && strncasecmp(p, CHIPS[i], end - p) == 0) {
+                snprintf(buf, len, "%s", CHIPS[i]);
+                return buf;
+            }
+        if (end > p && !(end - p == 4 && strncasecmp(p, "none", 4) == 0))
+            say("ANYCHIP_PADDLE=%s: %.*s is not a simulated chip (ascend, kunlun, hygon or none)", v,
+                (int)(end - p), p);
+        p = end;
+    }
+    return NULL;
+}
+#endif
+
 static int load_target(void)
 {
+#ifdef ANYCHIP_PADDLE_SIMULATORS
+    char chip[16], pattern[PATH_MAX];
+    if (!chosen_simulator(chip, sizeof chip))
+        return -1;
+    const char *use = getenv("ANYCHIP_PADDLE") ? chip : "ascend";
+    snprintf(pattern, sizeof pattern, ANYCHIP_PADDLE_SIMULATORS, use);
+    const char *target = pattern;
+#else
     const char *target = ANYCHIP_PADDLE_TARGET;
+#endif
     if (target[0] == '/') {
         snprintf(g_target, sizeof g_target, "%s", target);
     } else {

@@ -1,4 +1,0 @@
-/* The Paddle device type anychip_kunlun: the bridge over the simulated chip's plugin.h face
- * (anychip/_lib/libkunlun_sim, two directories up from paddle_custom_device/). */
-#define ANYCHIP_PADDLE_TARGET "../anychip/_lib/libkunlun_sim" ANYCHIP_EXT_SUFFIX
-#include "anychip/paddle/bridge.c"
