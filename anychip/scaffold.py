@@ -111,6 +111,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _cmd_paddle(args: argparse.Namespace) -> int:
+    from .paddle_provider import build_bridge
+    out = build_bridge(args.library, args.dest)
+    print(f"{out}\nPaddle loads it when CUSTOM_DEVICE_ROOT names {out.parent} (or, unset, when that is "
+          "<site-packages>/paddle_custom_device)")
+    return 0
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plugin", help="start a plugin for a new chip (new), build flags (cflags), check a library")
     psub = p.add_subparsers(dest="plugin_command", metavar="ACTION", required=True)
@@ -122,6 +130,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     n.set_defaults(func=_cmd_new)
     c = psub.add_parser("cflags", help="print the compiler flag that finds anychip/plugin.h")
     c.set_defaults(func=_cmd_cflags)
+    pd = psub.add_parser("paddle", help="build the Paddle bridge for a C plugin: its chip becomes the Paddle "
+                                        "device type anychip_NAME")
+    pd.add_argument("library", help="path of the C plugin library (anychip/plugin.h)")
+    pd.add_argument("--dest", help="directory for libanychip_NAME.so (default: where Paddle looks, "
+                                   "CUSTOM_DEVICE_ROOT or <site-packages>/paddle_custom_device)")
+    pd.set_defaults(func=_cmd_paddle)
     k = psub.add_parser("check", help="load a C plugin library as anychip would and report on it")
     k.add_argument("library", help="path of the shared library")
     k.set_defaults(func=_cmd_check)

@@ -30,6 +30,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                        "exporting InitPlugin) to load: directories (every shared library in them) "
                                        "and library files, separated by ':' (Paddle's CUSTOM_DEVICE_ROOT "
                                        "directory is read too, see docs/paddle.md)"),
+    "ANYCHIP_PADDLE": ("ascend", "the simulated chip Paddle sees as its device anychip_<chip>: ascend, kunlun, "
+                                 "hygon or none (Paddle's launcher takes one device type; docs/paddle.md)"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
                                       "garbage_collection_threshold:F, or backend:native to turn caching off"),
     "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers before it raises "
@@ -152,12 +154,23 @@ def _devices(text: str) -> str | None:
     return None
 
 
+def _paddle(text: str) -> str | None:
+    names = [t for t in text.replace(",", " ").split() if t]
+    unknown = [t for t in names if t.lower() not in ("ascend", "kunlun", "hygon", "none")]
+    if unknown:
+        return f"{', '.join(unknown)}: want one simulated chip (ascend, kunlun or hygon) or none"
+    if len(names) > 1:
+        return f"names {len(names)} chips; Paddle's bridge serves one per process (the first, {names[0]}, is used)"
+    return None
+
+
 _CHECKS: dict[str, Callable[[str], str | None]] = {
     "ANYCHIP_DEVICES": _devices,
     "ANYCHIP_SIMULATE": _simulate,
     "ANYCHIP_SIM_DEVICES": _sim_devices,
     "ANYCHIP_SIM_MEMORY": _sim_memory,
     "ANYCHIP_SIM_SPIN_US": _sim_spin,
+    "ANYCHIP_PADDLE": _paddle,
     "ANYCHIP_ALLOC_CONF": _alloc_conf,
     "ANYCHIP_LOG_LEVEL": _log_level,
 }
