@@ -74,6 +74,9 @@ class build_clib_as_ext(build_ext):
         dest = os.path.join("anychip" if self.inplace else os.path.join(self.build_lib, "anychip"), "_include")
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(os.path.join("csrc", "include"), dest)
+        # the engine's header, for the Paddle bridges `anychip plugin paddle` compiles
+        os.makedirs(os.path.join(dest, "ccl"), exist_ok=True)
+        shutil.copy(os.path.join("csrc", "ccl", "ccl.h"), os.path.join(dest, "ccl", "ccl.h"))
 
     def get_export_symbols(self, ext):
         return super().get_export_symbols(ext) if ext.name == "anychip._lib._alloc" else []

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ._data import get_include
+from .runtime._libs import find_library
 from .runtime.errors import AnychipError
 
 __all__ = ["SIMULATED", "PREFIX", "device_type", "bridge_dir", "simulator_bridge", "paddle_dir", "status",
@@ -135,14 +136,25 @@ def build_bridge(library: str, dest: str | os.PathLike[str] | None = None, cc: s
     if not compiler:
         raise AnychipError("no C compiler found (set CC); the bridge is compiled from anychip/paddle/bridge.c")
     inc = get_include()
-    target = str(lib).replace("\\", "\\\\").replace('"', '\\"')
+    engine = find_library("libanychip_ccl")
+    if engine is None:
+        raise AnychipError("anychip's collective engine (libanychip_ccl) was not built; reinstall anychip")
+    # ccl/ccl.h: csrc/ccl beside csrc/include in a source tree, _include/ccl in a wheel
+    ccl_inc = next((d for d in (inc, str(Path(inc).parent)) if (Path(d) / "ccl" / "ccl.h").exists()), None)
+    if ccl_inc is None:
+        raise AnychipError(f"anychip's ccl/ccl.h is missing beside {inc}; reinstall anychip")
     cmd = [compiler, "-O2", "-std=gnu11", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{inc}",
-           f"-DANYCHIP_PADDLE_TARGET=\"{target}\"", os.path.join(inc, "anychip", "paddle", "bridge.c"),
+           f"-I{ccl_inc}", f"-DANYCHIP_PADDLE_TARGET={_c_string(str(lib))}",
+           f"-DANYCHIP_PADDLE_CCL={_c_string(engine)}", os.path.join(inc, "anychip", "paddle", "bridge.c"),
            "-o", str(out), "-ldl", "-lpthread"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise AnychipError(f"compiling the Paddle bridge failed ({' '.join(cmd)}):\n{done.stderr.strip()}")
     return out
+
+
+def _c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def main_info(out: Any = sys.stdout) -> None:

@@ -25,7 +25,11 @@
  * clears their flags. With nothing pending the fence costs one pass over a short list.
  *
  * Collectives: the plugin's own (plugin.h's optional collectives), one communicator per
- * Paddle communicator. A plugin without them offers no xccl entries here.
+ * Paddle communicator. A plugin without them, in a build given ANYCHIP_PADDLE_CCL (the path
+ * of anychip's libanychip_ccl), gets anychip's shared-memory engine: each op synchronizes
+ * its stream, stages the data through host memory (device -> host, the engine between the
+ * ranks of this machine, host -> device) and returns when done; send / recv between
+ * group_start and group_end run together at group_end. Without either, no xccl entries.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -37,6 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "anychip/plugin.h"
 #include "anychip/paddle/device_ext.h"
@@ -466,7 +472,7 @@ static const char *const PD_TYPES[] = {"UNDEFINED", "BOOL", "UINT8", "UINT16", "
 static const char *const PD_OPS[] = {"SUM", "AVG", "MAX", "MIN", "PRODUCT"};
 
 /* Paddle dtype -> anychip dtype and element size; reducing ops need a real numeric type */
-static C_Status ccl_type(C_DataType t, int reducing, anychip_dtype *out, size_t *size, const char *fn)
+static C_Status pd_type(C_DataType t, int reducing, anychip_dtype *out, size_t *size, const char *fn)
 {
     switch (t) {
     case INT8: *out = ANYCHIP_INT8; *size = 1; break;
@@ -500,7 +506,7 @@ static C_Status ccl_type(C_DataType t, int reducing, anychip_dtype *out, size_t 
     return C_SUCCESS;
 }
 
-static C_Status ccl_op(C_CCLReduceOp op, anychip_redop *out, const char *fn)
+static C_Status pd_op(C_CCLReduceOp op, anychip_redop *out, const char *fn)
 {
     static const anychip_redop OPS[] = {ANYCHIP_SUM, ANYCHIP_AVG, ANYCHIP_MAX, ANYCHIP_MIN, ANYCHIP_PROD};
     if ((unsigned)op > PRODUCT) {
@@ -516,7 +522,7 @@ static C_Status ccl_op(C_CCLReduceOp op, anychip_redop *out, const char *fn)
 }
 
 /* elements to pass for `count` Paddle elements of type t (types moved as bytes scale) */
-static size_t ccl_count(size_t count, anychip_dtype dt, size_t size)
+static size_t pd_count(size_t count, anychip_dtype dt, size_t size)
 {
     return dt == ANYCHIP_UINT8 ? count * size : count;
 }
@@ -587,7 +593,7 @@ static C_Status xccl_all_reduce(void *send, void *recv, size_t count, C_DataType
     anychip_dtype dt;
     anychip_redop rop;
     size_t size;
-    if (ccl_type(t, 1, &dt, &size, "all_reduce") || ccl_op(op, &rop, "all_reduce"))
+    if (pd_type(t, 1, &dt, &size, "all_reduce") || pd_op(op, &rop, "all_reduce"))
         return C_ERROR;
     return enqueued(P.all_reduce(send, recv, count, dt, rop, COMM(comm)->c, REC(stream)->s), stream, "all_reduce");
 }
@@ -604,9 +610,9 @@ static C_Status xccl_broadcast(void *buf, size_t count, C_DataType t, size_t roo
     size_t size;
     if (!P.broadcast)
         return missing("broadcast");
-    if (ccl_type(t, 0, &dt, &size, "broadcast"))
+    if (pd_type(t, 0, &dt, &size, "broadcast"))
         return C_ERROR;
-    return enqueued(P.broadcast(buf, buf, ccl_count(count, dt, size), dt, (int)root, COMM(comm)->c,
+    return enqueued(P.broadcast(buf, buf, pd_count(count, dt, size), dt, (int)root, COMM(comm)->c,
                                 REC(stream)->s), stream, "broadcast");
 }
 
@@ -618,7 +624,7 @@ static C_Status xccl_reduce(void *send, void *recv, size_t count, C_DataType t, 
     size_t size;
     if (!P.reduce)
         return missing("reduce");
-    if (ccl_type(t, 1, &dt, &size, "reduce") || ccl_op(op, &rop, "reduce"))
+    if (pd_type(t, 1, &dt, &size, "reduce") || pd_op(op, &rop, "reduce"))
         return C_ERROR;
     return enqueued(P.reduce(send, recv, count, dt, rop, (int)root, COMM(comm)->c, REC(stream)->s), stream,
                     "reduce");
@@ -631,9 +637,9 @@ static C_Status xccl_all_gather(void *send, void *recv, size_t count, C_DataType
     size_t size;
     if (!P.all_gather)
         return missing("all_gather");
-    if (ccl_type(t, 0, &dt, &size, "all_gather"))
+    if (pd_type(t, 0, &dt, &size, "all_gather"))
         return C_ERROR;
-    return enqueued(P.all_gather(send, recv, ccl_count(count, dt, size), dt, COMM(comm)->c, REC(stream)->s),
+    return enqueued(P.all_gather(send, recv, pd_count(count, dt, size), dt, COMM(comm)->c, REC(stream)->s),
                     stream, "all_gather");
 }
 
@@ -645,7 +651,7 @@ static C_Status xccl_reduce_scatter(void *send, void *recv, size_t count, C_Data
     size_t size;
     if (!P.reduce_scatter)
         return missing("reduce_scatter");
-    if (ccl_type(t, 1, &dt, &size, "reduce_scatter") || ccl_op(op, &rop, "reduce_scatter"))
+    if (pd_type(t, 1, &dt, &size, "reduce_scatter") || pd_op(op, &rop, "reduce_scatter"))
         return C_ERROR;
     return enqueued(P.reduce_scatter(send, recv, count, dt, rop, COMM(comm)->c, REC(stream)->s), stream,
                     "reduce_scatter");
@@ -669,9 +675,9 @@ static C_Status xccl_send(void *buf, size_t count, C_DataType t, size_t peer, C_
     size_t size;
     if (!has_p2p())
         return missing("send");
-    if (ccl_type(t, 0, &dt, &size, "send"))
+    if (pd_type(t, 0, &dt, &size, "send"))
         return C_ERROR;
-    return enqueued(P.send(buf, ccl_count(count, dt, size), dt, (int)peer, COMM(comm)->c, REC(stream)->s), stream,
+    return enqueued(P.send(buf, pd_count(count, dt, size), dt, (int)peer, COMM(comm)->c, REC(stream)->s), stream,
                     "send");
 }
 
@@ -681,9 +687,9 @@ static C_Status xccl_recv(void *buf, size_t count, C_DataType t, size_t peer, C_
     size_t size;
     if (!has_p2p())
         return missing("recv");
-    if (ccl_type(t, 0, &dt, &size, "recv"))
+    if (pd_type(t, 0, &dt, &size, "recv"))
         return C_ERROR;
-    return enqueued(P.recv(buf, ccl_count(count, dt, size), dt, (int)peer, COMM(comm)->c, REC(stream)->s), stream,
+    return enqueued(P.recv(buf, pd_count(count, dt, size), dt, (int)peer, COMM(comm)->c, REC(stream)->s), stream,
                     "recv");
 }
 
@@ -697,7 +703,7 @@ static C_Status xccl_all_to_all(const void **send, const size_t *send_count, con
     bridge_comm *bc = COMM(comm);
     anychip_dtype dt;
     size_t size;
-    if (ccl_type(send_t[0], 0, &dt, &size, "all_to_all"))
+    if (pd_type(send_t[0], 0, &dt, &size, "all_to_all"))
         return C_ERROR;
     for (size_t i = 0; i < nranks; i++)
         if (send_t[i] != send_t[0] || recv_t[i] != send_t[0]) {
@@ -732,6 +738,354 @@ static C_Status xccl_all_to_all(const void **send, const size_t *send_count, con
     return enqueued(P.all_to_all(send[0], recv[0], block, ANYCHIP_UINT8, bc->c, REC(stream)->s), stream,
                     "all_to_all");
 }
+
+/* ---- collectives of a plugin without them: anychip's shared-memory engine, host-staged ------ */
+
+#ifdef ANYCHIP_PADDLE_CCL
+#include "ccl/ccl.h"
+
+static struct {
+    int (*comm_init)(const char *, int, int, double, ccl_comm **);
+    const char *(*init_error)(void);
+    int (*comm_destroy)(ccl_comm *);
+    int (*run)(ccl_comm *, const ccl_op *, int);
+    const char *(*comm_error)(const ccl_comm *);
+} E;
+
+typedef struct staged {
+    ccl_op op;
+    void *dev_recv;                       /* device buffer the host result goes to */
+    size_t recv_bytes;
+    int device;
+} staged;
+
+#define GROUP_MAX 256
+static __thread staged t_group[GROUP_MAX];
+static __thread int t_group_n, t_group_depth;
+
+static int load_engine(void)
+{
+    void *lib = dlopen(ANYCHIP_PADDLE_CCL, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        say("cannot load anychip's collective engine %s: %s", ANYCHIP_PADDLE_CCL, dlerror());
+        return -1;
+    }
+    *(void **)&E.comm_init = dlsym(lib, "ccl_comm_init");
+    *(void **)&E.init_error = dlsym(lib, "ccl_init_error");
+    *(void **)&E.comm_destroy = dlsym(lib, "ccl_comm_destroy");
+    *(void **)&E.run = dlsym(lib, "ccl_run");
+    *(void **)&E.comm_error = dlsym(lib, "ccl_comm_error");
+    if (!E.comm_init || !E.init_error || !E.comm_destroy || !E.run || !E.comm_error) {
+        say("%s lacks the engine's entry points (ccl_comm_init, ccl_run, ...)", ANYCHIP_PADDLE_CCL);
+        return -1;
+    }
+    return 0;
+}
+
+static C_Status eng_unique_id(C_CCLRootId *id)
+{
+    static atomic_ulong counter;
+    if (!id || !id->data || id->sz < sizeof(anychip_unique_id)) {
+        say("xccl_get_unique_id: the id buffer holds %zu bytes; %zu are needed", id ? id->sz : 0,
+            sizeof(anychip_unique_id));
+        return C_ERROR;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    memset(id->data, 0, id->sz);
+    snprintf((char *)id->data, sizeof(anychip_unique_id), "pd-%s-%d-%llx-%lu", g_type, (int)getpid(),
+             (unsigned long long)(ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec),
+             atomic_fetch_add(&counter, 1));
+    return C_SUCCESS;
+}
+
+static C_Status eng_comm_init(size_t nranks, C_CCLRootId *id, size_t rank, C_CCLComm *comm)
+{
+    if (!id || id->sz < sizeof(anychip_unique_id) || rank >= nranks || nranks > CCL_MAX_RANKS) {
+        say("xccl_comm_init_rank: rank %zu of %zu ranks: want rank < nranks <= %d", rank, nranks, CCL_MAX_RANKS);
+        return C_ERROR;
+    }
+    bridge_comm *bc = calloc(1, sizeof *bc);
+    if (!bc)
+        return C_FAILED;
+    char name[sizeof(anychip_unique_id) + 1];
+    memcpy(name, id->data, sizeof(anychip_unique_id));
+    name[sizeof(anychip_unique_id)] = 0;
+    ccl_comm *c = NULL;
+    if (E.comm_init(name, (int)rank, (int)nranks, 0, &c) != CCL_OK) {
+        say("rank %zu of %zu: the collective engine's init failed: %s", rank, nranks, E.init_error());
+        free(bc);
+        return C_FAILED;
+    }
+    bc->c = (anychip_comm)c;
+    bc->device = t_device;
+    bc->rank = (int)rank;
+    bc->nranks = (int)nranks;
+    *comm = (C_CCLComm)bc;
+    return C_SUCCESS;
+}
+
+static C_Status eng_destroy(C_CCLComm comm)
+{
+    bridge_comm *bc = COMM(comm);
+    E.comm_destroy((ccl_comm *)bc->c);
+    free(bc);
+    return C_SUCCESS;
+}
+
+static C_Status eng_fail(bridge_comm *bc, const char *what)
+{
+    say("rank %d of %d: %s failed: %s", bc->rank, bc->nranks, what, E.comm_error((ccl_comm *)bc->c));
+    return C_FAILED;
+}
+
+/* Stage one op: the stream drained, `send_bytes` of dev_send copied to host; the host result
+ * of `recv_bytes` goes back to dev_recv after the run. */
+static C_Status eng_stage(bridge_comm *bc, C_Stream stream, ccl_op *op, const void *dev_send, size_t send_bytes,
+                          void *dev_recv, size_t recv_bytes, staged *out)
+{
+    TRY(P.stream_synchronize(bc->device, REC(stream)->s), "stream_synchronize");
+    atomic_store(&REC(stream)->pending, 0);
+    void *hs = send_bytes ? malloc(send_bytes) : NULL;
+    void *hr = recv_bytes ? malloc(recv_bytes) : NULL;
+    if ((send_bytes && !hs) || (recv_bytes && !hr)) {
+        free(hs);
+        free(hr);
+        return C_FAILED;
+    }
+    if (send_bytes) {
+        C_Status st = check(P.copy(bc->device, hs, dev_send, send_bytes, ANYCHIP_COPY_D2H), "copy");
+        if (st != C_SUCCESS) {
+            free(hs);
+            free(hr);
+            return st;
+        }
+    }
+    op->send.ptr = hs;
+    op->recv.ptr = hr;
+    out->op = *op;
+    out->dev_recv = dev_recv;
+    out->recv_bytes = recv_bytes;
+    out->device = bc->device;
+    return C_SUCCESS;
+}
+
+static C_Status eng_finish(staged *ops, int n, C_Status st)
+{
+    for (int i = 0; i < n; i++) {
+        if (st == C_SUCCESS && ops[i].recv_bytes)
+            st = check(P.copy(ops[i].device, ops[i].dev_recv, ops[i].op.recv.ptr, ops[i].recv_bytes,
+                              ANYCHIP_COPY_H2D), "copy");
+        free(ops[i].op.send.ptr);
+        free(ops[i].op.recv.ptr);
+    }
+    return st;
+}
+
+/* run one staged op now, or keep it for group_end */
+static C_Status eng_go(bridge_comm *bc, staged *s, const char *what)
+{
+    if (t_group_depth > 0) {
+        if (t_group_n == GROUP_MAX) {
+            eng_finish(s, 1, C_FAILED);
+            say("%s: more than %d ops in one group", what, GROUP_MAX);
+            return C_FAILED;
+        }
+        t_group[t_group_n++] = *s;
+        return C_SUCCESS;
+    }
+    C_Status st = E.run((ccl_comm *)bc->c, &s->op, 1) == CCL_OK ? C_SUCCESS : eng_fail(bc, what);
+    return eng_finish(s, 1, st);
+}
+
+static ccl_comm *t_group_comm;
+
+static C_Status eng_group_start(void)
+{
+    t_group_depth++;
+    return C_SUCCESS;
+}
+
+static C_Status eng_group_end(void)
+{
+    if (t_group_depth == 0) {
+        say("xccl_group_end without xccl_group_start");
+        return C_ERROR;
+    }
+    if (--t_group_depth > 0 || t_group_n == 0)
+        return C_SUCCESS;
+    ccl_op ops[GROUP_MAX];
+    for (int i = 0; i < t_group_n; i++)
+        ops[i] = t_group[i].op;
+    int n = t_group_n;
+    t_group_n = 0;
+    C_Status st = C_SUCCESS;
+    if (E.run(t_group_comm, ops, n) != CCL_OK) {
+        say("a group of %d send / recv failed: %s", n, E.comm_error(t_group_comm));
+        st = C_FAILED;
+    }
+    return eng_finish(t_group, n, st);
+}
+
+static C_Status eng_types(C_DataType t, int reducing, int *dtype, size_t *size, const char *fn)
+{
+    anychip_dtype dt;
+    uint32_t mask = P.ccl_dtype_mask;
+    P.ccl_dtype_mask = 0;                 /* the engine reduces every type */
+    C_Status st = pd_type(t, reducing, &dt, size, fn);
+    P.ccl_dtype_mask = mask;
+    *dtype = (int)dt;                     /* anychip_dtype and ccl_dtype share values */
+    return st;
+}
+
+static C_Status eng_all_reduce(void *send, void *recv, size_t count, C_DataType t, C_CCLReduceOp op,
+                               C_CCLComm comm, C_Stream stream)
+{
+    static const int OPS[] = {CCL_SUM, CCL_AVG, CCL_MAX, CCL_MIN, CCL_PROD};
+    int dt;
+    size_t size;
+    if (eng_types(t, 1, &dt, &size, "all_reduce") || (unsigned)op > PRODUCT)
+        return C_ERROR;
+    ccl_op o = {.kind = CCL_ALL_REDUCE, .dtype = dt, .redop = OPS[op], .count = count};
+    staged s;
+    TRY(eng_stage(COMM(comm), stream, &o, send, count * size, recv, count * size, &s), "staging");
+    return eng_go(COMM(comm), &s, "all_reduce");
+}
+
+static C_Status eng_broadcast(void *buf, size_t count, C_DataType t, size_t root, C_CCLComm comm, C_Stream stream)
+{
+    int dt;
+    size_t size;
+    if (eng_types(t, 0, &dt, &size, "broadcast"))
+        return C_ERROR;
+    size_t n = count * (dt == CCL_UINT8 ? size : 1), bytes = count * size;
+    ccl_op o = {.kind = CCL_BROADCAST, .dtype = dt, .root = (int)root, .count = n};
+    staged s;
+    TRY(eng_stage(COMM(comm), stream, &o, buf, bytes, buf, bytes, &s), "staging");
+    return eng_go(COMM(comm), &s, "broadcast");
+}
+
+static C_Status eng_reduce(void *send, void *recv, size_t count, C_DataType t, C_CCLReduceOp op, size_t root,
+                           C_CCLComm comm, C_Stream stream)
+{
+    static const int OPS[] = {CCL_SUM, CCL_AVG, CCL_MAX, CCL_MIN, CCL_PROD};
+    int dt;
+    size_t size;
+    if (eng_types(t, 1, &dt, &size, "reduce") || (unsigned)op > PRODUCT)
+        return C_ERROR;
+    int me = COMM(comm)->rank == (int)root;
+    ccl_op o = {.kind = CCL_REDUCE, .dtype = dt, .redop = OPS[op], .root = (int)root, .count = count};
+    staged s;
+    TRY(eng_stage(COMM(comm), stream, &o, send, count * size, recv, count * size, &s), "staging");
+    if (!me)
+        s.recv_bytes = 0;                 /* only the root's recv holds the result */
+    return eng_go(COMM(comm), &s, "reduce");
+}
+
+static C_Status eng_all_gather(void *send, void *recv, size_t count, C_DataType t, C_CCLComm comm,
+                               C_Stream stream)
+{
+    int dt;
+    size_t size;
+    if (eng_types(t, 0, &dt, &size, "all_gather"))
+        return C_ERROR;
+    bridge_comm *bc = COMM(comm);
+    size_t n = count * (dt == CCL_UINT8 ? size : 1);
+    ccl_op o = {.kind = CCL_ALL_GATHER, .dtype = dt, .count = n};
+    staged s;
+    TRY(eng_stage(bc, stream, &o, send, count * size, recv, count * size * (size_t)bc->nranks, &s), "staging");
+    return eng_go(bc, &s, "all_gather");
+}
+
+static C_Status eng_reduce_scatter(void *send, void *recv, size_t count, C_DataType t, C_CCLReduceOp op,
+                                   C_CCLComm comm, C_Stream stream)
+{
+    static const int OPS[] = {CCL_SUM, CCL_AVG, CCL_MAX, CCL_MIN, CCL_PROD};
+    int dt;
+    size_t size;
+    if (eng_types(t, 1, &dt, &size, "reduce_scatter") || (unsigned)op > PRODUCT)
+        return C_ERROR;
+    bridge_comm *bc = COMM(comm);
+    ccl_op o = {.kind = CCL_REDUCE_SCATTER, .dtype = dt, .redop = OPS[op], .count = count};
+    staged s;
+    TRY(eng_stage(bc, stream, &o, send, count * size * (size_t)bc->nranks, recv, count * size, &s), "staging");
+    return eng_go(bc, &s, "reduce_scatter");
+}
+
+static C_Status eng_p2p(int kind, void *buf, size_t count, C_DataType t, size_t peer, C_CCLComm comm,
+                        C_Stream stream)
+{
+    int dt;
+    size_t size;
+    const char *what = kind == CCL_SEND ? "send" : "recv";
+    if (eng_types(t, 0, &dt, &size, what))
+        return C_ERROR;
+    bridge_comm *bc = COMM(comm);
+    size_t n = count * (dt == CCL_UINT8 ? size : 1), bytes = count * size;
+    ccl_op o = {.kind = kind, .dtype = dt, .root = (int)peer, .count = n};
+    staged s;
+    TRY(eng_stage(bc, stream, &o, kind == CCL_SEND ? buf : NULL, kind == CCL_SEND ? bytes : 0,
+                  kind == CCL_RECV ? buf : NULL, kind == CCL_RECV ? bytes : 0, &s), "staging");
+    if (t_group_depth > 0)
+        t_group_comm = (ccl_comm *)bc->c;
+    return eng_go(bc, &s, what);
+}
+
+static C_Status eng_send(void *buf, size_t count, C_DataType t, size_t peer, C_CCLComm comm, C_Stream stream)
+{
+    return eng_p2p(CCL_SEND, buf, count, t, peer, comm, stream);
+}
+
+static C_Status eng_recv(void *buf, size_t count, C_DataType t, size_t peer, C_CCLComm comm, C_Stream stream)
+{
+    return eng_p2p(CCL_RECV, buf, count, t, peer, comm, stream);
+}
+
+static C_Status eng_all_to_all(const void **send, const size_t *send_count, const C_DataType *send_t, void **recv,
+                               const size_t *recv_count, const C_DataType *recv_t, size_t rank, size_t nranks,
+                               C_CCLComm comm, C_Stream stream)
+{
+    (void)recv_t;
+    TRY(eng_group_start(), "group_start");
+    C_Status st = C_SUCCESS;
+    for (size_t i = 0; i < nranks && st == C_SUCCESS; i++) {
+        if (i == rank)
+            continue;
+        if (send_count[i])
+            st = eng_send((void *)send[i], send_count[i], send_t[i], i, comm, stream);
+        if (st == C_SUCCESS && recv_count[i])
+            st = eng_recv(recv[i], recv_count[i], send_t[i], i, comm, stream);
+    }
+    C_Status end = eng_group_end();
+    if (st != C_SUCCESS || end != C_SUCCESS)
+        return st != C_SUCCESS ? st : end;
+    anychip_dtype dt;
+    size_t size;
+    TRY(pd_type(send_t[0], 0, &dt, &size, "all_to_all") ? 1 : 0, "all_to_all");
+    return sync_copy(COMM(comm)->device, recv[rank], send[rank], send_count[rank] * size, ANYCHIP_COPY_D2D);
+}
+
+static void fill_engine(C_DeviceInterface *i)
+{
+    if (load_engine() != 0)
+        return;
+    i->xccl_get_comm_name = xccl_get_comm_name;
+    i->xccl_get_unique_id_size = xccl_get_unique_id_size;
+    i->xccl_get_unique_id = eng_unique_id;
+    i->xccl_comm_init_rank = eng_comm_init;
+    i->xccl_destroy_comm = eng_destroy;
+    i->xccl_all_reduce = eng_all_reduce;
+    i->xccl_broadcast = eng_broadcast;
+    i->xccl_reduce = eng_reduce;
+    i->xccl_all_gather = eng_all_gather;
+    i->xccl_reduce_scatter = eng_reduce_scatter;
+    i->xccl_group_start = eng_group_start;
+    i->xccl_group_end = eng_group_end;
+    i->xccl_send = eng_send;
+    i->xccl_recv = eng_recv;
+    i->xccl_all_to_all = eng_all_to_all;
+}
+#endif
 
 /* ---- loading the plugin and InitPlugin ------------------------------------------------------------ */
 
@@ -847,8 +1201,12 @@ EXPORT const char *anychip_paddle_device_type(void) { return g_type; }
 
 static void fill_collectives(C_DeviceInterface *i)
 {
-    if (!(P.get_unique_id && P.comm_init_rank && P.comm_destroy && P.all_reduce))
+    if (!(P.get_unique_id && P.comm_init_rank && P.comm_destroy && P.all_reduce)) {
+#ifdef ANYCHIP_PADDLE_CCL
+        fill_engine(i);
+#endif
         return;
+    }
     i->xccl_get_comm_name = xccl_get_comm_name;
     i->xccl_get_unique_id_size = xccl_get_unique_id_size;
     i->xccl_get_unique_id = xccl_get_unique_id;
