@@ -95,7 +95,7 @@ ext_modules = [
 ext_modules.append(
     Extension("paddle_custom_device.libanychip_sim", sources=["csrc/paddle/provider_sim.c"],
               depends=["csrc/include/anychip/paddle/bridge.c", "csrc/include/anychip/paddle/device_ext.h"],
-              include_dirs=["csrc/include"], libraries=["pthread", "dl"],
+              include_dirs=["csrc/include", "csrc"], libraries=["pthread", "dl"],
               extra_compile_args=[*COMMON_FLAGS, f'-DANYCHIP_EXT_SUFFIX="{_SUFFIX}"']))
 # CPython's method signatures fix parameters (self, args, closure) a function may not use
 PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]

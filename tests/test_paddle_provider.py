@@ -191,7 +191,7 @@ def test_collectives_two_ranks(chip: str, tmp_path: Path, request: pytest.Fixtur
         assert f"RANK {rank} of 2 on {name}:{rank}" in log
         oks, fails = _check_lines(log)
         assert fails == []
-        assert oks == 45                                           # 43 + one broadcast per root
+        assert oks == 46                                           # 44 + one broadcast per root
         assert f"DONE {rank} failures=0" in log
 
 
@@ -201,7 +201,7 @@ def test_collectives_four_ranks(tmp_path: Path) -> None:
     assert r.returncode == 0, "\n".join(log[-3000:] for log in logs)
     for rank, log in enumerate(logs):
         oks, fails = _check_lines(log)
-        assert fails == [] and oks == 47                           # 43 + one broadcast per root
+        assert fails == [] and oks == 48                           # 44 + one broadcast per root
         assert f"DONE {rank} failures=0" in log
 
 

@@ -56,6 +56,17 @@ def main() -> int:
             dist.all_reduce(x, op=op)
             report(f"all_reduce.{dt}.{op_name}", host(x), want)
 
+    # AVG: Paddle 3.3.1 offers none on a custom device (paddle.distributed.all_reduce asks
+    # core.nccl_version(), which a build without CUDA lacks; the stream API reaches the process
+    # group, which refuses it); a Paddle that offers it fails this check, to be value-checked then
+    try:
+        dist.stream.all_reduce(tensor(base, "float32"), op=dist.ReduceOp.AVG)
+        refused = "accepted"
+    except ValueError as exc:
+        refused = str(exc).split("\n")[0]
+    report("all_reduce.AVG.refused_by_paddle",
+           [refused == "(InvalidArgument) Invalid CustomCCL reduction. Must be Min | Max | Prod | Sum"], [True])
+
     for src in range(n):                                  # broadcast from every src
         x = tensor(base * (r + 1) + 100 * r, "float32")
         dist.broadcast(x, src=src)

@@ -460,8 +460,10 @@ static C_Status async_memory_copy_p2p(const C_Device dst_d, const C_Device src_d
 /* ---- collectives -------------------------------------------------------------------------------- */
 
 typedef struct bridge_comm {
-    anychip_comm c;
+    anychip_comm c;                       /* the plugin's communicator (NULL: the engine serves all) */
+    void *eng;                            /* the engine's (ccl_comm *), made when first needed */
     int device, rank, nranks;
+    unsigned char id[sizeof(anychip_unique_id)];
 } bridge_comm;
 
 #define COMM(comm) ((bridge_comm *)(comm))
@@ -469,7 +471,7 @@ typedef struct bridge_comm {
 static const char *const PD_TYPES[] = {"UNDEFINED", "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8",
                                        "INT16", "INT32", "INT64", "FLOAT16", "FLOAT32", "FLOAT64",
                                        "BFLOAT16", "COMPLEX64", "COMPLEX128"};
-static const char *const PD_OPS[] = {"SUM", "AVG", "MAX", "MIN", "PRODUCT"};
+static const char *const PD_OPS[] __attribute__((unused)) = {"SUM", "AVG", "MAX", "MIN", "PRODUCT"};
 
 /* Paddle dtype -> anychip dtype and element size; reducing ops need a real numeric type */
 static C_Status pd_type(C_DataType t, int reducing, anychip_dtype *out, size_t *size, const char *fn)
@@ -499,10 +501,6 @@ static C_Status pd_type(C_DataType t, int reducing, anychip_dtype *out, size_t *
             PD_TYPES[t]);
         return C_ERROR;
     }
-    if (reducing && P.ccl_dtype_mask && !(P.ccl_dtype_mask & (1u << *out))) {
-        say("%s: this device's collectives do not reduce %s", fn, PD_TYPES[t]);
-        return C_ERROR;
-    }
     return C_SUCCESS;
 }
 
@@ -514,10 +512,6 @@ static C_Status pd_op(C_CCLReduceOp op, anychip_redop *out, const char *fn)
         return C_ERROR;
     }
     *out = OPS[op];
-    if (P.ccl_redop_mask && !(P.ccl_redop_mask & (1u << *out))) {
-        say("%s: this device's collectives have no %s reduction", fn, PD_OPS[op]);
-        return C_ERROR;
-    }
     return C_SUCCESS;
 }
 
@@ -526,6 +520,33 @@ static size_t pd_count(size_t count, anychip_dtype dt, size_t size)
 {
     return dt == ANYCHIP_UINT8 ? count * size : count;
 }
+
+/* whether the plugin's collectives reduce this type with this op (ccl_dtype_mask / ccl_redop_mask) */
+static int plugin_reduces(anychip_dtype dt, anychip_redop op)
+{
+    return (!P.ccl_dtype_mask || (P.ccl_dtype_mask & (1u << dt))) &&
+           (!P.ccl_redop_mask || (P.ccl_redop_mask & (1u << op)));
+}
+
+#ifdef ANYCHIP_PADDLE_CCL
+static C_Status eng_attach(bridge_comm *bc);
+static C_Status eng_all_reduce(void *, void *, size_t, C_DataType, C_CCLReduceOp, C_CCLComm, C_Stream);
+static C_Status eng_reduce(void *, void *, size_t, C_DataType, C_CCLReduceOp, size_t, C_CCLComm, C_Stream);
+static C_Status eng_reduce_scatter(void *, void *, size_t, C_DataType, C_CCLReduceOp, C_CCLComm, C_Stream);
+#define UNREDUCED(fn, call)                                                                        \
+    do {                                                                                           \
+        if (!plugin_reduces(dt, rop))                                                              \
+            return eng_attach(COMM(comm)) == C_SUCCESS ? (call) : C_FAILED;                        \
+    } while (0)
+#else
+#define UNREDUCED(fn, call)                                                                        \
+    do {                                                                                           \
+        if (!plugin_reduces(dt, rop)) {                                                            \
+            say("%s: this device's collectives do not reduce %s with %s", fn, PD_TYPES[t], PD_OPS[op]); \
+            return C_ERROR;                                                                        \
+        }                                                                                          \
+    } while (0)
+#endif
 
 static C_Status enqueued(anychip_status rc, C_Stream stream, const char *what)
 {
@@ -563,6 +584,7 @@ static C_Status xccl_comm_init_rank(size_t nranks, C_CCLRootId *id, size_t rank,
     bc->device = t_device;
     bc->rank = (int)rank;
     bc->nranks = (int)nranks;
+    memcpy(bc->id, id->data, sizeof bc->id);
     C_Status st = check(P.comm_init_rank(t_device, (int)nranks, (const anychip_unique_id *)id->data, (int)rank,
                                          &bc->c), "comm_init_rank");
     if (st != C_SUCCESS) {
@@ -573,10 +595,13 @@ static C_Status xccl_comm_init_rank(size_t nranks, C_CCLRootId *id, size_t rank,
     return C_SUCCESS;
 }
 
+static void eng_detach(bridge_comm *bc);
+
 static C_Status xccl_destroy_comm(C_CCLComm comm)
 {
     bridge_comm *bc = COMM(comm);
     C_Status st = check(P.comm_destroy(bc->c), "comm_destroy");
+    eng_detach(bc);
     free(bc);
     return st;
 }
@@ -595,6 +620,7 @@ static C_Status xccl_all_reduce(void *send, void *recv, size_t count, C_DataType
     size_t size;
     if (pd_type(t, 1, &dt, &size, "all_reduce") || pd_op(op, &rop, "all_reduce"))
         return C_ERROR;
+    UNREDUCED("all_reduce", eng_all_reduce(send, recv, count, t, op, comm, stream));
     return enqueued(P.all_reduce(send, recv, count, dt, rop, COMM(comm)->c, REC(stream)->s), stream, "all_reduce");
 }
 
@@ -626,6 +652,7 @@ static C_Status xccl_reduce(void *send, void *recv, size_t count, C_DataType t, 
         return missing("reduce");
     if (pd_type(t, 1, &dt, &size, "reduce") || pd_op(op, &rop, "reduce"))
         return C_ERROR;
+    UNREDUCED("reduce", eng_reduce(send, recv, count, t, op, root, comm, stream));
     return enqueued(P.reduce(send, recv, count, dt, rop, (int)root, COMM(comm)->c, REC(stream)->s), stream,
                     "reduce");
 }
@@ -653,6 +680,7 @@ static C_Status xccl_reduce_scatter(void *send, void *recv, size_t count, C_Data
         return missing("reduce_scatter");
     if (pd_type(t, 1, &dt, &size, "reduce_scatter") || pd_op(op, &rop, "reduce_scatter"))
         return C_ERROR;
+    UNREDUCED("reduce_scatter", eng_reduce_scatter(send, recv, count, t, op, comm, stream));
     return enqueued(P.reduce_scatter(send, recv, count, dt, rop, COMM(comm)->c, REC(stream)->s), stream,
                     "reduce_scatter");
 }
@@ -763,11 +791,18 @@ typedef struct staged {
 static __thread staged t_group[GROUP_MAX];
 static __thread int t_group_n, t_group_depth;
 
+static int resolve(const char *path, char *out, size_t len);
+
 static int load_engine(void)
 {
-    void *lib = dlopen(ANYCHIP_PADDLE_CCL, RTLD_NOW | RTLD_LOCAL);
+    char path[PATH_MAX];
+    if (E.comm_init)
+        return 0;
+    if (resolve(ANYCHIP_PADDLE_CCL, path, sizeof path) != 0)
+        return -1;
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        say("cannot load anychip's collective engine %s: %s", ANYCHIP_PADDLE_CCL, dlerror());
+        say("cannot load anychip's collective engine %s: %s", path, dlerror());
         return -1;
     }
     *(void **)&E.comm_init = dlsym(lib, "ccl_comm_init");
@@ -776,7 +811,8 @@ static int load_engine(void)
     *(void **)&E.run = dlsym(lib, "ccl_run");
     *(void **)&E.comm_error = dlsym(lib, "ccl_comm_error");
     if (!E.comm_init || !E.init_error || !E.comm_destroy || !E.run || !E.comm_error) {
-        say("%s lacks the engine's entry points (ccl_comm_init, ccl_run, ...)", ANYCHIP_PADDLE_CCL);
+        say("%s lacks the engine's entry points (ccl_comm_init, ccl_run, ...)", path);
+        E.comm_init = NULL;
         return -1;
     }
     return 0;
@@ -817,7 +853,7 @@ static C_Status eng_comm_init(size_t nranks, C_CCLRootId *id, size_t rank, C_CCL
         free(bc);
         return C_FAILED;
     }
-    bc->c = (anychip_comm)c;
+    bc->eng = c;
     bc->device = t_device;
     bc->rank = (int)rank;
     bc->nranks = (int)nranks;
@@ -827,15 +863,39 @@ static C_Status eng_comm_init(size_t nranks, C_CCLRootId *id, size_t rank, C_CCL
 
 static C_Status eng_destroy(C_CCLComm comm)
 {
-    bridge_comm *bc = COMM(comm);
-    E.comm_destroy((ccl_comm *)bc->c);
-    free(bc);
+    eng_detach(COMM(comm));
+    free(COMM(comm));
+    return C_SUCCESS;
+}
+
+/* An engine communicator beside the plugin's, for the reductions the plugin lacks: every rank
+ * makes it at the same op (the choice depends only on the op's type and reduce op), named
+ * after the plugin communicator's id. */
+static C_Status eng_attach(bridge_comm *bc)
+{
+    if (bc->eng)
+        return C_SUCCESS;
+    if (!E.comm_init) {
+        say("this device's collectives lack a reduction and anychip's engine is not loaded");
+        return C_FAILED;
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (size_t k = 0; k < sizeof bc->id; k++)
+        h = (h ^ bc->id[k]) * 1099511628211ull;
+    char name[64];
+    snprintf(name, sizeof name, "pd-%016llx-%d", (unsigned long long)h, bc->nranks);
+    ccl_comm *c = NULL;
+    if (E.comm_init(name, bc->rank, bc->nranks, 0, &c) != CCL_OK) {
+        say("rank %d of %d: the collective engine's init failed: %s", bc->rank, bc->nranks, E.init_error());
+        return C_FAILED;
+    }
+    bc->eng = c;
     return C_SUCCESS;
 }
 
 static C_Status eng_fail(bridge_comm *bc, const char *what)
 {
-    say("rank %d of %d: %s failed: %s", bc->rank, bc->nranks, what, E.comm_error((ccl_comm *)bc->c));
+    say("rank %d of %d: %s failed: %s", bc->rank, bc->nranks, what, E.comm_error((ccl_comm *)bc->eng));
     return C_FAILED;
 }
 
@@ -894,7 +954,7 @@ static C_Status eng_go(bridge_comm *bc, staged *s, const char *what)
         t_group[t_group_n++] = *s;
         return C_SUCCESS;
     }
-    C_Status st = E.run((ccl_comm *)bc->c, &s->op, 1) == CCL_OK ? C_SUCCESS : eng_fail(bc, what);
+    C_Status st = E.run((ccl_comm *)bc->eng, &s->op, 1) == CCL_OK ? C_SUCCESS : eng_fail(bc, what);
     return eng_finish(s, 1, st);
 }
 
@@ -930,10 +990,7 @@ static C_Status eng_group_end(void)
 static C_Status eng_types(C_DataType t, int reducing, int *dtype, size_t *size, const char *fn)
 {
     anychip_dtype dt;
-    uint32_t mask = P.ccl_dtype_mask;
-    P.ccl_dtype_mask = 0;                 /* the engine reduces every type */
     C_Status st = pd_type(t, reducing, &dt, size, fn);
-    P.ccl_dtype_mask = mask;
     *dtype = (int)dt;                     /* anychip_dtype and ccl_dtype share values */
     return st;
 }
@@ -1027,7 +1084,7 @@ static C_Status eng_p2p(int kind, void *buf, size_t count, C_DataType t, size_t 
     TRY(eng_stage(bc, stream, &o, kind == CCL_SEND ? buf : NULL, kind == CCL_SEND ? bytes : 0,
                   kind == CCL_RECV ? buf : NULL, kind == CCL_RECV ? bytes : 0, &s), "staging");
     if (t_group_depth > 0)
-        t_group_comm = (ccl_comm *)bc->c;
+        t_group_comm = (ccl_comm *)bc->eng;
     return eng_go(bc, &s, what);
 }
 
@@ -1087,6 +1144,17 @@ static void fill_engine(C_DeviceInterface *i)
 }
 #endif
 
+#ifdef ANYCHIP_PADDLE_CCL
+static void eng_detach(bridge_comm *bc)
+{
+    if (bc->eng)
+        E.comm_destroy((ccl_comm *)bc->eng);
+    bc->eng = NULL;
+}
+#else
+static void eng_detach(bridge_comm *bc) { (void)bc; }
+#endif
+
 /* ---- loading the plugin and InitPlugin ------------------------------------------------------------ */
 
 #ifdef ANYCHIP_PADDLE_SIMULATORS
@@ -1118,6 +1186,32 @@ static const char *chosen_simulator(char *buf, size_t len)
 }
 #endif
 
+/* `path` itself when absolute, else relative to the directory of this library */
+static int resolve(const char *path, char *out, size_t len)
+{
+    if (path[0] == '/') {
+        snprintf(out, len, "%s", path);
+        return 0;
+    }
+    Dl_info info;
+    if (!dladdr((void *)resolve, &info) || !info.dli_fname) {
+        say("cannot find this library's own path (dladdr)");
+        return -1;
+    }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", info.dli_fname);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    if ((size_t)snprintf(out, len, "%.*s/%s", PATH_MAX / 2, dir, path) >= len) {
+        say("the path %s/%s is longer than %zu bytes", dir, path, len);
+        return -1;
+    }
+    return 0;
+}
+
 static int load_target(void)
 {
 #ifdef ANYCHIP_PADDLE_SIMULATORS
@@ -1130,26 +1224,8 @@ static int load_target(void)
 #else
     const char *target = ANYCHIP_PADDLE_TARGET;
 #endif
-    if (target[0] == '/') {
-        snprintf(g_target, sizeof g_target, "%s", target);
-    } else {
-        Dl_info info;
-        if (!dladdr((void *)load_target, &info) || !info.dli_fname) {
-            say("cannot find this library's own path (dladdr)");
-            return -1;
-        }
-        char dir[PATH_MAX];
-        snprintf(dir, sizeof dir, "%s", info.dli_fname);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = 0;
-        else
-            snprintf(dir, sizeof dir, ".");
-        if ((size_t)snprintf(g_target, sizeof g_target, "%.*s/%s", PATH_MAX / 2, dir, target) >= sizeof g_target) {
-            say("the path of the anychip plugin is longer than %d bytes", PATH_MAX);
-            return -1;
-        }
-    }
+    if (resolve(target, g_target, sizeof g_target) != 0)
+        return -1;
     void *lib = dlopen(g_target, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         say("cannot load the anychip plugin %s: %s", g_target, dlerror());
@@ -1201,6 +1277,10 @@ EXPORT const char *anychip_paddle_device_type(void) { return g_type; }
 
 static void fill_collectives(C_DeviceInterface *i)
 {
+#ifdef ANYCHIP_PADDLE_CCL
+    if (P.ccl_dtype_mask || P.ccl_redop_mask)
+        load_engine();                    /* the reductions the plugin lacks run on the engine */
+#endif
     if (!(P.get_unique_id && P.comm_init_rank && P.comm_destroy && P.all_reduce)) {
 #ifdef ANYCHIP_PADDLE_CCL
         fill_engine(i);
