@@ -60,23 +60,16 @@ def part_fallback() -> None:
     print("fallback: time per eager op, us (best of 5)")
     print(f"{'op':<22}{'anychip_ascend':>16}{'cpu':>10}{'ratio':>8}")
     for n in (1 << 10, 1 << 20):
-        for name, make in (("add", lambda a, b: a + b), ("matmul", None), ("relu", None)):
+        for name in ("add", "matmul", "relu"):
             row = {}
             for dev in ("anychip_ascend:0", "cpu"):
                 paddle.set_device(dev)
-                if name == "matmul":
-                    side = int(round(n ** 0.5))
-                    a = paddle.to_tensor(np.ones((side, side), np.float32))
-                    fn = (lambda a=a: paddle.matmul(a, a))
-                elif name == "relu":
-                    a = paddle.to_tensor(np.ones(n, np.float32))
-                    fn = (lambda a=a: paddle.nn.functional.relu(a))
-                else:
-                    a = paddle.to_tensor(np.ones(n, np.float32))
-                    fn = (lambda a=a, make=make: make(a, a))
-                fn()
-                number = 200 if n <= 1 << 10 else 10
-                row[dev] = _best(fn, 5, number)
+                side = int(round(n ** 0.5))
+                a = paddle.to_tensor(np.ones((side, side) if name == "matmul" else n, np.float32))
+                op = {"add": lambda a: a + a, "matmul": lambda a: paddle.matmul(a, a),
+                      "relu": paddle.nn.functional.relu}[name]
+                op(a)
+                row[dev] = _best(lambda op=op, a=a: op(a), 5, 200 if n <= 1 << 10 else 10)
             dev_t, cpu_t = row["anychip_ascend:0"], row["cpu"]
             label = f"{name} {n:,} el." if name != "matmul" else f"matmul {int(n ** 0.5)}^2"
             print(f"{label:<22}{dev_t * 1e6:>16.1f}{cpu_t * 1e6:>10.1f}{dev_t / cpu_t:>8.1f}")

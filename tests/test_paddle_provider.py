@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed (pi
 HERE = Path(__file__).resolve().parent
 WORKERS = HERE / "paddle_provider"
 ROOT = HERE.parent
+WORKER = ROOT / "anychip" / "conformance" / "paddle_worker.py"
 BRIDGE = paddle_provider.simulator_bridge()
 ANYCHIP = [sys.executable, "-m", "anychip.cli"]
 pytestmark = pytest.mark.skipif(BRIDGE is None, reason="anychip was built without the Paddle bridge")
@@ -183,7 +183,7 @@ def test_collectives_two_ranks(chip: str, tmp_path: Path, request: pytest.Fixtur
     """Every paddle.distributed collective, every dtype and reduce op the xccl path takes,
     every root, all_gather into a list read at once (the copy-fence race), async wait()."""
     env = _env(request.getfixturevalue("scaffolded")) if chip == "scaffolded" else _env(ANYCHIP_PADDLE=chip)
-    r = _launch(WORKERS / "collectives.py", 2, tmp_path, env)
+    r = _launch(WORKER, 2, tmp_path, env)
     logs = _worker_logs(tmp_path, 2)
     assert r.returncode == 0, r.stdout[-3000:] + "\n".join(log[-3000:] for log in logs)
     name = "anychip_mychip" if chip == "scaffolded" else f"anychip_{chip}"
@@ -196,7 +196,7 @@ def test_collectives_two_ranks(chip: str, tmp_path: Path, request: pytest.Fixtur
 
 
 def test_collectives_four_ranks(tmp_path: Path) -> None:
-    r = _launch(WORKERS / "collectives.py", 4, tmp_path, _env())
+    r = _launch(WORKER, 4, tmp_path, _env())
     logs = _worker_logs(tmp_path, 4)
     assert r.returncode == 0, "\n".join(log[-3000:] for log in logs)
     for rank, log in enumerate(logs):
@@ -242,18 +242,27 @@ def test_killed_rank_ends_the_job_and_leaves_no_shm(tmp_path: Path) -> None:
         "if dist.get_rank() == 1:\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
         "dist.all_reduce(x)\n"
-        "print('SECOND', flush=True)\n")
+        "print('SECOND', x.numpy().tolist(), flush=True)\n")
     start = time.monotonic()
     r = _launch(script, 2, tmp_path, _env(ANYCHIP_COLLECTIVE_TIMEOUT="20"), timeout=200)
     took = time.monotonic() - start
     logs = _worker_logs(tmp_path, 2)
     assert r.returncode != 0
     assert "FIRST [2.0, 2.0, 2.0, 2.0]" in logs[0]
-    assert "SECOND" not in logs[0]
+    assert "SECOND [4.0" not in logs[0]            # the second all_reduce had no peer
     assert took < 200
     for _ in range(50):
         if _shm() <= before:
             break
         time.sleep(0.1)
     assert _shm() - before == set()
-    _ = signal                                                  # (SIGKILL is sent by the rank itself)
+
+
+def test_out_of_memory_names_device_request_and_free_memory() -> None:
+    code = ("import paddle\npaddle.set_device('anychip_ascend:0')\n"
+            "try:\n    paddle.empty([1 << 34], 'float32').numpy()\nexcept OSError as exc:\n    print('RAISED', exc)\n")
+    r = subprocess.run([sys.executable, "-c", code], env=_env(ANYCHIP_SIM_MEMORY="1GiB"), capture_output=True,
+                       text=True, timeout=120)
+    assert "RAISED (External)  CustomDevice error, the error code is : 2." in r.stdout, r.stderr[-2000:]
+    assert re.search(r"\[anychip anychip_ascend\] out of memory on anychip_ascend:0: 68719476736 bytes requested, "
+                     r"\d+ of 1073741824 bytes free \(plugin status 207001\)", r.stderr), r.stderr[-2000:]

@@ -114,6 +114,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw busbw against size (needs matplotlib)")
     p.add_argument("--tables", action=argparse.BooleanOptionalAction, default=None,
                    help="print the nccl-tests tables (default: when --device is given)")
+    p.add_argument("--framework", choices=("anychip", "paddle"), default="anychip",
+                   help="paddle: the collective cases through paddle.distributed under Paddle's launcher, on "
+                        "the Paddle device type anychip provides (docs/paddle.md)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
     p.set_defaults(func=_cmd)
@@ -145,6 +148,10 @@ def run(backends: list[str], cfg: Config, progress: bool = False) -> list[dict]:
 def _cmd(args: argparse.Namespace) -> int:
     from . import report
     cfg = config_from_args(args)
+    if args.framework == "paddle":
+        from .paddle_framework import run as run_paddle
+        return run_paddle(args.device, cfg.ranks, cfg.min_bytes, min(cfg.max_bytes, 4 << 20), cfg.factor,
+                          cfg.timeout * 4 if cfg.timeout else 600)
     names = _backends(args.device)
     if args.plot:
         try:

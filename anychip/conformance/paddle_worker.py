@@ -1,7 +1,9 @@
 """Every paddle.distributed collective on a device type anychip provides, value-checked on
 each rank (run under `python -m paddle.distributed.launch`). Each check prints a line
 "CHECK <name> ok" or "CHECK <name> FAIL <detail>"; the process exits 1 if any failed.
-tests/test_paddle_provider.py and `anychip conformance --framework paddle` run it."""
+tests/test_paddle_provider.py and `anychip conformance --framework paddle` run it;
+with --sizes it also times all_reduce, all_gather, broadcast and reduce_scatter per size
+(value-checked) and prints "ROW <op> <bytes> <seconds> <ok>" lines."""
 import sys
 import time
 
@@ -49,8 +51,8 @@ def main() -> int:
                "PROD": (dist.ReduceOp.PROD, np.prod([base + k + 1 for k in range(n)], axis=0))}
         for op_name, (op, want) in ops.items():
             if dt in ("int8", "uint8") and op_name == "PROD":
-                want = np.prod([base % 3 + k + 1 for k in range(n)], axis=0)
-                x = tensor(base % 3 + r + 1, dt)
+                want = np.prod([base % 2 + k + 1 for k in range(n)], axis=0)   # 8 bits hold 5! / 1
+                x = tensor(base % 2 + r + 1, dt)
             else:
                 x = tensor(base + r + 1, dt)
             dist.all_reduce(x, op=op)
@@ -123,8 +125,59 @@ def main() -> int:
 
     dist.barrier()
     report("barrier", [1], [1])
+    if len(sys.argv) > 2 and sys.argv[1] == "--sizes":
+        lo, hi, factor = (int(v) for v in sys.argv[2].split(","))
+        table(r, n, lo, hi, factor)
     print(f"DONE {r} failures={failures}", flush=True)
     return 1 if failures else 0
+
+
+def table(r: int, n: int, lo: int, hi: int, factor: int) -> None:
+    """Time each op per size (float32, sum), then check the values; one ROW line per case."""
+    global failures
+    size = lo
+    while size <= hi:
+        count = max(1, size // 4 // n) * n            # divisible for all_gather / reduce_scatter
+        iters = max(2, min(20, (1 << 24) // max(size, 1)))
+        for op in ("all_reduce", "all_gather", "broadcast", "reduce_scatter"):
+            x = tensor(np.full(count, r + 1), "float32")
+            parts = list(paddle.split(x, n))
+            out = paddle.empty([count // n], "float32")
+
+            def run(op: str = op, x=x, parts=parts, out=out) -> list:
+                if op == "all_reduce":
+                    dist.all_reduce(x)
+                elif op == "all_gather":
+                    got: list = []
+                    dist.all_gather(got, parts[0])
+                    return got
+                elif op == "broadcast":
+                    dist.broadcast(x, src=0)
+                else:
+                    dist.reduce_scatter(out, parts)
+                return []
+            run()
+            paddle.device.synchronize()
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                run()
+            paddle.device.synchronize()
+            secs = (time.perf_counter() - t0) / iters
+            x = tensor(np.full(count, r + 1), "float32")   # a fresh check of the values
+            parts = list(paddle.split(x, n))
+            got = run(op, x, parts, out)
+            want = {"all_reduce": n * (n + 1) / 2, "broadcast": 1.0, "reduce_scatter": n * (n + 1) / 2}
+            if op == "all_gather":
+                ok = all(float(host(g).min()) == float(host(g).max()) == k + 1 for k, g in enumerate(got))
+            elif op == "reduce_scatter":
+                ok = bool(np.all(host(out) == want[op]))
+            else:
+                ok = bool(np.all(host(x) == want[op]))
+            if not ok:
+                failures += 1
+            print(f"ROW {op} {count * 4} {secs:.9f} {'ok' if ok else 'WRONG'}", flush=True)
+        size *= factor
 
 
 if __name__ == "__main__":
