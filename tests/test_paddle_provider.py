@@ -113,6 +113,61 @@ def scaffolded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return top / "paddle"
 
 
+#: collectives that return success and move nothing, like PaddleCustomDevice's custom_cpu
+NO_DATA_CCL = r"""
+static anychip_status nd_uid(anychip_unique_id *id) { memset(id, 0, sizeof *id); return S_OK; }
+static anychip_status nd_init(int d, int n, const anychip_unique_id *id, int r, anychip_comm *c)
+{ (void)d; (void)n; (void)id; (void)r; *c = (anychip_comm)(intptr_t)1; return S_OK; }
+static anychip_status nd_destroy(anychip_comm c) { (void)c; return S_OK; }
+static anychip_status nd_all_reduce(const void *s, void *r, size_t n, anychip_dtype t, anychip_redop o,
+                                    anychip_comm c, anychip_stream st)
+{ (void)s; (void)r; (void)n; (void)t; (void)o; (void)c; (void)st; return S_OK; }
+static anychip_status nd_all_gather(const void *s, void *r, size_t n, anychip_dtype t, anychip_comm c,
+                                    anychip_stream st)
+{ (void)s; (void)r; (void)n; (void)t; (void)c; (void)st; return S_OK; }
+static anychip_status nd_broadcast(const void *s, void *r, size_t n, anychip_dtype t, int root, anychip_comm c,
+                                   anychip_stream st)
+{ (void)s; (void)r; (void)n; (void)t; (void)root; (void)c; (void)st; return S_OK; }
+"""
+NO_DATA_SET = ("    p->get_unique_id = nd_uid; p->comm_init_rank = nd_init; p->comm_destroy = nd_destroy;\n"
+               "    p->all_reduce = nd_all_reduce; p->all_gather = nd_all_gather; p->broadcast = nd_broadcast;\n")
+
+
+@pytest.fixture(scope="module")
+def no_data_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scaffolded plugin with collectives that move no data: its library's directory."""
+    top = tmp_path_factory.mktemp("nodata")
+    subprocess.run([*ANYCHIP, "plugin", "new", "nodata", "--dir", str(top)], check=True, capture_output=True)
+    src = top / "nodata" / "src" / "nodata.c"
+    text = src.read_text()
+    head, sep, tail = text.rpartition("ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init")
+    body, ret, end = tail.rpartition("    return S_OK;")
+    src.write_text(head + NO_DATA_CCL + sep + body + NO_DATA_SET + ret + end)
+    r = subprocess.run(["make", "-s", "-C", str(top / "nodata")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return top / "nodata"
+
+
+def test_conformance_framework_paddle(tmp_path: Path, no_data_plugin: Path) -> None:
+    """`anychip conformance --framework paddle` passes on the simulated Ascend and fails on a
+    plugin whose collectives move no data."""
+    quick = ["-n", "2", "-b", "8", "-e", "32K", "-f", "64"]          # 8 B, 512 B, 32 KiB
+    r = subprocess.run([*ANYCHIP, "conformance", "--framework", "paddle", "--device", "ascend", *quick],
+                       env=_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "# anychip conformance --framework paddle: ascend as anychip_ascend:0, 2 ranks" in r.stdout
+    assert re.search(r"^# (\d+) value checks, 0 failed$", r.stdout, flags=re.M)
+    assert len(re.findall(r"^ +32768 +8192 .* +0$", r.stdout, flags=re.M)) == 4    # the 32 KiB row of each op
+    assert r.stdout.rstrip().endswith("conformance (paddle): PASS")
+    env = _env(ANYCHIP_PLUGIN_PATH=str(no_data_plugin / "libnodata.so"))
+    r = subprocess.run([*ANYCHIP, "conformance", "--framework", "paddle", "--device", "nodata", *quick], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert "FAIL rank 0: all_reduce.float32.SUM FAIL got [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] want [3.0, 5.0, 7.0, " \
+           "9.0, 11.0, 13.0]" in r.stdout
+    assert r.stdout.rstrip().endswith("conformance (paddle): FAIL on nodata")
+
+
 def _single(device: str, env: dict[str, str]) -> dict:
     r = subprocess.run([sys.executable, str(WORKERS / "single.py"), device], env=env, capture_output=True,
                        text=True, timeout=240)

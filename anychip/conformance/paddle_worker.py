@@ -6,6 +6,7 @@ with --sizes it also times all_reduce, all_gather, broadcast and reduce_scatter 
 (value-checked) and prints "ROW <op> <bytes> <seconds> <ok>" lines."""
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import paddle
@@ -31,7 +32,7 @@ def host(t) -> np.ndarray:
     return t.numpy()
 
 
-def tensor(values, dtype: str):
+def tensor(values: Any, dtype: Any) -> Any:
     arr = np.asarray(values, dtype=np.float32)
     t = paddle.to_tensor(arr)
     return t.astype(dtype)
@@ -45,7 +46,7 @@ def main() -> int:
     base = np.arange(6, dtype=np.float64)
 
     for dt in DTYPES:                                     # all_reduce: every type, every op
-        ops = {"SUM": (dist.ReduceOp.SUM, sum(base + k + 1 for k in range(n))),
+        ops: dict[str, tuple[Any, Any]] = {"SUM": (dist.ReduceOp.SUM, sum(base + k + 1 for k in range(n))),
                "MAX": (dist.ReduceOp.MAX, base + n),
                "MIN": (dist.ReduceOp.MIN, base + 1),
                "PROD": (dist.ReduceOp.PROD, np.prod([base + k + 1 for k in range(n)], axis=0))}
