@@ -55,7 +55,7 @@ def _environment(name: str, tmp: Path) -> dict[str, str]:
     if lib is None:
         raise InvalidArgumentError(f"conformance --framework paddle: {name!r} is neither a simulated chip "
                                    f"({', '.join(paddle_provider.SIMULATED)}) nor a C plugin anychip finds "
-                                   "(ANYCHIP_PADDLE_PATH / the anychip.plugin_libraries entry point)")
+                                   "(ANYCHIP_PLUGIN_PATH / the anychip.plugin_libraries entry point)")
     paddle_provider.build_bridge(lib, tmp / "bridge")
     env["CUSTOM_DEVICE_ROOT"] = str(tmp / "bridge")
     env["ANYCHIP_PADDLE"] = "none"
