@@ -216,8 +216,12 @@ comm.destroy()
 
 
 def _result(text: str) -> dict[int, float]:
-    line = next(x for x in text.splitlines() if x.startswith("RESULT "))
-    return {int(k): v for k, v in json.loads(line[7:]).items()}
+    """The RESULT line of rank 0 (`anychip launch` prefixes each line with "[rank] ")."""
+    for line in text.splitlines():
+        line = line[4:] if line.startswith("[0] ") else line
+        if line.startswith("RESULT "):
+            return {int(k): v for k, v in json.loads(line[7:]).items()}
+    raise SystemExit(f"no RESULT line in the job's output:\n{text[-3000:]}")
 
 
 def part_allreduce(repeat: int) -> None:
