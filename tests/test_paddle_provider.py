@@ -321,3 +321,28 @@ def test_out_of_memory_names_device_request_and_free_memory() -> None:
     assert "RAISED (External)  CustomDevice error, the error code is : 2." in r.stdout, r.stderr[-2000:]
     assert re.search(r"\[anychip anychip_ascend\] out of memory on anychip_ascend:0: 68719476736 bytes requested, "
                      r"\d+ of 1073741824 bytes free \(plugin status 207001\)", r.stderr), r.stderr[-2000:]
+
+
+def test_collective_timeout_is_a_paddle_error_naming_the_rank(tmp_path: Path) -> None:
+    """A peer that never joins: the collective's stream synchronizes, its communicator holds the
+    failure; the bridge reports it at the next synchronize, and Paddle raises."""
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import time, numpy as np, paddle, paddle.distributed as dist\n"
+        "dist.init_parallel_env()\n"
+        "x = paddle.to_tensor(np.ones(4, 'float32'))\n"
+        "dist.all_reduce(x)\n"
+        "if dist.get_rank() == 1:\n"
+        "    time.sleep(12)\n"
+        "else:\n"
+        "    dist.all_reduce(x)\n"
+        "    try:\n"
+        "        print('SECOND', x.numpy().tolist(), flush=True)\n"
+        "    except OSError as exc:\n"
+        "        print('RAISED', str(exc).splitlines()[0], flush=True)\n")
+    _launch(script, 2, tmp_path, _env(ANYCHIP_COLLECTIVE_TIMEOUT="3"), timeout=200)
+    log = _worker_logs(tmp_path, 2)[0]
+    assert "SECOND" not in log
+    assert "RAISED (External)  CustomDevice error, the error code is : 2." in log
+    assert ("[anychip anychip_ascend] rank 0 of 2: a collective failed on its stream: status 9 (HCCL_E_TIMEOUT); "
+            "a peer did not join in time (ANYCHIP_COLLECTIVE_TIMEOUT)") in log

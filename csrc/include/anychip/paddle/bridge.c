@@ -108,6 +108,65 @@ static C_Status bad_device(const C_Device d, const char *fn)
             return C_ERROR;                               \
     } while (0)
 
+/* ---- failures of enqueued collectives --------------------------------------------------------- */
+
+/* A collective that fails on its stream (a peer gone, a timeout) leaves the stream's
+ * synchronize successful, as NCCL's and HCCL's do: the failure is the communicator's async
+ * error. device_ext.h has no entry for it, so every synchronize the bridge serves asks each
+ * live communicator of the plugin, and reports the first failure as Paddle's error. */
+typedef struct comm_rec {
+    anychip_comm c;
+    int rank, nranks, reported;
+    struct comm_rec *next;
+} comm_rec;
+
+static pthread_mutex_t g_comms_lock = PTHREAD_MUTEX_INITIALIZER;
+static comm_rec *g_comms;
+static atomic_int g_ncomms;
+
+static void comms_add(comm_rec *r)
+{
+    pthread_mutex_lock(&g_comms_lock);
+    r->next = g_comms;
+    g_comms = r;
+    atomic_fetch_add(&g_ncomms, 1);
+    pthread_mutex_unlock(&g_comms_lock);
+}
+
+static void comms_remove(comm_rec *r)
+{
+    pthread_mutex_lock(&g_comms_lock);
+    for (comm_rec **p = &g_comms; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            atomic_fetch_sub(&g_ncomms, 1);
+            break;
+        }
+    pthread_mutex_unlock(&g_comms_lock);
+}
+
+static C_Status comm_errors(void)
+{
+    if (!atomic_load(&g_ncomms) || !P.comm_get_async_error)
+        return C_SUCCESS;
+    C_Status st = C_SUCCESS;
+    pthread_mutex_lock(&g_comms_lock);
+    for (comm_rec *r = g_comms; r && st == C_SUCCESS; r = r->next) {
+        anychip_status err = 0;
+        if (P.comm_get_async_error(r->c, &err) != 0 || err == 0)
+            continue;
+        const char *text = P.get_error_string ? P.get_error_string(err) : NULL;
+        if (!r->reported)
+            say("rank %d of %d: a collective failed on its stream: status %d%s%s%s%s", r->rank, r->nranks,
+                (int)err, text ? " (" : "", text ? text : "", text ? ")" : "",
+                err == P.timeout_status && err ? "; a peer did not join in time (ANYCHIP_COLLECTIVE_TIMEOUT)" : "");
+        r->reported = 1;
+        st = C_FAILED;
+    }
+    pthread_mutex_unlock(&g_comms_lock);
+    return st;
+}
+
 /* ---- streams and the copy fence ---------------------------------------------------------- */
 
 typedef struct stream_rec {
@@ -130,7 +189,7 @@ static C_Status fence(int device)
         if (atomic_exchange(&r->pending, 0))
             st = check(P.stream_synchronize(device, r->s), "the copy fence's stream_synchronize");
     pthread_mutex_unlock(&g_streams_lock);
-    return st;
+    return st != C_SUCCESS ? st : comm_errors();
 }
 
 static C_Status create_stream(const C_Device d, C_Stream *stream)
@@ -172,7 +231,8 @@ static C_Status synchronize_stream(const C_Device d, C_Stream stream)
 {
     DEVICE(d);
     atomic_store(&REC(stream)->pending, 0);
-    return check(P.stream_synchronize(d->id, REC(stream)->s), "stream_synchronize");
+    TRY(P.stream_synchronize(d->id, REC(stream)->s), "stream_synchronize");
+    return comm_errors();
 }
 
 static C_Status query_stream(const C_Device d, C_Stream stream)
@@ -189,8 +249,10 @@ static C_Status query_stream(const C_Device d, C_Stream stream)
 static C_Status synchronize_device(const C_Device d)
 {
     DEVICE(d);
-    if (P.device_synchronize)
-        return check(P.device_synchronize(d->id), "device_synchronize");
+    if (P.device_synchronize) {
+        TRY(P.device_synchronize(d->id), "device_synchronize");
+        return comm_errors();
+    }
     pthread_mutex_lock(&g_streams_lock);
     for (stream_rec *r = g_streams[d->id]; r; r = r->next)
         atomic_store(&r->pending, 1);
@@ -257,7 +319,9 @@ static C_Status synchronize_event(const C_Device d, C_Event event)
 {
     DEVICE(d);
     event_rec *r = (event_rec *)event;
-    return r->e ? check(P.event_synchronize(d->id, r->e), "event_synchronize") : C_SUCCESS;
+    if (r->e)
+        TRY(P.event_synchronize(d->id, r->e), "event_synchronize");
+    return comm_errors();
 }
 
 static C_Status stream_wait_event(const C_Device d, C_Stream stream, C_Event event)
@@ -460,6 +524,7 @@ static C_Status async_memory_copy_p2p(const C_Device dst_d, const C_Device src_d
 /* ---- collectives -------------------------------------------------------------------------------- */
 
 typedef struct bridge_comm {
+    comm_rec rec;                         /* in the list comm_errors() asks */
     anychip_comm c;                       /* the plugin's communicator (NULL: the engine serves all) */
     void *eng;                            /* the engine's (ccl_comm *), made when first needed */
     int device, rank, nranks;
@@ -591,6 +656,10 @@ static C_Status xccl_comm_init_rank(size_t nranks, C_CCLRootId *id, size_t rank,
         free(bc);
         return st;
     }
+    bc->rec.c = bc->c;
+    bc->rec.rank = bc->rank;
+    bc->rec.nranks = bc->nranks;
+    comms_add(&bc->rec);
     *comm = (C_CCLComm)bc;
     return C_SUCCESS;
 }
@@ -600,6 +669,7 @@ static void eng_detach(bridge_comm *bc);
 static C_Status xccl_destroy_comm(C_CCLComm comm)
 {
     bridge_comm *bc = COMM(comm);
+    comms_remove(&bc->rec);
     C_Status st = check(P.comm_destroy(bc->c), "comm_destroy");
     eng_detach(bc);
     free(bc);
