@@ -114,13 +114,16 @@ def status(environ: Any = None) -> dict[str, Any]:
 def build_bridge(library: str, dest: str | os.PathLike[str] | None = None, cc: str | None = None) -> Path:
     """Compile the bridge bound to the plugin.h library ``library`` into ``dest`` (default:
     the directory Paddle reads): ``libanychip_<backend>.so``. Returns its path."""
-    from .devices.cplugin import probe
+    from .runtime import registry
     from .runtime.errors import PluginError
 
     lib = Path(library).resolve()
     if not lib.is_file():
         raise AnychipError(f"{library}: no such file; want the path of a C plugin library (anychip/plugin.h)")
     try:
+        symbol, probe = registry._library_probe(str(lib))     # anychip's loader checks it as it would load it
+        if symbol != "anychip_plugin_init":
+            raise PluginError(f"exports {symbol}, not anychip_plugin_init: it is not an anychip/plugin.h library")
         name, _ = probe(str(lib))
     except PluginError as exc:
         raise AnychipError(f"{library} is not a usable anychip C plugin: {exc}") from None

@@ -29,12 +29,12 @@ BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) 
 
 
 def _plugin_library(name: str) -> str | None:
-    from ..devices.cplugin import probe
     from ..runtime import registry
     from ..runtime.errors import PluginError
     for path, _how in registry._plugin_libraries():
         try:
-            if probe(path)[0] == name:
+            symbol, probe = registry._library_probe(path)
+            if symbol == "anychip_plugin_init" and probe(path)[0] == name:
                 return path
         except PluginError:
             continue
