@@ -172,6 +172,7 @@ class ShmTransport(Transport):
         self._staging: dict[str, np.ndarray] = {}
         self._bases: dict[int, tuple] = {}
         self._lib = lib
+        self._aborted: str | None = None
         self._op1 = ffi.new("ccl_op[1]")
         self._zero_op = bytes(ffi.sizeof("ccl_op"))
         out = ffi.new("ccl_comm **")
@@ -220,7 +221,7 @@ class ShmTransport(Transport):
         what = specs[0].kind if n == 1 else f"group of {n} ops"
         with self._lock:
             comm = self._comm
-            if comm is None:
+            if comm is None or self._aborted is not None:
                 self._live()
             if self.mode == "host":
                 rc = self._lib.ccl_run(comm, ops, n)
@@ -253,6 +254,7 @@ class ShmTransport(Transport):
 
     def abort(self, reason: str) -> None:
         if self._comm is not None:
+            self._aborted = reason
             engine()[1].ccl_comm_abort(self._comm, reason.encode())
 
     def close(self) -> None:
@@ -290,6 +292,8 @@ class ShmTransport(Transport):
 
     # -- helpers ------------------------------------------------------------------
     def _live(self) -> None:
+        if self._aborted is not None:
+            raise CollectiveError(f"communicator {self.label} was aborted: {self._aborted}")
         if self._comm is None:
             raise InvalidArgumentError(f"communicator {self.label} was destroyed")
 

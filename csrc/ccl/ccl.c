@@ -577,11 +577,12 @@ static void do_abort(ccl_comm *c, int status, const char *msg)
         h->abort_status = status;
         atomic_store(&h->aborted, 2);
     }
-    for (int r = 0; r < c->nranks; r++)
-        if (r != c->rank) {
-            atomic_fetch_add(&c->lines[r].bell, 1);
-            futex_wake(&c->lines[r].bell);
-        }
+    /* every rank's waits, this one's too: another thread of this process may be waiting in
+     * an op of the communicator (a stream's worker when the owner aborts) */
+    for (int r = 0; r < c->nranks; r++) {
+        atomic_fetch_add(&c->lines[r].bell, 1);
+        futex_wake(&c->lines[r].bell);
+    }
 }
 
 void ccl_comm_abort(ccl_comm *c, const char *why)

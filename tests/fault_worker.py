@@ -1,0 +1,81 @@
+"""One rank of the fault tests (run by tests/test_faults.py), two ranks, any transport.
+
+    fault_worker.py abort         rank 1 never joins the op; rank 0 aborts the communicator
+                                  with the op pending
+    fault_worker.py kill_destroy  rank 1 dies with its op enqueued and not started; rank 0
+                                  destroys the communicator (a `finally:`), then waits
+
+Rank 0 prints one line per step, ``STEP <name>|<seconds>|<exception type or none>|<message>``,
+and ``BUF <first element>`` (the op's buffer after the fault); the test checks them.
+Rank 1 of ``abort`` stays alive until its stdin closes.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+import anychip
+from anychip import collectives
+
+N = 100_000
+_print_lock = threading.Lock()
+
+
+def step(name: str, fn) -> object:
+    t = time.perf_counter()
+    try:
+        out = fn()
+        kind, msg = "none", ""
+    except anychip.AnychipError as exc:
+        out, kind, msg = None, type(exc).__name__, str(exc)
+    with _print_lock:                     # one whole line at a time (the watchdog prints too)
+        sys.stdout.write(f"STEP {name}|{time.perf_counter() - t:.4f}|{kind}|{msg}\n")
+        sys.stdout.flush()
+    return out
+
+
+def hold(dev) -> None:
+    """Rank 1's op enqueued behind a held stream (simulated chips): it never starts."""
+    dev.plugin.sim_hold_stream(dev.index, dev.current_stream()._live())
+
+
+def main() -> None:
+    suite = sys.argv[1]
+    comm = collectives.init()
+    dev, r = comm.device, comm.rank
+    buf = dev.alloc(4 * N).copy_from(np.ones(N, dtype=np.float32))
+    if r == 1:
+        if suite == "kill_destroy":
+            if hasattr(dev.plugin, "sim_hold_stream"):
+                hold(dev)
+                comm.all_reduce(buf)
+            os.kill(os.getpid(), signal.SIGKILL)
+        sys.stdin.read()                  # alive, never joins the op
+        return
+    if suite == "abort":
+        # torch's watchdog pattern: another thread aborts the stuck communicator while this
+        # one waits for the op (on the cpu the op itself runs in this thread, and blocks)
+        watchdog = threading.Timer(0.3, step, ("abort", lambda: comm.abort("watchdog: step 7 made no progress")))
+        watchdog.start()
+        work = step("op", lambda: comm.all_reduce(buf))
+        if work is not None:
+            step("wait", lambda: work.wait(timeout=30))
+            step("wait_again", lambda: work.wait())
+        watchdog.join()
+        step("next_op", lambda: comm.all_reduce(buf))
+        step("destroy", comm.destroy)
+    else:
+        work = step("op", lambda: comm.all_reduce(buf))
+        step("destroy", comm.destroy)
+        if work is not None:
+            step("wait", lambda: work.wait(timeout=30))
+    print(f"BUF {buf.to_numpy(np.float32)[0]:g}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Faults under a pending collective, on every transport: a communicator aborted by a
+watchdog thread, a peer killed before a `finally: comm.destroy()`. Each case runs two rank
+processes (tests/fault_worker.py) with a bound on their time: a hang is a failure."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import anychip
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "fault_worker.py")
+
+#: transport id -> (device backend, ANYCHIP_COLLECTIVE_TRANSPORT, the transport's name)
+TRANSPORTS = {
+    "hccl": ("ascend", "native", "native/HCCL (simulated)"),
+    "bkcl": ("kunlun", "native", "native/BKCL (simulated)"),
+    "rccl": ("hygon", "native", "native/RCCL (simulated)"),
+    "shm-sim": ("ascend", "host", "shm/sim"),
+    "shm-host": ("cpu", "host", "shm/host"),
+}
+
+
+def _available(backend: str) -> bool:
+    return any(b.name == backend and b.available for b in anychip.backends())
+
+
+def _params(ids):
+    return [pytest.param(t, marks=pytest.mark.skipif(not _available(TRANSPORTS[t][0]),
+                                                     reason=f"{TRANSPORTS[t][0]} is unavailable"))
+            for t in ids]
+
+
+def _shm_names() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("anychip-ccl-")}
+
+
+def _leaked(before: set[str]) -> set[str]:
+    """Segments made since ``before`` that stay (another job's are unlinked within moments)."""
+    deadline = time.monotonic() + 2.0
+    left = _shm_names() - before
+    while left and time.monotonic() < deadline:
+        time.sleep(0.01)
+        left &= _shm_names()
+    return left
+
+
+def _run(transport: str, suite: str) -> tuple[dict[str, tuple[float, str, str]], str, list[int]]:
+    """Rank 0's steps {name: (seconds, exception type, message)}, its BUF value, the exit codes."""
+    backend, choice, _ = TRANSPORTS[transport]
+    job = f"fault-{os.getpid()}-{time.monotonic_ns()}"
+    procs = []
+    for r in range(2):
+        env = {**os.environ, "ANYCHIP_RANK": str(r), "ANYCHIP_WORLD_SIZE": str(2), "ANYCHIP_JOB_ID": job,
+               "ANYCHIP_LAUNCH_DEVICE": backend, "ANYCHIP_COLLECTIVE_TRANSPORT": choice,
+               "ANYCHIP_COLLECTIVE_TIMEOUT": "40"}
+        procs.append(subprocess.Popen([sys.executable, WORKER, suite], env=env, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        out, err = procs[0].communicate(timeout=90)
+        procs[1].communicate("", timeout=30)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert procs[0].returncode == 0, f"rank 0 exit {procs[0].returncode}\n{out}\n{err}"
+    steps = {}
+    buf = ""
+    for line in out.splitlines():
+        if line.startswith("STEP "):
+            name, secs, kind, msg = line[5:].split("|", 3)
+            steps[name] = (float(secs), kind, msg)
+        elif line.startswith("BUF "):
+            buf = line[4:]
+    return steps, buf, [p.returncode for p in procs]
+
+
+@pytest.mark.parametrize("transport", _params(TRANSPORTS))
+def test_abort_fails_the_pending_op_and_every_later_call(transport):
+    before = _shm_names()
+    steps, buf, codes = _run(transport, "abort")
+    assert steps["abort"][1:] == ("none", ""), steps
+    reason = "watchdog: step 7 made no progress"
+    if "wait" in steps:                   # the op was enqueued: its Work reports the abort
+        _, kind, msg = steps["wait"]
+        assert kind == "CollectiveError", steps
+        assert "aborted" in msg and msg.endswith(reason), msg
+        assert steps["wait_again"][1:] == steps["wait"][1:]
+    else:                                 # the op ran in the calling thread: it raised
+        _, kind, msg = steps["op"]
+        assert kind == "CollectiveError", steps
+        assert "aborted the communicator" in msg and msg.endswith(reason), msg
+    assert buf == "1"                     # nothing was reduced
+    _, kind, msg = steps["next_op"]
+    assert kind == "CollectiveError", steps
+    assert reason in msg and "aborted" in msg, msg
+    assert steps["destroy"][1:] == ("none", ""), steps
+    assert codes == [0, 0]
+    assert not _leaked(before)
+
+
+@pytest.mark.parametrize("transport", _params(TRANSPORTS))
+def test_a_killed_peer_fails_the_pending_op_even_after_destroy(transport):
+    before = _shm_names()
+    steps, buf, codes = _run(transport, "kill_destroy")
+    assert codes[1] == -9
+    failed = steps.get("wait", steps["op"])
+    _, kind, msg = failed
+    assert kind == "CollectiveError", steps
+    assert "failed: missing rank 1 (pid " in msg and msg.endswith(" died)"), msg
+    assert steps["destroy"][1:] == ("none", ""), steps
+    assert buf == "1"
+    assert not _leaked(before)
