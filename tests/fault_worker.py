@@ -4,6 +4,9 @@
                                   with the op pending
     fault_worker.py kill_destroy  rank 1 dies with its op enqueued and not started; rank 0
                                   destroys the communicator (a `finally:`), then waits
+    fault_worker.py fork          rank 0 forks a child (a DataLoader worker) that calls an op
+                                  and destroy on the inherited communicator, then both ranks
+                                  reduce (BUF is rank 0's result)
 
 Rank 0 prints one line per step, ``STEP <name>|<seconds>|<exception type or none>|<message>``,
 and ``BUF <first element>`` (the op's buffer after the fault); the test checks them.
@@ -44,11 +47,41 @@ def hold(dev) -> None:
     dev.plugin.sim_hold_stream(dev.index, dev.current_stream()._live())
 
 
+def fork_child(comm, buf) -> None:
+    """Rank 0's child: an op and destroy on the inherited communicator; it reports their
+    outcome to the parent through a pipe (its own stdout is the parent's)."""
+    if comm.rank != 0:
+        return
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rd)
+        lines = []
+        for name, fn in (("child_op", lambda: comm.all_reduce(buf).wait(timeout=10)), ("child_destroy", comm.destroy)):
+            try:
+                fn()
+                lines.append(f"STEP {name}|0|none|")
+            except anychip.AnychipError as exc:
+                lines.append(f"STEP {name}|0|{type(exc).__name__}|{exc}")
+        os.write(wr, ("\n".join(lines) + "\n").encode())
+        os._exit(0)
+    os.close(wr)
+    with os.fdopen(rd) as f:
+        sys.stdout.write(f.read())
+    os.waitpid(pid, 0)
+
+
 def main() -> None:
     suite = sys.argv[1]
     comm = collectives.init()
     dev, r = comm.device, comm.rank
     buf = dev.alloc(4 * N).copy_from(np.ones(N, dtype=np.float32))
+    if suite == "fork":
+        fork_child(comm, buf)
+        step("op", lambda: comm.all_reduce(buf).wait(timeout=30))
+        print(f"BUF {buf.to_numpy(np.float32)[0]:g}", flush=True)
+        comm.destroy()
+        return
     if r == 1:
         if suite == "kill_destroy":
             if hasattr(dev.plugin, "sim_hold_stream"):

@@ -116,3 +116,18 @@ def test_a_killed_peer_fails_the_pending_op_even_after_destroy(transport):
     assert steps["destroy"][1:] == ("none", ""), steps
     assert buf == "1"
     assert not _leaked(before)
+
+
+@pytest.mark.parametrize("transport", _params(["hccl", "shm-host"]))
+def test_a_forked_child_cannot_act_as_its_parents_rank(transport):
+    before = _shm_names()
+    steps, buf, codes = _run(transport, "fork")
+    _, kind, msg = steps["child_op"]
+    assert kind == "InvalidArgumentError", steps
+    assert msg.startswith("this call: <anychip Communicator world: rank 0 of 2 on "), msg
+    assert " is a fork() of it and cannot take part as that rank. Make the communicator in the child " in msg
+    assert steps["child_destroy"][1:] == ("none", "")      # forgets it, tells no peer
+    assert steps["op"][1:] == ("none", "")                 # the parents still reduce together
+    assert buf == "2"
+    assert codes == [0, 0]
+    assert not _leaked(before)

@@ -15,6 +15,7 @@ the block completes with the group.
 """
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Iterator
@@ -185,8 +186,11 @@ class Communicator:
         self.label = label
         self._tls = threading.local()
         self._closed = False
+        self._pid = os.getpid()
+        self._forked = False                 # this process is a fork() of the one that made it
         self._splits = 0
         self._prepared: dict[tuple, tuple] = {}
+        _communicators.add(self)
 
     # -- identity -----------------------------------------------------------
     @property
@@ -293,13 +297,16 @@ class Communicator:
         return self._transport.exchange(obj)
 
     def destroy(self) -> None:
-        """Release the communicator (its shared memory, its native communicator)."""
+        """Release the communicator (its shared memory, its native communicator). In a forked
+        child it only forgets the parent's communicator: the parent's rank stays a member."""
         if not self._closed:
             self._closed = True
             self._transport.close()
 
     def abort(self, reason: str = "aborted by the user") -> None:
         """Make every rank's pending and future ops of this communicator fail."""
+        if self._forked:
+            raise self._fork_error("abort")
         self._transport.abort(reason)
 
     def __enter__(self) -> Communicator:
@@ -311,7 +318,15 @@ class Communicator:
     # -- checks ---------------------------------------------------------------------
     def _live(self) -> None:
         if self._closed:
+            if self._forked:
+                raise self._fork_error("this call")
             raise InvalidArgumentError(f"{self!r} was destroyed")
+
+    def _fork_error(self, what: str) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"{what}: {self!r} belongs to process {self._pid}; this process ({os.getpid()}) is a fork() of it and "
+            "cannot take part as that rank. Make the communicator in the child (anychip.collectives.init) or "
+            "start workers with the 'spawn' method")
 
     def _buffer(self, name: str, what: str, buf: Any) -> Buffer:
         if not isinstance(buf, Buffer):
@@ -438,6 +453,23 @@ class Communicator:
         if count < 0:
             raise InvalidArgumentError(f"{kind}: count must be >= 0, got {count}")
         return count
+
+
+#: every communicator of this process, for the fork hook
+_communicators: weakref.WeakSet[Communicator] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker, a multiprocessing task) inherits its parent's
+    communicators, shared memory and native handles included. It must not act as the
+    parent's rank: every call raises, and destroy forgets them without telling the peers."""
+    for comm in list(_communicators):
+        comm._forked = True
+        comm._closed = True
+        comm._prepared = {}
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _none() -> None:
