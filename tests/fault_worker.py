@@ -4,6 +4,8 @@
                                   with the op pending
     fault_worker.py kill_destroy  rank 1 dies with its op enqueued and not started; rank 0
                                   destroys the communicator (a `finally:`), then waits
+    fault_worker.py hang          rank 1 stops (SIGSTOP) before the op; rank 0's op times out,
+                                  and rank 0 exits with status 1
     fault_worker.py fork          rank 0 forks a child (a DataLoader worker) that calls an op
                                   and destroy on the inherited communicator, then both ranks
                                   reduce (BUF is rank 0's result)
@@ -82,6 +84,11 @@ def main() -> None:
         print(f"BUF {buf.to_numpy(np.float32)[0]:g}", flush=True)
         comm.destroy()
         return
+    if suite == "hang":
+        if r == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        step("op", lambda: comm.all_reduce(buf).wait())
+        sys.exit(1)
     if r == 1:
         if suite == "kill_destroy":
             if hasattr(dev.plugin, "sim_hold_stream"):

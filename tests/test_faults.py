@@ -131,3 +131,40 @@ def test_a_forked_child_cannot_act_as_its_parents_rank(transport):
     assert buf == "2"
     assert codes == [0, 0]
     assert not _leaked(before)
+
+
+def _mpi_skip() -> str | None:
+    from test_mpi import _skip_reason
+    return _skip_reason()
+
+
+def _processes_with(token: str) -> list[int]:
+    """Pids whose command line holds ``token``."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if token.encode() in f.read():
+                    pids.append(int(pid))
+        except OSError:                   # gone meanwhile, or not a process
+            continue
+    return pids
+
+
+def test_an_mpi_timeout_ends_the_job_when_a_rank_hangs():
+    reason = _mpi_skip()
+    if reason:
+        pytest.skip(reason)
+    from test_mpi import _mpiexec
+    token = f"job-{os.getpid()}-{time.monotonic_ns()}"
+    env = dict(os.environ, ANYCHIP_HOST_TRANSPORT="mpi", ANYCHIP_COLLECTIVE_TIMEOUT="2", ANYCHIP_SIMULATE="always")
+    env.pop("ANYCHIP_DEVICES", None)
+    # rank 1 stops itself; before the fix rank 0 stayed in MPI_Finalize and the job never ended
+    p = subprocess.run([_mpiexec(), "-n", "2", sys.executable, WORKER, "hang", token], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert "STEP op|" in p.stdout and "|CollectiveTimeout|all_reduce on group world (MPI) did not complete " \
+        "within 2 s" in p.stdout, p.stdout + p.stderr
+    assert p.returncode != 0
+    assert ("anychip: rank 0 is exiting with 1 collective(s) that timed out still incomplete (all_reduce on group "
+            "world): MPI cannot finalize with them pending, so it aborts the job (MPI_Abort)") in p.stderr, p.stderr
+    assert _processes_with(token) == []
