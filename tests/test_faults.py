@@ -4,6 +4,7 @@ processes (tests/fault_worker.py) with a bound on their time: a hang is a failur
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -168,3 +169,106 @@ def test_an_mpi_timeout_ends_the_job_when_a_rank_hangs():
     assert ("anychip: rank 0 is exiting with 1 collective(s) that timed out still incomplete (all_reduce on group "
             "world): MPI cannot finalize with them pending, so it aborts the job (MPI_Abort)") in p.stderr, p.stderr
     assert _processes_with(token) == []
+
+
+# -- the launcher always reaps its ranks ------------------------------------------------------
+
+RANK = """
+import os, signal, sys, time
+def trap(signum, frame):                  # a rank that checkpoints on SIGTERM / SIGINT, slowly
+    print(f"trapped {signum}", flush=True)
+signal.signal(signal.SIGTERM, trap)
+signal.signal(signal.SIGINT, trap)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def _launcher(tmp_path, n: int, *extra: str, **popen) -> subprocess.Popen:
+    prog = tmp_path / "rank.py"
+    prog.write_text(RANK)
+    return subprocess.Popen([sys.executable, "-m", "anychip.cli", "launch", "-n", str(n), *extra, str(prog)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+
+
+def _read_until(p: subprocess.Popen, text: bytes, count: int, limit: float = 60.0) -> bytes:
+    """The launcher's output until ``text`` appeared ``count`` times (a bound on the wait)."""
+    import select
+    out = b""
+    deadline = time.monotonic() + limit
+    while out.count(text) < count:
+        left = deadline - time.monotonic()
+        assert left > 0, f"waited {limit} s for {count} x {text!r}; got {out!r}"
+        ready, _, _ = select.select([p.stdout], [], [], left)
+        if ready:
+            chunk = os.read(p.stdout.fileno(), 65536)
+            assert chunk, f"the launcher closed its output early: {out!r}"
+            out += chunk
+    return out
+
+
+def _all_gone(token: str, limit: float = 10.0) -> list[int]:
+    """Processes still running with ``token`` in their command line after at most ``limit`` s."""
+    deadline = time.monotonic() + limit
+    while _processes_with(token) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _processes_with(token)
+
+
+def test_a_second_ctrl_c_kills_ranks_that_trap_sigterm(tmp_path):
+    p = _launcher(tmp_path, 3, "--grace", "120")
+    try:
+        _read_until(p, b"ready", 3)
+        p.send_signal(signal.SIGINT)               # the launcher stops the ranks: SIGTERM, which they trap
+        _read_until(p, b"trapped 15", 3)
+        p.send_signal(signal.SIGINT)               # the user insists: SIGKILL now, not after 120 s
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+        left = _all_gone(str(tmp_path))
+        _kill_left(str(tmp_path))
+    assert p.returncode == 130, err
+    assert b"Traceback" not in err, err.decode()
+    assert left == []
+
+
+def test_a_killed_launcher_leaves_no_rank(tmp_path):
+    p = _launcher(tmp_path, 3)
+    try:
+        _read_until(p, b"ready", 3)
+        p.kill()
+        p.communicate(timeout=60)
+        assert _all_gone(str(tmp_path)) == []      # the ranks' parent-death signal
+    finally:
+        _kill_left(str(tmp_path))
+
+
+def test_a_rank_that_cannot_start_stops_the_others(tmp_path):
+    import resource
+
+    def few_files():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+
+    p = _launcher(tmp_path, 40, preexec_fn=few_files)
+    try:
+        out, err = p.communicate(timeout=120)
+    finally:
+        _kill_left(str(tmp_path))
+    assert p.returncode == 1, err
+    text = err.decode()
+    assert b"Traceback" not in err, text
+    line = next(ln for ln in text.splitlines() if ln.startswith("anychip: error: launch: starting rank "))
+    assert line.endswith("failed: [Errno 24] Too many open files; the " + line.split("starting rank ")[1].split()[0]
+                         + " rank(s) already started were stopped"), line
+    assert _all_gone(str(tmp_path)) == []
+
+
+def _kill_left(token: str) -> None:
+    for pid in _processes_with(token):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
