@@ -272,3 +272,77 @@ def _kill_left(token: str) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+# -- a plugin that crashes in its init ------------------------------------------------------------
+
+CRASHING = {
+    "segv": "int anychip_plugin_init(void *table) { (void)table; *(volatile int *)0 = 1; return 0; }\n",
+    "abort": "#include <stdlib.h>\nint anychip_plugin_init(void *table) { (void)table; abort(); }\n",
+    # built against a larger table than this anychip's: writes past the end of the one it gets
+    "spill": "#include <string.h>\n#include \"anychip/plugin.h\"\n"
+             "int anychip_plugin_init(anychip_plugin *t) { memset((char *)t + sizeof *t, 0x5a, 40); return 1; }\n",
+}
+
+
+@pytest.fixture(scope="module")
+def crashing(tmp_path_factory):
+    import shutil
+
+    from anychip._data import get_include
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler")
+    out = tmp_path_factory.mktemp("crashing")
+    libs = {}
+    for name, code in CRASHING.items():
+        src = out / f"{name}.c"
+        src.write_text(code)
+        lib = out / f"libcrash_{name}.so"
+        subprocess.run([gcc, "-shared", "-fPIC", f"-I{get_include()}", "-o", str(lib), str(src)], check=True)
+        libs[name] = str(lib)
+    return libs
+
+
+def _plugin_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_DEVICES", "ANYCHIP_PLUGIN_PATH")}
+    env.update(extra)
+    return env
+
+
+@pytest.mark.parametrize(("kind", "signame"), [("segv", "SIGSEGV"), ("abort", "SIGABRT")])
+def test_plugin_check_survives_a_plugin_that_crashes(crashing, kind, signame):
+    lib = crashing[kind]
+    p = subprocess.run([sys.executable, "-m", "anychip.cli", "plugin", "check", lib], capture_output=True,
+                       text=True, env=_plugin_env(), timeout=120)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.endswith(f"anychip plugin check: {lib} refused: it crashed the process that loaded and checked "
+                             f"it ({signame})\n"), p.stderr
+    assert f'File "<anychip: initialising plugin library {lib}>"' in p.stderr, p.stderr
+
+
+def test_a_crashing_plugin_outside_the_selection_is_not_initialised(crashing):
+    code = "import anychip; b = anychip.device('cpu:0').alloc(8); print('ok', anychip.devices())"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=_plugin_env(ANYCHIP_PLUGIN_PATH=crashing["segv"], ANYCHIP_DEVICES="cpu"))
+    assert (p.returncode, p.stdout) == (0, "ok [device('cpu:0')]\n"), p.stderr
+
+
+def test_a_plugin_that_crashes_in_discovery_is_named(crashing):
+    lib = crashing["segv"]
+    p = subprocess.run([sys.executable, "-m", "anychip.cli", "devices"], capture_output=True, text=True,
+                       timeout=120, env=_plugin_env(ANYCHIP_PLUGIN_PATH=lib))
+    assert p.returncode == -signal.SIGSEGV
+    assert "Fatal Python error: Segmentation fault" in p.stderr, p.stderr
+    assert f'File "<anychip: initialising plugin library {lib}>", line 1 in <module>' in p.stderr, p.stderr
+
+
+def test_a_plugin_writing_past_its_table_is_refused(crashing):
+    lib = crashing["spill"]
+    p = subprocess.run([sys.executable, "-m", "anychip.cli", "plugin", "check", lib], capture_output=True,
+                       text=True, env=_plugin_env(), timeout=120)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith(f"anychip plugin check: {lib} refused: anychip_plugin_init wrote 40 bytes past the end "
+                               "of the "), p.stderr
+    assert p.stderr.endswith("-byte table it was given (it ignores struct_size): rebuild it against this anychip's "
+                             "anychip/plugin.h (anychip plugin cflags)\n"), p.stderr
