@@ -46,7 +46,9 @@ REDUCE_OPS: tuple[str, ...] = ("sum", "prod", "min", "max", "avg")
 
 def dtype_name(dtype: Any) -> str | None:
     """The canonical name of ``dtype`` (a name, a NumPy dtype or type), or None when unsupported."""
-    if dtype in DTYPES:
+    if dtype is None:
+        return None                       # not NumPy's float64: callers decide what None means
+    if isinstance(dtype, str) and dtype in DTYPES:
         return dtype
     if isinstance(dtype, str):
         name = dtype.strip().lower()
@@ -124,8 +126,10 @@ class Work:
         return self._exc
 
     def wait(self, timeout: float | None = None) -> bool:
-        if timeout is not None and timeout < 0:
-            raise InvalidArgumentError(f"Work.wait: timeout must be >= 0 seconds or None, got {timeout}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or
+                                    not timeout >= 0):
+            raise InvalidArgumentError(f"Work.wait: timeout must be a number of seconds >= 0 or None, "
+                                       f"got {timeout!r}")
         if not (self._done or self._poll() or self._block(timeout)):
             raise CollectiveTimeout(f"{self._what} did not complete within {timeout} s (it is still running)")
         if self._exc is not None:
@@ -349,8 +353,12 @@ class Communicator:
         if g is None:
             # a call repeated with the same buffers, stream and arguments reuses its checked,
             # prepared form (the buffers are only checked not to have been freed since)
-            key = (kind, id(send), id(recv), count, dtype, op, root, id(stream))
-            hit = self._prepared.get(key)
+            full = (kind, id(send), id(recv), count, dtype, op, root, id(stream))
+            key: tuple | None = full
+            try:
+                hit = self._prepared.get(full)
+            except TypeError:             # an unhashable argument: the checks below say what is wrong
+                hit, key = None, None
             if hit is not None and hit[0]() is send and hit[1]() is recv and hit[2]() is stream and \
                     (send is None or not send.freed) and (recv is None or not recv.freed):
                 k, c, d, o, r, native = hit[3]
@@ -367,6 +375,8 @@ class Communicator:
                 self._prepared.clear()
             specs, native = self._transport.prepare([spec])
             specs = _Specs(specs)
+            if key is None:
+                return self._transport.submit_prepared((specs, native), stream)
             # the cache holds the buffers weakly: their memory is released as usual when dropped;
             # and the spec list last submitted weakly, reused while the stream still holds it
             fields = (spec.kind, spec.count, spec.dtype, spec.op, spec.root, native)
@@ -397,7 +407,7 @@ class Communicator:
 
     def _check(self, kind: str, send: Any, recv: Any, count: Any, dtype: Any, op: Any, root: Any,
                send_mult: int, recv_mult: int) -> OpSpec:
-        name = dtype_name(dtype)
+        name = "float32" if dtype is None else dtype_name(dtype)     # None: the default (np.dtype(None) is float64)
         if name is None:
             raise InvalidArgumentError(f"{kind}: dtype {dtype!r} is not supported; use one of "
                                        f"{', '.join(DTYPES)} (by name or as a NumPy dtype)")
@@ -491,7 +501,7 @@ def _from_tensors(kind: str, send: Any, recv: Any, dtype: Any) -> tuple[Any, Any
             out.append(x)
     if len(set(dtypes)) > 1:
         raise InvalidArgumentError(f"{kind}: send and recv tensors have different dtypes ({' and '.join(dtypes)})")
-    if dtype != "float32" and dtype_name(dtype) != dtypes[0]:
+    if dtype is not None and dtype != "float32" and dtype_name(dtype) != dtypes[0]:
         raise InvalidArgumentError(f"{kind}: dtype={dtype!r} but the tensor holds {dtypes[0]}; leave dtype out "
                                    "when passing tensors")
     return out[0], out[1], dtypes[0]

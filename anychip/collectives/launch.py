@@ -215,10 +215,33 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+def _check_device(device: str) -> str:
+    """``--device``: a backend that is available here (checked before any rank starts)."""
+    from ..runtime import registry
+    from ..runtime.errors import InvalidArgumentError
+    name = device.strip().lower()
+    if ":" in name:
+        raise InvalidArgumentError(f"launch: --device takes a backend name (rank r runs on BACKEND:r), got "
+                                   f"{device!r}; e.g. --device {name.partition(':')[0] or 'cpu'}")
+    info = registry.backend(name)
+    if info is None:
+        known = ", ".join(b.name for b in registry.backends())
+        raise InvalidArgumentError(f"launch: --device {device!r} is not a known backend; known: {known}")
+    if not info.available:
+        raise InvalidArgumentError(f"launch: --device {name} is unavailable here: {info.reason}")
+    return name
+
+
 def _cmd(args: argparse.Namespace) -> int:
+    import math
+
     from ..runtime.errors import InvalidArgumentError
     if args.nprocs < 1:
         raise InvalidArgumentError(f"launch: -n must be at least 1, got {args.nprocs}")
+    if not (args.grace >= 0 and math.isfinite(args.grace)):
+        raise InvalidArgumentError(f"launch: --grace must be a number of seconds >= 0, got {args.grace}")
+    if args.device is not None:
+        args.device = _check_device(args.device)
     argv = ["-m", args.program, *args.args] if args.module else [args.program, *args.args]
     return launch(args.nprocs, argv, device=args.device, grace=args.grace)
 

@@ -54,17 +54,36 @@ CHECK_ENV = "ANYCHIP_COLLECTIVE_CHECK"
 ZERO_COPY_ENV = "ANYCHIP_CCL_ZERO_COPY_MIN"
 
 
+#: what the engine is given for "never" (its deadlines are nanoseconds in 64 bits): 31 years
+NEVER_S = 1e9
+
+
 def collective_timeout() -> float:
-    """Seconds an op may wait for its peers (``ANYCHIP_COLLECTIVE_TIMEOUT``, default 300)."""
+    """Seconds an op may wait for its peers (``ANYCHIP_COLLECTIVE_TIMEOUT``, default 300;
+    ``inf`` is never, given to the engine as :data:`NEVER_S`)."""
     raw = os.environ.get(TIMEOUT_ENV, "").strip()
     if not raw:
         return 300.0
     try:
         value = float(raw)
     except ValueError:
-        raise InvalidArgumentError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+        raise InvalidArgumentError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds (inf: never)") from None
     if not value > 0:
-        raise InvalidArgumentError(f"{TIMEOUT_ENV}={raw!r} must be > 0 seconds")
+        raise InvalidArgumentError(f"{TIMEOUT_ENV}={raw!r} must be > 0 seconds (inf: never)")
+    return min(value, NEVER_S)
+
+
+def zero_copy_min() -> int:
+    """``ANYCHIP_CCL_ZERO_COPY_MIN``: message bytes from which simulated chips reduce zero-copy."""
+    raw = os.environ.get(ZERO_COPY_ENV, "").strip()
+    if not raw:
+        return 65536
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidArgumentError(f"{ZERO_COPY_ENV}={raw!r} is not a whole number of bytes >= 0")
     return value
 
 
@@ -175,14 +194,16 @@ class ShmTransport(Transport):
         self._aborted: str | None = None
         self._op1 = ffi.new("ccl_op[1]")
         self._zero_op = bytes(ffi.sizeof("ccl_op"))
+        zc_min = zero_copy_min()              # bad variables are refused before the segment exists
+        timeout = collective_timeout()
         out = ffi.new("ccl_comm **")
-        rc = lib.ccl_comm_init(comm_id.encode(), rank, size, collective_timeout(), out)
+        rc = lib.ccl_comm_init(comm_id.encode(), rank, size, timeout, out)
         if rc:
             raise _error(rc, f"communicator {label}: " + ffi.string(lib.ccl_init_error()).decode())
         self._comm = out[0]
         lib.ccl_comm_set_check(self._comm, int(check_mode()))
         lib.ccl_comm_set_label(self._comm, f"group {label}".encode())
-        self._zc_min = int(os.environ.get(ZERO_COPY_ENV, "") or 65536)
+        self._zc_min = zc_min
         if self.mode == "sim":
             plugin: Any = device.plugin
             sffi, slib = plugin.ffi, plugin.lib
