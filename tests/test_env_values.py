@@ -77,3 +77,27 @@ def test_an_infinite_timeout_never_expires(device, monkeypatch):
         assert buf.to_numpy(np.float32).tolist() == [0, 1, 2, 3]
     finally:
         comm.destroy()
+
+
+PROG = """
+import numpy as np
+from anychip import collectives
+comm = collectives.init()
+buf = comm.device.alloc(16).copy_from(np.full(4, comm.rank + 1, np.float32))
+comm.all_reduce(buf).wait()
+print("sum", buf.to_numpy(np.float32).tolist(), comm.transport.name)
+comm.destroy()
+"""
+
+
+@pytest.mark.parametrize("backend", [b for b in ("cpu", "ascend") if any(d.backend == b for d in anychip.devices())])
+def test_an_infinite_timeout_on_two_ranks(backend, tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROG)
+    env = {k: v for k, v in os.environ.items() if k != "ANYCHIP_DEVICES"}
+    env["ANYCHIP_COLLECTIVE_TIMEOUT"] = "inf"
+    r = subprocess.run([sys.executable, "-m", "anychip.cli", "launch", "-n", "2", "--device", backend, str(prog)],
+                       capture_output=True, text=True, env=env, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in (0, 1):
+        assert f"[{rank}] sum [3.0, 3.0, 3.0, 3.0]" in r.stdout, r.stdout
