@@ -6,6 +6,7 @@
                                   destroys the communicator (a `finally:`), then waits
     fault_worker.py hang          rank 1 stops (SIGSTOP) before the op; rank 0's op times out,
                                   and rank 0 exits with status 1
+    fault_worker.py stop          rank 1 stops (SIGSTOP) before the op; rank 0's op times out
     fault_worker.py fork          rank 0 forks a child (a DataLoader worker) that calls an op
                                   and destroy on the inherited communicator, then both ranks
                                   reduce (BUF is rank 0's result)
@@ -83,6 +84,14 @@ def main() -> None:
         step("op", lambda: comm.all_reduce(buf).wait(timeout=30))
         print(f"BUF {buf.to_numpy(np.float32)[0]:g}", flush=True)
         comm.destroy()
+        return
+    if suite == "stop":
+        # a 2 s timeout for a communicator made once both ranks are up
+        os.environ["ANYCHIP_COLLECTIVE_TIMEOUT"] = "2"
+        comm = comm.split(0)
+        if r == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        step("op", lambda: comm.all_reduce(buf).wait())
         return
     if suite == "hang":
         if r == 1:
