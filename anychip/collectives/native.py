@@ -463,13 +463,14 @@ class _EventWork(Work):
         self._transport = transport
         self._event = event
         self._keep = keep
-        transport._pending.add(self)
+        transport._pending[id(self)] = weakref.ref(self)
 
     def __del__(self) -> None:
         # dropped before it settled: nobody can wait for its event any more, and the event's
         # next record supersedes this one, so it may serve the next op (saves a create/destroy)
         event = self._event
         if event is not None:
+            self._transport._pending.pop(id(self), None)
             pool = self._transport._events
             if len(pool) < 64:
                 pool.append(event)
@@ -479,7 +480,7 @@ class _EventWork(Work):
             return True
         exc = self._transport._async_failure(self._what)
         self._finish(exc)
-        self._transport._pending.discard(self)
+        self._transport._pending.pop(id(self), None)
         pool = self._transport._events
         if len(pool) < 64:
             pool.append(self._event)          # passed: it may be recorded again
@@ -492,6 +493,7 @@ class _EventWork(Work):
         if not self._done:
             self._finish(exc)
             self._event = self._keep = None
+        self._transport._pending.pop(id(self), None)
 
     def _poll(self) -> bool:
         event = self._event
@@ -528,15 +530,19 @@ class _Outcomes:
     label: str
 
     def _init_outcomes(self) -> None:
-        self._pending: weakref.WeakSet[_EventWork] = weakref.WeakSet()
+        # id -> the Work, weakly (a dict of weak references costs half a WeakSet per op)
+        self._pending: dict[int, weakref.ref[_EventWork]] = {}
         self._aborted: str | None = None
+
+    def _unsettled(self) -> list[_EventWork]:
+        return [w for w in (r() for r in list(self._pending.values())) if w is not None]
 
     def _aborted_error(self, what: str) -> CollectiveError:
         return CollectiveError(f"{what} (group {self.label}) aborted: {self._aborted}")
 
     def _settle_pending(self) -> None:
         """Wait for the enqueued ops and settle their Works (before the library's destroy)."""
-        for work in list(self._pending):
+        for work in self._unsettled():
             try:
                 work._block(None)
             except AnychipError as exc:        # the stream itself failed
@@ -545,13 +551,13 @@ class _Outcomes:
 
     def _fail_pending(self, reason: str) -> None:
         """Settle the Works whose op has completed; fail the others with ``reason``."""
-        for work in list(self._pending):
+        for work in self._unsettled():
             try:
                 work._poll()
             except AnychipError as exc:
                 work._abandon(exc)
         self._aborted = reason
-        for work in list(self._pending):
+        for work in self._unsettled():
             work._abandon(self._aborted_error(work._what))
         self._pending.clear()
 
