@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from ._data import get_include, plugin_header, templates_dir
+from ._spawn import python_command
 from .runtime.errors import AnychipError, InvalidArgumentError, PluginError
 
 __all__ = ["new_plugin", "add_parser", "LANGUAGES"]
@@ -86,10 +87,16 @@ def _cmd_cflags(args: argparse.Namespace) -> int:
     return 0
 
 
+_CHECK_CHILD_ENV = "ANYCHIP_PLUGIN_CHECK_CHILD"
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
+    if os.environ.get(_CHECK_CHILD_ENV) != "1":
+        return _check_in_child(args.library)
     from .devices.cplugin import probe
+    from .runtime.registry import initialise_named
     try:
-        name, loader = probe(str(Path(args.library).resolve()))
+        name, loader = initialise_named(str(Path(args.library).resolve()), probe)
     except PluginError as exc:
         print(f"anychip plugin check: {args.library} refused: {exc}", file=sys.stderr)
         return 1
@@ -117,6 +124,24 @@ def _cmd_paddle(args: argparse.Namespace) -> int:
     print(f"{out}\nPaddle loads it when CUSTOM_DEVICE_ROOT names {out.parent} (or, unset, when that is "
           "<site-packages>/paddle_custom_device)")
     return 0
+
+
+def _check_in_child(library: str) -> int:
+    """The check runs in a child process (the library's code runs there): a plugin that
+    crashes is refused with the signal, and this command still reports."""
+    import signal
+    import subprocess
+    env = dict(os.environ, **{_CHECK_CHILD_ENV: "1"})
+    rc = subprocess.run(python_command(["-m", "anychip", "plugin", "check", library]), env=env).returncode
+    if rc < 0:
+        try:
+            how = signal.Signals(-rc).name
+        except ValueError:
+            how = f"signal {-rc}"
+        print(f"anychip plugin check: {library} refused: it crashed the process that loaded and checked it "
+              f"({how})", file=sys.stderr)
+        return 1
+    return rc
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

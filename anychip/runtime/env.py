@@ -8,6 +8,7 @@ simulator would ignore.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -170,7 +171,46 @@ def _paddle(text: str) -> str | None:
     return None
 
 
+def _timeout(text: str) -> str | None:
+    try:
+        v = float(text)
+    except ValueError:
+        return "want a number of seconds > 0 (inf: never)"
+    return None if v > 0 else "want a number of seconds > 0 (inf: never)"
+
+
+def _choice(*choices: str) -> Callable[[str], str | None]:
+    def check(text: str) -> str | None:
+        return None if text.strip().lower() in choices else f"want one of {', '.join(choices)}"
+    return check
+
+
+def _engine_number(what: str, whole: bool) -> Callable[[str], str | None]:
+    """A value the collective engine takes: a number > 0 (the engine replaces anything else by
+    its default)."""
+    def check(text: str) -> str | None:
+        try:
+            v = int(text) if whole else float(text)
+        except ValueError:
+            v = 0
+        return None if v > 0 and math.isfinite(v) else f"want {'a whole number of ' if whole else 'a number of '}" \
+            f"{what} > 0"
+    return check
+
+
+def _zero_copy(text: str) -> str | None:
+    return None if _whole(text, 0, 2**63) is not None else "want a whole number of bytes >= 0"
+
+
 _CHECKS: dict[str, Callable[[str], str | None]] = {
+    "ANYCHIP_COLLECTIVE_TIMEOUT": _timeout,
+    "ANYCHIP_COLLECTIVE_TRANSPORT": _choice("auto", "native", "host"),
+    "ANYCHIP_COLLECTIVE_CHECK": _choice("0", "1", "true", "false", "yes", "no", "on", "off"),
+    "ANYCHIP_HOST_TRANSPORT": _choice("auto", "shm", "mpi"),
+    "ANYCHIP_CCL_SMALL": _engine_number("bytes", True),
+    "ANYCHIP_CCL_CHUNK": _engine_number("bytes", True),
+    "ANYCHIP_CCL_SPIN_US": _engine_number("microseconds", False),
+    "ANYCHIP_CCL_ZERO_COPY_MIN": _zero_copy,
     "ANYCHIP_DEVICES": _devices,
     "ANYCHIP_SIMULATE": _simulate,
     "ANYCHIP_SIM_DEVICES": _sim_devices,
