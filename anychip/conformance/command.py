@@ -57,12 +57,35 @@ def _sizes(cfg: Config, args: argparse.Namespace) -> None:
                                    f"-f >= 1 ({cfg.factor})")
 
 
+#: ranks of one communicator of the collective engine (CCL_MAX_RANKS, csrc/ccl/ccl.h)
+MAX_RANKS = 64
+
+
+def _check_output(flag: str, path: str | None) -> None:
+    """An output file must be writable before the run, not found unwritable after it."""
+    import os
+
+    from ..runtime.errors import InvalidArgumentError
+    if not path:
+        return
+    where = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise InvalidArgumentError(f"conformance: {flag} {path} is a directory; give a file name")
+    if not os.path.isdir(where):
+        raise InvalidArgumentError(f"conformance: {flag} {path}: the directory {where} does not exist")
+    if not os.access(where, os.W_OK):
+        raise InvalidArgumentError(f"conformance: {flag} {path}: the directory {where} is not writable")
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     """The run's Config: ``--quick`` (default) or ``--full`` defaults, then every flag given."""
     from ..runtime.errors import InvalidArgumentError
     cfg = replace(FULL if args.full else QUICK, ranks=args.nprocs)
-    if args.nprocs < 1:
-        raise InvalidArgumentError(f"conformance: -n must be at least 1, got {args.nprocs}")
+    if not 1 <= args.nprocs <= MAX_RANKS:
+        raise InvalidArgumentError(f"conformance: -n must be from 1 to {MAX_RANKS} (the collective engine's limit), "
+                                   f"got {args.nprocs}")
+    for flag in ("json", "plot"):
+        _check_output(f"--{flag}", getattr(args, flag, None))
     _sizes(cfg, args)
     if args.collective is not None:
         cfg.ops = _names(args.collective, OPS, "collective")
@@ -114,6 +137,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw busbw against size (needs matplotlib)")
     p.add_argument("--tables", action=argparse.BooleanOptionalAction, default=None,
                    help="print the nccl-tests tables (default: when --device is given)")
+    p.add_argument("--framework", choices=("anychip", "paddle"), default="anychip",
+                   help="paddle: the collective cases through paddle.distributed under Paddle's launcher, on "
+                        "the Paddle device type anychip provides (docs/paddle.md)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
     p.set_defaults(func=_cmd)
@@ -145,6 +171,10 @@ def run(backends: list[str], cfg: Config, progress: bool = False) -> list[dict]:
 def _cmd(args: argparse.Namespace) -> int:
     from . import report
     cfg = config_from_args(args)
+    if args.framework == "paddle":
+        from .paddle_framework import run as run_paddle
+        return run_paddle(args.device, cfg.ranks, cfg.min_bytes, min(cfg.max_bytes, 4 << 20), cfg.factor,
+                          cfg.timeout * 4 if cfg.timeout else 600)
     names = _backends(args.device)
     if args.plot:
         try:
