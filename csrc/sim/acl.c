@@ -28,7 +28,7 @@
 #include <time.h>
 
 #include "acl/acl.h"
-#include "core.h"
+#include "internal.h"
 
 #define ACL_API SIM_EXPORT
 
@@ -454,12 +454,35 @@ ACL_API aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t 
     return acl_code(sim_memcpy_sync(dst, src, count, dir));
 }
 
+/* CANN (api_impl.cc MemcpyAsync / MemsetAsync): a stream outside the current context is
+ * ACL_ERROR_RT_STREAM_CONTEXT. The simulator's contexts are per device, so a stream of
+ * another device is refused (one of another context of the same device is not). */
+static aclError check_stream_context(aclrtStream stream, const char *fn)
+{
+    if (!stream)
+        return ACL_SUCCESS;             /* the current context's default stream */
+    sim_stream *s;
+    int phys;
+    if (sim_stream_get(stream, &s) != SIM_OK)
+        return ACL_SUCCESS;             /* left to the enqueue, which names the bad handle */
+    int dev = s->dev;
+    sim_stream_put(s);
+    if (sim_current_phys(&phys) != SIM_OK || phys == dev)
+        return ACL_SUCCESS;
+    sim_fail(SIM_E_INVALID_VALUE, "%s: the stream belongs to device %d, not to the current context's device %d", fn,
+             sim_phys_to_logical(dev), sim_phys_to_logical(phys));
+    return ACL_ERROR_RT_STREAM_CONTEXT;
+}
+
 ACL_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
                                   aclrtStream stream)
 {
     ENTER();
     int dir;
-    aclError rc = copy_check(__func__, dst, destMax, src, count, kind, &dir);
+    aclError rc = check_stream_context(stream, __func__);
+    if (rc != ACL_SUCCESS)
+        return rc;
+    rc = copy_check(__func__, dst, destMax, src, count, kind, &dir);
     if (rc != ACL_SUCCESS || dir < 0)
         return rc;
     return acl_code(sim_memcpy_async(dst, src, count, dir, stream));
@@ -476,6 +499,9 @@ ACL_API aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_
 ACL_API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream)
 {
     ENTER();
+    aclError rc = check_stream_context(stream, __func__);
+    if (rc != ACL_SUCCESS)
+        return rc;
     if (count > maxCount)
         return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtMemsetAsync: count %zu exceeds maxCount %zu", count,
                                  maxCount));

@@ -3,8 +3,8 @@
  * anychip collective engine. Ops are enqueued on ACL streams of the simulator.
  *
  * Types: reductions work on int8, int16, uint8, int32, uint32, int64, uint64, fp16,
- * bf16, fp32, fp64; PROD of int16 and bf16 is HCCL_E_NOT_SUPPORT (as on 910B / 910_93),
- * and so are uint16 and the 8-bit float types. Data movement (broadcast, all-gather,
+ * bf16, fp32, fp64; PROD of int16 is HCCL_E_NOT_SUPPORT (as on 910B / 910_93; they also
+ * refuse bf16 PROD, which the simulator reduces), and so are uint16 and the 8-bit float types. Data movement (broadcast, all-gather,
  * all-to-all, send / recv) takes every type but the reserved INT128. An unknown type or
  * op is HCCL_E_NOT_SUPPORT; an op of count 0 returns HCCL_SUCCESS before any check.
  * HCCL has no average op. Failures of enqueued work are reported by
@@ -37,16 +37,15 @@ static HcclResult code(sc_status st)
     }
 }
 
-/* reduce: 1 every op, 2 sum / prod only (the bits of the signed type), 3 all but PROD
- * (910B / 910_93 refuse PROD of int16 and bf16: cann-hccl HcomCheckReduceDataType),
- * 0 none; size 0: not a type HCCL moves (INT128 is reserved, 13 unassigned) */
+/* reduce: 1 every op, 3 all but PROD (910B / 910_93 refuse PROD of int16: cann-hccl
+ * HcomCheckReduceDataType; they refuse it for bf16 too, which the simulator reduces), 0 none; size 0: not a type HCCL moves (INT128 is reserved, 13 unassigned) */
 static const struct { int ccl; int size; int reduce; } TYPES[] = {
     [HCCL_DATA_TYPE_INT8] = {CCL_INT8, 1, 1},       [HCCL_DATA_TYPE_INT16] = {CCL_INT16, 2, 3},
     [HCCL_DATA_TYPE_INT32] = {CCL_INT32, 4, 1},     [HCCL_DATA_TYPE_FP16] = {CCL_FLOAT16, 2, 1},
     [HCCL_DATA_TYPE_FP32] = {CCL_FLOAT32, 4, 1},    [HCCL_DATA_TYPE_INT64] = {CCL_INT64, 8, 1},
     [HCCL_DATA_TYPE_UINT64] = {CCL_UINT64, 8, 1},   [HCCL_DATA_TYPE_UINT8] = {CCL_UINT8, 1, 1},
     [HCCL_DATA_TYPE_UINT16] = {-1, 2, 0},           [HCCL_DATA_TYPE_UINT32] = {CCL_UINT32, 4, 1},
-    [HCCL_DATA_TYPE_FP64] = {CCL_FLOAT64, 8, 1},    [HCCL_DATA_TYPE_BFP16] = {CCL_BFLOAT16, 2, 3},
+    [HCCL_DATA_TYPE_FP64] = {CCL_FLOAT64, 8, 1},    [HCCL_DATA_TYPE_BFP16] = {CCL_BFLOAT16, 2, 1},
     [HCCL_DATA_TYPE_INT128] = {-1, 0, 0},           [HCCL_DATA_TYPE_HIF8] = {-1, 1, 0},
     [HCCL_DATA_TYPE_FP8E4M3] = {-1, 1, 0},          [HCCL_DATA_TYPE_FP8E5M2] = {-1, 1, 0},
     [HCCL_DATA_TYPE_FP8E8M0] = {-1, 1, 0},
@@ -77,7 +76,7 @@ static sc_status types(sc_op *o, uint64_t count, HcclDataType t, int reducing, H
     if ((unsigned)op > HCCL_REDUCE_MIN)
         return sc_fail(SC_UNSUPPORTED, "%s: op %d is not an HcclReduceOp (SUM 0, PROD 1, MAX 2, MIN 3)", fn, (int)op);
     int r = TYPES[t].reduce;
-    if (!r || (r == 2 && op != HCCL_REDUCE_SUM && op != HCCL_REDUCE_PROD) || (r == 3 && op == HCCL_REDUCE_PROD))
+    if (!r || (r == 3 && op == HCCL_REDUCE_PROD))
         return sc_fail(SC_UNSUPPORTED, "%s: HCCL does not reduce HCCL_DATA_TYPE_%s with HCCL_REDUCE_%s", fn,
                        TYPE_NAMES[t], OP_NAMES[op]);
     o->dtype = TYPES[t].ccl;

@@ -145,6 +145,7 @@ HIP_API const char *hipGetErrorName(hipError_t error)
     case hipErrorIllegalAddress: return "hipErrorIllegalAddress";
     case hipErrorPeerAccessAlreadyEnabled: return "hipErrorPeerAccessAlreadyEnabled";
     case hipErrorPeerAccessNotEnabled: return "hipErrorPeerAccessNotEnabled";
+    case hipErrorContextIsDestroyed: return "hipErrorContextIsDestroyed";
     case hipErrorNotSupported: return "hipErrorNotSupported";
     case hipErrorUnknown: return "hipErrorUnknown";
     default: break;
@@ -168,6 +169,7 @@ HIP_API const char *hipGetErrorString(hipError_t error)
     case hipErrorIllegalAddress: return "an illegal memory access was encountered";
     case hipErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
     case hipErrorPeerAccessNotEnabled: return "peer access has not been enabled";
+    case hipErrorContextIsDestroyed: return "context is destroyed";
     case hipErrorNotSupported: return "operation not supported";
     case hipErrorUnknown: return "unknown error";
     default: break;
