@@ -16,11 +16,7 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
-
-try:
-    from setuptools.modified import newer_group
-except ImportError:                # setuptools < 69 (a plain `python setup.py build_ext --inplace`)
-    from distutils.dep_util import newer_group
+from setuptools.modified import newer_group
 
 # every warning is an error: the C code builds clean or not at all
 COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wextra", "-Werror"]
@@ -28,7 +24,9 @@ COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wextra",
 # the chip simulator's core, one file per concern (see csrc/sim/core.h)
 SIM_CORE = [f"csrc/sim/{name}.c" for name in ("config", "memory", "ipc", "handles", "wait", "stream", "event")]
 # the simulated chips' tensor kernels (enqueued on simulated streams)
-SIM_CORE.append("csrc/sim/kernels.c")
+# (the elementwise loops are split by dtype over several files, which compile in parallel)
+SIM_CORE += [f"csrc/sim/{name}.c"
+             for name in ("kernels", "kernels_elementwise", "kernels_ew_int8", "kernels_ew_int", "kernels_ew_half")]
 
 # name -> (sources, extra libraries)
 C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
@@ -40,7 +38,7 @@ C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
     "libanychip_ccl": (["csrc/ccl/ccl.c"], []),
 }
 
-# the tensor kernels (csrc/sim/kernels.c) call libm (expf, logf, ...)
+# the tensor kernels (csrc/sim/kernels*.c) call libm (expf, logf, ...)
 for _lib in ("libascend_sim", "libkunlun_sim", "libhygon_sim"):
     C_LIBRARIES[_lib][1].append("m")
 
