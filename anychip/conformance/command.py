@@ -16,7 +16,7 @@ __all__ = ["add_parser", "config_from_args", "run"]
 
 QUICK = Config()
 FULL = Config(min_bytes=8, max_bytes=64 << 20, factor=2, iters=10, warmup=2, checks=3,
-              mode="full")
+              boundary=(4 << 20, 12 << 20), boundary_dtypes=DTYPES, largest_copy=(64 << 20) + 1, mode="full")
 
 
 def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -76,7 +76,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     if args.root is not None:
         cfg.roots, explicit = _roots(args.root, cfg.ranks), True
     if explicit:
-        cfg.coverage = ()          # the rows are exactly the ones asked for
+        cfg.coverage = cfg.boundary = ()          # the rows are exactly the ones asked for
     for name in ("iters", "warmup", "timeout"):
         v = getattr(args, name)
         if v is not None:
@@ -95,7 +95,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                               "4 KiB and 133000 B. --full: 8 B..64 MiB x2, 10 iterations, 3 checks. "
                               "Giving -d, -o or -r measures exactly the rows asked for.")
     p.add_argument("--device", default=None, help="backend(s) to certify, comma separated (default: every available)")
-    p.add_argument("-n", "--nprocs", type=int, default=2, help="ranks (default 2)")
+    p.add_argument("-n", "--nprocs", type=int, default=QUICK.ranks,
+                   help=f"ranks (default {QUICK.ranks}: rooted and point-to-point cases need a third rank to tell "
+                        "peers apart; ranks share devices where the backend has fewer)")
     p.add_argument("-b", "--minbytes", default=None, help="smallest size")
     p.add_argument("-e", "--maxbytes", default=None, help="largest size")
     p.add_argument("-f", "--stepfactor", type=int, default=None, help="size multiplication factor")
@@ -136,10 +138,41 @@ def _backends(arg: str | None) -> list[str]:
     return names
 
 
+class Stopped(Exception):
+    """The run was stopped by a signal (SIGTERM, SIGINT): no further backend is started."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"stopped by signal {code - 128}")
+        self.code = code
+
+
 def run(backends: list[str], cfg: Config, progress: bool = False) -> list[dict]:
+    """Each backend in turn; a job ended by SIGTERM or Ctrl-C (the launcher's 143 / 130), or one
+    arriving between jobs, stops the whole run (:class:`Stopped`)."""
+    import signal
+    import threading
+
     from .runner import Progress, run_backend
     bar = Progress() if progress else None
-    return [run_backend(b, cfg, bar) for b in backends]
+
+    def on_term(signum: int, frame: object) -> None:
+        raise Stopped(128 + signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main else None
+    try:
+        results = []
+        for b in backends:
+            res = run_backend(b, cfg, bar)
+            results.append(res)
+            if res.get("exit_code") in (130, 143):
+                raise Stopped(res["exit_code"])
+        return results
+    except KeyboardInterrupt:
+        raise Stopped(130) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -153,7 +186,11 @@ def _cmd(args: argparse.Namespace) -> int:
             from ..runtime.errors import UnsupportedError
             raise UnsupportedError("--plot needs matplotlib: pip install 'anychip[plot]'") from None
     progress = args.progress if args.progress is not None else sys.stderr.isatty()
-    results = run(names, cfg, progress)
+    try:
+        results = run(names, cfg, progress)
+    except Stopped as stop:
+        print(f"conformance: {stop}; the remaining backends were not run", file=sys.stderr)
+        return stop.code
     show_tables = args.tables if args.tables is not None else args.device is not None
     for res in results:
         if "unavailable" in res:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .cases import CASE_NAMES, DEVICE_CASES, FAULT_CASES, OPS, Config, plan
+from .cases import CASE_NAMES, COMM_CASES, DEVICE_CASES, FAULT_CASES, OPS, Config, plan
 
 __all__ = ["run_backend", "available_backends", "Progress"]
 
@@ -184,7 +184,8 @@ def run_backend(backend: str, cfg: Config, progress: Progress | None = None) -> 
     result["kind"] = "host" if not getattr(plugin, "accelerator", True) else (
         "simulated" if info.simulated else "real")
     rows = len(plan(cfg))
-    wanted = [c for c in CASE_NAMES if c in DEVICE_CASES or c in cfg.ops or (cfg.faults and c in FAULT_CASES)]
+    wanted = [c for c in CASE_NAMES if c in DEVICE_CASES or c in cfg.ops or (cfg.faults and c in FAULT_CASES)
+              or (c in COMM_CASES and any(op in cfg.ops for op in OPS))]
     total = rows + len(wanted) + 2
 
     def on_record(k: int) -> None:
@@ -198,7 +199,7 @@ def run_backend(backend: str, cfg: Config, progress: Progress | None = None) -> 
         result.update(device=start.get("device"), transport=start.get("transport"), exit_code=rc)
         result["rows"] = [{k: v for k, v in r.items() if k != "type"} for r in records if r["type"] == "row"]
         cases = {r["name"]: {k: v for k, v in r.items() if k != "type"} for r in records if r["type"] == "case"}
-        if cfg.faults and "killed_rank" in wanted:
+        if cfg.faults and "killed_rank" in wanted and rc not in (130, 143):      # not after Ctrl-C / SIGTERM
             cases["killed_rank"] = killed_rank(backend, cfg, tmp)
     if progress is not None:
         progress.update(backend, total, total, force=True)
