@@ -167,8 +167,8 @@ def _row(op: str, size: int, dtype: str, redop: str, root: int, n: int, shape: s
 def plan(cfg: Config) -> list[Row]:
     """Every row the run measures and checks, in order: per op, the size sweep for the chosen
     dtypes / reduce ops / roots; then at the ``coverage`` sizes (prime counts) every dtype x reduce
-    op (rooted ops: at the last rank) and every root (float32, sum); then at the ``boundary`` sizes (chunk multiples +-1 element) each of
-    ``boundary_dtypes`` (sum, root 0)."""
+    op (rooted ops: at the last rank) and every root (float32, sum); then at the ``boundary`` sizes
+    (chunk multiples +-1 element) each of ``boundary_dtypes`` (sum, root 0)."""
     n = cfg.ranks
     roots = cfg.roots if cfg.roots is not None else tuple(range(n))
     rows: list[Row] = []
@@ -838,8 +838,8 @@ def device_cases(dev: Any, names: tuple[str, ...] = DEVICE_CASES, ranks_per_devi
         return run
 
     fns: dict[str, Callable[[], None]] = {
-        "alloc_free": lambda: _alloc_free(dev, ranks_per_device), "copy_h2d_d2h": lambda: _copy_h2d_d2h(dev, largest_copy),
-        "copy_d2d": lambda: _copy_d2d(dev, largest_copy), "memset": lambda: _memset(dev),
+        "alloc_free": lambda: _alloc_free(dev, ranks_per_device),
+        "copy_h2d_d2h": lambda: _copy_h2d_d2h(dev, largest_copy), "copy_d2d": lambda: _copy_d2d(dev, largest_copy), "memset": lambda: _memset(dev),
         "stream_order": with_busy(_stream_order), "events_timing": with_busy(_events_timing),
         "oom_recovery": lambda: _oom_recovery(dev), "bad_free": lambda: _bad_free(dev),
     }
