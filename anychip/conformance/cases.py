@@ -670,6 +670,20 @@ def _alloc_free(dev: Any, ranks_per_device: int = 1) -> None:
                               free1)
         b.free()
         dev.empty_cache()
+    # the memory mem_info says is free can be had: half of it (this rank's share), in pieces
+    want = min(free0, total) // (2 * max(1, ranks_per_device))
+    held: list[Any] = []
+    try:
+        while sum(b.nbytes for b in held) + chunk <= want:
+            held.append(dev.alloc(chunk))
+    except OutOfMemoryError as exc:
+        got = sum(b.nbytes for b in held)
+        raise Failure(f"half of the {free0} bytes mem_info() called free, in pieces of {chunk}",
+                      f"{want} bytes allocated", f"OutOfMemoryError after {got}: {exc}") from None
+    finally:
+        for b in held:
+            b.free()
+        dev.empty_cache()
 
 
 def _pattern(n: int, salt: int) -> np.ndarray:
@@ -839,9 +853,13 @@ def device_cases(dev: Any, names: tuple[str, ...] = DEVICE_CASES, ranks_per_devi
 
     fns: dict[str, Callable[[], None]] = {
         "alloc_free": lambda: _alloc_free(dev, ranks_per_device),
-        "copy_h2d_d2h": lambda: _copy_h2d_d2h(dev, largest_copy), "copy_d2d": lambda: _copy_d2d(dev, largest_copy), "memset": lambda: _memset(dev),
-        "stream_order": with_busy(_stream_order), "events_timing": with_busy(_events_timing),
-        "oom_recovery": lambda: _oom_recovery(dev), "bad_free": lambda: _bad_free(dev),
+        "copy_h2d_d2h": lambda: _copy_h2d_d2h(dev, largest_copy),
+        "copy_d2d": lambda: _copy_d2d(dev, largest_copy),
+        "memset": lambda: _memset(dev),
+        "stream_order": with_busy(_stream_order),
+        "events_timing": with_busy(_events_timing),
+        "oom_recovery": lambda: _oom_recovery(dev),
+        "bad_free": lambda: _bad_free(dev),
     }
     try:
         return [run_case(name, "device", fns[name]) for name in names]
