@@ -505,7 +505,7 @@ def _check_once(comm: Any, row: Row, lay: _Layout, k: int, seed: int, busy: _Bus
     stream = comm.device.current_stream()
     bases = [inputs(min(lay.send_n, PERIOD), dt, row.redop, n, q, seed) for q in range(n)]
     if busy is not None:
-        busy.hold(stream, 0.02)
+        busy.hold(stream, 0.01)
     if lay.recv_base is not None or row.op == "all_gather":
         recv.memset(_SENTINEL, stream=stream)
     mine = encode(_tiled(bases[r], 0, lay.send_n), dt)
@@ -587,8 +587,9 @@ def _same(what: str, got: np.ndarray, expect: np.ndarray) -> None:
 class _Busy:
     """Device work that provably takes a while: memsets of a scratch buffer queued on a stream.
 
-    The time of one memset is measured first (the fastest of several, queued back to back);
-    ``hold`` queues enough of them that, even at twice that speed, they take ``seconds``. Until
+    The time of one memset is measured first (the fastest of several rounds, queued back to
+    back); ``hold`` queues enough of them that, even at four times that speed, they take
+    ``seconds``. Until
     then the stream cannot be done, an event recorded after them cannot have completed, and a
     stream waiting for that event cannot have moved. (The device API has no host function a test
     could block a stream with; this needs nothing beyond memset.)"""
@@ -602,7 +603,7 @@ class _Busy:
         stream = anychip.Stream(dev)
         while True:
             self.buf = dev.alloc(nbytes)
-            self.per = min(self._measure(stream) for _ in range(3))
+            self.per = min(self._measure(stream) for _ in range(5))
             if self.per >= 1e-3 or nbytes * 4 > cap:
                 break
             self.buf.free()
@@ -617,15 +618,15 @@ class _Busy:
         stream.synchronize()
         return (time.perf_counter() - t) / 4
 
-    def hold(self, stream: Any, seconds: float = 0.04) -> tuple[float, float]:
+    def hold(self, stream: Any, seconds: float = 0.03) -> tuple[float, float]:
         """Queue the work on ``stream``; (when the first memset was queued, the least seconds
         the queued work takes)."""
-        k = max(2, min(20_000, math.ceil(2 * seconds / max(self.per, 1e-7))))
+        k = max(4, min(40_000, math.ceil(4 * seconds / max(self.per, 1e-7))))
         t0 = time.perf_counter()
         for _ in range(k):
             self.value = self.value % 250 + 1
             self.buf.memset(self.value, stream=stream)
-        return t0, k * self.per / 2
+        return t0, k * self.per / 4
 
     def free(self) -> None:
         self.buf.free()
