@@ -1,0 +1,115 @@
+"""The conformance suite's own power, measured as mutation testing measures a test suite.
+
+One chip plugin, built once from the C scaffold (`anychip plugin new --lang c`) plus complete
+shared-memory collectives of its own (tests/c/conformance_mutants.c), is correct unless
+MUTANT_DEFECT plants one defect. The suite must pass it as it is and fail it with every defect,
+in the case that owns the defect's class: a suite that lets one through has lost power.
+
+Each run certifies the one collective the defect is easiest to see in (``-c``; the rows of that
+collective are the default quick ones, so the default command catches it too) without the fault
+cases, to keep the runs short.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from anychip.scaffold import new_plugin
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+CC = shutil.which("cc") or shutil.which("gcc")
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc) to build the test plugin")
+NAME = "mutchip"
+
+#: defect -> (the collective certified, the cases that must fail); by class
+MUTANTS = {
+    # rounding and overflow
+    "bf16_truncate": ("all_reduce", {"all_reduce"}),
+    "fp16_truncate": ("reduce_scatter", {"reduce_scatter"}),
+    "int8_saturate": ("reduce", {"reduce"}),
+    # tails and chunk boundaries
+    "tail8": ("all_reduce", {"all_reduce"}),
+    "tail4": ("reduce_scatter", {"reduce_scatter"}),
+    "last_chunk": ("all_gather", {"all_gather"}),
+    # stale results
+    "skip_repeat": ("all_reduce", {"all_reduce"}),
+    "skip_same_recv": ("broadcast", {"broadcast"}),
+    # stream order of collectives
+    "no_stream_wait": ("all_to_all", {"stream_order_ccl"}),
+    # rooted and point-to-point
+    "reduce_inplace_clobber": ("reduce", {"reduce"}),
+    "recv_any_source": ("sendrecv", {"p2p_matching"}),
+    # device API semantics
+    "query_always_done": ("sendrecv", {"stream_order"}),
+    "event_query_always_done": ("sendrecv", {"stream_order"}),
+    "elapsed_zero": ("sendrecv", {"events_timing"}),
+    "elapsed_seconds": ("sendrecv", {"events_timing"}),
+    "wait_event_ignored": ("sendrecv", {"events_timing"}),
+    "free_leaks": ("sendrecv", {"alloc_free"}),
+    "mem_info_always_free": ("sendrecv", {"alloc_free"}),
+    "mem_info_double_total": ("sendrecv", {"alloc_free"}),
+    "bad_free_ok": ("sendrecv", {"bad_free"}),
+}
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("mutants")
+    project = new_plugin(NAME, "c", root)
+    lib = root / f"lib{NAME}.so"
+    cmd = [CC, "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-fvisibility=hidden",
+           f"-I{project / 'include'}", f"-I{ROOT / 'csrc' / 'common'}",
+           f'-DTEMPLATE_SOURCE="{project / "src" / f"{NAME}.c"}"', f'-DNAME="{NAME}"', "-o", str(lib),
+           str(HERE / "c" / "conformance_mutants.c"), "-lpthread"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return lib
+
+
+def _certify(library: Path, tmp_path: Path, defect: str | None, *args: str) -> tuple[int, dict, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_DEVICES", "MUTANT_DEFECT")}
+    env.update(ANYCHIP_PLUGIN_PATH=str(library), ANYCHIP_LOG_LEVEL="ERROR")
+    if defect:
+        env["MUTANT_DEFECT"] = defect
+    out = tmp_path / "out.json"
+    r = subprocess.run([sys.executable, "-m", "anychip.cli", "conformance", "--device", NAME, "--json", str(out),
+                        "--no-progress", "--no-tables", *args], capture_output=True, text=True, env=env, timeout=600)
+    return r.returncode, json.loads(out.read_text())["backends"][0], r.stdout + r.stderr
+
+
+def test_the_plugin_without_a_defect_passes_every_case(library: Path, tmp_path: Path) -> None:
+    """The control: the default quick run (3 ranks, the faults too), every case passed, its
+    collectives the plugin's own."""
+    rc, b, text = _certify(library, tmp_path, None)
+    assert rc == 0, text[-4000:]
+    assert b["transport"] == f"native/{NAME} collectives (simulated)" and b["ranks"] == 3
+    assert {c["status"] for c in b["cases"]} == {"passed"}, [c for c in b["cases"] if c["status"] != "passed"]
+
+
+@pytest.mark.parametrize("defect", sorted(MUTANTS))
+def test_each_planted_defect_fails_the_case_of_its_class(library: Path, tmp_path: Path, defect: str) -> None:
+    op, cases = MUTANTS[defect]
+    rc, b, text = _certify(library, tmp_path, defect, "-c", op, "--no-faults")
+    assert rc == 1, f"{defect} passed the suite:\n{text[-3000:]}"
+    failed = {c["name"] for c in b["cases"] if c["status"] == "failed"}
+    assert cases <= failed, (defect, failed, text[-3000:])
+    for c in b["cases"]:
+        if c["name"] in cases:
+            assert c["detail"].startswith("rank ") or "rows" in c["detail"], c
+            assert c["expected"] and c["got"], c
+
+
+def test_an_unknown_defect_is_refused_with_the_reason(library: Path) -> None:
+    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(library), "MUTANT_DEFECT": "banana"}
+    env.pop("ANYCHIP_DEVICES", None)
+    r = subprocess.run([sys.executable, "-m", "anychip.cli", "plugin", "check", str(library)], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode != 0
+    assert "MUTANT_DEFECT=banana is not a defect this library knows" in r.stdout + r.stderr
