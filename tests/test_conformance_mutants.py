@@ -7,7 +7,8 @@ in the case that owns the defect's class: a suite that lets one through has lost
 
 Each run certifies the one collective the defect is easiest to see in (``-c``; the rows of that
 collective are the default quick ones, so the default command catches it too) without the fault
-cases, to keep the runs short.
+cases, to keep the runs short; defects of the device API and of point-to-point matching, which
+the named cases catch whatever the rows, run with a single small row.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc) to build the test plugin")
 NAME = "mutchip"
 
-#: defect -> (the collective certified, the cases that must fail); by class
+#: defect -> (the collective certified, the cases that must fail); by class ("sendrecv": with one row)
 MUTANTS = {
     # rounding and overflow
     "bf16_truncate": ("all_reduce", {"all_reduce"}),
@@ -96,7 +97,8 @@ def test_the_plugin_without_a_defect_passes_every_case(library: Path, tmp_path: 
 @pytest.mark.parametrize("defect", sorted(MUTANTS))
 def test_each_planted_defect_fails_the_case_of_its_class(library: Path, tmp_path: Path, defect: str) -> None:
     op, cases = MUTANTS[defect]
-    rc, b, text = _certify(library, tmp_path, defect, "-c", op, "--no-faults")
+    rows = ("-d", "int8", "-b", "8", "-e", "8") if op == "sendrecv" else ()
+    rc, b, text = _certify(library, tmp_path, defect, "-c", op, "--no-faults", *rows)
     assert rc == 1, f"{defect} passed the suite:\n{text[-3000:]}"
     failed = {c["name"] for c in b["cases"] if c["status"] == "failed"}
     assert cases <= failed, (defect, failed, text[-3000:])
@@ -113,3 +115,98 @@ def test_an_unknown_defect_is_refused_with_the_reason(library: Path) -> None:
                        text=True, env=env, timeout=120)
     assert r.returncode != 0
     assert "MUTANT_DEFECT=banana is not a defect this library knows" in r.stdout + r.stderr
+
+
+# -- the same device-API defects in a Python plugin (the Python scaffold) -------------------------------
+
+PY_NAME = "mutpy"
+
+PY_MUTANTS_MODULE = '''
+"""The Python scaffold's plugin with the defect MUTANT_DEFECT names (none: as generated)."""
+import os
+
+from anychip_mutpy import MutpyPlugin
+
+DEFECT = os.environ.get("MUTANT_DEFECT", "")
+
+
+class MutantPlugin(MutpyPlugin):
+    def _stream_query(self, index, stream):
+        return True if DEFECT == "query_always_done" else super()._stream_query(index, stream)
+
+    def _event_query(self, index, event):
+        return True if DEFECT == "event_query_always_done" else super()._event_query(index, event)
+
+    def _event_elapsed_ms(self, index, start, end):
+        ms = super()._event_elapsed_ms(index, start, end)
+        return {"elapsed_zero": 0.0, "elapsed_seconds": ms / 1000}.get(DEFECT, ms)
+
+    def _stream_wait_event(self, index, stream, event):
+        if DEFECT != "wait_event_ignored":
+            super()._stream_wait_event(index, stream, event)
+
+    def _free(self, index, handle):
+        mem = self._mem[index]
+        if DEFECT == "bad_free_ok" and handle not in mem.live:
+            return
+        size = mem.live[handle].size if handle in mem.live else 0
+        super()._free(index, handle)
+        if DEFECT == "free_leaks":
+            with mem.lock:
+                mem.used += size
+
+    def _mem_info(self, index):
+        free, total = super()._mem_info(index)
+        if DEFECT == "mem_info_always_free":
+            return total, total
+        if DEFECT == "mem_info_double_total":
+            return free + total, 2 * total
+        return free, total
+'''
+
+#: the device API's defects: the case that must fail
+PY_MUTANTS = {d: MUTANTS[d][1] for d in ("query_always_done", "event_query_always_done", "elapsed_zero",
+                                         "elapsed_seconds", "wait_event_ignored", "free_leaks",
+                                         "mem_info_always_free", "mem_info_double_total", "bad_free_ok")}
+
+
+@pytest.fixture(scope="module")
+def python_plugin(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """PYTHONPATH for the rendered project and the mutant module, with a dist-info naming it
+    under anychip.plugins: every rank finds it through the registry, as an installed plugin."""
+    root = tmp_path_factory.mktemp("pymutants")
+    project = new_plugin(PY_NAME, "python", root / "project")
+    (root / "mutpy_defects.py").write_text(PY_MUTANTS_MODULE)
+    dist = root / "mutpy_defects-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mutpy-defects\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[anychip.plugins]\n{PY_NAME} = mutpy_defects:MutantPlugin\n")
+    return {"PYTHONPATH": os.pathsep.join([str(root), str(project), str(ROOT)])}
+
+
+def _certify_py(env_extra: dict[str, str], tmp_path: Path, defect: str | None) -> tuple[int, dict, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_DEVICES", "MUTANT_DEFECT", "ANYCHIP_PLUGIN_PATH")}
+    env.update(env_extra, ANYCHIP_LOG_LEVEL="ERROR")
+    if defect:
+        env["MUTANT_DEFECT"] = defect
+    out = tmp_path / "out.json"
+    # the device cases do not depend on the rows: one small row keeps the run short
+    r = subprocess.run([sys.executable, "-m", "anychip.cli", "conformance", "--device", PY_NAME, "--json", str(out),
+                        "--no-progress", "--no-tables", "--no-faults", "-c", "sendrecv", "-d", "int8", "-b", "8",
+                        "-e", "8"], capture_output=True, text=True, env=env, timeout=600)
+    return r.returncode, json.loads(out.read_text())["backends"][0], r.stdout + r.stderr
+
+
+def test_the_python_plugin_without_a_defect_passes(python_plugin: dict[str, str], tmp_path: Path) -> None:
+    rc, b, text = _certify_py(python_plugin, tmp_path, None)
+    assert rc == 0, text[-4000:]
+    assert {c["status"] for c in b["cases"]} == {"passed"}
+
+
+@pytest.mark.parametrize("defect", sorted(PY_MUTANTS))
+def test_each_device_api_defect_of_a_python_plugin_fails(python_plugin: dict[str, str], tmp_path: Path,
+                                                         defect: str) -> None:
+    rc, b, text = _certify_py(python_plugin, tmp_path, defect)
+    assert rc == 1, f"{defect} passed the suite:\n{text[-3000:]}"
+    failed = {c["name"] for c in b["cases"] if c["status"] == "failed"}
+    assert PY_MUTANTS[defect] <= failed, (defect, failed)
