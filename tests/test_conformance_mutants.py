@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from anychip.conformance.cases import CASE_NAMES
 from anychip.scaffold import new_plugin
 
 HERE = Path(__file__).parent
@@ -28,6 +29,7 @@ ROOT = HERE.parent
 CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc) to build the test plugin")
 NAME = "mutchip"
+CASE_ORDER = list(CASE_NAMES)
 
 #: defect -> (the collective certified, the cases that must fail); by class ("sendrecv": with one row)
 MUTANTS = {
@@ -210,3 +212,43 @@ def test_each_device_api_defect_of_a_python_plugin_fails(python_plugin: dict[str
     assert rc == 1, f"{defect} passed the suite:\n{text[-3000:]}"
     failed = {c["name"] for c in b["cases"] if c["status"] == "failed"}
     assert PY_MUTANTS[defect] <= failed, (defect, failed)
+
+
+# -- the suite's own robustness: deadlines and signals ----------------------------------------------------
+
+def _env(library: Path, defect: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_DEVICES",)}
+    env.update(ANYCHIP_PLUGIN_PATH=str(library), ANYCHIP_LOG_LEVEL="ERROR", MUTANT_DEFECT=defect)
+    return env
+
+
+def test_a_case_without_an_answer_fails_at_its_deadline(library: Path, tmp_path: Path) -> None:
+    """Streams and events that never report completion: the collective's wait never ends; the case
+    fails after --deadline seconds naming itself and the rank, and the run ends with a verdict."""
+    out = tmp_path / "out.json"
+    r = subprocess.run([sys.executable, "-m", "anychip.cli", "conformance", "--device", NAME, "--json", str(out),
+                        "--no-progress", "--deadline", "15", "--no-faults", "-c", "all_reduce", "-d", "int8", "-b",
+                        "8", "-e", "8"], capture_output=True, text=True, env=_env(library, "never_done"), timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    b = json.loads(out.read_text())["backends"][0]
+    late = [c for c in b["cases"] if "no answer in 15 s" in c["detail"]]
+    assert len(late) == 1 and late[0]["status"] == "failed", b["cases"]
+    assert late[0]["detail"].startswith("rank ") and f"(case {late[0]['name']})" in late[0]["detail"]
+    after = CASE_ORDER[CASE_ORDER.index(late[0]["name"]) + 1:]
+    assert all(c["status"] == "failed" and c["detail"].startswith("not run") for c in b["cases"] if c["name"] in after)
+
+
+def test_sigterm_stops_the_whole_run(library: Path, tmp_path: Path) -> None:
+    """SIGTERM while a backend's ranks hang: the ranks are stopped and no further backend starts."""
+    import signal
+    import time
+    p = subprocess.Popen([sys.executable, "-m", "anychip.cli", "conformance", "--device", f"{NAME},cpu",
+                          "--no-progress", "--deadline", "300", "--no-faults", "-c", "all_reduce", "-d", "int8", "-b",
+                          "8", "-e", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=_env(library, "never_done"))
+    time.sleep(10)                       # the first backend's ranks are up and waiting forever
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143, out + err
+    assert "conformance: stopped by signal 15; the remaining backends were not run" in err
+    assert "cpu" not in out

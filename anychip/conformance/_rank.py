@@ -146,7 +146,7 @@ def main_job(cfg: Config, path: str) -> int:
     dev, n, rank = comm.device, comm.size, comm.rank
     lead = rank == 0
     out = _Writer(path if lead else None)
-    deadline = Deadline(path, rank, max(60.0, 2 * cfg.timeout))
+    deadline = Deadline(path, rank, cfg.deadline or max(10.0, 0.75 * cfg.timeout))
     per_device = -(-n // max(1, dev.plugin.device_count()))
     if lead:
         out.write("start", device=str(dev), backend=dev.backend, simulated=bool(dev.simulated),

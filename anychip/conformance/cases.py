@@ -95,6 +95,7 @@ class Config:
     largest_copy: int = (8 << 20) + 11           # the device cases' copies: 1 B up to this
     faults: bool = True
     timeout: float = 60.0                      # ANYCHIP_COLLECTIVE_TIMEOUT of the run's communicators
+    deadline: float = 0.0                      # seconds a case may take on a rank (0: 3/4 of timeout, >= 10)
     mode: str = "quick"
 
     def to_json(self) -> dict:

@@ -77,7 +77,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         cfg.roots, explicit = _roots(args.root, cfg.ranks), True
     if explicit:
         cfg.coverage = cfg.boundary = ()          # the rows are exactly the ones asked for
-    for name in ("iters", "warmup", "timeout"):
+    for name in ("iters", "warmup", "timeout", "deadline"):
         v = getattr(args, name)
         if v is not None:
             if v < 0:
@@ -108,6 +108,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=None, help="timed iterations per row")
     p.add_argument("--warmup", type=int, default=None, help="untimed iterations first")
     p.add_argument("--timeout", type=float, default=None, help="ANYCHIP_COLLECTIVE_TIMEOUT of the run (default 60)")
+    p.add_argument("--deadline", type=float, default=None,
+                   help="seconds a case may take on a rank before it fails with 'no answer' (default: 3/4 of "
+                        "--timeout, at least 10: before the other ranks' collectives time out)")
     p.add_argument("--no-faults", action="store_true", help="skip the fault cases (timeout, killed rank, ...)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="the short defaults (the default)")

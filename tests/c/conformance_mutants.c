@@ -23,6 +23,7 @@
  *   device API             query_always_done event_query_always_done elapsed_zero elapsed_seconds
  *                          wait_event_ignored free_leaks mem_info_always_free mem_info_double_total
  *                          bad_free_ok
+ *   the suite's deadline   never_done (stream and event queries never report completion)
  */
 #define anychip_plugin_init template_plugin_init
 #include TEMPLATE_SOURCE
@@ -47,13 +48,13 @@ enum {
     D_NONE, D_BF16_TRUNCATE, D_FP16_TRUNCATE, D_INT8_SATURATE, D_TAIL8, D_TAIL4, D_LAST_CHUNK, D_SKIP_REPEAT,
     D_SKIP_SAME_RECV, D_NO_STREAM_WAIT, D_REDUCE_INPLACE_CLOBBER, D_RECV_ANY_SOURCE, D_QUERY_ALWAYS_DONE,
     D_EVENT_QUERY_ALWAYS_DONE, D_ELAPSED_ZERO, D_ELAPSED_SECONDS, D_WAIT_EVENT_IGNORED, D_FREE_LEAKS,
-    D_MEM_INFO_ALWAYS_FREE, D_MEM_INFO_DOUBLE_TOTAL, D_BAD_FREE_OK, D_COUNT
+    D_MEM_INFO_ALWAYS_FREE, D_MEM_INFO_DOUBLE_TOTAL, D_BAD_FREE_OK, D_NEVER_DONE, D_COUNT
 };
 static const char *const defects[D_COUNT] = {
     "none", "bf16_truncate", "fp16_truncate", "int8_saturate", "tail8", "tail4", "last_chunk", "skip_repeat",
     "skip_same_recv", "no_stream_wait", "reduce_inplace_clobber", "recv_any_source", "query_always_done",
     "event_query_always_done", "elapsed_zero", "elapsed_seconds", "wait_event_ignored", "free_leaks",
-    "mem_info_always_free", "mem_info_double_total", "bad_free_ok"
+    "mem_info_always_free", "mem_info_double_total", "bad_free_ok", "never_done"
 };
 static int defect = D_NONE;
 static size_t chunk = 1u << 20;
@@ -73,11 +74,13 @@ static anychip_status read_defect(void) {
 /* ---- device API defects ----------------------------------------------------------------- */
 static anychip_status mutant_stream_query(int d, anychip_stream s) {
     anychip_status rc = stream_query(d, s);
+    if (defect == D_NEVER_DONE && rc == S_OK) return S_NOT_READY;
     return defect == D_QUERY_ALWAYS_DONE && rc == S_NOT_READY ? S_OK : rc;
 }
 
 static anychip_status mutant_event_query(int d, anychip_event e) {
     anychip_status rc = event_query(d, e);
+    if (defect == D_NEVER_DONE && rc == S_OK) return S_NOT_READY;
     return defect == D_EVENT_QUERY_ALWAYS_DONE && rc == S_NOT_READY ? S_OK : rc;
 }
 
