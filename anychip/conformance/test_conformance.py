@@ -35,7 +35,8 @@ def _config(pytestconfig: Any) -> Any:
 
     from anychip.conformance.command import FULL, QUICK
     full = pytestconfig.getoption("anychip_full", default=False)
-    return replace(FULL if full else QUICK, ranks=pytestconfig.getoption("anychip_ranks", default=2) or 2)
+    ranks = pytestconfig.getoption("anychip_ranks", default=QUICK.ranks) or QUICK.ranks
+    return replace(FULL if full else QUICK, ranks=ranks)
 
 
 def _suite(backend: str, pytestconfig: Any) -> dict:
