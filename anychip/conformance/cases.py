@@ -672,15 +672,16 @@ def _alloc_free(dev: Any, ranks_per_device: int = 1) -> None:
                               free1)
         b.free()
         dev.empty_cache()
-    # the memory mem_info says is free can be had: half of it (this rank's share), in pieces
-    want = min(free0, total) // (2 * max(1, ranks_per_device))
+    # the memory mem_info says is free can be had: three quarters of this rank's share, in pieces
+    want = 3 * min(free0, total) // (4 * max(1, ranks_per_device))
+    piece = max(1 << 20, min(chunk, want // 8))
     held: list[Any] = []
     try:
-        while sum(b.nbytes for b in held) + chunk <= want:
-            held.append(dev.alloc(chunk))
+        while sum(b.nbytes for b in held) + piece <= want:
+            held.append(dev.alloc(piece))
     except OutOfMemoryError as exc:
         got = sum(b.nbytes for b in held)
-        raise Failure(f"half of the {free0} bytes mem_info() called free, in pieces of {chunk}",
+        raise Failure(f"3/4 of the {free0} bytes mem_info() called free, in pieces of {piece}",
                       f"{want} bytes allocated", f"OutOfMemoryError after {got}: {exc}") from None
     finally:
         for b in held:
