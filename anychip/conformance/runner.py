@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .cases import CASE_NAMES, COMM_CASES, DEVICE_CASES, FAULT_CASES, OPS, Config, plan
+from .cases import CASE_NAMES, COMM_CASES, DEVICE_CASES, FAULT_CASES, OPS, Config, names_rank, plan
 
 __all__ = ["run_backend", "available_backends", "Progress"]
 
@@ -153,7 +153,7 @@ def killed_rank(backend: str, cfg: Config, tmp: str) -> dict:
             problems.append((r, f"exit {rc} without a result: {(se or so).strip()[-400:]}"))
             continue
         got = json.loads(line.split(" ", 1)[1])
-        ok = (got["error"] in ("CollectiveError", "CollectiveTimeout") and f"rank {n - 1}" in got["message"]
+        ok = (got["error"] in ("CollectiveError", "CollectiveTimeout") and names_rank(got["message"], n - 1)
               and got["seconds"] < 10)
         if not ok:
             problems.append((r, f"{got['error']} after {got['seconds']:.1f} s: {got['message'] or 'no error'}"))
