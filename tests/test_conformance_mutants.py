@@ -59,6 +59,7 @@ MUTANTS = {
     "mem_info_always_free": ("sendrecv", {"alloc_free"}),
     "mem_info_double_total": ("sendrecv", {"alloc_free"}),
     "bad_free_ok": ("sendrecv", {"bad_free"}),
+    "copy_large_short": ("sendrecv", {"copy_h2d_d2h"}),
 }
 
 

@@ -22,7 +22,7 @@
  *   rooted, point to point reduce_inplace_clobber recv_any_source
  *   device API             query_always_done event_query_always_done elapsed_zero elapsed_seconds
  *                          wait_event_ignored free_leaks mem_info_always_free mem_info_double_total
- *                          bad_free_ok
+ *                          bad_free_ok copy_large_short (copies above 2 MiB miss their last byte)
  *   the suite's deadline   never_done (stream and event queries never report completion)
  */
 #define anychip_plugin_init template_plugin_init
@@ -48,13 +48,13 @@ enum {
     D_NONE, D_BF16_TRUNCATE, D_FP16_TRUNCATE, D_INT8_SATURATE, D_TAIL8, D_TAIL4, D_LAST_CHUNK, D_SKIP_REPEAT,
     D_SKIP_SAME_RECV, D_NO_STREAM_WAIT, D_REDUCE_INPLACE_CLOBBER, D_RECV_ANY_SOURCE, D_QUERY_ALWAYS_DONE,
     D_EVENT_QUERY_ALWAYS_DONE, D_ELAPSED_ZERO, D_ELAPSED_SECONDS, D_WAIT_EVENT_IGNORED, D_FREE_LEAKS,
-    D_MEM_INFO_ALWAYS_FREE, D_MEM_INFO_DOUBLE_TOTAL, D_BAD_FREE_OK, D_NEVER_DONE, D_COUNT
+    D_MEM_INFO_ALWAYS_FREE, D_MEM_INFO_DOUBLE_TOTAL, D_BAD_FREE_OK, D_NEVER_DONE, D_COPY_LARGE_SHORT, D_COUNT
 };
 static const char *const defects[D_COUNT] = {
     "none", "bf16_truncate", "fp16_truncate", "int8_saturate", "tail8", "tail4", "last_chunk", "skip_repeat",
     "skip_same_recv", "no_stream_wait", "reduce_inplace_clobber", "recv_any_source", "query_always_done",
     "event_query_always_done", "elapsed_zero", "elapsed_seconds", "wait_event_ignored", "free_leaks",
-    "mem_info_always_free", "mem_info_double_total", "bad_free_ok", "never_done"
+    "mem_info_always_free", "mem_info_double_total", "bad_free_ok", "never_done", "copy_large_short"
 };
 static int defect = D_NONE;
 static size_t chunk = 1u << 20;
@@ -93,6 +93,19 @@ static anychip_status mutant_elapsed(int d, float *ms, anychip_event a, anychip_
 
 static anychip_status mutant_wait_event(int d, anychip_stream s, anychip_event e) {
     return defect == D_WAIT_EVENT_IGNORED ? S_OK : stream_wait_event(d, s, e);
+}
+
+static size_t copied(size_t n) {
+    return defect == D_COPY_LARGE_SHORT && n > (2u << 20) ? n - 1 : n;
+}
+
+static anychip_status mutant_copy(int d, void *dst, const void *src, size_t n, anychip_copy_kind kind) {
+    return copy_sync(d, dst, src, copied(n), kind);
+}
+
+static anychip_status mutant_copy_async(int d, void *dst, const void *src, size_t n, anychip_copy_kind kind,
+                                        anychip_stream s) {
+    return copy_async(d, dst, src, copied(n), kind, s);
 }
 
 static anychip_status mutant_free(int d, void *ptr) {
@@ -596,6 +609,8 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     p->event_elapsed_ms = mutant_elapsed;
     p->stream_wait_event = mutant_wait_event;
     p->mem_free = mutant_free;
+    p->copy = mutant_copy;
+    p->copy_async = mutant_copy_async;
     p->mem_info = mutant_mem_info;
     p->get_unique_id = get_unique_id;
     p->comm_init_rank = comm_init_rank;
