@@ -273,13 +273,14 @@ def _storage(dtype: str) -> np.dtype:
 def encode(values: np.ndarray, dtype: str) -> np.ndarray:
     """Values -> the dtype's bytes: integers wrap as the dtype does (modular, as NCCL's integer
     reductions); floats round to nearest even (bfloat16 too)."""
-    if dtype == "bfloat16":
-        u = np.asarray(values, np.float64).astype(np.float32).view(np.uint32).astype(np.uint64)
-        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    if dtype == "bfloat16":           # (finite values: the sum below cannot overflow)
+        u = np.asarray(values).astype(np.float32).view(np.uint32)
+        return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
     st = _storage(dtype)
-    if st.kind in "iu":
-        return np.asarray(values).astype(np.int64).astype(st)
-    return np.asarray(values).astype(st)
+    values = np.asarray(values)
+    if st.kind in "iu" and values.dtype.kind == "f":
+        values = values.astype(np.int64)
+    return values.astype(st)
 
 
 def decode(raw: np.ndarray, dtype: str) -> np.ndarray:
@@ -291,14 +292,10 @@ def decode(raw: np.ndarray, dtype: str) -> np.ndarray:
 _M64 = np.uint64((1 << 64) - 1)
 
 
-def _hash(index: np.ndarray, key: int) -> np.ndarray:
-    """A counter-based hash (splitmix64) of element indices: every rank computes every rank's
-    values, for any slice, without communicating."""
-    with np.errstate(over="ignore"):
-        z = index.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(key & ((1 << 64) - 1))
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
+def _bits(count: int, key: int) -> np.ndarray:
+    """``count`` random 64-bit words from ``key`` (PCG64): every rank computes every rank's values
+    without communicating."""
+    return np.random.PCG64(key & ((1 << 63) - 1)).random_raw(count)
 
 
 #: inputs repeat with this period (a prime): the expected values are computed over one period
@@ -311,13 +308,12 @@ _INT_RANGE = {"int8": (-128, 256), "uint8": (0, 256), "int32": (-(1 << 31), 1 <<
 
 def _floats(h: np.ndarray, dtype: str, lo: int, hi: int) -> np.ndarray:
     """Random values exactly representable in the dtype: every mantissa bit it has, a sign,
-    a binary exponent in [lo, hi)."""
-    bits = _MANTISSA[dtype]
-    mant = ((h >> np.uint64(11)) & np.uint64((1 << (bits - 1)) - 1)).astype(np.float64)
-    mant = 1.0 + mant / float(1 << (bits - 1))
-    exp = ((h >> np.uint64(3)) % np.uint64(hi - lo)).astype(np.int64) + lo
-    sign = np.where((h & np.uint64(1)) == 1, -1.0, 1.0)
-    return sign * np.ldexp(mant, exp)
+    a binary exponent in [lo, hi) (built as float64 bit patterns)."""
+    bits = _MANTISSA[dtype] - 1
+    u64 = np.uint64
+    mant = ((h >> u64(11)) & u64((1 << bits) - 1)) << u64(52 - bits)
+    exp = (h >> u64(3)) % u64(hi - lo) + u64(lo + 1023)
+    return ((h << u64(63)) | (exp << u64(52)) | mant).view(np.float64)
 
 
 def inputs(count: int, dtype: str, redop: str, n: int, rank: int, seed: int) -> np.ndarray:
@@ -338,7 +334,6 @@ def inputs(count: int, dtype: str, redop: str, n: int, rank: int, seed: int) -> 
     size moved to the wrong place, dropped or repeated still shows)."""
     if count > PERIOD:
         return np.resize(inputs(PERIOD, dtype, redop, n, rank, seed), count)
-    idx = np.arange(count, dtype=np.uint64)
     key = seed * 1_000_003 + 17
     if redop == "avg":
         h = (np.arange(count, dtype=np.int64) * 2654435761 + seed * 1000003 + rank * 7919) % 2147483647
@@ -346,7 +341,7 @@ def inputs(count: int, dtype: str, redop: str, n: int, rank: int, seed: int) -> 
             return h % (255 // n + 1)
         v = max(1, 127 // n)
         return h % (2 * v + 1) - v
-    mine = _hash(idx, key * 131 + rank + 1)
+    mine = _bits(count, key * 131 + rank + 1)
     if dtype in _INT_RANGE:
         lo, span = _INT_RANGE[dtype]
         if span > 1 << 62:
@@ -355,7 +350,7 @@ def inputs(count: int, dtype: str, redop: str, n: int, rank: int, seed: int) -> 
     if redop in ("min", "max"):
         return _floats(mine, dtype, -6, 7)
     # sum / prod of floats: two active ranks per element
-    pick = _hash(idx, key)
+    pick = _bits(count, key)
     a = (pick % np.uint64(n)).astype(np.int64)
     b = (a + 1 + ((pick >> np.uint64(32)) % np.uint64(max(1, n - 1))).astype(np.int64)) % n
     if redop == "prod":
@@ -560,6 +555,8 @@ def collective_row(comm: Any, row: Row, cfg: Config, index: int, timed: bool = T
     placements = ("oop",) if row.op == "sendrecv" else ("oop", "ip")
     slots = max(1, cfg.checks)
     order = [*range(cfg.checks), slots - 1] if cfg.checks else []
+    if not timed and cfg.checks:         # the coverage and boundary rows: one slot, then the repeat
+        order = [0, 0]
     for place in placements:
         lay = _Layout(comm, row, place == "ip", slots)
         try:
@@ -588,7 +585,7 @@ def _same(what: str, got: np.ndarray, expect: np.ndarray) -> None:
 class _Busy:
     """Device work that provably takes a while: memsets of a scratch buffer queued on a stream.
 
-    The time of one memset is measured first (the fastest of several rounds, queued back to
+    The time of one memset is measured first (the fastest of four rounds, queued back to
     back); ``hold`` queues enough of them that, even at four times that speed, they take
     ``seconds``. Until
     then the stream cannot be done, an event recorded after them cannot have completed, and a
@@ -600,11 +597,11 @@ class _Busy:
         self.dev = dev
         _, total = dev.mem_info()
         cap = max(1 << 20, min(1 << 30, total // (16 * max(1, ranks_per_device))))
-        nbytes = min(64 << 20, cap)
+        nbytes = min(16 << 20, cap)
         stream = anychip.Stream(dev)
         while True:
             self.buf = dev.alloc(nbytes)
-            self.per = min(self._measure(stream) for _ in range(5))
+            self.per = min(self._measure(stream) for _ in range(4))
             if self.per >= 1e-3 or nbytes * 4 > cap:
                 break
             self.buf.free()
@@ -614,10 +611,17 @@ class _Busy:
 
     def _measure(self, stream: Any) -> float:
         t = time.perf_counter()
-        for v in (1, 2, 3, 4):
+        for v in (1, 2):
             self.buf.memset(v, stream=stream)
         stream.synchronize()
-        return (time.perf_counter() - t) / 4
+        return (time.perf_counter() - t) / 2
+
+    @classmethod
+    def of(cls, dev: Any, ranks_per_device: int) -> _Busy:
+        """The device's one scratch buffer and its measured speed (made on first use, kept)."""
+        if dev.name not in _BUSY:
+            _BUSY[dev.name] = cls(dev, ranks_per_device)
+        return _BUSY[dev.name]
 
     def hold(self, stream: Any, seconds: float = 0.03) -> tuple[float, float]:
         """Queue the work on ``stream``; (when the first memset was queued, the least seconds
@@ -629,8 +633,9 @@ class _Busy:
             self.buf.memset(self.value, stream=stream)
         return t0, k * self.per / 4
 
-    def free(self) -> None:
-        self.buf.free()
+
+
+_BUSY: dict[str, _Busy] = {}
 
 
 def _alloc_free(dev: Any, ranks_per_device: int = 1) -> None:
@@ -845,14 +850,8 @@ def device_cases(dev: Any, names: tuple[str, ...] = DEVICE_CASES, ranks_per_devi
                  largest_copy: int = 64 << 20) -> list[Outcome]:
     """The device API cases on ``dev`` (``ranks_per_device``: how many ranks share it, so that
     memory the case allocates leaves room for the others; copies up to ``largest_copy`` bytes)."""
-    busy: list[_Busy] = []
-
     def with_busy(fn: Callable[[Any, _Busy], None]) -> Callable[[], None]:
-        def run() -> None:
-            if not busy:
-                busy.append(_Busy(dev, ranks_per_device))
-            fn(dev, busy[0])
-        return run
+        return lambda: fn(dev, _Busy.of(dev, ranks_per_device))
 
     fns: dict[str, Callable[[], None]] = {
         "alloc_free": lambda: _alloc_free(dev, ranks_per_device),
@@ -864,11 +863,7 @@ def device_cases(dev: Any, names: tuple[str, ...] = DEVICE_CASES, ranks_per_devi
         "oom_recovery": lambda: _oom_recovery(dev),
         "bad_free": lambda: _bad_free(dev),
     }
-    try:
-        return [run_case(name, "device", fns[name]) for name in names]
-    finally:
-        if busy:
-            busy[0].free()
+    return [run_case(name, "device", fns[name]) for name in names]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -878,24 +873,21 @@ def device_cases(dev: Any, names: tuple[str, ...] = DEVICE_CASES, ranks_per_devi
 def _stream_order_ccl(comm: Any, cfg: Config, ranks_per_device: int) -> None:
     """Each collective queued behind work that takes a while, then its input's copy, then it, then
     the copy of its result: it must see the input and its result must be complete before the copy."""
-    busy = _Busy(comm.device, ranks_per_device)
-    try:
-        bad = []
-        for i, op in enumerate(o for o in OPS if o in cfg.ops):
-            row = _row(op, 133_000, "float32", "sum", comm.size - 1, comm.size, "prime")
-            lay = _Layout(comm, row, False, 1)
-            try:
-                w = _check_once(comm, row, lay, 0, 50_000 + i, busy)
-            finally:
-                lay.free()
-            if w:
-                bad.append((op, w))
-        if bad:
-            raise Failure(f"{', '.join(op for op, _ in bad)} queued on a stream behind memsets, then its input's copy "
-                          "(not waited for), then the copy of its result", "#wrong 0",
-                          ", ".join(f"{op} #wrong {w}" for op, w in bad))
-    finally:
-        busy.free()
+    busy = _Busy.of(comm.device, ranks_per_device)
+    bad = []
+    for i, op in enumerate(o for o in OPS if o in cfg.ops):
+        row = _row(op, 133_000, "float32", "sum", comm.size - 1, comm.size, "prime")
+        lay = _Layout(comm, row, False, 1)
+        try:
+            w = _check_once(comm, row, lay, 0, 50_000 + i, busy)
+        finally:
+            lay.free()
+        if w:
+            bad.append((op, w))
+    if bad:
+        raise Failure(f"{', '.join(op for op, _ in bad)} queued on a stream behind memsets, then its input's copy "
+                      "(not waited for), then the copy of its result", "#wrong 0",
+                      ", ".join(f"{op} #wrong {w}" for op, w in bad))
 
 
 def _payload(count: int, src: int, dst: int, m: int) -> np.ndarray:
