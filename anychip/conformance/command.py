@@ -60,8 +60,8 @@ def _sizes(cfg: Config, args: argparse.Namespace) -> None:
 def config_from_args(args: argparse.Namespace) -> Config:
     """The run's Config: ``--quick`` (default) or ``--full`` defaults, then every flag given."""
     from ..runtime.errors import InvalidArgumentError
-    cfg = replace(FULL if args.full else QUICK, ranks=args.nprocs)
-    if args.nprocs < 1:
+    cfg = replace(FULL if args.full else QUICK, ranks=args.nprocs or QUICK.ranks)
+    if args.nprocs is not None and args.nprocs < 1:
         raise InvalidArgumentError(f"conformance: -n must be at least 1, got {args.nprocs}")
     _sizes(cfg, args)
     if args.collective is not None:
@@ -95,9 +95,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                               "4 KiB and 133000 B. --full: 8 B..64 MiB x2, 10 iterations, 3 checks. "
                               "Giving -d, -o or -r measures exactly the rows asked for.")
     p.add_argument("--device", default=None, help="backend(s) to certify, comma separated (default: every available)")
-    p.add_argument("-n", "--nprocs", type=int, default=QUICK.ranks,
-                   help=f"ranks (default {QUICK.ranks}: rooted and point-to-point cases need a third rank to tell "
-                        "peers apart; ranks share devices where the backend has fewer)")
+    p.add_argument("-n", "--nprocs", type=int, default=None,
+                   help="ranks (default: 3 where the backend has 3 devices or more, so that rooted and point-to-point "
+                        "cases tell peers apart; else 2)")
     p.add_argument("-b", "--minbytes", default=None, help="smallest size")
     p.add_argument("-e", "--maxbytes", default=None, help="largest size")
     p.add_argument("-f", "--stepfactor", type=int, default=None, help="size multiplication factor")
@@ -149,9 +149,21 @@ class Stopped(Exception):
         self.code = code
 
 
-def run(backends: list[str], cfg: Config, progress: bool = False) -> list[dict]:
-    """Each backend in turn; a job ended by SIGTERM or Ctrl-C (the launcher's 143 / 130), or one
-    arriving between jobs, stops the whole run (:class:`Stopped`)."""
+def default_ranks(backend: str) -> int:
+    """3 ranks where the backend has 3 devices or more, else 2 (sharing its devices)."""
+    from ..runtime.registry import backend as lookup
+    info = lookup(backend)
+    try:
+        count = info.plugin.device_count() if info is not None and info.available else 0
+    except Exception:  # noqa: BLE001 - the run itself reports a backend that cannot count its devices
+        count = 0
+    return 3 if count >= 3 else 2
+
+
+def run(backends: list[str], cfg: Config, progress: bool = False, ranks: int | None = None) -> list[dict]:
+    """Each backend in turn (with ``ranks`` ranks, or :func:`default_ranks`); a job ended by SIGTERM
+    or Ctrl-C (the launcher's 143 / 130), or one arriving between jobs, stops the whole run
+    (:class:`Stopped`)."""
     import signal
     import threading
 
@@ -166,7 +178,7 @@ def run(backends: list[str], cfg: Config, progress: bool = False) -> list[dict]:
     try:
         results = []
         for b in backends:
-            res = run_backend(b, cfg, bar)
+            res = run_backend(b, replace(cfg, ranks=ranks or default_ranks(b)), bar)
             results.append(res)
             if res.get("exit_code") in (130, 143):
                 raise Stopped(res["exit_code"])
@@ -190,7 +202,7 @@ def _cmd(args: argparse.Namespace) -> int:
             raise UnsupportedError("--plot needs matplotlib: pip install 'anychip[plot]'") from None
     progress = args.progress if args.progress is not None else sys.stderr.isatty()
     try:
-        results = run(names, cfg, progress)
+        results = run(names, cfg, progress, args.nprocs)
     except Stopped as stop:
         print(f"conformance: {stop}; the remaining backends were not run", file=sys.stderr)
         return stop.code
