@@ -154,7 +154,7 @@ def default_ranks(backend: str) -> int:
     from ..runtime.registry import backend as lookup
     info = lookup(backend)
     try:
-        count = info.plugin.device_count() if info is not None and info.available else 0
+        count = info.plugin.device_count() if info is not None and info.available and info.plugin else 0
     except Exception:  # noqa: BLE001 - the run itself reports a backend that cannot count its devices
         count = 0
     return 3 if count >= 3 else 2
