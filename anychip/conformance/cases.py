@@ -2,10 +2,11 @@
 the fault cases. Everything here runs inside one rank (see :mod:`._rank`); the plan
 (:func:`plan`) is computed the same way by every rank and by the runner.
 
-Inputs make every expected value exact: small integers (sums and products of them
-stay within what int8, uint8, float16 and bfloat16 hold exactly), so a result is
-right or wrong, never "close" — except ``avg``, whose division rounds: it is compared
-with the dtype's tolerance (integers: within one of the exact mean).
+Inputs give every result one exact expected value in any reduction order (see
+:func:`inputs`): integer sums and products overflow and are expected wrapped; float sums and
+products need rounding and are expected rounded to nearest even; so a result is right or
+wrong, never "close" — except ``avg``, whose division rounds: it is compared with the
+dtype's tolerance (integers: within one of the exact mean).
 """
 from __future__ import annotations
 
