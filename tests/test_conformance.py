@@ -56,16 +56,17 @@ def test_plan_rows_counts_and_roots() -> None:
     assert ag == [(12, 3, 1), (6, 6, 2), (60, 15, 5), (63, 63, 21)]
     assert sorted({r.root for r in rows if r.op == "reduce"}) == [0, 1, 2]
     assert len([r for r in rows if r.op == "reduce"]) == 2 * 2 * 2 * 3
-    # the quick defaults (3 ranks): a float32 sum sweep of 7 sizes; every dtype x reduce op at two
-    # sizes with prime counts (rooted ops at the last rank, and every root once for float32);
-    # one row per dtype size one element off a 4 MiB multiple
+    # the quick defaults (3 ranks): a float32 sum sweep of 7 sizes; every dtype x reduce op at 4 KiB
+    # with prime counts (rooted ops at the last rank, and every root once for float32), at 130 KB
+    # every dtype (sum) and every reduce op (float32); one row per dtype size one element off a
+    # 4 MiB multiple
     quick = plan(Config())
     ar = [r for r in quick if r.op == "all_reduce"]
-    assert len(ar) == 7 + 2 * 8 * 5 + 4
+    assert len(ar) == 7 + 8 * 5 + (8 + 4) + 4
     assert [(r.count, r.dtype) for r in ar if r.nbytes > 2 << 20] == [
         ((4 << 20) + 1, "int8"), ((2 << 20) - 1, "bfloat16"), ((1 << 20) + 1, "float32"), ((512 << 10) - 1, "int64")]
     assert [r.count for r in ar if r.dtype == "int8" and r.redop == "sum"][:2] == [4093, 132989]   # primes
-    assert len([r for r in quick if r.op == "broadcast"]) == 7 + 2 * (8 + 3 - 1) + 4
+    assert len([r for r in quick if r.op == "broadcast"]) == 7 + (8 + 3 - 1) + 8 + 4
     assert sorted({r.root for r in quick if r.op == "reduce"}) == [0, 1, 2]
     ag = [r for r in quick if r.op == "all_gather" and r.dtype == "uint8"]
     assert [r.per_rank(3) for r in ag] == [1361, 44293]          # primes per rank, 3 ranks

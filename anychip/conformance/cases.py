@@ -168,8 +168,9 @@ def _row(op: str, size: int, dtype: str, redop: str, root: int, n: int, shape: s
 
 def plan(cfg: Config) -> list[Row]:
     """Every row the run measures and checks, in order: per op, the size sweep for the chosen
-    dtypes / reduce ops / roots; then at the ``coverage`` sizes (prime counts) every dtype x reduce
-    op (rooted ops: at the last rank) and every root (float32, sum); then at the ``boundary`` sizes
+    dtypes / reduce ops / roots; then at the first ``coverage`` size (prime counts) every dtype x
+    reduce op (rooted ops: at the last rank) and every root (float32, sum), at the others every
+    dtype (sum) and every reduce op (float32); then at the ``boundary`` sizes
     (chunk multiples +-1 element) each of ``boundary_dtypes`` (sum, root 0)."""
     n = cfg.ranks
     roots = cfg.roots if cfg.roots is not None else tuple(range(n))
@@ -182,10 +183,16 @@ def plan(cfg: Config) -> list[Row]:
         for size in cfg.sizes():
             todo += [_row(op, size, d, r, t, n) for d, r, t in combos]
         rooted = op in ("broadcast", "reduce")
-        for size in cfg.coverage:      # every dtype x reduce op at the last root; every root once
-            todo += [_row(op, size, d, r, n - 1 if rooted else -1, n, "prime") for d in DTYPES
-                     for r in (REDOPS if op in REDUCING else ("none",))]
-            todo += [_row(op, size, "float32", "sum", t, n, "prime") for t in (range(n) if rooted else ())]
+        redops = REDOPS if op in REDUCING else ("none",)
+        for k, size in enumerate(cfg.coverage):
+            # the first size: every dtype x reduce op at the last root, and every root once; the
+            # others: every dtype (sum), every reduce op (float32)
+            root = n - 1 if rooted else -1
+            combos = [(d, r) for d in DTYPES for r in redops] if k == 0 else \
+                [(d, redops[0]) for d in DTYPES] + [("float32", r) for r in redops[1:]]
+            todo += [_row(op, size, d, r, root, n, "prime") for d, r in combos]
+            roots_once = range(n) if rooted and k == 0 else ()
+            todo += [_row(op, size, "float32", redops[0], t, n, "prime") for t in roots_once]
         for size in cfg.boundary:
             todo += [_row(op, size, d, "sum", 0, n, "plus" if i % 2 == 0 else "minus")
                      for i, d in enumerate(cfg.boundary_dtypes)]
