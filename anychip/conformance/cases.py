@@ -188,9 +188,9 @@ def plan(cfg: Config) -> list[Row]:
             # the first size: every dtype x reduce op at the last root, and every root once; the
             # others: every dtype (sum), every reduce op (float32)
             root = n - 1 if rooted else -1
-            combos = [(d, r) for d in DTYPES for r in redops] if k == 0 else \
+            pairs = [(d, r) for d in DTYPES for r in redops] if k == 0 else \
                 [(d, redops[0]) for d in DTYPES] + [("float32", r) for r in redops[1:]]
-            todo += [_row(op, size, d, r, root, n, "prime") for d, r in combos]
+            todo += [_row(op, size, d, r, root, n, "prime") for d, r in pairs]
             roots_once = range(n) if rooted and k == 0 else ()
             todo += [_row(op, size, "float32", redops[0], t, n, "prime") for t in roots_once]
         for size in cfg.boundary:
