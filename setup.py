@@ -10,11 +10,13 @@ locates them. A C source added later only needs a line here.
 """
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
+from setuptools.modified import newer_group
 
 # every warning is an error: the C code builds clean or not at all
 COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wextra", "-Werror"]
@@ -22,7 +24,9 @@ COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wextra",
 # the chip simulator's core, one file per concern (see csrc/sim/core.h)
 SIM_CORE = [f"csrc/sim/{name}.c" for name in ("config", "memory", "ipc", "handles", "wait", "stream", "event")]
 # the simulated chips' tensor kernels (enqueued on simulated streams)
-SIM_CORE.append("csrc/sim/kernels.c")
+# (the elementwise loops are split by dtype over several files, which compile in parallel)
+SIM_CORE += [f"csrc/sim/{name}.c"
+             for name in ("kernels", "kernels_elementwise", "kernels_ew_int8", "kernels_ew_int", "kernels_ew_half")]
 
 # name -> (sources, extra libraries)
 C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
@@ -34,7 +38,7 @@ C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
     "libanychip_ccl": (["csrc/ccl/ccl.c"], []),
 }
 
-# the tensor kernels (csrc/sim/kernels.c) call libm (expf, logf, ...)
+# the tensor kernels (csrc/sim/kernels*.c) call libm (expf, logf, ...)
 for _lib in ("libascend_sim", "libkunlun_sim", "libhygon_sim"):
     C_LIBRARIES[_lib][1].append("m")
 
@@ -52,7 +56,50 @@ for _lib, _api in SIM_COLLECTIVES.items():
 class build_clib_as_ext(build_ext):
     """Plain shared libraries: no PyInit symbol is required or exported (except by the allocator core).
     The vendor API headers (csrc/include) are installed with the package as anychip/_include,
-    for C programs built against the simulator (`anychip info --cflags BACKEND`)."""
+    for C programs built against the simulator (`anychip info --cflags BACKEND`).
+
+    Each C source is compiled once, however many libraries link it (the simulator core goes into
+    all three vendor libraries), and the compiles run in parallel, one per CPU; then every
+    library is linked from those objects."""
+
+    def build_extensions(self):
+        self.check_extensions_list(self.extensions)
+        objects = self._compile_once([e for e in self.extensions if self._stale(e)])
+        compile_one_by_one = self.compiler.compile
+
+        def compile(sources, *args, **kwargs):
+            if all(s in objects for s in sources):
+                return [objects[s] for s in sources]
+            return compile_one_by_one(sources, *args, **kwargs)
+
+        self.compiler.compile = compile
+        self.parallel = False
+        super().build_extensions()
+
+    def _stale(self, ext):
+        inputs = list(ext.sources) + list(ext.depends)
+        return self.force or newer_group(inputs, self.get_ext_fullpath(ext.name), "newer")
+
+    def _compile_once(self, extensions):
+        """source -> object file, every distinct source compiled once (largest first, in parallel)."""
+        jobs: dict[str, tuple] = {}
+        for ext in extensions:
+            macros = ext.define_macros + [(name,) for name in ext.undef_macros]
+            key = (tuple(ext.extra_compile_args), tuple(ext.include_dirs), tuple(macros))
+            for src in ext.sources:
+                if jobs.setdefault(src, key) != key:
+                    raise RuntimeError(f"setup.py: {src} is compiled with two sets of flags ({ext.name} and another "
+                                       "library); give it one set, or a source file of its own")
+
+        def compile_source(src):
+            args, include_dirs, macros = jobs[src]
+            return src, self.compiler.compile([src], output_dir=self.build_temp, macros=list(macros),
+                                              include_dirs=list(include_dirs), debug=self.debug,
+                                              extra_postargs=list(args))[0]
+
+        largest_first = sorted(jobs, key=os.path.getsize, reverse=True)
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            return dict(pool.map(compile_source, largest_first))
 
     def run(self):
         super().run()

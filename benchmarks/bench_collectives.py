@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from anychip._spawn import python_command
+
 HERE = Path(__file__).resolve().parent
 FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
 ANYCHIP_KINDS = {"zero-copy": "ascend", "staged": "cpu", "any-mpi": "cpu", "hier": "cpu"}
@@ -240,7 +242,7 @@ def run_job(kind: str, args: argparse.Namespace, nranks: int = 2) -> dict | str:
                 procs.append(subprocess.Popen([*py, *_worker_args(kind, args)], env=env, stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True))
         else:
-            cmd = [*py, "-m", "anychip.cli", "launch", "-n", str(nranks), "--device", ANYCHIP_KINDS[kind],
+            cmd = [*python_command(["-m", "anychip", "launch"]), "-n", str(nranks), "--device", ANYCHIP_KINDS[kind],
                    *_worker_args(kind, args)]
             procs.append(subprocess.Popen(cmd, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True))

@@ -21,6 +21,8 @@ sys.path.insert(0, HERE)
 
 import bench_collectives as bc  # noqa: E402
 
+from anychip._spawn import python_command  # noqa: E402
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -39,7 +41,7 @@ def main() -> int:
     for _ in range(args.repeat):
         for chip in args.chips.split(","):
             for transport in ("native", "host"):
-                cmd = [sys.executable, "-m", "anychip.cli", "launch", "-n", str(bc.NRANKS), "--device", chip, *worker]
+                cmd = [*python_command(["-m", "anychip", "launch"]), "-n", str(bc.NRANKS), "--device", chip, *worker]
                 got = bc.collect(cmd, env={"ANYCHIP_COLLECTIVE_TRANSPORT": transport})
                 best = results.setdefault((chip, transport), {})
                 for key, t in got.items():

@@ -19,6 +19,8 @@ import statistics
 import subprocess
 import sys
 
+from anychip._spawn import python_command
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(os.path.dirname(HERE), "examples", "auto_parallel.py")
 
@@ -29,7 +31,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--small", action="store_true")
     args = ap.parse_args()
-    cmd = [sys.executable, "-m", "anychip.cli", "launch", "-n", "4", "--device", args.device, EXAMPLE, "--json",
+    cmd = [*python_command(["-m", "anychip", "launch"]), "-n", "4", "--device", args.device, EXAMPLE, "--json",
            "--steps", str(args.steps)] + (["--small"] if args.small else [])
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:

@@ -38,6 +38,68 @@ def clean_env(monkeypatch: pytest.MonkeyPatch):
     anychip.runtime.registry.reset()
 
 
+# What `pytest -m "not slow"` (the development loop, see CONTRIBUTING.md) leaves out: the
+# multi-process jobs, sweeps and whole-suite runs, a few seconds to a minute each, together
+# about half of the suite's time. ci/test runs them all. One `file::test function` a line;
+# tests/test_markers.py checks that every name here is a test that exists.
+SLOW = set("""
+test_cli.py::test_info_flags_invalid_variables
+test_collectives.py::test_chunked_rounds_with_tiny_slots
+test_collectives.py::test_every_op_dtype_and_reduce_op_on_four_ranks
+test_collectives.py::test_every_op_dtype_and_reduce_op_on_two_ranks
+test_collectives.py::test_send_recv_ring_groups_and_split
+test_conformance.py::test_collectives_that_move_no_data_fail_with_wrong_elements
+test_conformance.py::test_pytest_plugin_reports_expected_and_got
+test_conformance.py::test_pytest_plugin_runs_the_cases_per_device
+test_conformance.py::test_quick_pass_on_every_builtin_backend
+test_conformance.py::test_tables_json_plot_and_progress
+test_conformance_mutants.py::test_a_case_without_an_answer_fails_at_its_deadline
+test_conformance_mutants.py::test_each_device_api_defect_of_a_python_plugin_fails
+test_conformance_mutants.py::test_each_planted_defect_fails_the_case_of_its_class
+test_conformance_mutants.py::test_sigterm_stops_the_whole_run
+test_conformance_mutants.py::test_the_plugin_without_a_defect_passes_every_case
+test_conformance_mutants.py::test_the_python_plugin_without_a_defect_passes
+test_cplugin.py::test_collectives_plugin_refusing_a_group_size_fails_every_rank
+test_cplugin.py::test_collectives_route_to_the_plugin
+test_cplugin.py::test_conformance_suite_fails_collectives_that_move_no_data
+test_cplugin.py::test_plugin_collectives_pass_the_conformance_suite
+test_cplugin.py::test_shared_memory_collectives_of_a_plugin_serve_two_ranks
+test_cplugin.py::test_without_collectives_the_host_transport_serves
+test_cplugin_scaffold.py::test_installed_plugins_are_listed
+test_cplugin_scaffold.py::test_installed_plugins_pass_the_conformance_suite
+test_fork.py::test_fork_while_another_thread_allocates
+test_fork.py::test_opencl_child_exit_does_not_wait_for_the_parents_held_host_copy
+test_fork.py::test_opencl_child_lists_it_unavailable_and_exits_cleanly
+test_fork.py::test_opencl_in_a_forked_child_is_refused_not_hung
+test_mpi.py::test_flat_mpi_every_op_dtype_and_redop
+test_mpi.py::test_hierarchical_two_hosts_of_two_ranks
+test_native_ccl.py::test_a_killed_peer_fails_the_others_within_seconds
+test_native_ccl.py::test_a_peer_that_never_arrives_is_a_timeout_on_the_others
+test_native_ccl.py::test_every_op_dtype_and_reduce_op_through_the_native_library
+test_opencl_exit.py::test_exit_right_after_releasing_work_an_interrupted_wait_left_behind
+test_paddle.py::test_conformance_suite_passes_on_the_plugin
+test_paddle.py::test_generic_device_suite_passes_on_the_plugin
+test_paddle.py::test_two_ranks_run_every_collective_through_xccl
+test_paddle.py::test_xccl_all_reduce_that_moves_nothing_fails_the_suite
+test_parallel.py::test_every_reshard_matmul_and_gradient_across_ranks
+test_parallel.py::test_example_small_matches_one_device
+test_sim_env.py::test_each_bad_setting_warns_once_and_good_ones_are_quiet
+test_sim_env.py::test_memory_size_units_and_device_count
+test_sim_env.py::test_visibility_variables_renumber_devices
+test_sim_robustness.py::test_ctrl_c_interrupts_synchronize_of_work_that_never_completes
+test_sim_robustness.py::test_synchronize_does_not_release_host_arrays_of_copies_enqueued_after_it_began
+test_sim_robustness.py::test_synchronize_in_another_thread_keeps_host_arrays_of_later_copies
+test_spawn.py::test_launched_ranks_beside_a_decoy_use_the_launchers_anychip
+test_tensor_collectives.py::test_four_ranks_all_reduce_and_all_gather_tensors
+""".split())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if f"{item.path.name}::{getattr(item, 'originalname', item.name)}" in SLOW:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     lines = [f"anychip devices under test: {', '.join(DEVICE_NAMES) or 'none'}"]
     for b in anychip.backends():

@@ -225,7 +225,7 @@ BROKEN = '''
 """A chip whose collective library says success and moves nothing."""
 import cffi
 
-from anychip.collectives.native import NativeLibrary
+from anychip.runtime import NativeLibrary
 from anychip.devices.cpu import CPUPlugin
 
 KINDS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv")

@@ -10,7 +10,8 @@ import pytest
 
 from anychip import InvalidArgumentError, UnsupportedError
 from anychip.collectives import World
-from anychip.collectives.host import acc_type, finish_avg, from_acc, host_key, host_transport, to_acc
+from anychip.collectives.host import host_key, host_transport
+from anychip.collectives.staged import acc_type, finish_avg, from_acc, to_acc
 
 
 def world(size: int, local_size: int, launcher: str = "anychip") -> World:

@@ -21,6 +21,10 @@ from anychip import collectives
 from anychip.collectives import native
 from anychip.collectives.communicator import OpSpec
 from anychip.collectives.transport import ShmTransport
+from anychip.devices import _vendor
+from anychip.devices.bkcl import Bkcl
+from anychip.devices.hccl import Hccl
+from anychip.devices.rccl import Rccl
 from anychip.runtime.errors import CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -105,19 +109,19 @@ class _FakePlugin:
 
 def test_real_runtime_needs_the_real_library_beside_it(tmp_path, monkeypatch):
     monkeypatch.setenv("LD_LIBRARY_PATH", "")
-    lib, why = native._load(_FakePlugin([str(tmp_path)]))
+    lib, why = _vendor.load_ccl(_FakePlugin([str(tmp_path)]), Hccl)
     assert lib is None
     assert why == f"libhccl.so not found beside /opt/vendor/libascendcl.so (searched {tmp_path})"
     # a file of that name that is not a loadable library is reported, not used
     (tmp_path / "libhccl.so").write_text("not a library")
-    lib, why = native._load(_FakePlugin([str(tmp_path)]))
+    lib, why = _vendor.load_ccl(_FakePlugin([str(tmp_path)]), Hccl)
     assert lib is None and why.startswith(f"{tmp_path}/libhccl.so cannot serve HCCL: ")
 
 
 def test_what_each_library_takes_natively():
     def spec(kind, dtype="float32", op="sum"):
         return OpSpec(kind, None, None, 4, dtype, op, -1)
-    h, b, r = native.Hccl, native.Bkcl, native.Rccl
+    h, b, r = Hccl, Bkcl, Rccl
     assert not h.supports(h, spec("all_reduce", op="avg"))          # HCCL has no average
     assert h.supports(h, spec("all_reduce", "int8", "prod")) and h.supports(h, spec("barrier"))
     assert not b.supports(b, spec("reduce_scatter", "int8"))        # BKCL has no int8

@@ -15,11 +15,13 @@ import sys
 import cffi
 import pytest
 
-from anychip.collectives import native
 from anychip.devices import _headers
 from anychip.devices.ascend import AscendPlugin
+from anychip.devices.bkcl import Bkcl
+from anychip.devices.hccl import Hccl
 from anychip.devices.hygon import HygonPlugin
 from anychip.devices.kunlun import KunlunPlugin
+from anychip.devices.rccl import Rccl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE_INCLUDE = os.path.join(ROOT, "csrc", "include")
@@ -38,9 +40,9 @@ def test_backends_declare_what_the_headers_declare():
     assert AscendPlugin.cdef == _headers.cdef_of("acl/acl.h")
     assert KunlunPlugin.cdef == _headers.cdef_of("xpu/runtime.h")
     assert HygonPlugin.cdef == _headers.cdef_of("hip/hip_runtime_api.h")
-    assert native.Hccl.cdef == _headers.cdef_of("hccl/hccl_types.h", "hccl/hccl.h")
-    assert native.Bkcl.cdef == _headers.cdef_of("bkcl/bkcl.h")
-    assert native.Rccl.cdef == _headers.cdef_of("rccl/rccl.h")
+    assert Hccl.cdef == _headers.cdef_of("hccl/hccl_types.h", "hccl/hccl.h")
+    assert Bkcl.cdef == _headers.cdef_of("bkcl/bkcl.h")
+    assert Rccl.cdef == _headers.cdef_of("rccl/rccl.h")
 
 
 def test_values_seen_through_cffi_are_the_vendors():

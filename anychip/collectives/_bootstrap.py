@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from ..runtime.errors import InvalidArgumentError
 
-__all__ = ["World", "from_environment"]
+# World is public (anychip.collectives.World); from_environment serves collectives.init
+__all__ = ["World"]
 
 
 @dataclass(frozen=True)

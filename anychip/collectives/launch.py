@@ -1,7 +1,8 @@
 """``anychip launch -n N [--device BACKEND] [-m] PROGRAM args...``: N ranks on this machine.
 
 Rank r runs ``python prog.py args...`` (``python -m module args...`` with ``-m``; an
-executable that is not a .py file runs as it is) with ``ANYCHIP_RANK=r``, ``ANYCHIP_WORLD_SIZE=N``,
+executable that is not a .py file runs as it is), importing the launcher's own anychip
+whatever the current directory holds (see :mod:`anychip._spawn`), with ``ANYCHIP_RANK=r``, ``ANYCHIP_WORLD_SIZE=N``,
 ``ANYCHIP_LOCAL_RANK=r``, ``ANYCHIP_LOCAL_SIZE=N``, a fresh ``ANYCHIP_JOB_ID`` and, with
 ``--device``, ``ANYCHIP_LAUNCH_DEVICE`` (so :func:`anychip.collectives.init` puts rank r on
 ``BACKEND:r``). Every line a rank prints is prefixed with ``[r]``. When a rank fails, the
@@ -20,6 +21,8 @@ import threading
 import time
 from collections.abc import Sequence
 from typing import IO
+
+from .._spawn import python_command
 
 __all__ = ["launch", "add_parser", "main"]
 
@@ -80,7 +83,7 @@ def _start(nprocs: int, argv: Sequence[str], device: str | None,
     lock = threading.Lock()
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
-    cmd = [sys.executable, *argv] if argv[0].endswith(".py") or argv[0] in ("-c", "-m") else list(argv)
+    cmd = python_command(argv) if argv[0].endswith(".py") or argv[0] in ("-c", "-m") else list(argv)
     for r in range(nprocs):
         e = dict(base)
         e.update(ANYCHIP_RANK=str(r), ANYCHIP_WORLD_SIZE=str(nprocs), ANYCHIP_LOCAL_RANK=str(r),

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..runtime.errors import CollectiveTimeout, InvalidArgumentError, UnsupportedError
-from .host import DTYPE_BYTES, Item, StagedTransport, finish_avg, from_acc, to_acc
+from .staged import DTYPE_BYTES, Item, StagedTransport, finish_avg, from_acc, to_acc
 
 if TYPE_CHECKING:
     from ..runtime.device import Device

@@ -1,19 +1,23 @@
 """Transports over a chip's own collective library.
 
 * :class:`NativeTransport` calls HCCL (Ascend), BKCL (Kunlun) or RCCL (Hygon) through
-  cffi, exactly as it calls the real ``libhccl.so`` / ``libbkcl.so`` / ``librccl.so``.
-  The library follows the device's runtime: when the backend runs on the vendor's
-  runtime, the vendor's collective library is looked up in the same places (it must be
-  installed beside it); when the backend runs on the simulator, the simulator library
-  itself exports the collective API (csrc/sim/hccl.c, bkcl.c, rccl.c), so the code
-  path is the same and only the library differs.
+  cffi (the bindings: anychip/devices/hccl.py, bkcl.py, rccl.py), exactly as it calls
+  the real ``libhccl.so`` / ``libbkcl.so`` / ``librccl.so``. The library follows the
+  device's runtime: when the backend runs on the vendor's runtime, the vendor's
+  collective library is looked up in the same places (it must be installed beside it);
+  when the backend runs on the simulator, the simulator library itself exports the
+  collective API (csrc/sim/hccl.c, bkcl.c, rccl.c), so the code path is the same and
+  only the library differs.
 * :class:`NcclTransport` does the same for CUDA through ``cupy.cuda.nccl``.
 
-Both are made by :func:`make_transport`, which ``collectives.init`` calls: the native
-library for ascend / kunlun / hygon / cuda devices when it is present, the shared-memory
-engine otherwise. ``ANYCHIP_COLLECTIVE_TRANSPORT`` overrides: ``auto`` (default),
-``native`` (an error when the device has no native library), ``host`` (always the
-engine).
+Both are made by :func:`make_transport`, which ``collectives.init`` calls, from what the
+device's plugin gives through ``DevicePlugin.native_ccl()``: a
+:class:`~anychip.runtime.native_ccl.NativeLibrary` (the HCCL / BKCL / RCCL bindings in
+anychip/devices, a C or Paddle plugin's collectives) drives a :class:`NativeTransport`,
+``cupy.cuda.nccl`` an :class:`NcclTransport`; None (the reason is the plugin's
+``native_ccl_problem()``) leaves the shared-memory engine.
+``ANYCHIP_COLLECTIVE_TRANSPORT`` overrides: ``auto`` (default), ``native`` (an error when
+the device has no native library), ``host`` (always the engine).
 
 Bootstrap: the communicator's engine transport (shared memory, one host) stays beside
 the native one; rank 0's unique id travels through its ``exchange``, and so does
@@ -39,13 +43,11 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from ..devices._headers import Declarations
-from ..runtime._libs import dlopen
-from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
+from ..runtime.errors import CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
+from ..runtime.native_ccl import NativeLibrary
 from ..runtime.stream import Event
 from .communicator import OpSpec, Work
 from .transport import ShmTransport, Transport
@@ -54,8 +56,8 @@ if TYPE_CHECKING:
     from ..runtime.device import Device
     from ..runtime.stream import Stream
 
-__all__ = ["NativeTransport", "NcclTransport", "NativeLibrary", "make_transport", "native_library",
-           "transport_choice", "TRANSPORT_ENV"]
+__all__ = ["NativeTransport", "NcclTransport", "make_transport", "native_library", "transport_choice",
+           "TRANSPORT_ENV"]
 
 TRANSPORT_ENV = "ANYCHIP_COLLECTIVE_TRANSPORT"
 _CHOICES = ("auto", "native", "host")
@@ -68,373 +70,6 @@ def transport_choice() -> str:
         raise InvalidArgumentError(f"{TRANSPORT_ENV}={os.environ[TRANSPORT_ENV]!r} is not one of "
                                    f"{', '.join(_CHOICES)}")
     return raw
-
-
-# ---------------------------------------------------------------------------------------------
-# the libraries
-# ---------------------------------------------------------------------------------------------
-
-class NativeLibrary:
-    """One vendor collective library, loaded with cffi. Subclasses give the cdef, the
-    enum values and the argument orders; everything else is shared."""
-
-    api: ClassVar[str] = ""                       # "HCCL"
-    backend: ClassVar[str] = ""                   # device backend it serves
-    real_names: ClassVar[tuple[str, ...]] = ()    # the vendor's library files
-    extra_roots: ClassVar[tuple[tuple[str, ...], tuple[str, ...]]] = ((), ())
-    cdef: ClassVar[str] = ""
-    id_type: ClassVar[str] = ""
-    codes: ClassVar[dict[int, str]] = {}
-    timeout_codes: ClassVar[frozenset[int]] = frozenset()
-    invalid_codes: ClassVar[frozenset[int]] = frozenset()
-    #: anychip dtype -> the library's value (reductions); movement goes as BYTE
-    dtypes: ClassVar[dict[str, int]] = {}
-    byte: ClassVar[int] = 0
-    redops: ClassVar[dict[str, int]] = {}
-    kinds: ClassVar[frozenset[str]] = frozenset()
-    probe: ClassVar[str] = ""                     # a function the library must export
-
-    def __init__(self, ffi: Any, lib: Any, path: str, simulated: bool) -> None:
-        self.ffi, self.lib, self.path, self.simulated = ffi, lib, path, simulated
-        self._last_error = getattr(lib, "anychip_sim_last_error", None) if simulated else None
-
-    # -- what it can do ------------------------------------------------------------
-    def supports(self, spec: OpSpec) -> bool:
-        if spec.kind not in self.kinds:
-            return False
-        if spec.kind in ("all_reduce", "reduce", "reduce_scatter"):
-            return spec.dtype in self.dtypes and spec.op in self.redops
-        return True
-
-    # -- errors ----------------------------------------------------------------------
-    def code_name(self, code: int) -> str:
-        return self.codes.get(code, f"status {code}")
-
-    def detail(self) -> str:
-        """The simulator's message for the calling thread's last failure ("" on real libraries)."""
-        if self._last_error is None:
-            return ""
-        p = self._last_error()
-        return self.ffi.string(p).decode("utf-8", "replace") if p != self.ffi.NULL else ""
-
-    def error(self, code: int, what: str) -> AnychipError:
-        detail = self.detail()
-        msg = f"{what} failed: {self.api} returned {self.code_name(code)}" + (f": {detail}" if detail else "")
-        if code in self.invalid_codes:
-            return InvalidArgumentError(msg)
-        return CollectiveError(msg)
-
-    def comm_detail(self, comm: Any) -> str:
-        """The library's message for a failure of ``comm``'s enqueued work."""
-        return self.detail()
-
-    def check(self, code: int, what: str) -> None:
-        if code:
-            raise self.error(code, what)
-
-    # -- calls (subclasses) --------------------------------------------------------------
-    def unique_id(self) -> bytes:
-        uid = self.ffi.new(f"{self.id_type} *")
-        self.check(self._get_id(uid), f"{self.api} unique id")
-        return bytes(self.ffi.buffer(uid))
-
-    def init(self, nranks: int, uid: bytes, rank: int) -> Any:
-        out = self.ffi.new("void **")
-        idp = self.ffi.new(f"{self.id_type} *")
-        self.ffi.memmove(idp, uid, self.ffi.sizeof(self.id_type))
-        self.check(self._init(out, nranks, idp, rank), f"{self.api} communicator init (rank {rank} of {nranks})")
-        return out[0]
-
-    def async_error(self, comm: Any) -> int:
-        raise NotImplementedError
-
-    def _get_id(self, uid: Any) -> int:
-        raise NotImplementedError
-
-    def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
-        raise NotImplementedError
-
-    def destroy(self, comm: Any) -> int:
-        raise NotImplementedError
-
-    def abort(self, comm: Any) -> int:
-        return self.destroy(comm)
-
-    def group_start(self) -> int:
-        raise NotImplementedError
-
-    def group_end(self) -> int:
-        raise NotImplementedError
-
-    def op(self, comm: Any, kind: str, send: Any, recv: Any, count: int, dtype: int, redop: int, root: int,
-           stream: Any) -> int:
-        """Issue one op (count in elements of dtype; movement ops in bytes)."""
-        raise NotImplementedError
-
-    def bind(self, comm: Any, kind: str, send: Any, recv: Any, count: int, dtype: int, redop: int,
-             root: int) -> Any:
-        """``op`` with everything but the stream fixed: a callable ``(stream) -> status``."""
-        op = self.op
-        return lambda stream: op(comm, kind, send, recv, count, dtype, redop, root, stream)
-
-    # -- how the device plugin's objects reach the library (override for non-vendor plugins) --
-    def use_device(self, plugin: Any, index: int) -> None:
-        """Make device ``index`` current on the calling thread before a library call."""
-        use = getattr(plugin, "_use", None)
-        if use is not None:
-            use(index)
-
-    def stream_handle(self, plugin: Any, raw: Any) -> Any:
-        """The library's stream argument for the plugin's raw stream ``raw`` (None: default stream)."""
-        if raw is None:
-            return self.ffi.cast("void *", 0)
-        if isinstance(raw, int):
-            return self.ffi.cast("void *", raw)
-        return self.ffi.cast("void *", int(plugin.ffi.cast("uintptr_t", raw)))
-
-
-_HCCL_CDEF = Declarations("hccl/hccl_types.h", "hccl/hccl.h")      # csrc/include
-
-
-class Hccl(NativeLibrary):
-    api = "HCCL"
-    backend = "ascend"
-    real_names = ("libhccl.so",)
-    cdef = _HCCL_CDEF
-    id_type = "HcclRootInfo"
-    probe = "HcclCommInitRootInfo"
-    codes = {0: "HCCL_SUCCESS", 1: "HCCL_E_PARA", 2: "HCCL_E_PTR", 3: "HCCL_E_MEMORY", 4: "HCCL_E_INTERNAL",
-             5: "HCCL_E_NOT_SUPPORT", 6: "HCCL_E_NOT_FOUND", 7: "HCCL_E_UNAVAIL", 8: "HCCL_E_SYSCALL",
-             9: "HCCL_E_TIMEOUT", 15: "HCCL_E_RUNTIME", 19: "HCCL_E_NETWORK", 20: "HCCL_E_AGAIN",
-             21: "HCCL_E_REMOTE", 22: "HCCL_E_SUSPENDING", 24: "HCCL_E_OOM"}
-    timeout_codes = frozenset({9})
-    invalid_codes = frozenset({1, 2})
-    dtypes = {"int8": 0, "int32": 2, "float16": 3, "float32": 4, "int64": 5, "uint8": 7, "float64": 10,
-              "bfloat16": 11}
-    byte = 7                                    # HCCL_DATA_TYPE_UINT8
-    redops = {"sum": 0, "prod": 1, "max": 2, "min": 3}
-    kinds = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send",
-                       "recv", "barrier"})
-
-    def _get_id(self, uid: Any) -> int:
-        return self.lib.HcclGetRootInfo(uid)
-
-    def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
-        return self.lib.HcclCommInitRootInfo(nranks, uid, rank, out)
-
-    def destroy(self, comm: Any) -> int:
-        return self.lib.HcclCommDestroy(comm)
-
-    def async_error(self, comm: Any) -> int:
-        err = self.ffi.new("HcclResult *")
-        rc = self.lib.HcclGetCommAsyncError(comm, err)
-        return rc or int(err[0])
-
-    def group_start(self) -> int:
-        return self.lib.HcclGroupStart()
-
-    def group_end(self) -> int:
-        return self.lib.HcclGroupEnd()
-
-    def op(self, comm, kind, send, recv, count, dtype, redop, root, stream):  # noqa: ANN001, ANN201
-        lib = self.lib
-        if kind == "all_reduce":
-            return lib.HcclAllReduce(send, recv, count, dtype, redop, comm, stream)
-        if kind == "broadcast":
-            return lib.HcclBroadcast(recv, count, dtype, root, comm, stream)      # in place (see _issue)
-        if kind == "reduce":
-            return lib.HcclReduce(send, recv, count, dtype, redop, root, comm, stream)
-        if kind == "all_gather":
-            return lib.HcclAllGather(send, recv, count, dtype, comm, stream)
-        if kind == "reduce_scatter":
-            return lib.HcclReduceScatter(send, recv, count, dtype, redop, comm, stream)
-        if kind == "all_to_all":
-            return lib.HcclAlltoAll(send, count, dtype, recv, count, dtype, comm, stream)
-        if kind == "send":
-            return lib.HcclSend(send, count, dtype, root, comm, stream)
-        if kind == "recv":
-            return lib.HcclRecv(recv, count, dtype, root, comm, stream)
-        return lib.HcclBarrier(comm, stream)
-
-
-_NCCL_CDEF = Declarations("rccl/rccl.h")      # csrc/include
-
-
-class Rccl(NativeLibrary):
-    api = "RCCL"
-    backend = "hygon"
-    real_names = ("librccl.so", "librccl.so.1")
-    cdef = _NCCL_CDEF
-    id_type = "ncclUniqueId"
-    probe = "ncclCommInitRank"
-    codes = {0: "ncclSuccess", 1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
-             4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"}
-    invalid_codes = frozenset({4})
-    dtypes = {"int8": 0, "uint8": 1, "int32": 2, "int64": 4, "float16": 6, "float32": 7, "float64": 8,
-              "bfloat16": 9}
-    byte = 1                                    # ncclUint8
-    redops = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
-    kinds = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send",
-                       "recv"})
-
-    def _get_id(self, uid: Any) -> int:
-        return self.lib.ncclGetUniqueId(uid)
-
-    def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
-        comm = self.ffi.cast("ncclComm_t *", out)
-        return self.lib.ncclCommInitRank(comm, nranks, uid[0], rank)          # the id by value
-
-    def destroy(self, comm: Any) -> int:
-        return self.lib.ncclCommDestroy(comm)
-
-    def abort(self, comm: Any) -> int:
-        return self.lib.ncclCommAbort(comm)
-
-    def async_error(self, comm: Any) -> int:
-        err = self.ffi.new("ncclResult_t *")
-        rc = self.lib.ncclCommGetAsyncError(comm, err)
-        return rc or int(err[0])
-
-    def comm_detail(self, comm: Any) -> str:
-        p = self.lib.ncclGetLastError(comm)
-        return self.ffi.string(p).decode("utf-8", "replace") if p != self.ffi.NULL else ""
-
-    def group_start(self) -> int:
-        return self.lib.ncclGroupStart()
-
-    def group_end(self) -> int:
-        return self.lib.ncclGroupEnd()
-
-    def op(self, comm, kind, send, recv, count, dtype, redop, root, stream):  # noqa: ANN001, ANN201
-        lib = self.lib
-        if kind == "all_reduce":
-            return lib.ncclAllReduce(send, recv, count, dtype, redop, comm, stream)
-        if kind == "broadcast":
-            return lib.ncclBroadcast(send, recv, count, dtype, root, comm, stream)
-        if kind == "reduce":
-            return lib.ncclReduce(send, recv, count, dtype, redop, root, comm, stream)
-        if kind == "all_gather":
-            return lib.ncclAllGather(send, recv, count, dtype, comm, stream)
-        if kind == "reduce_scatter":
-            return lib.ncclReduceScatter(send, recv, count, dtype, redop, comm, stream)
-        if kind == "all_to_all":
-            return lib.ncclAllToAll(send, recv, count, dtype, comm, stream)
-        if kind == "send":
-            return lib.ncclSend(send, count, dtype, root, comm, stream)
-        return lib.ncclRecv(recv, count, dtype, root, comm, stream)
-
-
-_BKCL_CDEF = Declarations("bkcl/bkcl.h")      # csrc/include
-_BKCL_SIM_CDEF = ""                    # anychip_sim_bkcl_async_error is declared in bkcl/bkcl.h
-
-
-class Bkcl(NativeLibrary):
-    api = "BKCL"
-    backend = "kunlun"
-    real_names = ("libbkcl.so",)
-    extra_roots = (("BKCL_HOME", "XCCL_HOME"), ("/usr/local/xccl", "/usr/local/bkcl"))
-    cdef = _BKCL_CDEF
-    id_type = "BKCLUniqueId"
-    probe = "bkcl_init_rank"
-    codes = {0: "BKCL_SUCCESS", 1: "BKCL_INVALID_ARGUMENT", 2: "BKCL_RUNTIME_ERROR", 3: "BKCL_SYSTEM_ERROR",
-             4: "BKCL_INTERNAL_ERROR"}
-    invalid_codes = frozenset({1})
-    dtypes = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3, "uint8": 4, "int32": 5, "int64": 6}
-    byte = 4                                    # BKCL_UINT8
-    redops = {"sum": 0, "prod": 1, "min": 2, "max": 3}
-    kinds = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send",
-                       "recv"})
-
-    def _get_id(self, uid: Any) -> int:
-        return self.lib.bkcl_get_unique_id(uid)
-
-    def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
-        return self.lib.bkcl_init_rank(self.ffi.cast("BKCLContext_t *", out), rank, nranks, uid)
-
-    def destroy(self, comm: Any) -> int:
-        return self.lib.bkcl_destroy_context(comm)
-
-    def abort(self, comm: Any) -> int:
-        return self.lib.bkcl_comm_abort(comm)
-
-    def async_error(self, comm: Any) -> int:
-        if not self.simulated:
-            return 0                            # the real BKCL reports failures through the stream
-        err = self.ffi.new("BKCLResult_t *")
-        rc = self.lib.anychip_sim_bkcl_async_error(comm, err)
-        return rc or int(err[0])
-
-    def group_start(self) -> int:
-        return self.lib.bkcl_group_start()
-
-    def group_end(self) -> int:
-        return self.lib.bkcl_group_end()
-
-    def op(self, comm, kind, send, recv, count, dtype, redop, root, stream):  # noqa: ANN001, ANN201
-        lib = self.lib
-        if kind == "all_reduce":
-            return lib.bkcl_all_reduce(comm, send, recv, count, dtype, redop, stream)
-        if kind == "broadcast":
-            return lib.bkcl_broadcast(comm, send, recv, count, dtype, root, stream)
-        if kind == "reduce":
-            return lib.bkcl_reduce(comm, send, recv, count, dtype, redop, root, stream)
-        if kind == "all_gather":
-            return lib.bkcl_all_gather(comm, send, count, recv, dtype, stream)
-        if kind == "reduce_scatter":
-            return lib.bkcl_reduce_scatter(comm, send, recv, count, dtype, redop, stream)
-        if kind == "all_to_all":
-            return lib.bkcl_all_to_all(comm, send, count, recv, dtype, stream)
-        if kind == "send":
-            return lib.bkcl_send(comm, send, count, root, dtype, stream)
-        return lib.bkcl_recv(comm, recv, count, root, dtype, stream)
-
-
-LIBRARIES: dict[str, type[NativeLibrary]] = {"ascend": Hccl, "kunlun": Bkcl, "hygon": Rccl}
-_loaded: dict[int, NativeLibrary | None] = {}
-_reasons: dict[int, str] = {}
-_load_lock = threading.Lock()
-
-
-def _load(plugin: Any) -> tuple[NativeLibrary | None, str]:
-    import cffi  # type: ignore[import-untyped]
-
-    from ..devices._vendor import find_vendor_library, roots
-    cls = LIBRARIES[plugin.name]
-    if plugin.simulated:
-        path = plugin.library_path
-    else:
-        dirs = [*plugin.search_dirs(), *roots(*cls.extra_roots)]
-        path, searched = find_vendor_library(cls.real_names, dirs)
-        if path is None:
-            return None, (f"{' or '.join(cls.real_names)} not found beside {plugin.library_path} "
-                          f"(searched {', '.join(searched)})")
-    ffi = cffi.FFI()
-    ffi.cdef(cls.cdef + (_BKCL_SIM_CDEF if cls is Bkcl and plugin.simulated else "")
-             + ("const char *anychip_sim_last_error(void);" if plugin.simulated else ""))
-    try:
-        lib = dlopen(ffi, path)
-        getattr(lib, cls.probe)                 # the library has the API
-    except (OSError, AttributeError) as exc:
-        return None, f"{path} cannot serve {cls.api}: {exc}"
-    return cls(ffi, lib, path, plugin.simulated), ""
-
-
-def native_library(device: Device) -> tuple[NativeLibrary | None, str]:
-    """The collective library of ``device``'s backend (loaded once per backend), or
-    (None, why not)."""
-    plugin = device.plugin
-    if plugin.name not in LIBRARIES:
-        # a plugin that brings its own collectives (a C plugin's entries, a Paddle plugin's
-        # xccl_*) returns a NativeLibrary from native_ccl()
-        lib = plugin.native_ccl()
-        if isinstance(lib, NativeLibrary):
-            return lib, ""
-        return None, f"{plugin.name} has no native collective library"
-    key = id(plugin)
-    with _load_lock:
-        if key not in _loaded:
-            _loaded[key], _reasons[key] = _load(plugin)
-        return _loaded[key], _reasons[key]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -627,7 +262,7 @@ class NativeTransport(Transport):
             count, dtype, redop = sp.count * sp.itemsize, lib.byte, 0
         send = ffi.cast("void *", (sp.send.ptr or 0) if sp.send is not None else 0)
         recv = ffi.cast("void *", (sp.recv.ptr or 0) if sp.recv is not None else 0)
-        copy_first = bool(sp.kind == "broadcast" and isinstance(lib, Hccl) and sp.root == self.rank and
+        copy_first = bool(sp.kind == "broadcast" and lib.broadcast_in_place and sp.root == self.rank and
                           send != recv and count)
         root = sp.root if sp.root >= 0 else 0
         return send, recv, count, dtype, redop, root, copy_first
@@ -791,19 +426,33 @@ class NcclTransport(Transport):
 # choice
 # ---------------------------------------------------------------------------------------------
 
+def _why_not(plugin: Any, lib: Any) -> str:
+    """Why ``lib`` (what ``plugin.native_ccl()`` gave) drives no native transport."""
+    if lib is None:
+        return str(plugin.native_ccl_problem())
+    return f"{plugin.name}'s native_ccl() gave a {type(lib).__name__}, neither a NativeLibrary nor cupy.cuda.nccl"
+
+
+def native_library(device: Device) -> tuple[NativeLibrary | None, str]:
+    """The :class:`NativeLibrary` ``device``'s plugin gives through ``native_ccl()``, or
+    (None, why not)."""
+    lib = device.plugin.native_ccl()
+    if isinstance(lib, NativeLibrary):
+        return lib, ""
+    return None, _why_not(device.plugin, lib)
+
+
 def make_transport(device: Device, rank: int, size: int, comm_id: str, label: str = "world") -> Transport:
-    """The transport ``collectives.init`` uses for ``device`` (see the module docstring)."""
+    """The transport ``collectives.init`` uses for ``device`` (see the module docstring): what
+    the device's plugin gives through ``native_ccl()`` decides, never the backend's name."""
     choice = transport_choice()
     if choice != "host":
-        why = ""
-        if device.backend == "cuda":
-            if device.plugin.native_ccl() is not None:
-                return NcclTransport(device, rank, size, comm_id, label)
-            why = "cupy.cuda.nccl is not available"
-        else:
-            lib, why = native_library(device)
-            if lib is not None:
-                return NativeTransport(device, rank, size, comm_id, label, library=lib)
+        lib = device.plugin.native_ccl()
+        if isinstance(lib, NativeLibrary):
+            return NativeTransport(device, rank, size, comm_id, label, library=lib)
+        if lib is not None and hasattr(lib, "NcclCommunicator"):        # cupy.cuda.nccl (cuda)
+            return NcclTransport(device, rank, size, comm_id, label, nccl=lib)
         if choice == "native":
-            raise UnsupportedError(f"{TRANSPORT_ENV}=native but {device} has no native collective library: {why}")
+            raise UnsupportedError(f"{TRANSPORT_ENV}=native but {device} has no native collective library: "
+                                   f"{_why_not(device.plugin, lib)}")
     return ShmTransport(device, rank, size, comm_id, label)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..runtime.env import collective_check as check_mode
 from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError
 from ._engine import DTYPES as CCL_DTYPES
 from ._engine import KINDS, REDOPS, STATUS, engine
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["Transport", "ShmTransport", "collective_timeout", "check_mode"]
 
 TIMEOUT_ENV = "ANYCHIP_COLLECTIVE_TIMEOUT"
-CHECK_ENV = "ANYCHIP_COLLECTIVE_CHECK"
 ZERO_COPY_ENV = "ANYCHIP_CCL_ZERO_COPY_MIN"
 
 
@@ -66,11 +66,6 @@ def collective_timeout() -> float:
     if not value > 0:
         raise InvalidArgumentError(f"{TIMEOUT_ENV}={raw!r} must be > 0 seconds")
     return value
-
-
-def check_mode() -> bool:
-    """``ANYCHIP_COLLECTIVE_CHECK=1``: ranks compare every op's signature first."""
-    return os.environ.get(CHECK_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class Transport:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._spawn import python_command
 from .cases import CASE_NAMES, COMM_CASES, DEVICE_CASES, FAULT_CASES, OPS, Config, names_rank, plan
 
 __all__ = ["run_backend", "available_backends", "Progress"]
@@ -82,9 +83,6 @@ def _job_env(cfg: Config, extra: dict[str, str] | None = None) -> dict[str, str]
     env = dict(os.environ)
     env["ANYCHIP_COLLECTIVE_TIMEOUT"] = str(cfg.timeout)
     env.pop("ANYCHIP_COLLECTIVE_CHECK", None)
-    # the ranks import this anychip even when it is not installed (a source checkout)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join([root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     env.update(extra or {})
     return env
 
@@ -130,7 +128,7 @@ def killed_rank(backend: str, cfg: Config, tmp: str) -> dict:
                          "ANYCHIP_LOCAL_SIZE": str(n), "ANYCHIP_JOB_ID": job, "ANYCHIP_LAUNCH_DEVICE": backend,
                          "PYTHONUNBUFFERED": "1"})
     t = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-m", _RANK_MODULE, run],
+    procs = [subprocess.Popen(python_command(["-m", _RANK_MODULE, run]),
                               env={**env, "ANYCHIP_RANK": str(r), "ANYCHIP_LOCAL_RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(n)]
     outs = []

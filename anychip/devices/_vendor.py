@@ -21,10 +21,11 @@ from typing import Any, ClassVar
 
 from ..runtime._libs import dlopen, find_library
 from ..runtime.errors import DeviceError, OutOfMemoryError, UnsupportedError
+from ..runtime.native_ccl import NativeLibrary
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
 from ._headers import cdef_of
 
-__all__ = ["VendorPlugin", "simulate_mode", "find_vendor_library", "roots"]
+__all__ = ["VendorPlugin", "simulate_mode", "find_vendor_library", "roots", "load_ccl"]
 
 log = logging.getLogger("anychip")
 
@@ -77,6 +78,35 @@ def roots(env_vars: tuple[str, ...], defaults: tuple[str, ...]) -> list[str]:
     return [*(os.environ[v] for v in env_vars if os.environ.get(v)), *defaults]
 
 
+def load_ccl(plugin: Any, cls: type[NativeLibrary]) -> tuple[NativeLibrary | None, str]:
+    """The collective library ``cls`` binds, for the loaded vendor ``plugin``, or (None, why not).
+
+    On the simulator the simulator library itself exports the collective API; on the
+    vendor's runtime the vendor's library must be installed beside it (the plugin's
+    search directories, the library's own install roots, then ``LD_LIBRARY_PATH``)."""
+    import cffi  # type: ignore[import-untyped]
+
+    if plugin.simulated:
+        path = plugin.library_path
+    else:
+        dirs = [*plugin.search_dirs(), *roots(*cls.extra_roots)]
+        path, searched = find_vendor_library(cls.real_names, dirs)
+        if path is None:
+            return None, (f"{' or '.join(cls.real_names)} not found beside {plugin.library_path} "
+                          f"(searched {', '.join(searched)})")
+    ffi = cffi.FFI()
+    ffi.cdef(cls.cdef + ("const char *anychip_sim_last_error(void);" if plugin.simulated else ""))
+    try:
+        lib = dlopen(ffi, path)
+        getattr(lib, cls.probe)                 # the library has the API
+    except (OSError, AttributeError) as exc:
+        return None, f"{path} cannot serve {cls.api}: {exc}"
+    return cls(ffi, lib, path, plugin.simulated), ""
+
+
+_ccl_lock = threading.Lock()
+
+
 class _ThreadState(threading.local):
     dev = -1          # the device last made current on this thread through this library
 
@@ -114,6 +144,8 @@ class VendorPlugin(DevicePlugin):
     oom_codes: ClassVar[frozenset[int]] = frozenset()
     #: copy kind -> the vendor's memcpy-kind value
     copy_kinds: ClassVar[dict[str, int]] = {}
+    #: the binding of the vendor's collective library (its ``native_ccl()``), or None
+    ccl_library: ClassVar[type[NativeLibrary] | None] = None
     #: C types of stream and event handles
     stream_type: ClassVar[str] = "void *"
     event_type: ClassVar[str] = "void *"
@@ -138,6 +170,7 @@ class VendorPlugin(DevicePlugin):
     copy_dest_max: ClassVar[bool] = False
     def __init__(self) -> None:
         self._state: tuple[bool, str] | None = None
+        self._ccl: tuple[NativeLibrary | None, str] | None = None    # (library, why not), loaded once
         self._load_lock = threading.Lock()
         self._tls = _ThreadState()
         self.ffi: Any = None
@@ -182,7 +215,7 @@ class VendorPlugin(DevicePlugin):
             mode = simulate_mode()
         except ValueError as exc:
             return False, str(exc)
-        import cffi  # type: ignore[import-untyped]
+        import cffi
 
         names = " or ".join(self.vendor_libraries)
         path: str | None = None
@@ -366,6 +399,23 @@ class VendorPlugin(DevicePlugin):
             pass
         return OutOfMemoryError(nbytes, free, total, backend=self.name, device=f"{self.name}:{index}",
                                 code=code, code_name=self.code_name(code), detail=f"{what}: {msg}")
+
+    # -- collectives ------------------------------------------------------------
+    def _ccl_state(self) -> tuple[NativeLibrary | None, str]:
+        if self.ccl_library is None:
+            return None, super().native_ccl_problem()
+        with _ccl_lock:
+            if self._ccl is None:
+                ok, why = self.available()
+                self._ccl = load_ccl(self, self.ccl_library) if ok else (None, why)
+            return self._ccl
+
+    def native_ccl(self) -> NativeLibrary | None:
+        """The vendor's collective library (:attr:`ccl_library`), loaded once."""
+        return self._ccl_state()[0]
+
+    def native_ccl_problem(self) -> str:
+        return self._ccl_state()[1]
 
     def _after_fork_in_child(self) -> None:
         # The simulator gives the child fresh devices with no current device: forget

@@ -15,6 +15,7 @@ from typing import Any
 from ..runtime.plugin import D2D, D2H, H2D
 from ._headers import Declarations
 from ._vendor import VendorPlugin, roots
+from .hccl import Hccl
 
 __all__ = ["AscendPlugin"]
 
@@ -81,6 +82,7 @@ CODE_NAMES: dict[int, str] = {
 
 class AscendPlugin(VendorPlugin):
     name = "ascend"
+    ccl_library = Hccl
     priority = 30
     vendor_libraries = ("libascendcl.so",)
     simulator_library = "libascend_sim"

@@ -17,7 +17,6 @@ transport (:class:`PluginCollectives`); without, the host transport serves.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import time
@@ -26,14 +25,14 @@ from typing import Any
 import numpy as np
 
 from .._data import plugin_header
-from ..collectives.native import NativeLibrary
-from ..collectives.transport import check_mode
 from ..runtime._libs import copy_pointers, dlopen
+from ..runtime.env import collective_check
 from ..runtime.errors import CollectiveTimeout, DeviceError, OutOfMemoryError, PluginError, UnsupportedError
+from ..runtime.native_ccl import NativeLibrary
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
 
 __all__ = ["CPlugin", "PluginCollectives", "probe", "cdef", "abi", "REQUIRED_ENTRIES", "EVENT_ENTRIES",
-           "INIT_SYMBOL", "library_paths_from"]
+           "INIT_SYMBOL"]
 
 INIT_SYMBOL = "anychip_plugin_init"
 log = logging.getLogger("anychip")
@@ -478,7 +477,7 @@ class CPlugin(DevicePlugin):
     def native_ccl(self) -> Any:
         # ANYCHIP_COLLECTIVE_CHECK=1: communicators made now use the host transport, whose
         # engine compares every rank's op signature first (a plugin's library has no such check)
-        if self.collectives_problem() is not None or check_mode():
+        if self.collectives_problem() is not None or collective_check():
             return None
         with self._lock:
             if self._ccl is None:
@@ -598,18 +597,3 @@ class PluginCollectives(NativeLibrary):
         if kind == "send":
             return t.send(send, count, dtype, root, comm, stream)
         return t.recv(recv, count, dtype, root, comm, stream)
-
-
-def library_paths_from(obj: Any) -> list[str]:
-    """The library paths an ``anychip.plugin_libraries`` entry point gave: a path, a callable
-    returning one, or a list of either."""
-    if callable(obj):
-        obj = obj()
-    items = obj if isinstance(obj, (list, tuple)) else [obj]
-    out = []
-    for item in items:
-        if not isinstance(item, (str, os.PathLike)):
-            raise PluginError(f"gave {item!r}; want a library path (str or os.PathLike), a list of them, "
-                              "or a function returning one")
-        out.append(os.fspath(item))
-    return out

@@ -411,6 +411,9 @@ class CUDAPlugin(DevicePlugin):
         self._probe()
         return self._nccl
 
+    def native_ccl_problem(self) -> str:
+        return "cupy.cuda.nccl is not available"
+
     # ------------------------------------------------------------------ helpers
     @contextmanager
     def _translate(self, what: str, index: int | None = None, requested: int | None = None) -> Iterator[None]:
@@ -656,11 +659,11 @@ def use_anychip_allocator_for_cupy(device: Any = None) -> Any:
     """
     import cupy
 
-    import anychip
+    from ..runtime.device import device as lookup
 
     fixed = None
     if device is not None:
-        fixed = anychip.device(f"cuda:{device}" if isinstance(device, int) else device)
+        fixed = lookup(f"cuda:{device}" if isinstance(device, int) else device)
         if fixed.backend != "cuda":
             raise InvalidArgumentError(f"use_anychip_allocator_for_cupy needs a cuda device, got {fixed}")
     cache: dict[int, Any] = {}
@@ -671,7 +674,7 @@ def use_anychip_allocator_for_cupy(device: Any = None) -> Any:
             idx = cupy.cuda.runtime.getDevice()
             dev = cache.get(idx)
             if dev is None:
-                dev = cache[idx] = anychip.device(f"cuda:{idx}")
+                dev = cache[idx] = lookup(f"cuda:{idx}")
         if size == 0:
             return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(0, 0, None, dev.index), 0)
         try:

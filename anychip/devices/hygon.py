@@ -14,6 +14,7 @@ from typing import Any
 from ..runtime.plugin import D2D, D2H, H2D
 from ._headers import Declarations
 from ._vendor import VendorPlugin, roots
+from .rccl import Rccl
 
 __all__ = ["HygonPlugin"]
 
@@ -56,6 +57,7 @@ CODE_NAMES: dict[int, str] = {
 
 class HygonPlugin(VendorPlugin):
     name = "hygon"
+    ccl_library = Rccl
     priority = 10
     vendor_libraries = ("libamdhip64.so", "libgalaxyhip.so")
     simulator_library = "libhygon_sim"

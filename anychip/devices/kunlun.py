@@ -26,6 +26,7 @@ from ..runtime.errors import UnsupportedError
 from ..runtime.plugin import D2D, D2H, H2D
 from ._headers import Declarations
 from ._vendor import VendorPlugin, roots
+from .bkcl import Bkcl
 
 __all__ = ["KunlunPlugin"]
 
@@ -94,6 +95,7 @@ _FILL_CHUNK = 1 << 20                     # host fill buffer for the memset fall
 
 class KunlunPlugin(VendorPlugin):
     name = "kunlun"
+    ccl_library = Bkcl
     priority = 20
     vendor_libraries = ("libxpurt.so",)
     simulator_library = "libkunlun_sim"

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from ..collectives.native import NativeLibrary
 from ..runtime._libs import copy_pointers, dlopen
 from ..runtime.errors import DeviceError, InvalidArgumentError, OutOfMemoryError, PluginError, UnsupportedError
+from ..runtime.native_ccl import NativeLibrary
 from ..runtime.plugin import DevicePlugin
 
 __all__ = ["CDEF", "PaddlePlugin", "PaddleXccl", "probe", "root_libraries", "REQUIRED", "RUNTIME_VERSION"]

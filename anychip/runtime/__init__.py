@@ -12,13 +12,14 @@ from .errors import (
     SelectionError,
     UnsupportedError,
 )
+from .native_ccl import NativeLibrary
 from .plugin import DevicePlugin
 from .registry import BackendInfo, backends, register_plugin, unregister_plugin
 from .stream import Event, Stream, current_stream
 
 __all__ = [
     "AnychipError", "BackendInfo", "Buffer", "CollectiveError", "CollectiveTimeout", "Device", "DeviceError",
-    "DevicePlugin", "Event", "InvalidArgumentError", "OutOfMemoryError", "PluginError", "SelectionError", "Stream",
-    "UnsupportedError", "backends", "copy", "current_device", "current_stream", "default_device", "device",
-    "devices", "register_plugin", "set_device", "unregister_plugin",
+    "DevicePlugin", "Event", "InvalidArgumentError", "NativeLibrary", "OutOfMemoryError", "PluginError",
+    "SelectionError", "Stream", "UnsupportedError", "backends", "copy", "current_device", "current_stream",
+    "default_device", "device", "devices", "register_plugin", "set_device", "unregister_plugin",
 ]

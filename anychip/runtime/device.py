@@ -16,7 +16,7 @@ from .buffer import Buffer, _size
 from .errors import InvalidArgumentError, SelectionError, UnsupportedError
 from .plugin import D2D, D2H, H2D
 from .selection import select
-from .stream import Event, Stream, _tls
+from .stream import Event, Stream, _tls, set_device_lookup
 
 __all__ = ["Device", "devices", "device", "set_device", "current_device", "default_device", "copy"]
 
@@ -378,6 +378,9 @@ def _reset_selection() -> None:
         _selected_env = None
 
 
+registry.on_change(_reset_selection)
+
+
 def _selection() -> list[Device]:
     global _selected, _selected_env
     env = os.environ.get("ANYCHIP_DEVICES")
@@ -495,3 +498,6 @@ def set_device(spec: Any) -> Device:
 
 
 __all__ += ["Event", "Stream"]
+
+
+set_device_lookup(device)       # streams and events resolve their device argument with it

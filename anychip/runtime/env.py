@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 
-__all__ = ["VARIABLES", "in_effect", "problem", "problems", "parse_sim_memory", "log_level"]
+__all__ = ["VARIABLES", "in_effect", "problem", "problems", "parse_sim_memory", "log_level", "collective_check"]
 
 #: name -> (default, meaning)
 VARIABLES: dict[str, tuple[str, str]] = {
@@ -117,6 +117,12 @@ def _sim_spin(text: str) -> str | None:
 
 def _simulate(text: str) -> str | None:
     return None if text.strip().lower() in ("", "auto", "always", "never") else "want auto, always or never"
+
+
+def collective_check() -> bool:
+    """``ANYCHIP_COLLECTIVE_CHECK=1``: ranks compare every op's signature first (the backends'
+    libraries have no such check, so a plugin's ``native_ccl()`` yields to the host transport)."""
+    return os.environ.get("ANYCHIP_COLLECTIVE_CHECK", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def log_level(text: str | None) -> int | None:

@@ -169,10 +169,16 @@ class DevicePlugin:
     def native_ccl(self) -> Any:
         """The chip's own collective library, or None (the host transport serves).
 
-        Built-in backends return their binding (``cupy.cuda.nccl`` for cuda); any other
-        plugin returns an ``anychip.collectives.native.NativeLibrary`` instance, which
-        the collectives layer drives as a native transport, as it drives HCCL."""
+        Every backend with one returns an :class:`anychip.runtime.native_ccl.NativeLibrary`
+        instance (ascend: HCCL, kunlun: BKCL, hygon: RCCL, a C plugin's collective
+        entries, a Paddle plugin's ``xccl_*``), which the collectives layer drives as a
+        native transport; cuda returns ``cupy.cuda.nccl``. The collectives layer never
+        picks a library by the backend's name: this method is the one way to it."""
         return None
+
+    def native_ccl_problem(self) -> str:
+        """Why :meth:`native_ccl` returns None, in words (asked only then)."""
+        return f"{self.name} has no native collective library"
 
     def _after_fork_in_child(self) -> None:
         """Called in a child process right after ``fork()``, before anything else

@@ -191,6 +191,21 @@ def _ep_source(ep: Any) -> str:
     return f"entry point {ep.value}" + (f" (package {dist})" if dist else "")
 
 
+def library_paths_from(obj: Any) -> list[str]:
+    """The library paths an ``anychip.plugin_libraries`` entry point gave: a path, a callable
+    returning one, or a list of either."""
+    if callable(obj):
+        obj = obj()
+    items = obj if isinstance(obj, (list, tuple)) else [obj]
+    out = []
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            raise PluginError(f"gave {item!r}; want a library path (str or os.PathLike), a list of them, "
+                              "or a function returning one")
+        out.append(os.fspath(item))
+    return out
+
+
 def library_files(spec: str) -> list[str]:
     """The plugin libraries an ``ANYCHIP_PLUGIN_PATH`` value names: every shared library
     (``*.so``, ``*.so.N``, ``*.dylib``) in each directory, in name order, and each file named."""
@@ -230,7 +245,6 @@ def _plugin_libraries() -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for ep in _entry_points(LIBRARY_ENTRY_POINT_GROUP):
         try:
-            from ..devices.cplugin import library_paths_from
             paths = library_paths_from(ep.load())
         except Exception as exc:  # noqa: BLE001 - a broken package must not stop the others
             _refuse(f"plugin library of {_ep_source(ep)}", f"{type(exc).__name__}: {exc}")
@@ -351,9 +365,19 @@ def backend(name: str) -> BackendInfo | None:
         return info
 
 
+#: called when the set of backends changes (the device front end drops its selection); the
+#: registry sits below the front end, which registers here (runtime/device.py)
+_on_change: list[Callable[[], None]] = []
+
+
+def on_change(callback: Callable[[], None]) -> None:
+    """Call ``callback`` whenever a backend is registered, unregistered or rediscovered."""
+    _on_change.append(callback)
+
+
 def _invalidate_selection() -> None:
-    from .device import _reset_selection  # (not `from . import device`: that name is the function)
-    _reset_selection()
+    for callback in _on_change:
+        callback()
 
 
 def reset() -> None:

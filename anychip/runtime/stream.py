@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidArgumentError
@@ -34,14 +35,19 @@ class _State(threading.local):
 _tls = _State()
 
 
-def _resolve_device(device: Any) -> Device:
-    from .device import Device, current_device
-    from .device import device as lookup
-    if device is None:
-        return current_device()
-    if isinstance(device, Device):
-        return device
-    return lookup(device)
+def _no_front_end(device: Any) -> Device:
+    raise RuntimeError("anychip.runtime.device is not loaded: import anychip first")
+
+
+#: None, a name or a Device -> the Device (None: the current device). Streams sit below the
+#: device front end, which installs its lookup here (runtime/device.py: set_device_lookup)
+_resolve_device: Callable[[Any], Device] = _no_front_end
+
+
+def set_device_lookup(lookup: Callable[[Any], Device]) -> None:
+    """Install the front end's device lookup (called once, by anychip.runtime.device)."""
+    global _resolve_device
+    _resolve_device = lookup
 
 
 class Stream:

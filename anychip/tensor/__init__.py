@@ -10,6 +10,7 @@ fallback ordered on the device's current stream. See docs/tensor.md.
 """
 from __future__ import annotations
 
+from . import _dlpack, _ops, _tensor
 from ._dlpack import DLPackError, from_dlpack
 from ._dtype import (
     DTYPES,
@@ -27,6 +28,8 @@ from ._dtype import (
 )
 from ._ops import cast, exp, log, matmul, maximum, minimum, relu
 from ._tensor import Tensor, arange, as_tensor, empty, full, ones, tensor, zeros
+
+_tensor.install(_ops, _dlpack)     # Tensor's op and DLPack methods (see _tensor.py)
 
 __all__ = [
     "Tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange", "from_dlpack", "DLPackError",

@@ -17,7 +17,7 @@ from ..runtime import device as _lookup_device
 from . import _dtype as dt
 from ._tensor import Tensor, _HostRef, _span_of
 
-__all__ = ["from_dlpack", "device_of", "export", "DLPackError", "kDLCPU", "kDLCUDA"]
+__all__ = ["from_dlpack", "DLPackError"]     # device_of / export serve Tensor's __dlpack__ methods
 
 kDLCPU, kDLCUDA, kDLCUDAHost, kDLOpenCL, kDLROCM, kDLExtDev = 1, 2, 3, 4, 10, 12
 _BACKEND_TYPES = {"cuda": kDLCUDA, "opencl": kDLOpenCL, "hygon": kDLROCM}

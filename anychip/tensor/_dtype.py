@@ -13,8 +13,9 @@ import numpy as np
 
 from ..runtime.errors import InvalidArgumentError, UnsupportedError
 
+# (to_bfloat16_bits, from_bfloat16_bits and result_type serve the package's tensors and ops)
 __all__ = ["DType", "dtype", "bool_", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32",
-           "float64", "DTYPES", "to_bfloat16_bits", "from_bfloat16_bits", "result_type"]
+           "float64", "DTYPES"]
 
 
 class DType:

@@ -24,8 +24,8 @@ from . import _dtype as dt
 from ._dtype import DType
 from ._tensor import Tensor, _axis, _host_values, _new, empty, tensor
 
-__all__ = ["binary", "unary", "reduce", "matmul", "cast", "copy", "fill", "relu", "exp", "log", "maximum",
-           "minimum", "where_kernels"]
+# (binary, unary, reduce, copy, fill and where_kernels serve Tensor's methods and operators)
+__all__ = ["matmul", "cast", "relu", "exp", "log", "maximum", "minimum"]
 
 BINARY: dict[str, Any] = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
           "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,

@@ -20,6 +20,19 @@ from ._dtype import DType
 
 __all__ = ["Tensor", "tensor", "empty", "zeros", "ones", "full", "arange", "as_tensor"]
 
+# A Tensor's op methods (t + u, t.sum(), t.cast(...)) call the ops (_ops.py) and its
+# DLPack methods the exchange (_dlpack.py). Both are written over Tensor and import this
+# module; this module imports neither: the package (anychip/tensor/__init__.py) hands them
+# over with install() when it loads.
+_ops: Any = None
+_dlpack: Any = None
+
+
+def install(ops: Any, dlpack: Any) -> None:
+    """Give Tensor's methods the ops module and the DLPack module (the package does, once)."""
+    global _ops, _dlpack
+    _ops, _dlpack = ops, dlpack
+
 
 def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, acc = [], 1
@@ -302,7 +315,6 @@ class Tensor:
 
     def clone(self) -> Tensor:
         """A contiguous copy in new memory of the same device."""
-        from . import _ops
         return _ops.copy(self)
 
     def contiguous(self) -> Tensor:
@@ -365,7 +377,6 @@ class Tensor:
 
     # -- ops (see _ops) ----------------------------------------------------------
     def cast(self, dtype: Any) -> Tensor:
-        from . import _ops
         return _ops.cast(self, dtype)
 
     astype = cast
@@ -374,43 +385,33 @@ class Tensor:
         return self.cast(dt.float32)
 
     def sum(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        from . import _ops
         return _ops.reduce("sum", self, axis, keepdims)
 
     def mean(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        from . import _ops
         return _ops.reduce("mean", self, axis, keepdims)
 
     def max(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        from . import _ops
         return _ops.reduce("max", self, axis, keepdims)
 
     def relu(self) -> Tensor:
-        from . import _ops
         return _ops.unary("relu", self)
 
     def exp(self) -> Tensor:
-        from . import _ops
         return _ops.unary("exp", self)
 
     def log(self) -> Tensor:
-        from . import _ops
         return _ops.unary("log", self)
 
     def matmul(self, other: Any) -> Tensor:
-        from . import _ops
         return _ops.matmul(self, other)
 
     def __matmul__(self, other: Any) -> Tensor:
-        from . import _ops
         return _ops.matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> Tensor:
-        from . import _ops
         return _ops.matmul(other, self)
 
     def __neg__(self) -> Tensor:
-        from . import _ops
         return _ops.unary("neg", self)
 
     def __pos__(self) -> Tensor:
@@ -418,17 +419,14 @@ class Tensor:
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
-        from . import _dlpack
         return _dlpack.export(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        from . import _dlpack
         return _dlpack.device_of(self)
 
 
 def _binary_method(op: str, reflected: bool = False) -> Any:
     def method(self: Tensor, other: Any) -> Tensor:
-        from . import _ops
         return _ops.binary(op, other, self) if reflected else _ops.binary(op, self, other)
     method.__name__ = f"__{'r' if reflected else ''}{op}__"
     return method
@@ -588,7 +586,6 @@ def full(shape: Any, value: Any, dtype: Any = None, device: Any = None) -> Tenso
         dtype = dt.bool_ if isinstance(value, (bool, np.bool_)) else (
             dt.int64 if isinstance(value, (int, np.integer)) else dt.float32)
     t = empty(_shape_arg(shape), dtype=dtype, device=device)
-    from . import _ops
     _ops.fill(t, value)
     return t
 

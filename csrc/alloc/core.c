@@ -765,8 +765,10 @@ static int Core_clear(Core *self)
         Py_CLEAR(self->any[i]);
     }
     Py_CLEAR(self->deferred);
-    while (self->nspare > 0)
-        Py_CLEAR(self->spare[--self->nspare]);
+    while (self->nspare > 0) {     /* (Py_CLEAR names its argument twice: no side effects in it) */
+        self->nspare--;
+        Py_CLEAR(self->spare[self->nspare]);
+    }
     return 0;
 }
 

@@ -826,66 +826,96 @@ static void slice(uint64_t n, int nr, int r, uint64_t *lo, uint64_t *hi)
     *hi = *lo + q + ((uint64_t)r < rem);
 }
 
+/* One round of the one-arrival path: elements [lo, lo + m) of each block, in the slots of
+ * parity b (a slot holds `cap` elements of each block). */
+typedef struct one_round {
+    char *(*slot)(ccl_comm *, int, int);      /* small_slot or big_slot */
+    int b;
+    uint64_t lo, m, cap;
+} one_round;
+
+/* This rank's part of the round into its own slot (a broadcast: only the root's). */
+static void put_round(ctx_t *x, const one_round *r, int blocks)
+{
+    ccl_comm *c = x->c;
+    const ccl_op *o = x->op;
+    if (o->kind == CCL_BROADCAST && c->rank != o->root)
+        return;
+    size_t es = DTYPE_SIZES[o->dtype];
+    const char *send = o->send.ptr;
+    char *mine = r->slot(c, c->rank, r->b);
+    for (int i = 0; i < blocks; i++)
+        copy(mine + (size_t)i * r->cap * es, send + ((size_t)i * o->count + r->lo) * es, r->m * es);
+}
+
+/* What this rank takes from every rank's slot once all have arrived. */
+static void take_round(ctx_t *x, const one_round *r)
+{
+    ccl_comm *c = x->c;
+    const ccl_op *o = x->op;
+    int me = c->rank, N = c->nranks;
+    size_t es = DTYPE_SIZES[o->dtype];
+    uint64_t n = o->count, lo = r->lo, m = r->m;
+    size_t mine = (size_t)me * r->cap * es;    /* this rank's block in a slot */
+    char *recv = o->recv.ptr;
+    const void *srcs[CCL_MAX_RANKS];
+    switch (o->kind) {
+    case CCL_ALL_REDUCE:
+    case CCL_REDUCE:
+        if (o->kind == CCL_REDUCE && me != o->root)
+            break;
+        for (int i = 0; i < N; i++)
+            srcs[i] = r->slot(c, i, r->b);
+        reduce1(o, recv + lo * es, srcs, N, m);
+        break;
+    case CCL_BROADCAST:
+        if (me != o->root)
+            copy(recv + lo * es, r->slot(c, o->root, r->b), m * es);
+        break;
+    case CCL_ALL_GATHER:
+        for (int i = 0; i < N; i++)
+            copy(recv + ((size_t)i * n + lo) * es, r->slot(c, i, r->b), m * es);
+        break;
+    case CCL_REDUCE_SCATTER:
+        for (int i = 0; i < N; i++)
+            srcs[i] = r->slot(c, i, r->b) + mine;
+        reduce1(o, recv + lo * es, srcs, N, m);
+        break;
+    case CCL_ALL_TO_ALL:
+        for (int i = 0; i < N; i++)
+            copy(recv + ((size_t)i * n + lo) * es, r->slot(c, i, r->b) + mine, m * es);
+        break;
+    default:
+        break;
+    }
+}
+
 /* Rounds with one arrival each: every rank writes its part of the round into its slot
  * (parity b), arrives, waits for all, and takes what it needs from the others' slots. */
 static int one_barrier_rounds(ctx_t *x, int small)
 {
     ccl_comm *c = x->c;
     const ccl_op *o = x->op;
-    int me = c->rank, N = c->nranks, kind = o->kind;
+    int kind = o->kind;
     size_t es = DTYPE_SIZES[o->dtype];
     uint64_t n = o->count;
-    int blocks = (kind == CCL_REDUCE_SCATTER || kind == CCL_ALL_TO_ALL) ? N : 1;
-    uint64_t slot_bytes = small ? c->small : c->chunk;
-    uint64_t cap = slot_bytes / (uint64_t)blocks / es;      /* elements per block per round */
-    const char *send = o->send.ptr;
-    char *recv = o->recv.ptr;
-    if (kind == CCL_BROADCAST && me == o->root && send && recv)
-        copy(recv, send, n * es);
-    uint64_t rounds = n ? (n + cap - 1) / cap : 1;
-    const void *srcs[CCL_MAX_RANKS];
+    int blocks = (kind == CCL_REDUCE_SCATTER || kind == CCL_ALL_TO_ALL) ? c->nranks : 1;
+    one_round r = {small ? small_slot : big_slot, 0, 0, 0, 0};
+    r.cap = (small ? c->small : c->chunk) / (uint64_t)blocks / es;
+    if (kind == CCL_BROADCAST && c->rank == o->root && o->send.ptr && o->recv.ptr)
+        copy(o->recv.ptr, o->send.ptr, n * es);
+    uint64_t rounds = n ? (n + r.cap - 1) / r.cap : 1;
     for (uint64_t j = 0; j < rounds; j++) {
-        uint64_t lo = j * cap, m = MIN(cap, n - lo);
-        int b = (int)((small ? c->small_round++ : c->big_round++) & 1);
-        char *(*slotf)(ccl_comm *, int, int) = small ? small_slot : big_slot;
-        char *mine = slotf(c, me, b);
-        if (kind != CCL_BROADCAST || me == o->root)
-            for (int i = 0; i < blocks; i++)
-                copy(mine + (size_t)i * cap * es, send + ((size_t)i * n + lo) * es, m * es);
+        r.lo = j * r.cap;
+        r.m = MIN(r.cap, n - r.lo);
+        r.b = (int)((small ? c->small_round++ : c->big_round++) & 1);
+        put_round(x, &r, blocks);
         int st = barrier_step(x);
         if (st)
             return st;
         if (j == 0 && c->check && (st = check_signatures(x, (int)((c->seq - 1) & 1))))
             return st;
-        switch (kind) {
-        case CCL_ALL_REDUCE:
-        case CCL_REDUCE:
-            if (kind == CCL_REDUCE && me != o->root)
-                break;
-            for (int r = 0; r < N; r++)
-                srcs[r] = slotf(c, r, b);
-            reduce1(o, recv + lo * es, srcs, N, m);
-            break;
-        case CCL_BROADCAST:
-            if (me != o->root)
-                copy(recv + lo * es, slotf(c, o->root, b), m * es);
-            break;
-        case CCL_ALL_GATHER:
-            for (int r = 0; r < N; r++)
-                copy(recv + ((size_t)r * n + lo) * es, slotf(c, r, b), m * es);
-            break;
-        case CCL_REDUCE_SCATTER:
-            for (int r = 0; r < N; r++)
-                srcs[r] = slotf(c, r, b) + (size_t)me * cap * es;
-            reduce1(o, recv + lo * es, srcs, N, m);
-            break;
-        case CCL_ALL_TO_ALL:
-            for (int r = 0; r < N; r++)
-                copy(recv + ((size_t)r * n + lo) * es, slotf(c, r, b) + (size_t)me * cap * es, m * es);
-            break;
-        default:
-            break;
-        }
+        take_round(x, &r);
     }
     return CCL_OK;
 }

@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "collective.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -15,12 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define COMM_MAGIC 0x53434f4du /* "SCOM" */
 #define ID_MAGIC "anychip-ccl:"
 #define ZERO_COPY_DEFAULT 65536u
 
 struct sc_comm {
-    uint32_t magic;
     char vendor[8];
     char name[96];
     ccl_comm *engine;
@@ -180,6 +179,46 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
     return end != v ? (uint64_t)x : dflt;
 }
 
+/* The live communicators. A handle is looked up here before anything reads it, so a destroyed
+ * (or made-up) communicator is reported without touching freed memory. */
+static ptr_map live_comms;
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t live_once = PTHREAD_ONCE_INIT;
+
+static void live_atfork_child(void)
+{
+    pthread_mutex_init(&live_lock, NULL);     /* another parent thread may have held it */
+}
+
+static void live_setup(void)
+{
+    pthread_atfork(NULL, NULL, live_atfork_child);
+}
+
+static int live_add(sc_comm *c)
+{
+    pthread_once(&live_once, live_setup);
+    pthread_mutex_lock(&live_lock);
+    int rc = map_put(&live_comms, (uint64_t)(uintptr_t)c, c);
+    pthread_mutex_unlock(&live_lock);
+    return rc;
+}
+
+static void live_remove(sc_comm *c)
+{
+    pthread_mutex_lock(&live_lock);
+    map_del(&live_comms, (uint64_t)(uintptr_t)c);
+    pthread_mutex_unlock(&live_lock);
+}
+
+static int is_live(const sc_comm *c)
+{
+    pthread_mutex_lock(&live_lock);
+    int live = map_get(&live_comms, (uint64_t)(uintptr_t)c) != NULL;
+    pthread_mutex_unlock(&live_lock);
+    return live;
+}
+
 sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nranks, int rank, sc_comm **out)
 {
     if (!out || !id)
@@ -221,7 +260,11 @@ sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nran
             st = sc_fail(from_ccl(e), "%s communicator init (rank %d of %d): %s", vendor, rank, nranks,
                          ccl_init_error());
     }
+    if (st == SC_OK && live_add(c) != 0)
+        st = sc_fail(SC_OOM, "%s communicator init: out of host memory", vendor);
     if (st != SC_OK) {
+        if (c->engine)
+            ccl_comm_destroy(c->engine);
         if (c->order_event)
             sim_event_destroy(c->order_event);
         pthread_mutex_destroy(&c->lock);
@@ -236,7 +279,6 @@ sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nran
     ccl_comm_set_label(c->engine, label);
     ccl_comm_set_ipc(c->engine, ipc_open, ipc_close);
     ccl_comm_set_thresholds(c->engine, UINT64_MAX, c->zc_min);
-    c->magic = COMM_MAGIC;
     *out = c;
     return SC_OK;
 }
@@ -245,7 +287,7 @@ sc_status sc_comm_check(const sc_comm *c, const char *fn)
 {
     if (!c)
         return sc_fail(SC_NULL, "%s: the communicator is NULL", fn);
-    if (c->magic != COMM_MAGIC)
+    if (!is_live(c))
         return sc_fail(SC_INVALID, "%s: %p is not a live communicator (destroyed, or never created)", fn,
                        (const void *)c);
     return SC_OK;
@@ -261,7 +303,7 @@ static void wait_idle(sc_comm *c)
 
 static void comm_free(sc_comm *c)
 {
-    c->magic = 0;
+    live_remove(c);
     ccl_comm_destroy(c->engine);
     sim_event_destroy(c->order_event);
     pthread_mutex_destroy(&c->lock);
@@ -451,69 +493,103 @@ sc_status sc_group_end(void)
 
 /* ---- ops --------------------------------------------------------------------------------- */
 
+static int is_reducing(int kind)
+{
+    return kind == CCL_ALL_REDUCE || kind == CCL_REDUCE || kind == CCL_REDUCE_SCATTER;
+}
+
+static int is_rooted(int kind)
+{
+    return kind == CCL_BROADCAST || kind == CCL_REDUCE || kind == CCL_SEND || kind == CCL_RECV;
+}
+
+/* The checks every vendor front end shares: a known dtype, reduce op and root (or peer). */
+static sc_status check_op(const sc_comm *c, const sc_op *op, const char *fn)
+{
+    if (op->dtype < 0 || op->dtype >= CCL_DTYPE_COUNT)
+        return sc_fail(SC_INVALID, "%s: unknown data type", fn);
+    if (is_reducing(op->kind) && (op->redop < 0 || op->redop >= CCL_REDOP_COUNT))
+        return sc_fail(SC_INVALID, "%s: unknown reduce op", fn);
+    if (is_rooted(op->kind) && (op->root < 0 || op->root >= c->nranks))
+        return sc_fail(SC_INVALID, "%s: %s %d is outside 0..%d", fn,
+                       op->kind == CCL_SEND || op->kind == CCL_RECV ? "peer" : "root", op->root, c->nranks - 1);
+    return SC_OK;
+}
+
+/* The buffers this rank's part of the op reads and writes, and their sizes in bytes:
+ * the engine writes only the root's recv of a reduce and reads only the root's send of a
+ * broadcast, so the other ranks name one buffer for both. */
+typedef struct op_spans {
+    const void *send;
+    void *recv;
+    uint64_t send_bytes, recv_bytes;
+} op_spans;
+
+static op_spans spans_of(const sc_comm *c, const sc_op *op, uint64_t n)
+{
+    uint64_t N = (uint64_t)c->nranks;
+    op_spans s = {op->send, op->recv, n, n};
+    switch (op->kind) {
+    case CCL_ALL_GATHER: s.recv_bytes = n * N; break;
+    case CCL_REDUCE_SCATTER: s.send_bytes = n * N; break;
+    case CCL_ALL_TO_ALL: s.send_bytes = s.recv_bytes = n * N; break;
+    case CCL_SEND: s.recv = NULL, s.recv_bytes = 0; break;
+    case CCL_RECV: s.send = NULL, s.send_bytes = 0; break;
+    case CCL_BARRIER: s.send_bytes = s.recv_bytes = 0; break;
+    case CCL_REDUCE:
+        if (c->rank != op->root)
+            s.recv = (void *)s.send, s.recv_bytes = s.send_bytes;
+        break;
+    case CCL_BROADCAST:
+        if (c->rank != op->root)
+            s.send = s.recv, s.send_bytes = s.recv_bytes;
+        break;
+    default: break;
+    }
+    return s;
+}
+
+/* Inside a group: keep the op for sc_group_end. */
+static sc_status defer(sc_comm *c, void *stream, const ccl_op *o, const char *fn)
+{
+    if (t_nops == t_cap) {
+        int cap = t_cap ? 2 * t_cap : 16;
+        pending_op *p = realloc(t_ops, (size_t)cap * sizeof *p);
+        if (!p)
+            return sc_fail(SC_OOM, "%s: out of host memory", fn);
+        t_ops = p;
+        t_cap = cap;
+    }
+    t_ops[t_nops++] = (pending_op){c, stream, *o};
+    return SC_OK;
+}
+
 sc_status sc_submit(sc_comm *c, const sc_op *op, void *stream, const char *fn)
 {
     sc_status st = sc_comm_check(c, fn);
+    if (st == SC_OK)
+        st = check_op(c, op, fn);
     if (st != SC_OK)
         return st;
-    int N = c->nranks, me = c->rank;
     int kind = op->kind;
-    if (op->dtype < 0 || op->dtype >= CCL_DTYPE_COUNT)
-        return sc_fail(SC_INVALID, "%s: unknown data type", fn);
-    int reducing = kind == CCL_ALL_REDUCE || kind == CCL_REDUCE || kind == CCL_REDUCE_SCATTER;
-    if (reducing && (op->redop < 0 || op->redop >= CCL_REDOP_COUNT))
-        return sc_fail(SC_INVALID, "%s: unknown reduce op", fn);
-    int rooted = kind == CCL_BROADCAST || kind == CCL_REDUCE || kind == CCL_SEND || kind == CCL_RECV;
-    if (rooted && (op->root < 0 || op->root >= N))
-        return sc_fail(SC_INVALID, "%s: %s %d is outside 0..%d", fn,
-                       kind == CCL_SEND || kind == CCL_RECV ? "peer" : "root", op->root, N - 1);
     if (op->count == 0 && kind != CCL_BARRIER)
         return SC_OK; /* nothing moves; every rank skips it alike */
-    uint64_t es = ccl_dtype_size(op->dtype);
-    uint64_t n = op->count * es;
-    uint64_t sn = n, rn = n;            /* bytes read from send, written to recv */
-    switch (kind) {
-    case CCL_ALL_GATHER: rn = n * (uint64_t)N; break;
-    case CCL_REDUCE_SCATTER: sn = n * (uint64_t)N; break;
-    case CCL_ALL_TO_ALL: sn = rn = n * (uint64_t)N; break;
-    case CCL_SEND: rn = 0; break;
-    case CCL_RECV: sn = 0; break;
-    case CCL_BARRIER: sn = rn = 0; break;
-    default: break;
-    }
-    const void *send = op->send;
-    void *recv = op->recv;
-    if (kind == CCL_REDUCE && me != op->root)
-        recv = (void *)send, rn = sn;   /* the engine writes only the root's recv */
-    if (kind == CCL_BROADCAST && me != op->root)
-        send = recv, sn = rn;           /* only the root's send is read */
-    if (kind == CCL_SEND)
-        recv = NULL;
-    if (kind == CCL_RECV)
-        send = NULL;
+    uint64_t n = op->count * ccl_dtype_size(op->dtype);
+    op_spans s = spans_of(c, op, n);
+    /* zero-copy: the peers read this rank's buffers in place (not for point-to-point ops) */
     int share = kind != CCL_SEND && kind != CCL_RECV && kind != CCL_BARRIER && kind != CCL_ALL_TO_ALL &&
                 n >= c->zc_min;
     ccl_op o;
     memset(&o, 0, sizeof o);
     o.kind = kind;
     o.dtype = op->dtype;
-    o.redop = reducing ? op->redop : CCL_SUM;
-    o.root = rooted ? op->root : -1;
+    o.redop = is_reducing(kind) ? op->redop : CCL_SUM;
+    o.root = is_rooted(kind) ? op->root : -1;
     o.count = op->count;
-    if ((st = describe(c, send, sn, share, &o.send, fn, "the send buffer")) != SC_OK ||
-        (st = describe(c, recv, rn, share, &o.recv, fn, "the receive buffer")) != SC_OK)
+    if ((st = describe(c, s.send, s.send_bytes, share, &o.send, fn, "the send buffer")) != SC_OK ||
+        (st = describe(c, s.recv, s.recv_bytes, share, &o.recv, fn, "the receive buffer")) != SC_OK)
         return st;
-    if (t_depth > 0) {
-        if (t_nops == t_cap) {
-            int cap = t_cap ? 2 * t_cap : 16;
-            pending_op *p = realloc(t_ops, (size_t)cap * sizeof *p);
-            if (!p)
-                return sc_fail(SC_OOM, "%s: out of host memory", fn);
-            t_ops = p;
-            t_cap = cap;
-        }
-        t_ops[t_nops++] = (pending_op){c, stream, o};
-        return SC_OK;
-    }
+    if (t_depth > 0)
+        return defer(c, stream, &o, fn);
     return enqueue(c, &o, 1, stream, NULL, 0, fn);
 }

@@ -26,72 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* dtype codes (anychip/devices/_sim_kernels.py keeps the same table) */
-enum { K_BOOL, K_I8, K_U8, K_I32, K_I64, K_F16, K_BF16, K_F32, K_F64, K_NDTYPES };
-/* elementwise ops */
-enum { E_ADD, E_SUB, E_MUL, E_DIV, E_EQ, E_NE, E_LT, E_LE, E_GT, E_GE, E_MAX, E_MIN, E_NOPS };
-/* unary ops */
-enum { U_COPY, U_RELU, U_EXP, U_LOG, U_NEG, U_NOPS };
-/* reductions */
-enum { R_SUM, R_MEAN, R_MAX, R_NOPS };
-
-#define K_MAXDIM 16
-
-/* The float32 fast paths (contiguous operands) are compiled three times, for x86-64 with
- * AVX-512, with AVX2 + FMA and for the baseline, and the loader picks the widest the CPU has
- * (an ifunc): the library still runs on any x86-64. Only those small functions are cloned,
- * so the build stays quick; every other layout and type runs the general loops below. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-#define K_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define K_CLONES
-#endif
+#include "kernels.h"
 
 static const int ITEMSIZE[K_NDTYPES] = {1, 1, 1, 4, 8, 2, 2, 4, 8};
 
-/* ---- exp ------------------------------------------------------------------------------- */
-
-static inline float bits_to_f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* e^x in float32 without branches, so that loops over it vectorize (the C library's expf is
- * a call per element): Cephes' range reduction x = n ln2 + r (ln2 in two parts), a degree-6
- * polynomial for e^r, and 2^n applied as two factors so that results down to the smallest
- * subnormal round once. Within 1 ulp of the correctly rounded result; overflow gives inf,
- * underflow 0, NaN stays NaN. Every value is computed and then selected, never branched on. */
-static inline float k_expf(float x)
-{
-    float xc = x > -104.0f ? x : -104.0f;           /* e^-104 rounds to 0; NaN also lands here */
-    xc = xc < 89.0f ? xc : 89.0f;                   /* e^89 overflows */
-    const float round = 12582912.0f;                /* 1.5 * 2^23: adding it rounds to an integer */
-    float n = (xc * 1.44269504088896341f + round) - round;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;      /* n in [-150, 129] */
-    float res = p * bits_to_f((uint32_t)(n1 + 127) << 23) * bits_to_f((uint32_t)(n2 + 127) << 23);
-    float nan = x + x;
-    return x != x ? nan : res;
-}
-
 /* ---- argument records -------------------------------------------------------------------- */
-
-typedef struct {
-    int op, dtype, out_dtype, in_dtype, ndim;
-    int64_t shape[K_MAXDIM], as[K_MAXDIM], bs[K_MAXDIM];
-    char *out;
-    const char *a, *b;
-} ew_job;
 
 typedef struct {
     int op, out_dtype, in_dtype;
@@ -114,182 +53,6 @@ typedef void (*dgemm_fn)(int, int, int, int64_t, int64_t, int64_t, double, const
                          const double *, int64_t, double, double *, int64_t);
 static _Atomic(sgemm_fn) g_sgemm;
 static _Atomic(dgemm_fn) g_dgemm;
-
-/* ---- elementwise ------------------------------------------------------------------------- */
-
-/* iterate the outer dimensions of an n-d index; the innermost is left to the caller */
-#define ND_BEGIN(J)                                                                          \
-    int64_t idx_[K_MAXDIM] = {0};                                                            \
-    int nd_ = (J)->ndim;                                                                     \
-    int64_t inner_ = nd_ ? (J)->shape[nd_ - 1] : 1;                                          \
-    int64_t sa_ = nd_ ? (J)->as[nd_ - 1] : 0, sb_ = nd_ ? (J)->bs[nd_ - 1] : 0;              \
-    int64_t rows_ = 1;                                                                       \
-    for (int d_ = 0; d_ + 1 < nd_; d_++)                                                     \
-        rows_ *= (J)->shape[d_];                                                             \
-    int64_t aoff_ = 0, boff_ = 0;                                                            \
-    for (int64_t row_ = 0; row_ < rows_; row_++) {                                           \
-        int64_t obase_ = row_ * inner_;
-
-#define ND_END(J)                                                                            \
-        for (int d_ = nd_ - 2; d_ >= 0; d_--) {                                              \
-            aoff_ += (J)->as[d_];                                                            \
-            boff_ += (J)->bs[d_];                                                            \
-            if (++idx_[d_] < (J)->shape[d_])                                                 \
-                break;                                                               \
-            aoff_ -= (J)->as[d_] * (J)->shape[d_];                                           \
-            boff_ -= (J)->bs[d_] * (J)->shape[d_];                                           \
-            idx_[d_] = 0;                                                                    \
-        }                                                                                    \
-    }
-
-/* one loop per (op, type); EXPR reads x and y of compute type C and gives the output */
-#define EW_LOOP(J, T, C, OT, LD, ST, EXPR)                                                   \
-    do {                                                                                     \
-        const T *pa = (const T *)(J)->a, *pb = (const T *)(J)->b;                            \
-        OT *po = (OT *)(J)->out;                                                             \
-        ND_BEGIN(J)                                                                          \
-        const T *ra = pa + aoff_, *rb = pb + boff_;                                          \
-        OT *ro = po + obase_;                                                                \
-        if (sa_ == 1 && sb_ == 1) {                                                          \
-            for (int64_t i = 0; i < inner_; i++) {                                           \
-                C x = LD(ra[i]), y = LD(rb[i]);                                              \
-                ro[i] = ST(EXPR);                                                            \
-            }                                                                                \
-        } else if (sa_ == 1 && sb_ == 0) {                                                   \
-            C y = LD(rb[0]);                                                                 \
-            for (int64_t i = 0; i < inner_; i++) {                                           \
-                C x = LD(ra[i]);                                                             \
-                ro[i] = ST(EXPR);                                                            \
-            }                                                                                \
-        } else {                                                                             \
-            for (int64_t i = 0; i < inner_; i++) {                                           \
-                C x = LD(ra[i * sa_]), y = LD(rb[i * sb_]);                                  \
-                ro[i] = ST(EXPR);                                                            \
-            }                                                                                \
-        }                                                                                    \
-        ND_END(J)                                                                            \
-    } while (0)
-
-#define ID(v) (v)
-#define TO_BOOL(v) ((uint8_t)((v) ? 1 : 0))
-#define FMAXNAN(x, y) (isnan(x) ? (x) : isnan(y) ? (y) : (x) > (y) ? (x) : (y))
-#define FMINNAN(x, y) (isnan(x) ? (x) : isnan(y) ? (y) : (x) < (y) ? (x) : (y))
-
-#define EW_COMPARE(J, T, C, LD)                                                              \
-    switch ((J)->op) {                                                                       \
-    case E_EQ: EW_LOOP(J, T, C, uint8_t, LD, TO_BOOL, x == y); break;                        \
-    case E_NE: EW_LOOP(J, T, C, uint8_t, LD, TO_BOOL, x != y); break;                        \
-    case E_LT: EW_LOOP(J, T, C, uint8_t, LD, TO_BOOL, x < y); break;                         \
-    case E_LE: EW_LOOP(J, T, C, uint8_t, LD, TO_BOOL, x <= y); break;                        \
-    case E_GT: EW_LOOP(J, T, C, uint8_t, LD, TO_BOOL, x > y); break;                         \
-    case E_GE: EW_LOOP(J, T, C, uint8_t, LD, TO_BOOL, x >= y); break;                        \
-    default: break;                                                                          \
-    }
-
-#define EW_FLOAT(J, T, LD, ST)                                                               \
-    switch ((J)->op) {                                                                       \
-    case E_ADD: EW_LOOP(J, T, float, T, LD, ST, x + y); break;                               \
-    case E_SUB: EW_LOOP(J, T, float, T, LD, ST, x - y); break;                               \
-    case E_MUL: EW_LOOP(J, T, float, T, LD, ST, x * y); break;                               \
-    case E_DIV: EW_LOOP(J, T, float, T, LD, ST, x / y); break;                               \
-    case E_MAX: EW_LOOP(J, T, float, T, LD, ST, FMAXNAN(x, y)); break;                       \
-    case E_MIN: EW_LOOP(J, T, float, T, LD, ST, FMINNAN(x, y)); break;                       \
-    default: EW_COMPARE(J, T, float, LD);                                                    \
-    }
-
-#define EW_DOUBLE(J)                                                                         \
-    switch ((J)->op) {                                                                       \
-    case E_ADD: EW_LOOP(J, double, double, double, ID, ID, x + y); break;                    \
-    case E_SUB: EW_LOOP(J, double, double, double, ID, ID, x - y); break;                    \
-    case E_MUL: EW_LOOP(J, double, double, double, ID, ID, x * y); break;                    \
-    case E_DIV: EW_LOOP(J, double, double, double, ID, ID, x / y); break;                    \
-    case E_MAX: EW_LOOP(J, double, double, double, ID, ID, FMAXNAN(x, y)); break;            \
-    case E_MIN: EW_LOOP(J, double, double, double, ID, ID, FMINNAN(x, y)); break;            \
-    default: EW_COMPARE(J, double, double, ID);                                              \
-    }
-
-/* integers: wrap through the unsigned type U of the same width */
-#define EW_INT(J, T, U)                                                                      \
-    switch ((J)->op) {                                                                       \
-    case E_ADD: EW_LOOP(J, T, T, T, ID, ID, (T)((U)x + (U)y)); break;                        \
-    case E_SUB: EW_LOOP(J, T, T, T, ID, ID, (T)((U)x - (U)y)); break;                        \
-    case E_MUL: EW_LOOP(J, T, T, T, ID, ID, (T)((U)x * (U)y)); break;                        \
-    case E_MAX: EW_LOOP(J, T, T, T, ID, ID, x > y ? x : y); break;                           \
-    case E_MIN: EW_LOOP(J, T, T, T, ID, ID, x < y ? x : y); break;                           \
-    default: EW_COMPARE(J, T, T, ID);                                                        \
-    }
-
-/* true when strides are those of a C-contiguous array of shape (dimensions of 1 aside) */
-static int c_contiguous(int ndim, const int64_t *shape, const int64_t *strides)
-{
-    int64_t want = 1;
-    for (int d = ndim - 1; d >= 0; d--) {
-        if (shape[d] != 1 && strides[d] != want)
-            return 0;
-        want *= shape[d];
-    }
-    return 1;
-}
-
-static int64_t numel(int ndim, const int64_t *shape)
-{
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++)
-        n *= shape[d];
-    return n;
-}
-
-/* float32, both inputs contiguous: one flat loop per op */
-#define EW_F32_FLAT(OT, EXPR)                                                                \
-    do {                                                                                     \
-        OT *o_ = (OT *)out;                                                                  \
-        for (int64_t i = 0; i < n; i++) {                                                    \
-            float x = a[i], y = b[i];                                                        \
-            o_[i] = (OT)(EXPR);                                                              \
-        }                                                                                    \
-    } while (0)
-
-K_CLONES static void ew_f32_flat(int op, const float *a, const float *b, void *out, int64_t n)
-{
-    switch (op) {
-    case E_ADD: EW_F32_FLAT(float, x + y); break;
-    case E_SUB: EW_F32_FLAT(float, x - y); break;
-    case E_MUL: EW_F32_FLAT(float, x * y); break;
-    case E_DIV: EW_F32_FLAT(float, x / y); break;
-    case E_MAX: EW_F32_FLAT(float, FMAXNAN(x, y)); break;
-    case E_MIN: EW_F32_FLAT(float, FMINNAN(x, y)); break;
-    case E_EQ: EW_F32_FLAT(uint8_t, TO_BOOL(x == y)); break;
-    case E_NE: EW_F32_FLAT(uint8_t, TO_BOOL(x != y)); break;
-    case E_LT: EW_F32_FLAT(uint8_t, TO_BOOL(x < y)); break;
-    case E_LE: EW_F32_FLAT(uint8_t, TO_BOOL(x <= y)); break;
-    case E_GT: EW_F32_FLAT(uint8_t, TO_BOOL(x > y)); break;
-    case E_GE: EW_F32_FLAT(uint8_t, TO_BOOL(x >= y)); break;
-    default: break;
-    }
-}
-
-static void run_elementwise(void *arg)
-{
-    ew_job *j = arg;
-    if (j->dtype == K_F32 && c_contiguous(j->ndim, j->shape, j->as) && c_contiguous(j->ndim, j->shape, j->bs)) {
-        ew_f32_flat(j->op, (const float *)j->a, (const float *)j->b, j->out, numel(j->ndim, j->shape));
-        free(j);
-        return;
-    }
-    switch (j->dtype) {
-    case K_BOOL: EW_INT(j, uint8_t, uint8_t); break;
-    case K_I8: EW_INT(j, int8_t, uint8_t); break;
-    case K_U8: EW_INT(j, uint8_t, uint8_t); break;
-    case K_I32: EW_INT(j, int32_t, uint32_t); break;
-    case K_I64: EW_INT(j, int64_t, uint64_t); break;
-    case K_F16: EW_FLOAT(j, uint16_t, half_to_float, float_to_half); break;
-    case K_BF16: EW_FLOAT(j, uint16_t, bf16_to_float, float_to_bf16); break;
-    case K_F32: EW_FLOAT(j, float, ID, ID); break;
-    case K_F64: EW_DOUBLE(j); break;
-    default: break;
-    }
-    free(j);
-}
 
 /* ---- unary and cast ---------------------------------------------------------------------- */
 
@@ -757,7 +520,7 @@ SIM_EXPORT int anychip_simk_elementwise(void *stream, int op, int dtype, int ndi
         return st;
     j->op = op;
     j->dtype = dtype;
-    return enqueue(stream, run_elementwise, j);
+    return enqueue(stream, simk_run_elementwise, j);
 }
 
 SIM_EXPORT int anychip_simk_unary(void *stream, int op, int out_dtype, int in_dtype, int ndim, const int64_t *shape,

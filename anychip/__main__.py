@@ -1,0 +1,7 @@
+"""``python -m anychip ...`` is the ``anychip`` command."""
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""HCCL, Ascend's collective library (``libhccl.so``), as the ascend backend's ``native_ccl()``.
+
+The declarations are the vendor's (csrc/include/hccl); the simulator library exports the
+same API (csrc/sim/hccl.c), so the same binding serves the real chip and the simulator.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..runtime.native_ccl import NativeLibrary
+from ._headers import Declarations
+
+__all__ = ["Hccl"]
+
+
+_HCCL_CDEF = Declarations("hccl/hccl_types.h", "hccl/hccl.h")      # csrc/include
+
+
+class Hccl(NativeLibrary):
+    api = "HCCL"
+    backend = "ascend"
+    real_names = ("libhccl.so",)
+    cdef = _HCCL_CDEF
+    id_type = "HcclRootInfo"
+    probe = "HcclCommInitRootInfo"
+    codes = {0: "HCCL_SUCCESS", 1: "HCCL_E_PARA", 2: "HCCL_E_PTR", 3: "HCCL_E_MEMORY", 4: "HCCL_E_INTERNAL",
+             5: "HCCL_E_NOT_SUPPORT", 6: "HCCL_E_NOT_FOUND", 7: "HCCL_E_UNAVAIL", 8: "HCCL_E_SYSCALL",
+             9: "HCCL_E_TIMEOUT", 15: "HCCL_E_RUNTIME", 19: "HCCL_E_NETWORK", 20: "HCCL_E_AGAIN",
+             21: "HCCL_E_REMOTE", 22: "HCCL_E_SUSPENDING", 24: "HCCL_E_OOM"}
+    timeout_codes = frozenset({9})
+    invalid_codes = frozenset({1, 2})
+    dtypes = {"int8": 0, "int32": 2, "float16": 3, "float32": 4, "int64": 5, "uint8": 7, "float64": 10,
+              "bfloat16": 11}
+    byte = 7                                    # HCCL_DATA_TYPE_UINT8
+    redops = {"sum": 0, "prod": 1, "max": 2, "min": 3}
+    kinds = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send",
+                       "recv", "barrier"})
+    broadcast_in_place = True
+
+    def _get_id(self, uid: Any) -> int:
+        return self.lib.HcclGetRootInfo(uid)
+
+    def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
+        return self.lib.HcclCommInitRootInfo(nranks, uid, rank, out)
+
+    def destroy(self, comm: Any) -> int:
+        return self.lib.HcclCommDestroy(comm)
+
+    def async_error(self, comm: Any) -> int:
+        err = self.ffi.new("HcclResult *")
+        rc = self.lib.HcclGetCommAsyncError(comm, err)
+        return rc or int(err[0])
+
+    def group_start(self) -> int:
+        return self.lib.HcclGroupStart()
+
+    def group_end(self) -> int:
+        return self.lib.HcclGroupEnd()
+
+    def op(self, comm, kind, send, recv, count, dtype, redop, root, stream):  # noqa: ANN001, ANN201
+        lib = self.lib
+        if kind == "all_reduce":
+            return lib.HcclAllReduce(send, recv, count, dtype, redop, comm, stream)
+        if kind == "broadcast":
+            return lib.HcclBroadcast(recv, count, dtype, root, comm, stream)      # in place (see _issue)
+        if kind == "reduce":
+            return lib.HcclReduce(send, recv, count, dtype, redop, root, comm, stream)
+        if kind == "all_gather":
+            return lib.HcclAllGather(send, recv, count, dtype, comm, stream)
+        if kind == "reduce_scatter":
+            return lib.HcclReduceScatter(send, recv, count, dtype, redop, comm, stream)
+        if kind == "all_to_all":
+            return lib.HcclAlltoAll(send, count, dtype, recv, count, dtype, comm, stream)
+        if kind == "send":
+            return lib.HcclSend(send, count, dtype, root, comm, stream)
+        if kind == "recv":
+            return lib.HcclRecv(recv, count, dtype, root, comm, stream)
+        return lib.HcclBarrier(comm, stream)

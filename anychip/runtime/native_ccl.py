@@ -1,0 +1,148 @@
+"""The base of every native collective library binding (``DevicePlugin.native_ccl()``).
+
+A backend whose chip has its own collective library (HCCL, BKCL, RCCL, a C plugin's
+collective entries, a Paddle plugin's ``xccl_*``) returns an instance of a
+:class:`NativeLibrary` subclass from ``native_ccl()``; the collectives layer drives every
+one of them the same way, as a native transport (anychip/collectives/native.py). A
+subclass gives the library's enum values, status names and argument orders; the
+checks, the error translation and the unique-id / init protocol are written here once.
+
+This module belongs to the runtime's interfaces, beside :class:`DevicePlugin`: backends
+(anychip/devices) implement it and the collectives layer calls it, and neither imports
+the other.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
+
+from .errors import AnychipError, CollectiveError, InvalidArgumentError
+
+__all__ = ["NativeLibrary", "OpLike"]
+
+class OpLike(Protocol):
+    """What :meth:`NativeLibrary.supports` reads of an op (``collectives.OpSpec`` has it)."""
+
+    kind: str
+    dtype: str
+    op: str
+
+
+class NativeLibrary:
+    """One vendor collective library, loaded with cffi. Subclasses give the cdef, the
+    enum values and the argument orders; everything else is shared."""
+
+    api: ClassVar[str] = ""                       # "HCCL"
+    backend: ClassVar[str] = ""                   # device backend it serves
+    real_names: ClassVar[tuple[str, ...]] = ()    # the vendor's library files
+    extra_roots: ClassVar[tuple[tuple[str, ...], tuple[str, ...]]] = ((), ())
+    cdef: ClassVar[str] = ""
+    id_type: ClassVar[str] = ""
+    codes: ClassVar[dict[int, str]] = {}
+    timeout_codes: ClassVar[frozenset[int]] = frozenset()
+    invalid_codes: ClassVar[frozenset[int]] = frozenset()
+    #: anychip dtype -> the library's value (reductions); movement goes as BYTE
+    dtypes: ClassVar[dict[str, int]] = {}
+    byte: ClassVar[int] = 0
+    redops: ClassVar[dict[str, int]] = {}
+    kinds: ClassVar[frozenset[str]] = frozenset()
+    probe: ClassVar[str] = ""                     # a function the library must export
+    #: the library broadcasts in place (HCCL): the root's send is first copied to its recv
+    broadcast_in_place: ClassVar[bool] = False
+
+    def __init__(self, ffi: Any, lib: Any, path: str, simulated: bool) -> None:
+        self.ffi, self.lib, self.path, self.simulated = ffi, lib, path, simulated
+        self._last_error = getattr(lib, "anychip_sim_last_error", None) if simulated else None
+
+    # -- what it can do ------------------------------------------------------------
+    def supports(self, spec: OpLike) -> bool:
+        if spec.kind not in self.kinds:
+            return False
+        if spec.kind in ("all_reduce", "reduce", "reduce_scatter"):
+            return spec.dtype in self.dtypes and spec.op in self.redops
+        return True
+
+    # -- errors ----------------------------------------------------------------------
+    def code_name(self, code: int) -> str:
+        return self.codes.get(code, f"status {code}")
+
+    def detail(self) -> str:
+        """The simulator's message for the calling thread's last failure ("" on real libraries)."""
+        if self._last_error is None:
+            return ""
+        p = self._last_error()
+        return self.ffi.string(p).decode("utf-8", "replace") if p != self.ffi.NULL else ""
+
+    def error(self, code: int, what: str) -> AnychipError:
+        detail = self.detail()
+        msg = f"{what} failed: {self.api} returned {self.code_name(code)}" + (f": {detail}" if detail else "")
+        if code in self.invalid_codes:
+            return InvalidArgumentError(msg)
+        return CollectiveError(msg)
+
+    def comm_detail(self, comm: Any) -> str:
+        """The library's message for a failure of ``comm``'s enqueued work."""
+        return self.detail()
+
+    def check(self, code: int, what: str) -> None:
+        if code:
+            raise self.error(code, what)
+
+    # -- calls (subclasses) --------------------------------------------------------------
+    def unique_id(self) -> bytes:
+        uid = self.ffi.new(f"{self.id_type} *")
+        self.check(self._get_id(uid), f"{self.api} unique id")
+        return bytes(self.ffi.buffer(uid))
+
+    def init(self, nranks: int, uid: bytes, rank: int) -> Any:
+        out = self.ffi.new("void **")
+        idp = self.ffi.new(f"{self.id_type} *")
+        self.ffi.memmove(idp, uid, self.ffi.sizeof(self.id_type))
+        self.check(self._init(out, nranks, idp, rank), f"{self.api} communicator init (rank {rank} of {nranks})")
+        return out[0]
+
+    def async_error(self, comm: Any) -> int:
+        raise NotImplementedError
+
+    def _get_id(self, uid: Any) -> int:
+        raise NotImplementedError
+
+    def _init(self, out: Any, nranks: int, uid: Any, rank: int) -> int:
+        raise NotImplementedError
+
+    def destroy(self, comm: Any) -> int:
+        raise NotImplementedError
+
+    def abort(self, comm: Any) -> int:
+        return self.destroy(comm)
+
+    def group_start(self) -> int:
+        raise NotImplementedError
+
+    def group_end(self) -> int:
+        raise NotImplementedError
+
+    def op(self, comm: Any, kind: str, send: Any, recv: Any, count: int, dtype: int, redop: int, root: int,
+           stream: Any) -> int:
+        """Issue one op (count in elements of dtype; movement ops in bytes)."""
+        raise NotImplementedError
+
+    def bind(self, comm: Any, kind: str, send: Any, recv: Any, count: int, dtype: int, redop: int,
+             root: int) -> Any:
+        """``op`` with everything but the stream fixed: a callable ``(stream) -> status``."""
+        op = self.op
+        return lambda stream: op(comm, kind, send, recv, count, dtype, redop, root, stream)
+
+    # -- how the device plugin's objects reach the library (override for non-vendor plugins) --
+    def use_device(self, plugin: Any, index: int) -> None:
+        """Make device ``index`` current on the calling thread before a library call."""
+        use = getattr(plugin, "_use", None)
+        if use is not None:
+            use(index)
+
+    def stream_handle(self, plugin: Any, raw: Any) -> Any:
+        """The library's stream argument for the plugin's raw stream ``raw`` (None: default stream)."""
+        if raw is None:
+            return self.ffi.cast("void *", 0)
+        if isinstance(raw, int):
+            return self.ffi.cast("void *", raw)
+        return self.ffi.cast("void *", int(plugin.ffi.cast("uintptr_t", raw)))
