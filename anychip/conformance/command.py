@@ -194,6 +194,8 @@ def _cmd(args: argparse.Namespace) -> int:
     from . import report
     cfg = config_from_args(args)
     names = _backends(args.device)
+    if args.nprocs is None and cfg.roots:        # -r without -n: valid for every backend's default ranks
+        _roots(str(cfg.roots[0]), min((default_ranks(b) for b in names), default=cfg.ranks))
     if args.plot:
         try:
             import matplotlib  # noqa: F401
