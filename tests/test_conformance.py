@@ -133,11 +133,12 @@ def test_count_wrong_is_exact_and_avg_has_a_tolerance() -> None:
 
 # -- the suite on every built-in backend ----------------------------------------------------------
 
+@pytest.mark.timeout(600)          # five backends, three ranks on the simulated chips: minutes on 2 busy cores
 def test_quick_pass_on_every_builtin_backend(tmp_path) -> None:
     """`anychip conformance` with no arguments: every available backend, 3 ranks where it has 3
     devices (the simulated chips), else 2, a summary."""
     out = tmp_path / "all.json"
-    p = conformance("--json", str(out))
+    p = conformance("--json", str(out), timeout=570)
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads(out.read_text())
     assert doc["passed"] is True and doc["config"]["ranks"] == 3 and doc["config"]["mode"] == "quick"

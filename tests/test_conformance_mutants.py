@@ -27,7 +27,8 @@ from anychip.scaffold import new_plugin
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 CC = shutil.which("cc") or shutil.which("gcc")
-pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc) to build the test plugin")
+pytestmark = [pytest.mark.skipif(CC is None, reason="no C compiler (cc) to build the test plugin"),
+              pytest.mark.timeout(600)]
 NAME = "mutchip"
 CASE_ORDER = list(CASE_NAMES)
 
