@@ -10,6 +10,7 @@ locates them. A C source added later only needs a line here.
 """
 import os
 import shutil
+import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -51,6 +52,20 @@ SIM_COLLECTIVES = {"libascend_sim": "hccl", "libkunlun_sim": "bkcl", "libhygon_s
 for _lib, _api in SIM_COLLECTIVES.items():
     C_LIBRARIES[_lib][0].extend([f"csrc/sim/{_api}.c", "csrc/sim/collective.c", "csrc/sim/ccl_embed.c"])
     EXTRA_FLAGS.setdefault(_lib, []).append("-fwrapv")      # ccl_embed.c raises the engine to -O3
+
+
+# ---- Paddle CustomDevice provider (see docs/paddle.md, "Paddle on anychip") ---------------
+# The simulated chips' anychip/plugin.h faces: adapters written against the vendor APIs only
+# (ACL + HCCL, XPU + BKCL, HIP + RCCL), compiled into each simulator library.
+SIM_PLUGIN_FACES = {"libascend_sim": "plugin_acl", "libkunlun_sim": "plugin_xpu", "libhygon_sim": "plugin_hip"}
+for _lib, _face in SIM_PLUGIN_FACES.items():
+    C_LIBRARIES[_lib][0].append(f"csrc/sim/{_face}.c")
+    EXTRA_FLAGS.setdefault(_lib, []).append("-DANYCHIP_SIMULATOR")
+# The bridge (csrc/include/anychip/paddle/bridge.c, shipped for C plugins) over the simulated
+# chip ANYCHIP_PADDLE names (the Ascend by default): paddle_custom_device/libanychip_sim next
+# to the anychip package, where Paddle looks when CUSTOM_DEVICE_ROOT is unset.
+_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+os.makedirs("paddle_custom_device", exist_ok=True)   # an in-place build copies the bridges there
 
 
 class build_clib_as_ext(build_ext):
@@ -106,6 +121,9 @@ class build_clib_as_ext(build_ext):
         dest = os.path.join("anychip" if self.inplace else os.path.join(self.build_lib, "anychip"), "_include")
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(os.path.join("csrc", "include"), dest)
+        # the engine's header, for the Paddle bridges `anychip plugin paddle` compiles
+        os.makedirs(os.path.join(dest, "ccl"), exist_ok=True)
+        shutil.copy(os.path.join("csrc", "ccl", "ccl.h"), os.path.join(dest, "ccl", "ccl.h"))
 
     def get_export_symbols(self, ext):
         return super().get_export_symbols(ext) if ext.name == "anychip._lib._alloc" else []
@@ -121,6 +139,11 @@ ext_modules = [
     )
     for name, (sources, libs) in C_LIBRARIES.items()
 ]
+ext_modules.append(
+    Extension("paddle_custom_device.libanychip_sim", sources=["csrc/paddle/provider_sim.c"],
+              depends=["csrc/include/anychip/paddle/bridge.c", "csrc/include/anychip/paddle/device_ext.h"],
+              include_dirs=["csrc/include", "csrc"], libraries=["pthread", "dl"],
+              extra_compile_args=[*COMMON_FLAGS, f'-DANYCHIP_EXT_SUFFIX="{_SUFFIX}"']))
 # CPython's method signatures fix parameters (self, args, closure) a function may not use
 PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]
 ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"], depends=["csrc/alloc/stats.h"],

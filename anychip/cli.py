@@ -64,6 +64,12 @@ def cmd_devices(args: argparse.Namespace) -> int:
                  ["DEVICE", "KIND", "NAME", "MEMORY", "STATUS"]))
     for what, why in registry.refused():
         print(f"refused: {what}: {why}")
+    from .paddle_provider import status as paddle_status
+    pd = paddle_status()
+    if pd["bridge"]:
+        types = ", ".join(f"{t} = {b}" for b, t in pd["device_types"].items())
+        print(f"\nPaddle device types: {types}; Paddle's device here: {pd['device_type'] or 'none'} "
+              f"(ANYCHIP_PADDLE); {'found' if pd['found'] else 'not found'}: {pd['status']}")
     env = os.environ.get("ANYCHIP_DEVICES")
     if env is not None and not args.all:
         print(f"\nANYCHIP_DEVICES={env!r}; `anychip devices --all` lists every backend"
@@ -73,6 +79,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     import numpy
+
+    from .paddle_provider import main_info as paddle_info
+    from .paddle_provider import status as paddle_status
 
     if args.cflags:
         from .devices._headers import cflags
@@ -93,6 +102,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "environment": {k: {"value": os.environ.get(k), "default": d, "meaning": m} for k, (d, m) in VARIABLES.items()},
         "unknown_variables": sorted(set(in_effect()) - set(VARIABLES)),
         "invalid_variables": problems(),
+        "paddle": paddle_status(),
     }
     bad = info["invalid_variables"]
     if args.json:
@@ -108,6 +118,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  {b['name']:<8} {state:<24} {b['status']}\n  {'':<8} from {b['source']}")
     for r in info["refused_plugins"]:
         print(f"  refused: {r['what']}: {r['why']}")
+    paddle_info()
     print("\nenvironment (ANYCHIP_*):")
     for k, (d, m) in VARIABLES.items():
         v = os.environ.get(k)

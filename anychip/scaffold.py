@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from ._data import get_include, plugin_header, templates_dir
+from ._spawn import python_command
 from .runtime.errors import AnychipError, InvalidArgumentError, PluginError
 
 __all__ = ["new_plugin", "add_parser", "LANGUAGES"]
@@ -86,10 +87,16 @@ def _cmd_cflags(args: argparse.Namespace) -> int:
     return 0
 
 
+_CHECK_CHILD_ENV = "ANYCHIP_PLUGIN_CHECK_CHILD"
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
+    if os.environ.get(_CHECK_CHILD_ENV) != "1":
+        return _check_in_child(args.library)
     from .devices.cplugin import probe
+    from .runtime.registry import initialise_named
     try:
-        name, loader = probe(str(Path(args.library).resolve()))
+        name, loader = initialise_named(str(Path(args.library).resolve()), probe)
     except PluginError as exc:
         print(f"anychip plugin check: {args.library} refused: {exc}", file=sys.stderr)
         return 1
@@ -111,6 +118,32 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _cmd_paddle(args: argparse.Namespace) -> int:
+    from .paddle_provider import build_bridge
+    out = build_bridge(args.library, args.dest)
+    print(f"{out}\nPaddle loads it when CUSTOM_DEVICE_ROOT names {out.parent} (or, unset, when that is "
+          "<site-packages>/paddle_custom_device)")
+    return 0
+
+
+def _check_in_child(library: str) -> int:
+    """The check runs in a child process (the library's code runs there): a plugin that
+    crashes is refused with the signal, and this command still reports."""
+    import signal
+    import subprocess
+    env = dict(os.environ, **{_CHECK_CHILD_ENV: "1"})
+    rc = subprocess.run(python_command(["-m", "anychip", "plugin", "check", library]), env=env).returncode
+    if rc < 0:
+        try:
+            how = signal.Signals(-rc).name
+        except ValueError:
+            how = f"signal {-rc}"
+        print(f"anychip plugin check: {library} refused: it crashed the process that loaded and checked it "
+              f"({how})", file=sys.stderr)
+        return 1
+    return rc
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plugin", help="start a plugin for a new chip (new), build flags (cflags), check a library")
     psub = p.add_subparsers(dest="plugin_command", metavar="ACTION", required=True)
@@ -122,6 +155,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     n.set_defaults(func=_cmd_new)
     c = psub.add_parser("cflags", help="print the compiler flag that finds anychip/plugin.h")
     c.set_defaults(func=_cmd_cflags)
+    pd = psub.add_parser("paddle", help="build the Paddle bridge for a C plugin: its chip becomes the Paddle "
+                                        "device type anychip_NAME")
+    pd.add_argument("library", help="path of the C plugin library (anychip/plugin.h)")
+    pd.add_argument("--dest", help="directory for libanychip_NAME.so (default: where Paddle looks, "
+                                   "CUSTOM_DEVICE_ROOT or <site-packages>/paddle_custom_device)")
+    pd.set_defaults(func=_cmd_paddle)
     k = psub.add_parser("check", help="load a C plugin library as anychip would and report on it")
     k.add_argument("library", help="path of the shared library")
     k.set_defaults(func=_cmd_check)

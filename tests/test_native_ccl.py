@@ -444,3 +444,19 @@ def test_timeout_class_from_the_library_message():
     exc = t._async_failure("all_reduce")
     assert isinstance(exc, CollectiveTimeout)
     assert str(exc) == "all_reduce (op #3, group world.split1(color=0)) timed out after 0.5 s on rank 0"
+
+
+def test_nccl_transport_abort_with_a_stand_in():
+    dev = anychip.device("cpu:0")
+    nccl = FakeNccl(bytes(128))
+    t = native.NcclTransport(dev, 0, 2, "", "world", nccl=nccl, boot=FakeBoot(0, 2, None))
+    a = dev.alloc(64)
+    s = dev.current_stream()
+    done = t.submit([OpSpec("all_reduce", a, a, 16, "float32", "sum", -1)], s)     # complete before the abort
+    t.abort("watchdog: no progress")
+    assert nccl.calls[-1] == ("abort",)
+    assert done.wait() is True                   # an op complete before the abort keeps its outcome
+    with pytest.raises(CollectiveError, match=r"^communicator world was aborted: watchdog: no progress$"):
+        t.submit([OpSpec("all_reduce", a, a, 16, "float32", "sum", -1)], s)
+    t.close()
+    assert nccl.calls[-1] == ("abort",)          # an aborted communicator is not destroyed again

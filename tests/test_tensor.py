@@ -386,3 +386,64 @@ def test_bfloat16_numpy_needs_ml_dtypes() -> None:
     else:
         assert t.numpy().dtype.name == "bfloat16"
     assert t.item() == 1.5 and t.tolist() == [1.5]
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+@pytest.mark.parametrize(("dtype", "scalar"), [("uint8", -2), ("uint8", 256), ("int8", 1000), ("int8", -1000),
+                                               ("int32", 2**40), ("int64", -(2**70))])
+def test_comparison_with_a_python_integer_out_of_the_dtypes_range(device: anychip.Device, op: str, dtype: str,
+                                                                   scalar: int) -> None:
+    info = np.iinfo(dtype)
+    values = np.array([info.min, 0, 5, info.max], dtype=dtype)
+    t = anychip.tensor(values, device=device)
+    fn = getattr(np, {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
+                      "ge": "greater_equal"}[op])
+    sym = {"eq": "__eq__", "ne": "__ne__", "lt": "__lt__", "le": "__le__", "gt": "__gt__", "ge": "__ge__"}[op]
+    np.testing.assert_array_equal(getattr(t, sym)(scalar).numpy(), fn(values, scalar))     # the exact value
+
+
+def test_arithmetic_with_a_python_integer_out_of_range_is_refused(device: anychip.Device) -> None:
+    i8 = anychip.tensor(np.array([5, 127, -3], np.int8), device=device)
+    with pytest.raises(anychip.InvalidArgumentError) as info:
+        i8 + 300
+    assert str(info.value) == ("+: the Python integer 300 is out of bounds for int8 (NumPy raises OverflowError); "
+                               "use a tensor of a wider dtype")
+    np.testing.assert_array_equal((i8 + 100).numpy(), np.array([5, 127, -3], np.int8) + 100)   # in range: wraps
+
+
+def test_numpy_scalars_are_strong(device: anychip.Device) -> None:
+    """NEP 50: a NumPy scalar takes part in promotion with its dtype, a Python scalar does not."""
+    assert anychip.tensor(np.float64(2.5), device=device).dtype.name == "float64"
+    assert anychip.tensor(2.5, device=device).dtype.name == "float32"
+    f32 = anychip.tensor(np.ones(3, np.float32), device=device)
+    got = f32 + np.float64(1.5)
+    assert got.dtype.name == "float64" and got.numpy().tolist() == [2.5, 2.5, 2.5]
+    assert (f32 + 1.5).dtype.name == "float32"
+    i8 = anychip.tensor(np.array([5, 127, -3], np.int8), device=device)
+    got = i8 + np.int64(300)
+    assert got.dtype.name == "int64" and got.numpy().tolist() == [305, 427, 297]
+    assert (np.int16(2) * i8).dtype.name == "int16"
+    assert (i8 < np.int64(1000)).numpy().tolist() == [True, True, True]
+
+
+def test_integer_mean_accumulates_in_float64(device: anychip.Device) -> None:
+    values = np.full(7, 5 * 10**18, dtype=np.int64)         # their int64 sum wraps
+    got = anychip.tensor(values, device=device).mean()
+    assert got.dtype.name == "float64" and got.item() == np.mean(values) == 5e18
+    m = anychip.tensor(values.reshape(7, 1), device=device).mean(axis=0)
+    assert m.numpy().tolist() == [5e18]
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice")
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("dtype", ["float32", "int32", "uint8"])
+def test_reductions_of_an_empty_tensor(device: anychip.Device, dtype: str) -> None:
+    e = anychip.tensor(np.zeros(0, dtype), device=device)
+    s = e.sum()
+    assert s.shape == () and s.item() == 0
+    assert np.isnan(e.mean().item())
+    z = anychip.tensor(np.zeros((0, 3), dtype), device=device)
+    assert z.sum(axis=0).numpy().tolist() == [0, 0, 0]
+    assert z.sum(axis=1).shape == (0,)
+    with pytest.raises(anychip.InvalidArgumentError, match="there is no maximum of zero elements"):
+        e.max()

@@ -15,6 +15,7 @@ the block completes with the group.
 """
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Iterator
@@ -45,7 +46,9 @@ REDUCE_OPS: tuple[str, ...] = ("sum", "prod", "min", "max", "avg")
 
 def dtype_name(dtype: Any) -> str | None:
     """The canonical name of ``dtype`` (a name, a NumPy dtype or type), or None when unsupported."""
-    if dtype in DTYPES:
+    if dtype is None:
+        return None                       # not NumPy's float64: callers decide what None means
+    if isinstance(dtype, str) and dtype in DTYPES:
         return dtype
     if isinstance(dtype, str):
         name = dtype.strip().lower()
@@ -123,8 +126,10 @@ class Work:
         return self._exc
 
     def wait(self, timeout: float | None = None) -> bool:
-        if timeout is not None and timeout < 0:
-            raise InvalidArgumentError(f"Work.wait: timeout must be >= 0 seconds or None, got {timeout}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or
+                                    not timeout >= 0):
+            raise InvalidArgumentError(f"Work.wait: timeout must be a number of seconds >= 0 or None, "
+                                       f"got {timeout!r}")
         if not (self._done or self._poll() or self._block(timeout)):
             raise CollectiveTimeout(f"{self._what} did not complete within {timeout} s (it is still running)")
         if self._exc is not None:
@@ -185,8 +190,11 @@ class Communicator:
         self.label = label
         self._tls = threading.local()
         self._closed = False
+        self._pid = os.getpid()
+        self._forked = False                 # this process is a fork() of the one that made it
         self._splits = 0
         self._prepared: dict[tuple, tuple] = {}
+        _communicators.add(self)
 
     # -- identity -----------------------------------------------------------
     @property
@@ -293,13 +301,16 @@ class Communicator:
         return self._transport.exchange(obj)
 
     def destroy(self) -> None:
-        """Release the communicator (its shared memory, its native communicator)."""
+        """Release the communicator (its shared memory, its native communicator). In a forked
+        child it only forgets the parent's communicator: the parent's rank stays a member."""
         if not self._closed:
             self._closed = True
             self._transport.close()
 
     def abort(self, reason: str = "aborted by the user") -> None:
         """Make every rank's pending and future ops of this communicator fail."""
+        if self._forked:
+            raise self._fork_error("abort")
         self._transport.abort(reason)
 
     def __enter__(self) -> Communicator:
@@ -311,7 +322,15 @@ class Communicator:
     # -- checks ---------------------------------------------------------------------
     def _live(self) -> None:
         if self._closed:
+            if self._forked:
+                raise self._fork_error("this call")
             raise InvalidArgumentError(f"{self!r} was destroyed")
+
+    def _fork_error(self, what: str) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"{what}: {self!r} belongs to process {self._pid}; this process ({os.getpid()}) is a fork() of it and "
+            "cannot take part as that rank. Make the communicator in the child (anychip.collectives.init) or "
+            "start workers with the 'spawn' method")
 
     def _buffer(self, name: str, what: str, buf: Any) -> Buffer:
         if not isinstance(buf, Buffer):
@@ -334,8 +353,12 @@ class Communicator:
         if g is None:
             # a call repeated with the same buffers, stream and arguments reuses its checked,
             # prepared form (the buffers are only checked not to have been freed since)
-            key = (kind, id(send), id(recv), count, dtype, op, root, id(stream))
-            hit = self._prepared.get(key)
+            full = (kind, id(send), id(recv), count, dtype, op, root, id(stream))
+            key: tuple | None = full
+            try:
+                hit = self._prepared.get(full)
+            except TypeError:             # an unhashable argument: the checks below say what is wrong
+                hit, key = None, None
             if hit is not None and hit[0]() is send and hit[1]() is recv and hit[2]() is stream and \
                     (send is None or not send.freed) and (recv is None or not recv.freed):
                 k, c, d, o, r, native = hit[3]
@@ -352,6 +375,8 @@ class Communicator:
                 self._prepared.clear()
             specs, native = self._transport.prepare([spec])
             specs = _Specs(specs)
+            if key is None:
+                return self._transport.submit_prepared((specs, native), stream)
             # the cache holds the buffers weakly: their memory is released as usual when dropped;
             # and the spec list last submitted weakly, reused while the stream still holds it
             fields = (spec.kind, spec.count, spec.dtype, spec.op, spec.root, native)
@@ -382,7 +407,7 @@ class Communicator:
 
     def _check(self, kind: str, send: Any, recv: Any, count: Any, dtype: Any, op: Any, root: Any,
                send_mult: int, recv_mult: int) -> OpSpec:
-        name = dtype_name(dtype)
+        name = "float32" if dtype is None else dtype_name(dtype)     # None: the default (np.dtype(None) is float64)
         if name is None:
             raise InvalidArgumentError(f"{kind}: dtype {dtype!r} is not supported; use one of "
                                        f"{', '.join(DTYPES)} (by name or as a NumPy dtype)")
@@ -440,6 +465,23 @@ class Communicator:
         return count
 
 
+#: every communicator of this process, for the fork hook
+_communicators: weakref.WeakSet[Communicator] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker, a multiprocessing task) inherits its parent's
+    communicators, shared memory and native handles included. It must not act as the
+    parent's rank: every call raises, and destroy forgets them without telling the peers."""
+    for comm in list(_communicators):
+        comm._forked = True
+        comm._closed = True
+        comm._prepared = {}
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _none() -> None:
     return None
 
@@ -459,7 +501,7 @@ def _from_tensors(kind: str, send: Any, recv: Any, dtype: Any) -> tuple[Any, Any
             out.append(x)
     if len(set(dtypes)) > 1:
         raise InvalidArgumentError(f"{kind}: send and recv tensors have different dtypes ({' and '.join(dtypes)})")
-    if dtype != "float32" and dtype_name(dtype) != dtypes[0]:
+    if dtype is not None and dtype != "float32" and dtype_name(dtype) != dtypes[0]:
         raise InvalidArgumentError(f"{kind}: dtype={dtype!r} but the tensor holds {dtypes[0]}; leave dtype out "
                                    "when passing tensors")
     return out[0], out[1], dtypes[0]

@@ -8,6 +8,11 @@ whatever the current directory holds (see :mod:`anychip._spawn`), with ``ANYCHIP
 ``BACKEND:r``). Every line a rank prints is prefixed with ``[r]``. When a rank fails, the
 others are stopped (SIGTERM, then SIGKILL after ``--grace`` seconds) and the launcher exits
 with the first failing rank's exit code (128 + signal number for a signal), as torchrun does.
+
+The launcher always reaps its ranks: a second Ctrl-C (or SIGTERM) while it waits out the
+grace period kills them at once; when a rank cannot be started, the ranks already started
+are killed; on Linux each rank gets SIGKILL when the launcher dies (a parent-death
+signal), so a SIGKILLed launcher leaves no rank behind.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO
 
 from .._spawn import python_command
@@ -65,24 +70,64 @@ def launch(nprocs: int, argv: Sequence[str], device: str | None = None, grace: f
         raise ValueError(f"-n must be >= 1, got {nprocs}")
     if not argv:
         raise ValueError("no program given: anychip launch -n N prog.py [args...]")
-    procs, pumps = _start(nprocs, argv, device, dict(os.environ if env is None else env))
-    failed = _watch(procs)
-    if failed is not None:
-        _stop(procs, grace)
-    for p in procs:
-        p.wait()
+    procs: list[subprocess.Popen] = []
+    pumps: list[threading.Thread] = []
+    try:
+        _start(nprocs, argv, device, dict(os.environ if env is None else env), procs, pumps)
+        failed = _watch(procs)
+        if failed is not None:
+            _stop(procs, grace)
+        for p in procs:
+            p.wait()
+    except KeyboardInterrupt:            # while the ranks were starting
+        failed = 130
+    finally:
+        _kill(procs)                    # whatever ended the launcher, no rank outlives it
     for t in pumps:
         t.join(timeout=5)
     return failed or 0
 
 
-def _start(nprocs: int, argv: Sequence[str], device: str | None,
-           base: dict[str, str]) -> tuple[list[subprocess.Popen], list[threading.Thread]]:
-    """The ranks, with threads copying their output, each line prefixed with the rank."""
+def _kill(procs: list[subprocess.Popen]) -> None:
+    """SIGKILL the ranks still running and reap them all."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.kill()
+            except OSError:
+                pass
+    for p in procs:
+        p.wait()
+
+
+def _die_with_launcher(launcher: int) -> Callable[[], None] | None:
+    """A function for Popen's preexec_fn that makes the rank get SIGKILL when the launcher
+    dies (prctl(PR_SET_PDEATHSIG), Linux); None elsewhere. It runs between fork and exec,
+    so it only calls a C function looked up beforehand."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != launcher:     # the launcher died before the call: nobody to wait for us
+            os._exit(1)
+
+    return preexec
+
+
+def _start(nprocs: int, argv: Sequence[str], device: str | None, base: dict[str, str],
+           procs: list[subprocess.Popen], pumps: list[threading.Thread]) -> None:
+    """The ranks (appended to ``procs`` as they start), with threads copying their output,
+    each line prefixed with the rank."""
     job = f"launch-{os.getpid()}-{secrets.token_hex(4)}"
     lock = threading.Lock()
-    procs: list[subprocess.Popen] = []
-    pumps: list[threading.Thread] = []
+    preexec = _die_with_launcher(os.getpid())
     cmd = python_command(argv) if argv[0].endswith(".py") or argv[0] in ("-c", "-m") else list(argv)
     for r in range(nprocs):
         e = dict(base)
@@ -90,13 +135,17 @@ def _start(nprocs: int, argv: Sequence[str], device: str | None,
                  ANYCHIP_LOCAL_SIZE=str(nprocs), ANYCHIP_JOB_ID=job, PYTHONUNBUFFERED="1")
         if device:
             e["ANYCHIP_LAUNCH_DEVICE"] = device
-        p = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            p = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec)
+        except OSError as exc:
+            from ..runtime.errors import AnychipError
+            raise AnychipError(f"launch: starting rank {r} of {nprocs} ({' '.join(argv)}) failed: {exc}"
+                               + (f"; the {r} rank(s) already started were stopped" if r else "")) from None
         procs.append(p)
         for src, dst in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
             t = threading.Thread(target=_pump, args=(src, dst, f"[{r}] ", lock), daemon=True)
             t.start()
             pumps.append(t)
-    return procs, pumps
 
 
 def _watch(procs: list[subprocess.Popen]) -> int | None:
@@ -128,15 +177,32 @@ def _watch(procs: list[subprocess.Popen]) -> int | None:
 
 
 def _stop(procs: list[subprocess.Popen], grace: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds, or at once on a further Ctrl-C or
+    SIGTERM to the launcher (a rank that traps SIGTERM to checkpoint may take its time;
+    the user who presses Ctrl-C again does not want to wait for it)."""
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
+
+    def escalate(signum: int, frame: object) -> None:
+        raise _Stopped(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, escalate) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        deadline = time.monotonic() + grace
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+    except (_Stopped, KeyboardInterrupt):
+        pass                             # _kill below
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        _kill(procs)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -152,10 +218,33 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+def _check_device(device: str) -> str:
+    """``--device``: a backend that is available here (checked before any rank starts)."""
+    from ..runtime import registry
+    from ..runtime.errors import InvalidArgumentError
+    name = device.strip().lower()
+    if ":" in name:
+        raise InvalidArgumentError(f"launch: --device takes a backend name (rank r runs on BACKEND:r), got "
+                                   f"{device!r}; e.g. --device {name.partition(':')[0] or 'cpu'}")
+    info = registry.backend(name)
+    if info is None:
+        known = ", ".join(b.name for b in registry.backends())
+        raise InvalidArgumentError(f"launch: --device {device!r} is not a known backend; known: {known}")
+    if not info.available:
+        raise InvalidArgumentError(f"launch: --device {name} is unavailable here: {info.reason}")
+    return name
+
+
 def _cmd(args: argparse.Namespace) -> int:
+    import math
+
     from ..runtime.errors import InvalidArgumentError
     if args.nprocs < 1:
         raise InvalidArgumentError(f"launch: -n must be at least 1, got {args.nprocs}")
+    if not (args.grace >= 0 and math.isfinite(args.grace)):
+        raise InvalidArgumentError(f"launch: --grace must be a number of seconds >= 0, got {args.grace}")
+    if args.device is not None:
+        args.device = _check_device(args.device)
     argv = ["-m", args.program, *args.args] if args.module else [args.program, *args.args]
     return launch(args.nprocs, argv, device=args.device, grace=args.grace)
 

@@ -9,7 +9,9 @@ traffic never matches the application's own MPI messages. Ops are MPI's nonblock
 collectives, polled until done or until ``ANYCHIP_COLLECTIVE_TIMEOUT``: then every
 waiting rank raises :class:`CollectiveTimeout` and the communicator accepts no more ops
 (MPI cannot cancel a started collective). A rank that dies is the launcher's business:
-mpiexec ends the job's other ranks.
+mpiexec ends the job's other ranks. A rank that hangs is not: MPI_Finalize would wait for
+the abandoned collective forever, so a process that exits with one still incomplete
+calls ``MPI_Abort`` instead (after saying why on stderr), which makes mpiexec end the job.
 
 MPI has no float16 / bfloat16 arithmetic and no average: half types are widened to
 float32, summed by MPI and rounded once (as the engine does, so every rank gets the
@@ -18,7 +20,10 @@ int64, so the average of the true sum is taken, truncated toward zero).
 """
 from __future__ import annotations
 
+import atexit
 import os
+import sys
+import threading
 import time
 import zlib
 from typing import TYPE_CHECKING, Any
@@ -37,6 +42,39 @@ __all__ = ["MpiTransport", "load_mpi"]
 _P2P_TAG = 0x2A17
 #: polls before a wait yields the CPU between polls (MPICH's MPIR_CVAR_POLLS_BEFORE_YIELD default)
 _POLLS_BEFORE_YIELD = 1000
+
+
+#: (requests, what) of the collectives abandoned by a timeout, while they are incomplete
+_abandoned: list[tuple[list[Any], str]] = []
+_abandoned_lock = threading.Lock()
+
+
+def _abandon(MPI: Any, reqs: list[Any], what: str) -> None:
+    with _abandoned_lock:
+        if not _abandoned:
+            atexit.register(_end_abandoned, MPI)      # runs before mpi4py finalizes MPI
+        _abandoned.append((reqs, what))
+
+
+def _end_abandoned(MPI: Any) -> None:
+    """At exit: an abandoned collective still incomplete would block MPI_Finalize for
+    ever (a rank that hangs never joins it), and mpiexec would wait for this process:
+    abort the job instead. Ones that completed meanwhile (the peer came late) are fine."""
+    if MPI.Is_finalized():
+        return
+    deadline = time.monotonic() + 0.2
+    while True:
+        stuck = [what for reqs, what in _abandoned if not MPI.Request.Testall(reqs)]
+        if not stuck or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    if stuck:
+        rank = MPI.COMM_WORLD.Get_rank()
+        sys.stderr.write(f"anychip: rank {rank} is exiting with {len(stuck)} collective(s) that timed out still "
+                         f"incomplete ({stuck[0]}): MPI cannot finalize with them pending, so it aborts the job "
+                         "(MPI_Abort)\n")
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
 
 
 def load_mpi() -> Any:
@@ -126,6 +164,7 @@ class MpiTransport(StagedTransport):
                 os.sched_yield()
             if time.monotonic() > deadline:
                 self._failed = f"{what} timed out"
+                _abandon(self.MPI, reqs, f"{what} on group {self.label}")
                 raise CollectiveTimeout(
                     f"{what} on group {self.label} (MPI) did not complete within {self.timeout:g} s "
                     "(ANYCHIP_COLLECTIVE_TIMEOUT): a rank has not called it, or is stuck")

@@ -44,9 +44,10 @@ from __future__ import annotations
 import os
 import re
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, cast
 
-from ..runtime.errors import CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
+from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
 from ..runtime.native_ccl import NativeLibrary
 from ..runtime.stream import Event
 from .communicator import OpSpec, Work
@@ -82,46 +83,63 @@ _LABEL = re.compile(r"\b(?:hccl|nccl|bkcl) communicator [\w.-]+")
 
 class _EventWork(Work):
     """Complete when an event recorded after the op has passed and the library reports
-    no asynchronous error."""
+    no asynchronous error; or failed at once when its communicator is aborted."""
 
     def __init__(self, what: str, transport: Any, event: Any, keep: Any) -> None:
         super().__init__(what)
         self._transport = transport
         self._event = event
         self._keep = keep
+        transport._pending[id(self)] = weakref.ref(self)
 
     def __del__(self) -> None:
         # dropped before it settled: nobody can wait for its event any more, and the event's
         # next record supersedes this one, so it may serve the next op (saves a create/destroy)
         event = self._event
         if event is not None:
+            self._transport._pending.pop(id(self), None)
             pool = self._transport._events
             if len(pool) < 64:
                 pool.append(event)
 
     def _settle(self) -> bool:
+        if self._done:                        # failed by an abort meanwhile
+            return True
         exc = self._transport._async_failure(self._what)
         self._finish(exc)
+        self._transport._pending.pop(id(self), None)
         pool = self._transport._events
         if len(pool) < 64:
             pool.append(self._event)          # passed: it may be recorded again
         self._event = self._keep = None
         return True
 
+    def _abandon(self, exc: BaseException) -> None:
+        """Fail now: the communicator was aborted under the op (its event, which may still
+        pass later, is not reused)."""
+        if not self._done:
+            self._finish(exc)
+            self._event = self._keep = None
+        self._transport._pending.pop(id(self), None)
+
     def _poll(self) -> bool:
-        if self._done:
+        event = self._event
+        if self._done or event is None:
             return True
-        return self._event.query() and self._settle()
+        return event.query() and self._settle()
 
     def _block(self, timeout: float | None) -> bool:
-        if self._done:
+        event = self._event
+        if self._done or event is None:
             return True
         if timeout is None:
-            self._event.synchronize()
+            event.synchronize()
             return self._settle()
         deadline = time.monotonic() + timeout
         pause = 5e-5
-        while not self._event.query():
+        while not event.query():
+            if self._done:
+                return True
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
@@ -130,7 +148,53 @@ class _EventWork(Work):
         return self._settle()
 
 
-class NativeTransport(Transport):
+class _Outcomes:
+    """What a native transport needs so that every Work learns how its op ended: the Works
+    not settled yet, and why the communicator was aborted. ``close`` settles them while the
+    library can still report their failures (a Work failed by a dead peer keeps its error
+    after ``destroy``); ``abort`` fails those still running at once."""
+
+    label: str
+
+    def _init_outcomes(self) -> None:
+        # id -> the Work, weakly (a dict of weak references costs half a WeakSet per op)
+        self._pending: dict[int, weakref.ref[_EventWork]] = {}
+        self._aborted: str | None = None
+
+    def _unsettled(self) -> list[_EventWork]:
+        return [w for w in (r() for r in list(self._pending.values())) if w is not None]
+
+    def _aborted_error(self, what: str) -> CollectiveError:
+        return CollectiveError(f"{what} (group {self.label}) aborted: {self._aborted}")
+
+    def _settle_pending(self) -> None:
+        """Wait for the enqueued ops and settle their Works (before the library's destroy)."""
+        for work in self._unsettled():
+            try:
+                work._block(None)
+            except AnychipError as exc:        # the stream itself failed
+                work._abandon(exc)
+        self._pending.clear()
+
+    def _fail_pending(self, reason: str) -> None:
+        """Settle the Works whose op has completed; fail the others with ``reason``."""
+        for work in self._unsettled():
+            try:
+                work._poll()
+            except AnychipError as exc:
+                work._abandon(exc)
+        self._aborted = reason
+        for work in self._unsettled():
+            work._abandon(self._aborted_error(work._what))
+        self._pending.clear()
+
+    def _dead(self) -> AnychipError:
+        if self._aborted is not None:
+            return CollectiveError(f"communicator {self.label} was aborted: {self._aborted}")
+        return InvalidArgumentError(f"communicator {self.label} was destroyed")
+
+
+class NativeTransport(_Outcomes, Transport):
     """HCCL / BKCL / RCCL for one group of ranks (see the module docstring)."""
 
     def __init__(self, device: Device, rank: int, size: int, comm_id: str, label: str = "world",
@@ -150,6 +214,7 @@ class NativeTransport(Transport):
         self._last_stream: tuple[Any, Any] | None = None     # (raw stream, the library's handle)
         self._comm: Any = None
         self._plugin: Any = cast(Any, device.plugin)
+        self._init_outcomes()
         try:
             uid = library.unique_id() if rank == 0 else None
             uid = self._boot.exchange(uid)[0]
@@ -232,24 +297,31 @@ class NativeTransport(Transport):
             raise
 
     def abort(self, reason: str) -> None:
-        comm, self._comm = self._comm, None
+        rc = 0
+        comm = self._comm
         if comm is not None:
-            self.lib.abort(comm)
+            self._fail_pending(reason)
+            self._comm = None
+            rc = self.lib.abort_with_reason(comm, reason)
         self._boot.abort(reason)
+        self.lib.check(rc, f"{self.lib.api} communicator abort")
 
     def close(self) -> None:
-        comm, self._comm = self._comm, None
+        comm = self._comm
         try:
             if comm is not None:
+                self._settle_pending()
+                self._comm = None
                 self.lib.use_device(self._plugin, self.device.index)
                 self.lib.check(self.lib.destroy(comm), f"{self.lib.api} communicator destroy")
         finally:
+            self._comm = None
             self._boot.close()
 
     # -- helpers ----------------------------------------------------------------------------
     def _live(self) -> None:
         if self._comm is None:
-            raise InvalidArgumentError(f"communicator {self.label} was destroyed")
+            raise self._dead()
 
     def _arguments(self, sp: OpSpec) -> tuple[Any, Any, int, int, int, int, bool]:
         """The library's arguments for ``sp`` (send, recv, count, dtype, redop, root) and whether
@@ -278,7 +350,7 @@ class NativeTransport(Transport):
 
     def _async_failure(self, what: str) -> CollectiveError | None:
         if self._comm is None:
-            return None
+            return self._aborted_error(what) if self._aborted is not None else None
         code = self.lib.async_error(self._comm)
         if not code:
             return None
@@ -301,7 +373,7 @@ _NCCL_DTYPES = {"int8": "NCCL_INT8", "uint8": "NCCL_UINT8", "int32": "NCCL_INT32
 _NCCL_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN", "avg": "NCCL_AVG"}
 
 
-class NcclTransport(Transport):
+class NcclTransport(_Outcomes, Transport):
     """NCCL for CUDA devices through ``cupy.cuda.nccl`` (``nccl`` is that module, or a
     stand-in with the same names in tests). Unique ids are what ``get_unique_id``
     returns (bytes from CuPy 14, a tuple of 128 ints before), passed through unchanged.
@@ -324,6 +396,8 @@ class NcclTransport(Transport):
         self.redops = {k: getattr(nccl, v) for k, v in _NCCL_OPS.items() if hasattr(nccl, v)}
         self._scratch: Any = None
         self._events: list[Event] = []
+        self._comm: Any = None
+        self._init_outcomes()
         try:
             uid = nccl.get_unique_id() if rank == 0 else None
             uid = self._boot.exchange(uid)[0]
@@ -340,7 +414,7 @@ class NcclTransport(Transport):
 
     def submit(self, specs: list[OpSpec], stream: Stream) -> Work:
         if self._comm is None:
-            raise InvalidArgumentError(f"communicator {self.label} was destroyed")
+            raise self._dead()
         if not all(self.supports(sp) for sp in specs):
             return self._boot.submit(specs, stream)
         what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
@@ -394,6 +468,8 @@ class NcclTransport(Transport):
             c.allReduce(p, p, 1, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream)
 
     def _async_failure(self, what: str) -> CollectiveError | None:
+        if self._comm is None:
+            return self._aborted_error(what) if self._aborted is not None else None
         try:
             self._comm.check_async_error()
         except Exception as exc:  # noqa: BLE001 - cupy's NcclError
@@ -408,17 +484,22 @@ class NcclTransport(Transport):
         return NcclTransport(self.device, boot.rank, boot.size, "", label, nccl=self.nccl, boot=boot)
 
     def abort(self, reason: str) -> None:
-        comm, self._comm = self._comm, None
+        comm = self._comm
         if comm is not None:
+            self._fail_pending(reason)
+            self._comm = None
             comm.abort()
         self._boot.abort(reason)
 
     def close(self) -> None:
-        comm, self._comm = self._comm, None
+        comm = self._comm
         try:
             if comm is not None:
+                self._settle_pending()
+                self._comm = None
                 comm.destroy()
         finally:
+            self._comm = None
             self._boot.close()
 
 

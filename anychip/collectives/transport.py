@@ -54,17 +54,36 @@ TIMEOUT_ENV = "ANYCHIP_COLLECTIVE_TIMEOUT"
 ZERO_COPY_ENV = "ANYCHIP_CCL_ZERO_COPY_MIN"
 
 
+#: what the engine is given for "never" (its deadlines are nanoseconds in 64 bits): 31 years
+NEVER_S = 1e9
+
+
 def collective_timeout() -> float:
-    """Seconds an op may wait for its peers (``ANYCHIP_COLLECTIVE_TIMEOUT``, default 300)."""
+    """Seconds an op may wait for its peers (``ANYCHIP_COLLECTIVE_TIMEOUT``, default 300;
+    ``inf`` is never, given to the engine as :data:`NEVER_S`)."""
     raw = os.environ.get(TIMEOUT_ENV, "").strip()
     if not raw:
         return 300.0
     try:
         value = float(raw)
     except ValueError:
-        raise InvalidArgumentError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+        raise InvalidArgumentError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds (inf: never)") from None
     if not value > 0:
-        raise InvalidArgumentError(f"{TIMEOUT_ENV}={raw!r} must be > 0 seconds")
+        raise InvalidArgumentError(f"{TIMEOUT_ENV}={raw!r} must be > 0 seconds (inf: never)")
+    return min(value, NEVER_S)
+
+
+def zero_copy_min() -> int:
+    """``ANYCHIP_CCL_ZERO_COPY_MIN``: message bytes from which simulated chips reduce zero-copy."""
+    raw = os.environ.get(ZERO_COPY_ENV, "").strip()
+    if not raw:
+        return 65536
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidArgumentError(f"{ZERO_COPY_ENV}={raw!r} is not a whole number of bytes >= 0")
     return value
 
 
@@ -167,16 +186,19 @@ class ShmTransport(Transport):
         self._staging: dict[str, np.ndarray] = {}
         self._bases: dict[int, tuple] = {}
         self._lib = lib
+        self._aborted: str | None = None
         self._op1 = ffi.new("ccl_op[1]")
         self._zero_op = bytes(ffi.sizeof("ccl_op"))
+        zc_min = zero_copy_min()              # bad variables are refused before the segment exists
+        timeout = collective_timeout()
         out = ffi.new("ccl_comm **")
-        rc = lib.ccl_comm_init(comm_id.encode(), rank, size, collective_timeout(), out)
+        rc = lib.ccl_comm_init(comm_id.encode(), rank, size, timeout, out)
         if rc:
             raise _error(rc, f"communicator {label}: " + ffi.string(lib.ccl_init_error()).decode())
         self._comm = out[0]
         lib.ccl_comm_set_check(self._comm, int(check_mode()))
         lib.ccl_comm_set_label(self._comm, f"group {label}".encode())
-        self._zc_min = int(os.environ.get(ZERO_COPY_ENV, "") or 65536)
+        self._zc_min = zc_min
         if self.mode == "sim":
             plugin: Any = device.plugin
             sffi, slib = plugin.ffi, plugin.lib
@@ -215,7 +237,7 @@ class ShmTransport(Transport):
         what = specs[0].kind if n == 1 else f"group of {n} ops"
         with self._lock:
             comm = self._comm
-            if comm is None:
+            if comm is None or self._aborted is not None:
                 self._live()
             if self.mode == "host":
                 rc = self._lib.ccl_run(comm, ops, n)
@@ -248,6 +270,7 @@ class ShmTransport(Transport):
 
     def abort(self, reason: str) -> None:
         if self._comm is not None:
+            self._aborted = reason
             engine()[1].ccl_comm_abort(self._comm, reason.encode())
 
     def close(self) -> None:
@@ -285,6 +308,8 @@ class ShmTransport(Transport):
 
     # -- helpers ------------------------------------------------------------------
     def _live(self) -> None:
+        if self._aborted is not None:
+            raise CollectiveError(f"communicator {self.label} was aborted: {self._aborted}")
         if self._comm is None:
             raise InvalidArgumentError(f"communicator {self.label} was destroyed")
 

@@ -57,12 +57,35 @@ def _sizes(cfg: Config, args: argparse.Namespace) -> None:
                                    f"-f >= 1 ({cfg.factor})")
 
 
+#: ranks of one communicator of the collective engine (CCL_MAX_RANKS, csrc/ccl/ccl.h)
+MAX_RANKS = 64
+
+
+def _check_output(flag: str, path: str | None) -> None:
+    """An output file must be writable before the run, not found unwritable after it."""
+    import os
+
+    from ..runtime.errors import InvalidArgumentError
+    if not path:
+        return
+    where = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise InvalidArgumentError(f"conformance: {flag} {path} is a directory; give a file name")
+    if not os.path.isdir(where):
+        raise InvalidArgumentError(f"conformance: {flag} {path}: the directory {where} does not exist")
+    if not os.access(where, os.W_OK):
+        raise InvalidArgumentError(f"conformance: {flag} {path}: the directory {where} is not writable")
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     """The run's Config: ``--quick`` (default) or ``--full`` defaults, then every flag given."""
     from ..runtime.errors import InvalidArgumentError
     cfg = replace(FULL if args.full else QUICK, ranks=args.nprocs or QUICK.ranks)
-    if args.nprocs is not None and args.nprocs < 1:
-        raise InvalidArgumentError(f"conformance: -n must be at least 1, got {args.nprocs}")
+    if args.nprocs is not None and not 1 <= args.nprocs <= MAX_RANKS:
+        raise InvalidArgumentError(f"conformance: -n must be from 1 to {MAX_RANKS} (the collective engine's limit), "
+                                   f"got {args.nprocs}")
+    for flag in ("json", "plot"):
+        _check_output(f"--{flag}", getattr(args, flag, None))
     _sizes(cfg, args)
     if args.collective is not None:
         cfg.ops = _names(args.collective, OPS, "collective")
@@ -119,6 +142,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw busbw against size (needs matplotlib)")
     p.add_argument("--tables", action=argparse.BooleanOptionalAction, default=None,
                    help="print the nccl-tests tables (default: when --device is given)")
+    p.add_argument("--framework", choices=("anychip", "paddle"), default="anychip",
+                   help="paddle: the collective cases through paddle.distributed under Paddle's launcher, on "
+                        "the Paddle device type anychip provides (docs/paddle.md)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
     p.set_defaults(func=_cmd)
@@ -193,6 +219,10 @@ def run(backends: list[str], cfg: Config, progress: bool = False, ranks: int | N
 def _cmd(args: argparse.Namespace) -> int:
     from . import report
     cfg = config_from_args(args)
+    if args.framework == "paddle":
+        from .paddle_framework import run as run_paddle
+        return run_paddle(args.device, args.nprocs or 2, cfg.min_bytes, min(cfg.max_bytes, 4 << 20), cfg.factor,
+                          cfg.timeout * 4 if cfg.timeout else 600)
     names = _backends(args.device)
     if args.nprocs is None and cfg.roots:        # -r without -n: valid for every backend's default ranks
         _roots(str(cfg.roots[0]), min((default_ranks(b) for b in names), default=cfg.ranks))

@@ -95,7 +95,8 @@ def load_ccl(plugin: Any, cls: type[NativeLibrary]) -> tuple[NativeLibrary | Non
             return None, (f"{' or '.join(cls.real_names)} not found beside {plugin.library_path} "
                           f"(searched {', '.join(searched)})")
     ffi = cffi.FFI()
-    ffi.cdef(cls.cdef + ("const char *anychip_sim_last_error(void);" if plugin.simulated else ""))
+    ffi.cdef(cls.cdef + ("const char *anychip_sim_last_error(void);"
+                         "int anychip_sim_ccl_abort(void *comm, const char *reason);" if plugin.simulated else ""))
     try:
         lib = dlopen(ffi, path)
         getattr(lib, cls.probe)                 # the library has the API

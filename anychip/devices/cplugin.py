@@ -145,14 +145,24 @@ def probe(path: str) -> tuple[str, Any]:
         init = getattr(lib, INIT_SYMBOL)
     except AttributeError:
         raise PluginError(f"exports no {INIT_SYMBOL} (the entry point of anychip/plugin.h)") from None
-    table = ffi.new("anychip_plugin *")
-    table.struct_size = ffi.sizeof("anychip_plugin")
+    # the table, and as much guard space after it: a plugin that ignores struct_size (built
+    # against a later, larger table) writes there instead of over the heap, and is refused
+    size = ffi.sizeof("anychip_plugin")
+    space = ffi.new("anychip_plugin[2]")
+    table = ffi.cast("anychip_plugin *", space)
+    table.struct_size = size
     rc = init(table)
+    spilled = len(bytes(ffi.buffer(space)[size:]).rstrip(b"\0"))
+    if spilled:
+        raise PluginError(f"{INIT_SYMBOL} wrote {spilled} bytes past the end of the {size}-byte table it was given "
+                          "(it ignores struct_size): rebuild it against this anychip's anychip/plugin.h "
+                          "(anychip plugin cflags)")
     if rc:
         raise PluginError(_init_failure(ffi, table, rc))
     name = _check_table(ffi, table, major, minor)
     cls = type(f"CPlugin_{name}", (CPlugin,), {"name": name, "__module__": __name__})
     plugin = cls(path, ffi, lib, table)
+    plugin._table_space = space          # owns the table's memory
     return name, lambda: plugin
 
 

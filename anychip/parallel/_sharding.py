@@ -42,7 +42,13 @@ def local_box(shape: Sequence[int], placements: Sequence[Placement], mesh_shape:
 
 def normalize(placements: Sequence[Placement], ndim: int, mesh_ndim: int, what: str) -> tuple[Placement, ...]:
     """Checked placements, one per mesh axis, with negative Shard dims made positive."""
-    placements = list(placements) if not isinstance(placements, Placement) else [placements]
+    if isinstance(placements, Placement):
+        placements = [placements]
+    elif isinstance(placements, (list, tuple)):
+        placements = list(placements)
+    else:
+        raise InvalidArgumentError(f"{what}: placements must be a list of Shard(dim), Replicate() or Partial(op), "
+                                   f"one per mesh dimension, got {placements!r}")
     if len(placements) > mesh_ndim:
         raise InvalidArgumentError(f"{what}: {len(placements)} placements given for a {mesh_ndim}-d mesh; "
                                    f"give one per mesh dimension")

@@ -8,6 +8,7 @@ simulator would ignore.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -30,6 +31,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                        "exporting InitPlugin) to load: directories (every shared library in them) "
                                        "and library files, separated by ':' (Paddle's CUSTOM_DEVICE_ROOT "
                                        "directory is read too, see docs/paddle.md)"),
+    "ANYCHIP_PADDLE": ("ascend", "the simulated chip Paddle sees as its device anychip_<chip>: ascend, kunlun, "
+                                 "hygon or none (Paddle's launcher takes one device type; docs/paddle.md)"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
                                       "garbage_collection_threshold:F, or backend:native to turn caching off"),
     "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers before it raises "
@@ -158,12 +161,62 @@ def _devices(text: str) -> str | None:
     return None
 
 
+def _paddle(text: str) -> str | None:
+    names = [t for t in text.replace(",", " ").split() if t]
+    unknown = [t for t in names if t.lower() not in ("ascend", "kunlun", "hygon", "none")]
+    if unknown:
+        return f"{', '.join(unknown)}: want one simulated chip (ascend, kunlun or hygon) or none"
+    if len(names) > 1:
+        return f"names {len(names)} chips; Paddle's bridge serves one per process (the first, {names[0]}, is used)"
+    return None
+
+
+def _timeout(text: str) -> str | None:
+    try:
+        v = float(text)
+    except ValueError:
+        return "want a number of seconds > 0 (inf: never)"
+    return None if v > 0 else "want a number of seconds > 0 (inf: never)"
+
+
+def _choice(*choices: str) -> Callable[[str], str | None]:
+    def check(text: str) -> str | None:
+        return None if text.strip().lower() in choices else f"want one of {', '.join(choices)}"
+    return check
+
+
+def _engine_number(what: str, whole: bool) -> Callable[[str], str | None]:
+    """A value the collective engine takes: a number > 0 (the engine replaces anything else by
+    its default)."""
+    def check(text: str) -> str | None:
+        try:
+            v = int(text) if whole else float(text)
+        except ValueError:
+            v = 0
+        return None if v > 0 and math.isfinite(v) else f"want {'a whole number of ' if whole else 'a number of '}" \
+            f"{what} > 0"
+    return check
+
+
+def _zero_copy(text: str) -> str | None:
+    return None if _whole(text, 0, 2**63) is not None else "want a whole number of bytes >= 0"
+
+
 _CHECKS: dict[str, Callable[[str], str | None]] = {
+    "ANYCHIP_COLLECTIVE_TIMEOUT": _timeout,
+    "ANYCHIP_COLLECTIVE_TRANSPORT": _choice("auto", "native", "host"),
+    "ANYCHIP_COLLECTIVE_CHECK": _choice("0", "1", "true", "false", "yes", "no", "on", "off"),
+    "ANYCHIP_HOST_TRANSPORT": _choice("auto", "shm", "mpi"),
+    "ANYCHIP_CCL_SMALL": _engine_number("bytes", True),
+    "ANYCHIP_CCL_CHUNK": _engine_number("bytes", True),
+    "ANYCHIP_CCL_SPIN_US": _engine_number("microseconds", False),
+    "ANYCHIP_CCL_ZERO_COPY_MIN": _zero_copy,
     "ANYCHIP_DEVICES": _devices,
     "ANYCHIP_SIMULATE": _simulate,
     "ANYCHIP_SIM_DEVICES": _sim_devices,
     "ANYCHIP_SIM_MEMORY": _sim_memory,
     "ANYCHIP_SIM_SPIN_US": _sim_spin,
+    "ANYCHIP_PADDLE": _paddle,
     "ANYCHIP_ALLOC_CONF": _alloc_conf,
     "ANYCHIP_LOG_LEVEL": _log_level,
 }

@@ -113,7 +113,15 @@ class NativeLibrary:
         raise NotImplementedError
 
     def abort(self, comm: Any) -> int:
+        """The vendor's abort (HCCL has none: destroy, which waits for the enqueued work)."""
         return self.destroy(comm)
+
+    def abort_with_reason(self, comm: Any, reason: str) -> int:
+        """Abort ``comm`` at once; the simulator's libraries also tell the other ranks why."""
+        sim_abort = getattr(self.lib, "anychip_sim_ccl_abort", None) if self.simulated else None
+        if sim_abort is not None:
+            return sim_abort(comm, reason.encode("utf-8", "replace"))
+        return self.abort(comm)
 
     def group_start(self) -> int:
         raise NotImplementedError

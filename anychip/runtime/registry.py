@@ -18,13 +18,14 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import PluginError
+from .errors import PluginError, SelectionError
 from .plugin import DevicePlugin, contract_problem
 
 __all__ = ["BackendInfo", "backends", "backend", "register_plugin", "BUILTIN_BACKENDS", "reset", "refused",
@@ -265,6 +266,41 @@ def _plugin_libraries() -> list[tuple[str, str]]:
     return unique
 
 
+def _selection_excludes_libraries() -> bool:
+    """True when ``ANYCHIP_DEVICES`` accepts only built-in backends by name: plugin
+    libraries then stay unopened (their init runs code that the program did not ask for)."""
+    raw = os.environ.get("ANYCHIP_DEVICES", "").strip()
+    if not raw:
+        return False
+    from .selection import parse
+    try:
+        terms = parse(raw)
+    except SelectionError:
+        return False                  # reported where the selection is made
+    accepting = [t for t in terms if not t.discard]
+    return bool(accepting) and all(t.backend in BUILTIN_BACKENDS for t in accepting)
+
+
+def initialise_named(path: str, probe: Callable[[str], Any]) -> Any:
+    """``probe(path)``, which runs the library's init, such that a crash inside it names the
+    library: for the call, faulthandler (when not already on) prints the Python stack of a
+    fatal signal, and the outermost frame of the call is named after the library."""
+    import faulthandler
+    enabled = faulthandler.is_enabled()
+    if not enabled and sys.__stderr__ is not None:
+        try:
+            faulthandler.enable(file=sys.__stderr__)
+        except (ValueError, OSError, AttributeError, RuntimeError):
+            enabled = True            # no usable stderr: nothing to print on
+    scope: dict[str, Any] = {"probe": probe, "path": path}
+    try:
+        exec(compile("result = probe(path)", f"<anychip: initialising plugin library {path}>", "exec"), scope)
+    finally:
+        if not enabled:
+            faulthandler.disable()
+    return scope["result"]
+
+
 def _discover() -> dict[str, BackendInfo]:
     found: dict[str, BackendInfo] = {}
     _refusals.clear()
@@ -279,10 +315,10 @@ def _discover() -> dict[str, BackendInfo]:
         add(name, f"built-in ({target.partition(':')[0]})", _import_target(target))
     for ep in _entry_points(ENTRY_POINT_GROUP):
         add(ep.name, _ep_source(ep), ep.load)
-    for path, how in _plugin_libraries():
+    for path, how in ([] if _selection_excludes_libraries() else _plugin_libraries()):
         try:
             symbol, probe = _library_probe(path)
-            name, loader = probe(path)
+            name, loader = initialise_named(path, probe)
         except PluginError as exc:
             _refuse(f"plugin library {path} (from {how})", str(exc))
             continue

@@ -87,8 +87,10 @@ def _as_operand(x: Any, device: Any, what: str) -> Any:
             raise InvalidArgumentError(f"{what}: tensors on different devices ({device} and {x.device}); move "
                                        f"one with .to({str(device)!r})")
         return x
+    if isinstance(x, np.generic) and _scalar(x):
+        return tensor(np.asarray(x), device=device)     # a NumPy scalar is strong (NEP 50): a 0-d tensor
     if _scalar(x):
-        return x.item() if isinstance(x, np.generic) else x
+        return x
     try:
         return tensor(x, device=device)
     except (InvalidArgumentError, UnsupportedError):
@@ -163,6 +165,13 @@ def binary(op: str, a: Any, b: Any) -> Tensor:
         t, s = (a, b) if isinstance(a, Tensor) else (b, a)
         shape = t.shape
         compute, result = _binary_types(op, t.dtype, type(s))
+        if type(s) is int and compute.kind in "iu" and not _fits(s, compute):
+            if op not in COMPARISONS:
+                raise InvalidArgumentError(f"{sym}: the Python integer {s} is out of bounds for {compute.name} "
+                                           f"(NumPy raises OverflowError); use a tensor of a wider dtype")
+            # NumPy compares with the exact value (uint8 <= -2 is False); a kernel would wrap it
+            with np.errstate(all="ignore"):
+                return _result(BINARY[op](_host_operand(a), _host_operand(b)), result, dev)
     k = where_kernels(dev, op, compute)
     if k is not None:
         try:
@@ -175,6 +184,11 @@ def binary(op: str, a: Any, b: Any) -> Tensor:
     except TypeError as exc:
         raise UnsupportedError(f"{sym} is not defined for these types ({exc})") from None
     return _result(values, result, dev)
+
+
+def _fits(value: int, dtype: DType) -> bool:
+    info = np.iinfo(dtype.storage)
+    return int(info.min) <= value <= int(info.max)
 
 
 def _host_operand(x: Any) -> Any:
@@ -329,7 +343,10 @@ def reduce(op: str, x: Tensor, axis: Any = None, keepdims: bool = False) -> Tens
     result = _reduce_type(op, x.dtype)
     shape = tuple(1 if i in axes else n for i, n in enumerate(x.shape)) if keepdims else \
         tuple(n for i, n in enumerate(x.shape) if i not in axes)
-    k = where_kernels(x.device, op, x.dtype)
+    if op == "mean" and x.dtype.kind in "biu" and x.size:
+        x = cast(x, dt.float64)         # NumPy accumulates integer means in float64 (an int64 sum may wrap)
+    # an empty input has nothing for a kernel to read: the host gives NumPy's 0 / nan
+    k = where_kernels(x.device, op, x.dtype) if x.size else None
     if k is not None:
         src = x.contiguous()
         if axis is None or x.ndim == 0:

@@ -626,7 +626,7 @@ def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     arr = np.asarray(data)
     if arr.dtype.name == "bfloat16":
         src = dt.bfloat16
-    elif arr.dtype == np.float64 and not isinstance(data, np.ndarray) and dtype is None:
+    elif arr.dtype == np.float64 and not isinstance(data, (np.ndarray, np.generic)) and dtype is None:
         src = dt.float32          # Python floats make float32 tensors (as torch.tensor)
         arr = arr.astype(np.float32)
     else:

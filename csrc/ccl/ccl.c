@@ -166,6 +166,9 @@ static void futex_wake(_Atomic uint32_t *addr)
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
 }
 
+/* the longest timeout, in seconds (31 years): what "inf" means */
+#define CCL_NEVER_S 1e9
+
 static double env_double(const char *name, double dflt)
 {
     const char *v = getenv(name);
@@ -457,6 +460,8 @@ int ccl_comm_init(const char *id, int rank, int nranks, double timeout_s, ccl_co
     c->rank = rank;
     c->nranks = nranks;
     c->timeout = timeout_s > 0 ? timeout_s : env_double("ANYCHIP_COLLECTIVE_TIMEOUT", 300.0);
+    if (!(c->timeout < CCL_NEVER_S))
+        c->timeout = CCL_NEVER_S; /* inf (or more than the 64-bit nanosecond deadlines hold): never */
     c->small = (uint64_t)env_double("ANYCHIP_CCL_SMALL", 16384);
     c->small = ALIGN_UP(c->small, 64);
     c->chunk = ALIGN_UP((uint64_t)env_double("ANYCHIP_CCL_CHUNK", 1 << 20), 4096);
@@ -539,7 +544,7 @@ int ccl_comm_destroy(ccl_comm *c)
 
 int ccl_comm_rank(const ccl_comm *c) { return c->rank; }
 int ccl_comm_size(const ccl_comm *c) { return c->nranks; }
-void ccl_comm_set_timeout(ccl_comm *c, double s) { if (s > 0) c->timeout = s; }
+void ccl_comm_set_timeout(ccl_comm *c, double s) { if (s > 0) c->timeout = s < CCL_NEVER_S ? s : CCL_NEVER_S; }
 void ccl_comm_set_check(ccl_comm *c, int on) { c->check = on != 0; }
 void ccl_comm_set_label(ccl_comm *c, const char *label) { snprintf(c->label, sizeof c->label, "%s", label ? label : ""); }
 void ccl_comm_set_ipc(ccl_comm *c, ccl_ipc_open_fn o, ccl_ipc_close_fn cl) { c->ipc_open = o; c->ipc_close = cl; }
@@ -577,11 +582,12 @@ static void do_abort(ccl_comm *c, int status, const char *msg)
         h->abort_status = status;
         atomic_store(&h->aborted, 2);
     }
-    for (int r = 0; r < c->nranks; r++)
-        if (r != c->rank) {
-            atomic_fetch_add(&c->lines[r].bell, 1);
-            futex_wake(&c->lines[r].bell);
-        }
+    /* every rank's waits, this one's too: another thread of this process may be waiting in
+     * an op of the communicator (a stream's worker when the owner aborts) */
+    for (int r = 0; r < c->nranks; r++) {
+        atomic_fetch_add(&c->lines[r].bell, 1);
+        futex_wake(&c->lines[r].bell);
+    }
 }
 
 void ccl_comm_abort(ccl_comm *c, const char *why)

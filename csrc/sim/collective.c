@@ -33,6 +33,7 @@ struct sc_comm {
     pthread_mutex_t lock;             /* enqueue order; pending count */
     pthread_cond_t idle;
     int pending;                      /* tasks enqueued and not finished */
+    int abandoned;                    /* aborted: the last task to finish frees it */
     _Atomic int async_status;         /* sc_status of the first failed task */
     char async_msg[512];
 };
@@ -321,15 +322,33 @@ sc_status sc_comm_destroy(sc_comm *c)
     return SC_OK;
 }
 
+/* As ncclCommAbort: fail the work of every rank at once and return without waiting for it.
+ * The engine's abort wakes the ranks' waits; tasks still queued on streams fail as soon as
+ * they start, without waiting for peers; the last of them frees the communicator. */
 sc_status sc_comm_abort(sc_comm *c)
+{
+    return sc_comm_abort_reason(c, NULL);
+}
+
+sc_status sc_comm_abort_reason(sc_comm *c, const char *why)
 {
     sc_status st = sc_comm_check(c, "abort");
     if (st != SC_OK)
         return st;
-    ccl_comm_abort(c->engine, "the communicator was aborted by its owner");
-    wait_idle(c);
-    comm_free(c);
+    live_remove(c); /* the handle is dead for its owner from now on (freed by the last task) */
+    ccl_comm_abort(c->engine, why && *why ? why : "the communicator was aborted by its owner");
+    pthread_mutex_lock(&c->lock);
+    c->abandoned = 1;
+    int idle = c->pending == 0;
+    pthread_mutex_unlock(&c->lock);
+    if (idle)
+        comm_free(c);
     return SC_OK;
+}
+
+SIM_EXPORT int anychip_sim_ccl_abort(void *comm, const char *reason)
+{
+    return (int)sc_comm_abort_reason((sc_comm *)comm, reason);
 }
 
 int sc_comm_rank(const sc_comm *c) { return c->rank; }
@@ -365,9 +384,13 @@ static void run_job(void *arg)
     }
     ccl_task_free(j->task);
     free(j);
-    if (--c->pending == 0)
+    int last = --c->pending == 0;
+    if (last)
         pthread_cond_broadcast(&c->idle);
+    int orphan = last && c->abandoned;
     pthread_mutex_unlock(&c->lock);
+    if (orphan)
+        comm_free(c);
 }
 
 /* Make `stream` wait for the work queued so far on `other` (both on the comm's device). */

@@ -60,8 +60,11 @@ SIM_HIDDEN sc_status sc_comm_init(const char *vendor, const void *id, size_t siz
                                   sc_comm **out);
 /* Wait for the communicator's enqueued work, then free it. */
 SIM_HIDDEN sc_status sc_comm_destroy(sc_comm *c);
-/* Fail every rank's pending and future ops, then free it. */
+/* Fail every rank's pending and future ops and return at once (the handle is dead; the
+ * communicator is freed when its last enqueued task has run). `why` (NULL: a generic
+ * message) is what the other ranks' failed ops say. */
 SIM_HIDDEN sc_status sc_comm_abort(sc_comm *c);
+SIM_HIDDEN sc_status sc_comm_abort_reason(sc_comm *c, const char *why);
 /* SC_OK when `c` is a live communicator (else the detail message is set). */
 SIM_HIDDEN sc_status sc_comm_check(const sc_comm *c, const char *fn);
 SIM_HIDDEN int sc_comm_rank(const sc_comm *c);

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "anychip/sim.h"
 #include "rccl/rccl.h"
 
 typedef int hipError_t;
@@ -26,6 +27,7 @@ hipError_t hipStreamDestroy(hipStream_t stream);
 hipError_t hipStreamSynchronize(hipStream_t stream);
 
 static int failures;
+static int release[2]; /* rank 0 -> the others: the abort is done */
 #define CHECK(cond, ...)                                                   \
     do {                                                                   \
         if (!(cond)) {                                                     \
@@ -206,8 +208,23 @@ static int run(int rank, int nranks, ncclUniqueId id)
     NCCL(ncclCommGetAsyncError(comm, &async));
     CHECK(async == ncclSuccess, "async error %d", (int)async);
 
-    NCCL(ncclCommDestroy(comm));
-    CHECK(ncclCommCount(comm, &count) == ncclInvalidArgument, "destroyed comm");
+    /* ncclCommAbort returns without waiting for the communicator's work: rank 0's op is
+     * queued behind a held stream (and no other rank joins it); once the stream runs it,
+     * it fails at once instead of waiting for the peers */
+    if (rank == 0) {
+        CHECK(anychip_sim_stream_hold(stream) == 0, "hold");
+        NCCL(ncclAllReduce(send, recv, 1000, ncclFloat32, ncclSum, comm, stream));
+        NCCL(ncclCommAbort(comm));
+        CHECK(anychip_sim_stream_release(stream) == 0, "release");
+        CHECK(hipStreamSynchronize(stream) == 0, "stream after the abort");
+        for (int r = 1; r < nranks; r++)
+            CHECK(write(release[1], "x", 1) == 1, "release the others");
+    } else {
+        char c;
+        CHECK(read(release[0], &c, 1) == 1, "wait for rank 0's abort");
+        NCCL(ncclCommDestroy(comm));
+        CHECK(ncclCommCount(comm, &count) == ncclInvalidArgument, "destroyed comm");
+    }
     hipStreamDestroy(stream);
     hipFree(send);
     hipFree(recv);
@@ -228,7 +245,7 @@ int main(int argc, char **argv)
         return 1;
     }
     ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess)
+    if (ncclGetUniqueId(&id) != ncclSuccess || pipe(release) != 0)
         return 1;
     for (int r = 0; r < nranks; r++) {
         pid_t pid = fork();

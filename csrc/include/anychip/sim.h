@@ -65,6 +65,12 @@ int anychip_sim_ipc_get_handle(const void *devptr, anychip_sim_ipc_handle *handl
 int anychip_sim_ipc_open(const anychip_sim_ipc_handle *handle, void **devptr);
 int anychip_sim_ipc_open_fd(int fd, const anychip_sim_ipc_handle *handle, void **devptr);
 int anychip_sim_ipc_close(void *devptr);
+
+/* Abort a communicator of the simulator's HCCL, BKCL or RCCL as ncclCommAbort does, with
+ * the reason the other ranks' failed ops report: every rank's pending and later ops fail
+ * at once and the call returns without waiting for them; the handle is dead afterwards
+ * (HCCL has no abort call of its own). 0, or non-zero with anychip_sim_last_error set. */
+int anychip_sim_ccl_abort(void *comm, const char *reason);
 /* ANYCHIP-CDEF-END */
 
 #define ANYCHIP_SIM_IPC_MAGIC 0x41435349u /* "ISCA" */

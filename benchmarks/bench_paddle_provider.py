@@ -1,0 +1,273 @@
+"""PaddlePaddle on anychip's simulated Ascend (the Paddle provider, docs/paddle.md), each
+figure against its peer in the same run:
+
+    python benchmarks/bench_paddle_provider.py [--parts fallback,step,fence,allreduce]
+
+fallback   time per eager op on anychip_ascend:0 (Paddle's CPU kernel between a D2H and an
+           H2D copy through the bridge) against the same op on Paddle's CPU place;
+step       one AdamW training step of an MLP, anychip_ascend:0 against Paddle-CPU;
+fence      the bridge's synchronous-copy fence, timed in C through the bridge's own
+           entry points: a 4-byte D2H copy with nothing pending, after async work on one
+           stream (the fence synchronizes it), and after a whole-device synchronize (the
+           costlier fence the bridge avoids);
+allreduce  float32 all_reduce on 2 ranks: paddle.distributed under Paddle's launcher
+           through the bridge (HCCL of the simulator) against anychip's own collectives API
+           on the same chip (`anychip launch`, native transport = the same HCCL); busbw with
+           nccl-tests' factor 2(n-1)/n.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SIZES = [1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 26]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    from anychip.paddle_provider import simulator_bridge
+    bridge = simulator_bridge()
+    if bridge is None:
+        raise SystemExit("anychip was built without the Paddle bridge")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "FLAGS_"))}
+    env.setdefault("CUSTOM_DEVICE_ROOT", str(bridge.parent))
+    env["GLOG_minloglevel"] = "2"
+    env.update(extra)
+    return env
+
+
+def _best(fn, repeat: int, number: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / number)
+    return best
+
+
+def part_fallback() -> None:
+    import paddle
+    print("fallback: time per eager op, us (best of 5)")
+    print(f"{'op':<22}{'anychip_ascend':>16}{'cpu':>10}{'ratio':>8}")
+    for n in (1 << 10, 1 << 20):
+        for name in ("add", "matmul", "relu"):
+            row = {}
+            for dev in ("anychip_ascend:0", "cpu"):
+                paddle.set_device(dev)
+                side = int(round(n ** 0.5))
+                a = paddle.to_tensor(np.ones((side, side) if name == "matmul" else n, np.float32))
+                op = {"add": lambda a: a + a, "matmul": lambda a: paddle.matmul(a, a),
+                      "relu": paddle.nn.functional.relu}[name]
+                op(a)
+                row[dev] = _best(lambda op=op, a=a: op(a), 5, 200 if n <= 1 << 10 else 10)
+            dev_t, cpu_t = row["anychip_ascend:0"], row["cpu"]
+            label = f"{name} {n:,} el." if name != "matmul" else f"matmul {int(n ** 0.5)}^2"
+            print(f"{label:<22}{dev_t * 1e6:>16.1f}{cpu_t * 1e6:>10.1f}{dev_t / cpu_t:>8.1f}")
+
+
+def part_step() -> None:
+    import paddle
+    print("\nstep: one AdamW training step, ms (best of 3 x 10 steps)")
+    print(f"{'model':<26}{'anychip_ascend':>16}{'cpu':>10}{'ratio':>8}")
+    for width, batch in ((32, 64), (1024, 64)):
+        row = {}
+        for dev in ("anychip_ascend:0", "cpu"):
+            paddle.set_device(dev)
+            paddle.seed(1)
+            model = paddle.nn.Sequential(paddle.nn.Linear(width, width), paddle.nn.ReLU(), paddle.nn.Linear(width, 4))
+            opt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
+            x = paddle.to_tensor(np.random.RandomState(0).randn(batch, width).astype("float32"))
+            t = paddle.to_tensor(np.zeros((batch, 4), np.float32))
+
+            def step(model=model, opt=opt, x=x, t=t) -> None:
+                loss = paddle.nn.functional.mse_loss(model(x), t)
+                loss.backward()
+                opt.step()
+                opt.clear_grad()
+                float(loss.numpy())
+            step()
+            row[dev] = _best(step, 3, 10)
+        d, c = row["anychip_ascend:0"], row["cpu"]
+        print(f"{f'MLP {width}-{width}-4, batch {batch}':<26}{d * 1e3:>16.2f}{c * 1e3:>10.2f}{d / c:>8.1f}")
+
+
+FENCE_C = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include "anychip/paddle/device_ext.h"
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static struct C_DeviceInterface i;
+static struct C_Device_st dev;
+static C_Stream s;
+static void *d, *d2;
+static char host[4];
+/* case 0: copy alone (the fence finds nothing pending); 1: a device synchronize before each
+ * copy (the draining fence); 2: an async 4-byte D2D first (the fence synchronizes its stream) */
+static double run(int which, int n) {
+    double t0 = now();
+    for (int k = 0; k < n; k++) {
+        if (which == 2) i.async_memory_copy_d2d(&dev, s, d2, d, 4);
+        if (which == 1) i.synchronize_device(&dev);
+        i.memory_copy_d2h(&dev, host, d, 4);
+    }
+    return (now() - t0) / n;
+}
+int main(int argc, char **argv) {
+    void *lib = dlopen(argv[1], RTLD_NOW);
+    if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+    void (*init)(struct CustomRuntimeParams *) = (void (*)(struct CustomRuntimeParams *))dlsym(lib, "InitPlugin");
+    struct CustomRuntimeParams p = {0};
+    p.size = sizeof p; i.size = sizeof i; p.interface = &i;
+    init(&p);
+    if (!p.device_type) return 2;
+    i.init_device(&dev);
+    i.create_stream(&dev, &s);
+    i.device_memory_allocate(&dev, &d, 1 << 20); i.device_memory_allocate(&dev, &d2, 1 << 20);
+    int n = atoi(argv[2]);
+    double best[3] = {1e9, 1e9, 1e9};
+    for (int round = 0; round < 5; round++)
+        for (int which = 0; which < 3; which++) {
+            double t = run(which, n);
+            if (t < best[which]) best[which] = t;
+        }
+    printf("%g %g %g\n", best[0], best[1], best[2]);
+    return 0;
+}
+"""
+
+
+def part_fence() -> None:
+    from anychip._data import get_include
+    from anychip.paddle_provider import simulator_bridge
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = Path(tmp) / "fence.c", Path(tmp) / "fence"
+        src.write_text(FENCE_C)
+        subprocess.run(["cc", "-O2", "-std=gnu11", f"-I{get_include()}", str(src), "-o", str(exe), "-ldl"],
+                       check=True)
+        out = subprocess.run([str(exe), str(simulator_bridge()), "2000"], env=_env(), capture_output=True,
+                             text=True, check=True).stdout.split()
+    idle, drained, pending = (float(x) for x in out)
+    print("\nfence: a 4-byte synchronous D2H copy through the bridge, us (best of 5 x 2000)")
+    print(f"  nothing pending: the fence walks the stream list               {idle * 1e6:8.2f}")
+    print(f"  the same copy after a device synchronize (a draining fence)     {drained * 1e6:8.2f}")
+    print(f"  after an async 4-byte D2D: the fence synchronizes that stream  {pending * 1e6:8.2f}")
+
+
+PADDLE_AR = r"""
+import json, sys, time, numpy as np, paddle, paddle.distributed as dist
+dist.init_parallel_env()
+r, n = dist.get_rank(), dist.get_world_size()
+out = {}
+for size in json.loads(sys.argv[1]):
+    x = paddle.to_tensor(np.full(size // 4, r + 1, np.float32))
+    iters = max(5, min(200, (1 << 26) // size))
+    for _ in range(3):
+        dist.all_reduce(x)
+    paddle.device.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(x)
+    paddle.device.synchronize()
+    t = paddle.to_tensor(np.array([(time.perf_counter() - t0) / iters], np.float64))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    out[size] = float(t.numpy()[0])
+if r == 0:
+    print("RESULT " + json.dumps(out), flush=True)
+"""
+
+ANYCHIP_AR = r"""
+import json, sys, time, numpy as np
+from anychip import collectives
+comm = collectives.init()
+dev = comm.device
+stream = dev.current_stream()
+out = {}
+for size in json.loads(sys.argv[1]):
+    count = size // 4
+    send = dev.alloc(size).copy_from(np.full(count, comm.rank + 1, np.float32))
+    recv = dev.alloc(size)
+    iters = max(5, min(200, (1 << 26) // size))
+    for _ in range(3):
+        comm.all_reduce(send, recv, count).wait()
+    comm.barrier().wait()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        last = comm.all_reduce(send, recv, count)
+    last.wait()
+    stream.synchronize()
+    out[size] = max(comm.exchange((time.perf_counter() - t0) / iters))
+if comm.rank == 0:
+    print("RESULT " + json.dumps(out), flush=True)
+comm.destroy()
+"""
+
+
+def _result(text: str) -> dict[int, float]:
+    """The RESULT line of rank 0 (`anychip launch` prefixes each line with "[rank] ")."""
+    for line in text.splitlines():
+        line = line[4:] if line.startswith("[0] ") else line
+        if line.startswith("RESULT "):
+            return {int(k): v for k, v in json.loads(line[7:]).items()}
+    raise SystemExit(f"no RESULT line in the job's output:\n{text[-3000:]}")
+
+
+def part_allreduce(repeat: int) -> None:
+    sizes = json.dumps(SIZES)
+    best_p: dict[int, float] = {}
+    best_a: dict[int, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        pscript, ascript = Path(tmp) / "paddle_ar.py", Path(tmp) / "anychip_ar.py"
+        pscript.write_text(PADDLE_AR)
+        ascript.write_text(ANYCHIP_AR)
+        for _ in range(repeat):
+            logs = Path(tmp) / "logs"
+            subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(logs), "--devices",
+                            "0,1", str(pscript), sizes], env=_env(), cwd=tmp, capture_output=True, check=True)
+            for k, v in _result((logs / "workerlog.0").read_text()).items():
+                best_p[k] = min(v, best_p.get(k, v))
+            r = subprocess.run([sys.executable, "-m", "anychip.cli", "launch", "-n", "2", "--device", "ascend",
+                                str(ascript), sizes], env=_env(ANYCHIP_COLLECTIVE_TRANSPORT="native"),
+                               capture_output=True, text=True, check=True)
+            for k, v in _result(r.stdout).items():
+                best_a[k] = min(v, best_a.get(k, v))
+    print(f"\nallreduce: float32, 2 ranks on the simulated Ascend (HCCL), best of {repeat}; busbw GB/s")
+    print(f"{'size':>8}{'paddle us':>12}{'busbw':>8}{'anychip us':>12}{'busbw':>8}{'ratio':>8}")
+    for s in SIZES:
+        p, a = best_p[s], best_a[s]
+        bp, ba = s / p / 1e9, s / a / 1e9            # 2(n-1)/n = 1 for 2 ranks
+        print(f"{s:>8}{p * 1e6:>12.1f}{bp:>8.2f}{a * 1e6:>12.1f}{ba:>8.2f}{bp / ba:>8.2f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--parts", default="fallback,step,fence,allreduce")
+    ap.add_argument("--repeat", type=int, default=2, help="rounds of the all_reduce jobs (the best is kept)")
+    args = ap.parse_args()
+    parts = args.parts.split(",")
+    os.environ.update({k: v for k, v in _env().items() if k in ("CUSTOM_DEVICE_ROOT", "GLOG_minloglevel")})
+    if "fallback" in parts:
+        part_fallback()
+    if "step" in parts:
+        part_step()
+    if "fence" in parts:
+        part_fence()
+    if "allreduce" in parts:
+        part_allreduce(args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
