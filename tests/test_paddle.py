@@ -266,8 +266,8 @@ def test_conformance_suite_passes_on_the_plugin(plugins, tmp_path):
     names = {c["name"]: c["status"] for c in b["cases"]}
     assert set(names) == {"alloc_free", "copy_h2d_d2h", "copy_d2d", "memset", "stream_order", "events_timing",
                           "oom_recovery", "bad_free", "all_reduce", "all_gather", "broadcast", "reduce",
-                          "reduce_scatter", "all_to_all", "sendrecv", "bad_root", "mismatched_count", "timeout",
-                          "killed_rank"}, names
+                          "reduce_scatter", "all_to_all", "sendrecv", "stream_order_ccl", "p2p_matching", "bad_root",
+                          "mismatched_count", "timeout", "killed_rank"}, names
     assert set(names.values()) == {"passed"}, names
     assert b["rows"] and all(r["oop"]["wrong"] == 0 and (r.get("ip") or {}).get("wrong", 0) == 0 for r in b["rows"])
 

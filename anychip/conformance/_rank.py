@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from .cases import OPS, Config, Outcome, Row, collective_row, device_cases, fault_cases, plan
+from .cases import OPS, Config, Outcome, Row, collective_row, comm_cases, device_cases, fault_cases, plan
 
 RESULT_PREFIX = "CONFORMANCE-RESULT "
 
@@ -51,6 +51,39 @@ class _Writer:
             self.f.flush()
 
 
+class Deadline:
+    """A watchdog per case: a case that has not finished on this rank ``seconds`` after it began
+    fails with "no answer in N s" (naming the case and the rank), written straight to the run's
+    output, and the rank exits, which ends the job (the launcher stops the other ranks)."""
+
+    def __init__(self, path: str, rank: int, seconds: float) -> None:
+        import threading
+        self.path, self.rank, self.seconds = path, rank, seconds
+        self._case: tuple[str, str] | None = None
+        self._since = 0.0
+        self._lock = threading.Lock()
+        threading.Thread(target=self._watch, name="conformance-deadline", daemon=True).start()
+
+    def case(self, name: str, group: str) -> None:
+        with self._lock:
+            self._case, self._since = (name, group), time.monotonic()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(0.25)
+            with self._lock:
+                late = self._case is not None and time.monotonic() - self._since > self.seconds
+                case = self._case
+            if late and case is not None:
+                name, group = case
+                why = f"rank {self.rank}: no answer in {self.seconds:g} s (case {name})"
+                _Writer(self.path).write("case", name=name, group=group, status="failed", detail=why,
+                                         expected=f"an outcome within {self.seconds:g} s", got=why,
+                                         seconds=self.seconds, rank=self.rank, extra={})
+                print(f"anychip conformance: {why}", file=sys.stderr, flush=True)
+                os._exit(3)
+
+
 def _row_record(row: Row, per_rank: list[dict], n: int) -> dict:
     rec: dict[str, Any] = {"op": row.op, "size": row.nbytes, "count": row.count, "dtype": row.dtype,
                            "redop": row.redop, "root": row.root}
@@ -73,10 +106,10 @@ def _row_record(row: Row, per_rank: list[dict], n: int) -> dict:
     return rec
 
 
-def _run_row(comm: Any, row: Row, cfg: Config, index: int) -> dict:
+def _run_row(comm: Any, row: Row, cfg: Config, index: int, timed: bool = True) -> dict:
     from ..runtime.errors import UnsupportedError
     try:
-        return collective_row(comm, row, cfg, index)
+        return collective_row(comm, row, cfg, index, timed)
     except UnsupportedError as exc:
         return {"error": f"unsupported: {exc}", "unsupported": True}
     except Exception as exc:  # noqa: BLE001 - reported as the row's failure
@@ -113,15 +146,22 @@ def main_job(cfg: Config, path: str) -> int:
     dev, n, rank = comm.device, comm.size, comm.rank
     lead = rank == 0
     out = _Writer(path if lead else None)
+    deadline = Deadline(path, rank, cfg.deadline or max(10.0, 0.75 * cfg.timeout))
+    per_device = -(-n // max(1, dev.plugin.device_count()))
     if lead:
         out.write("start", device=str(dev), backend=dev.backend, simulated=bool(dev.simulated),
                   accelerator=bool(getattr(dev.plugin, "accelerator", True)), ranks=n,
                   transport=comm.transport.name, version=anychip.__version__)
-    for o in device_cases(dev):
+    from .cases import DEVICE_CASES
+    for name in DEVICE_CASES:
+        deadline.case(name, "device")
+        o = device_cases(dev, (name,), per_device, cfg.largest_copy)[0]
         merged = merge(o.name, "device", comm.exchange(o.to_json()))
         if lead:
             out.write("case", **merged)
     rows = plan(cfg)
+    from .cases import sweep_rows
+    timed = sweep_rows(cfg)
     for op in OPS:
         mine = [(i, r) for i, r in enumerate(rows) if r.op == op]
         if not mine:
@@ -129,17 +169,23 @@ def main_job(cfg: Config, path: str) -> int:
         records = []
         t = time.perf_counter()
         for i, row in mine:
-            rec = _row_record(row, comm.exchange(_run_row(comm, row, cfg, i)), n)
+            deadline.case(op, "collective")
+            rec = _row_record(row, comm.exchange(_run_row(comm, row, cfg, i, row in timed)), n)
             records.append(rec)
             if lead:
                 out.write("row", **rec)
         if lead:
             out.write("case", **_op_case(op, records), seconds=time.perf_counter() - t)
-    if cfg.faults:
-        for o in fault_cases(comm):
-            merged = merge(o.name, "fault", comm.exchange(o.to_json()))
-            if lead:
-                out.write("case", **merged)
+    from .cases import COMM_CASES, FAULT_CASES
+    later = [(name, "collective") for name in COMM_CASES if any(op in cfg.ops for op in OPS)]
+    later += [(name, "fault") for name in FAULT_CASES if cfg.faults and name != "killed_rank"]
+    for name, group in later:
+        deadline.case(name, group)
+        o = (comm_cases(comm, cfg, per_device, (name,)) if group == "collective" else fault_cases(comm, (name,)))[0]
+        merged = merge(o.name, group, comm.exchange(o.to_json()))
+        if lead:
+            out.write("case", **merged)
+    deadline.case("end of the job", "fault")
     comm.barrier().wait()
     comm.destroy()
     if lead:

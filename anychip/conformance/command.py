@@ -16,7 +16,7 @@ __all__ = ["add_parser", "config_from_args", "run"]
 
 QUICK = Config()
 FULL = Config(min_bytes=8, max_bytes=64 << 20, factor=2, iters=10, warmup=2, checks=3,
-              mode="full")
+              boundary=(4 << 20, 12 << 20), boundary_dtypes=DTYPES, largest_copy=(64 << 20) + 1, mode="full")
 
 
 def _names(text: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -80,8 +80,8 @@ def _check_output(flag: str, path: str | None) -> None:
 def config_from_args(args: argparse.Namespace) -> Config:
     """The run's Config: ``--quick`` (default) or ``--full`` defaults, then every flag given."""
     from ..runtime.errors import InvalidArgumentError
-    cfg = replace(FULL if args.full else QUICK, ranks=args.nprocs)
-    if not 1 <= args.nprocs <= MAX_RANKS:
+    cfg = replace(FULL if args.full else QUICK, ranks=args.nprocs or QUICK.ranks)
+    if args.nprocs is not None and not 1 <= args.nprocs <= MAX_RANKS:
         raise InvalidArgumentError(f"conformance: -n must be from 1 to {MAX_RANKS} (the collective engine's limit), "
                                    f"got {args.nprocs}")
     for flag in ("json", "plot"):
@@ -99,8 +99,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     if args.root is not None:
         cfg.roots, explicit = _roots(args.root, cfg.ranks), True
     if explicit:
-        cfg.coverage = ()          # the rows are exactly the ones asked for
-    for name in ("iters", "warmup", "timeout"):
+        cfg.coverage = cfg.boundary = ()          # the rows are exactly the ones asked for
+    for name in ("iters", "warmup", "timeout", "deadline"):
         v = getattr(args, name)
         if v is not None:
             if v < 0:
@@ -118,7 +118,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                               "4 KiB and 133000 B. --full: 8 B..64 MiB x2, 10 iterations, 3 checks. "
                               "Giving -d, -o or -r measures exactly the rows asked for.")
     p.add_argument("--device", default=None, help="backend(s) to certify, comma separated (default: every available)")
-    p.add_argument("-n", "--nprocs", type=int, default=2, help="ranks (default 2)")
+    p.add_argument("-n", "--nprocs", type=int, default=None,
+                   help="ranks (default: 3 where the backend has 3 devices or more, so that rooted and point-to-point "
+                        "cases tell peers apart; else 2)")
     p.add_argument("-b", "--minbytes", default=None, help="smallest size")
     p.add_argument("-e", "--maxbytes", default=None, help="largest size")
     p.add_argument("-f", "--stepfactor", type=int, default=None, help="size multiplication factor")
@@ -129,6 +131,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=None, help="timed iterations per row")
     p.add_argument("--warmup", type=int, default=None, help="untimed iterations first")
     p.add_argument("--timeout", type=float, default=None, help="ANYCHIP_COLLECTIVE_TIMEOUT of the run (default 60)")
+    p.add_argument("--deadline", type=float, default=None,
+                   help="seconds a case may take on a rank before it fails with 'no answer' (default: 3/4 of "
+                        "--timeout, at least 10: before the other ranks' collectives time out)")
     p.add_argument("--no-faults", action="store_true", help="skip the fault cases (timeout, killed rank, ...)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="the short defaults (the default)")
@@ -162,10 +167,53 @@ def _backends(arg: str | None) -> list[str]:
     return names
 
 
-def run(backends: list[str], cfg: Config, progress: bool = False) -> list[dict]:
+class Stopped(Exception):
+    """The run was stopped by a signal (SIGTERM, SIGINT): no further backend is started."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"stopped by signal {code - 128}")
+        self.code = code
+
+
+def default_ranks(backend: str) -> int:
+    """3 ranks where the backend has 3 devices or more, else 2 (sharing its devices)."""
+    from ..runtime.registry import backend as lookup
+    info = lookup(backend)
+    try:
+        count = info.plugin.device_count() if info is not None and info.available and info.plugin else 0
+    except Exception:  # noqa: BLE001 - the run itself reports a backend that cannot count its devices
+        count = 0
+    return 3 if count >= 3 else 2
+
+
+def run(backends: list[str], cfg: Config, progress: bool = False, ranks: int | None = None) -> list[dict]:
+    """Each backend in turn (with ``ranks`` ranks, or :func:`default_ranks`); a job ended by SIGTERM
+    or Ctrl-C (the launcher's 143 / 130), or one arriving between jobs, stops the whole run
+    (:class:`Stopped`)."""
+    import signal
+    import threading
+
     from .runner import Progress, run_backend
     bar = Progress() if progress else None
-    return [run_backend(b, cfg, bar) for b in backends]
+
+    def on_term(signum: int, frame: object) -> None:
+        raise Stopped(128 + signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main else None
+    try:
+        results = []
+        for b in backends:
+            res = run_backend(b, replace(cfg, ranks=ranks or default_ranks(b)), bar)
+            results.append(res)
+            if res.get("exit_code") in (130, 143):
+                raise Stopped(res["exit_code"])
+        return results
+    except KeyboardInterrupt:
+        raise Stopped(130) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -173,9 +221,11 @@ def _cmd(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.framework == "paddle":
         from .paddle_framework import run as run_paddle
-        return run_paddle(args.device, cfg.ranks, cfg.min_bytes, min(cfg.max_bytes, 4 << 20), cfg.factor,
+        return run_paddle(args.device, args.nprocs or 2, cfg.min_bytes, min(cfg.max_bytes, 4 << 20), cfg.factor,
                           cfg.timeout * 4 if cfg.timeout else 600)
     names = _backends(args.device)
+    if args.nprocs is None and cfg.roots:        # -r without -n: valid for every backend's default ranks
+        _roots(str(cfg.roots[0]), min((default_ranks(b) for b in names), default=cfg.ranks))
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -183,7 +233,11 @@ def _cmd(args: argparse.Namespace) -> int:
             from ..runtime.errors import UnsupportedError
             raise UnsupportedError("--plot needs matplotlib: pip install 'anychip[plot]'") from None
     progress = args.progress if args.progress is not None else sys.stderr.isatty()
-    results = run(names, cfg, progress)
+    try:
+        results = run(names, cfg, progress, args.nprocs)
+    except Stopped as stop:
+        print(f"conformance: {stop}; the remaining backends were not run", file=sys.stderr)
+        return stop.code
     show_tables = args.tables if args.tables is not None else args.device is not None
     for res in results:
         if "unavailable" in res:

@@ -16,5 +16,6 @@ def pytest_addoption(parser: Any) -> None:
     group = parser.getgroup("anychip", "anychip conformance suite")
     group.addoption("--anychip-device", action="append", default=[], metavar="NAME",
                     help="backend(s) the conformance cases run on (repeat or comma list; default: every available)")
-    group.addoption("--anychip-ranks", type=int, default=2, metavar="N", help="ranks of each run (default 2)")
+    group.addoption("--anychip-ranks", type=int, default=None, metavar="N",
+                    help="ranks of each run (default: 3 where the backend has 3 devices, else 2)")
     group.addoption("--anychip-full", action="store_true", help="the --full sizes and iterations")

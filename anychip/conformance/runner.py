@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._spawn import python_command
-from .cases import CASE_NAMES, DEVICE_CASES, FAULT_CASES, OPS, Config, plan
+from .cases import CASE_NAMES, COMM_CASES, DEVICE_CASES, FAULT_CASES, OPS, Config, names_rank, plan
 
 __all__ = ["run_backend", "available_backends", "Progress"]
 
@@ -151,7 +151,7 @@ def killed_rank(backend: str, cfg: Config, tmp: str) -> dict:
             problems.append((r, f"exit {rc} without a result: {(se or so).strip()[-400:]}"))
             continue
         got = json.loads(line.split(" ", 1)[1])
-        ok = (got["error"] in ("CollectiveError", "CollectiveTimeout") and f"rank {n - 1}" in got["message"]
+        ok = (got["error"] in ("CollectiveError", "CollectiveTimeout") and names_rank(got["message"], n - 1)
               and got["seconds"] < 10)
         if not ok:
             problems.append((r, f"{got['error']} after {got['seconds']:.1f} s: {got['message'] or 'no error'}"))
@@ -182,7 +182,8 @@ def run_backend(backend: str, cfg: Config, progress: Progress | None = None) -> 
     result["kind"] = "host" if not getattr(plugin, "accelerator", True) else (
         "simulated" if info.simulated else "real")
     rows = len(plan(cfg))
-    wanted = [c for c in CASE_NAMES if c in DEVICE_CASES or c in cfg.ops or (cfg.faults and c in FAULT_CASES)]
+    wanted = [c for c in CASE_NAMES if c in DEVICE_CASES or c in cfg.ops or (cfg.faults and c in FAULT_CASES)
+              or (c in COMM_CASES and any(op in cfg.ops for op in OPS))]
     total = rows + len(wanted) + 2
 
     def on_record(k: int) -> None:
@@ -196,7 +197,7 @@ def run_backend(backend: str, cfg: Config, progress: Progress | None = None) -> 
         result.update(device=start.get("device"), transport=start.get("transport"), exit_code=rc)
         result["rows"] = [{k: v for k, v in r.items() if k != "type"} for r in records if r["type"] == "row"]
         cases = {r["name"]: {k: v for k, v in r.items() if k != "type"} for r in records if r["type"] == "case"}
-        if cfg.faults and "killed_rank" in wanted:
+        if cfg.faults and "killed_rank" in wanted and rc not in (130, 143):      # not after Ctrl-C / SIGTERM
             cases["killed_rank"] = killed_rank(backend, cfg, tmp)
     if progress is not None:
         progress.update(backend, total, total, force=True)

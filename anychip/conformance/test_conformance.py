@@ -30,17 +30,25 @@ def pytest_generate_tests(metafunc: Any) -> None:
         metafunc.parametrize("anychip_backend", _backends(metafunc.config))
 
 
-def _config(pytestconfig: Any) -> Any:
+def _config(pytestconfig: Any, backend: str) -> Any:
     from dataclasses import replace
 
-    from anychip.conformance.command import FULL, QUICK
+    from anychip.conformance.command import FULL, QUICK, default_ranks
     full = pytestconfig.getoption("anychip_full", default=False)
-    return replace(FULL if full else QUICK, ranks=pytestconfig.getoption("anychip_ranks", default=2) or 2)
+    known = {n for n, ok, _ in _available()}
+    ranks = pytestconfig.getoption("anychip_ranks", default=None) or (
+        default_ranks(backend) if backend in known else QUICK.ranks)
+    return replace(FULL if full else QUICK, ranks=ranks)
+
+
+def _available() -> list:
+    from anychip.conformance.runner import available_backends
+    return [b for b in available_backends() if b[1]]
 
 
 def _suite(backend: str, pytestconfig: Any) -> dict:
     from anychip.conformance.runner import available_backends, run_backend
-    cfg = _config(pytestconfig)
+    cfg = _config(pytestconfig, backend)
     key = (backend, cfg.ranks, cfg.mode)
     if key not in _results:
         known = {n: (ok, why) for n, ok, why in available_backends()}

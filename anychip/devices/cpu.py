@@ -65,6 +65,7 @@ class CPUPlugin(DevicePlugin):
     def __init__(self) -> None:
         self._default = _Stream(0)
         self._next_stream = 1
+        self._live: set[int] = set()       # id() of every allocation not freed yet
 
     def available(self) -> tuple[bool, str]:
         return True, "host memory"
@@ -80,15 +81,22 @@ class CPUPlugin(DevicePlugin):
     # -- memory ---------------------------------------------------------
     def _malloc(self, index: int, nbytes: int) -> Any:
         try:
-            return np.empty(max(nbytes, 1), dtype=np.uint8)
+            arr = np.empty(max(nbytes, 1), dtype=np.uint8)
         except MemoryError:
             free, total = _meminfo()
             raise OutOfMemoryError(nbytes, free, total, backend="cpu", device="cpu:0",
                                    detail="the host refused the allocation") from None
+        self._live.add(id(arr))
+        return arr
 
     def _free(self, index: int, handle: Any) -> None:
         if not isinstance(handle, np.ndarray):
             raise DeviceError(f"free of something that is not a cpu allocation: {handle!r}", backend="cpu")
+        try:
+            self._live.remove(id(handle))
+        except KeyError:
+            raise DeviceError(f"free of a cpu allocation of {handle.nbytes} bytes that is not live (freed already?)",
+                              backend="cpu") from None
         # the memory goes back to the host when the last reference to the array goes
 
     def _mem_info(self, index: int) -> tuple[int, int]:

@@ -191,6 +191,7 @@ class _DeviceState:
         self.touch_queue: Any = None
         self.streams: weakref.WeakSet[_Stream] = weakref.WeakSet()
         self.allocated = 0
+        self.live: set[int] = set()             # id() of every buffer not released yet
         self.lock = threading.RLock()
         self.program: Any = None
         self.local_sizes: dict[str, int] = {}
@@ -447,10 +448,17 @@ class OpenCLPlugin(DevicePlugin):
             with st.lock:
                 st.allocated -= size
             raise
+        with st.lock:
+            st.live.add(id(buf))
         return buf
 
     def _free(self, index: int, handle: Any) -> None:
         st = self._state(index)
+        with st.lock:
+            if id(handle) not in st.live:
+                raise DeviceError(f"free of an OpenCL buffer that is not a live allocation of opencl:{index} "
+                                  "(released already?)", backend=self.name)
+            st.live.discard(id(handle))
         size = max(int(handle.size), 1)
         with self._translate("clReleaseMemObject", index):
             # OpenCL defers the actual release until enqueued commands using it finish

@@ -25,7 +25,10 @@ enum { R_SUM, R_MEAN, R_MAX, R_NOPS };
  * AVX-512, with AVX2 + FMA and for the baseline, and the loader picks the widest the CPU has
  * (an ifunc): the library still runs on any x86-64. Only those small functions are cloned,
  * so the build stays quick; every other layout and type runs the general loops below. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
+    !defined(__SANITIZE_THREAD__)
+/* (not under ThreadSanitizer: an ifunc's resolver runs while the library is relocated,
+ * before the sanitizer's runtime is set up, and its instrumented code crashes there) */
 #define K_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define K_CLONES

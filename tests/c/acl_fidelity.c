@@ -7,6 +7,7 @@
  */
 #define _DEFAULT_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -137,7 +138,7 @@ static pthread_mutex_t cb_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cb_cv = PTHREAD_COND_INITIALIZER;
 static int cb_count;
 static pthread_t cb_threads[8];
-static volatile int worker_stop;
+static atomic_int worker_stop;       /* set by the main thread, read by the worker */
 static int worker_rc = -1;
 
 static void callback(void *arg)
@@ -152,7 +153,7 @@ static void callback(void *arg)
 static void *report_worker(void *ctx)
 {
     aclrtSetCurrentContext(ctx);               /* the PaddleCustomDevice NPU runtime's worker */
-    while (!worker_stop) {
+    while (!atomic_load(&worker_stop)) {
         int rc = aclrtProcessReport(20);
         if (rc != ACL_SUCCESS && rc != ACL_ERROR_RT_REPORT_TIMEOUT && rc != ACL_ERROR_RT_THREAD_SUBSCRIBE)
             worker_rc = rc;
@@ -200,7 +201,7 @@ static int callback_rules(void)
         pthread_cond_wait(&cb_cv, &cb_lock);
     pthread_mutex_unlock(&cb_lock);
     CHECK(hits == 3 && pthread_equal(cb_threads[2], worker));
-    worker_stop = 1;
+    atomic_store(&worker_stop, 1);
     CHECK(pthread_join(worker, NULL) == 0 && worker_rc == 0);
     CHECK(aclrtUnSubscribeReport((uint64_t)worker, s) == 0);
     CHECK(aclrtLaunchCallback(callback, &hits, ACL_CALLBACK_BLOCK, s) == ACL_ERROR_RT_STREAM_NO_CB_REG);

@@ -1,0 +1,629 @@
+/*
+ * A chip plugin for measuring the conformance suite: the device `anychip plugin new --lang c`
+ * generates, plus complete collectives of its own (every op, type and reduction, send / recv in
+ * groups) between processes over a shared-memory segment, correct unless MUTANT_DEFECT names one
+ * planted defect (read once, when the library is loaded). The suite must pass the library without
+ * a defect and fail it with each one.
+ *
+ * Built by tests/test_conformance_mutants.py with
+ *   -DTEMPLATE_SOURCE="\"<rendered project>/src/<name>.c\"" -DNAME="\"<backend name>\"" -I csrc/common
+ *
+ * The collectives run in the calling thread once the stream's earlier work is done, in rounds of
+ * MUTANT_CHUNK bytes (default 1 MiB) per rank: each rank puts its part of the round in its slot
+ * (or, point to point, in the mailbox of the pair), all ranks meet, each takes what it needs, all
+ * meet again. Reductions go in rank order, rounding to the type after each step, as NCCL does.
+ * Every rank of a communicator takes part in every group of sends and receives.
+ *
+ * MUTANT_DEFECT (one of the defects[] below):
+ *   rounding and overflow  bf16_truncate fp16_truncate int8_saturate
+ *   tails and chunks       tail8 tail4 last_chunk
+ *   stale results          skip_repeat skip_same_recv
+ *   stream order           no_stream_wait
+ *   rooted, point to point reduce_inplace_clobber recv_any_source
+ *   device API             query_always_done event_query_always_done elapsed_zero elapsed_seconds
+ *                          wait_event_ignored free_leaks mem_info_always_free mem_info_double_total
+ *                          bad_free_ok copy_large_short (copies above 2 MiB miss their last byte)
+ *   the suite's deadline   never_done (stream and event queries never report completion)
+ */
+#define anychip_plugin_init template_plugin_init
+#include TEMPLATE_SOURCE
+#undef anychip_plugin_init
+
+#include "half.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S_TIMEOUT 7
+#define MAX_RANKS 16
+#define MAX_P2P 64
+
+/* ---- the planted defect ------------------------------------------------------------------ */
+enum {
+    D_NONE, D_BF16_TRUNCATE, D_FP16_TRUNCATE, D_INT8_SATURATE, D_TAIL8, D_TAIL4, D_LAST_CHUNK, D_SKIP_REPEAT,
+    D_SKIP_SAME_RECV, D_NO_STREAM_WAIT, D_REDUCE_INPLACE_CLOBBER, D_RECV_ANY_SOURCE, D_QUERY_ALWAYS_DONE,
+    D_EVENT_QUERY_ALWAYS_DONE, D_ELAPSED_ZERO, D_ELAPSED_SECONDS, D_WAIT_EVENT_IGNORED, D_FREE_LEAKS,
+    D_MEM_INFO_ALWAYS_FREE, D_MEM_INFO_DOUBLE_TOTAL, D_BAD_FREE_OK, D_NEVER_DONE, D_COPY_LARGE_SHORT, D_COUNT
+};
+static const char *const defects[D_COUNT] = {
+    "none", "bf16_truncate", "fp16_truncate", "int8_saturate", "tail8", "tail4", "last_chunk", "skip_repeat",
+    "skip_same_recv", "no_stream_wait", "reduce_inplace_clobber", "recv_any_source", "query_always_done",
+    "event_query_always_done", "elapsed_zero", "elapsed_seconds", "wait_event_ignored", "free_leaks",
+    "mem_info_always_free", "mem_info_double_total", "bad_free_ok", "never_done", "copy_large_short"
+};
+static int defect = D_NONE;
+static size_t chunk = 1u << 20;
+
+static anychip_status read_defect(void) {
+    const char *v = getenv("MUTANT_DEFECT");
+    defect = -1;
+    for (int i = 0; i < D_COUNT && v && *v; i++)
+        if (!strcmp(v, defects[i])) defect = i;
+    if (!v || !*v) defect = D_NONE;
+    if (defect < 0) return fail(S_INVALID, "MUTANT_DEFECT=%s is not a defect this library knows", v);
+    long c = env_long("MUTANT_CHUNK", 1 << 20, 4096, 64 << 20);
+    chunk = (size_t)c;
+    return S_OK;
+}
+
+/* ---- device API defects ----------------------------------------------------------------- */
+static anychip_status mutant_stream_query(int d, anychip_stream s) {
+    anychip_status rc = stream_query(d, s);
+    if (defect == D_NEVER_DONE && rc == S_OK) return S_NOT_READY;
+    return defect == D_QUERY_ALWAYS_DONE && rc == S_NOT_READY ? S_OK : rc;
+}
+
+static anychip_status mutant_event_query(int d, anychip_event e) {
+    anychip_status rc = event_query(d, e);
+    if (defect == D_NEVER_DONE && rc == S_OK) return S_NOT_READY;
+    return defect == D_EVENT_QUERY_ALWAYS_DONE && rc == S_NOT_READY ? S_OK : rc;
+}
+
+static anychip_status mutant_elapsed(int d, float *ms, anychip_event a, anychip_event b) {
+    anychip_status rc = event_elapsed_ms(d, ms, a, b);
+    if (rc == S_OK && defect == D_ELAPSED_ZERO) *ms = 0.0f;
+    if (rc == S_OK && defect == D_ELAPSED_SECONDS) *ms /= 1000.0f;
+    return rc;
+}
+
+static anychip_status mutant_wait_event(int d, anychip_stream s, anychip_event e) {
+    return defect == D_WAIT_EVENT_IGNORED ? S_OK : stream_wait_event(d, s, e);
+}
+
+static size_t copied(size_t n) {
+    return defect == D_COPY_LARGE_SHORT && n > (2u << 20) ? n - 1 : n;
+}
+
+static anychip_status mutant_copy(int d, void *dst, const void *src, size_t n, anychip_copy_kind kind) {
+    return copy_sync(d, dst, src, copied(n), kind);
+}
+
+static anychip_status mutant_copy_async(int d, void *dst, const void *src, size_t n, anychip_copy_kind kind,
+                                        anychip_stream s) {
+    return copy_async(d, dst, src, copied(n), kind, s);
+}
+
+static anychip_status mutant_free(int d, void *ptr) {
+    DEVICE(dev, d);
+    if (defect == D_FREE_LEAKS) {        /* the memory goes, the capacity it held is not given back */
+        pthread_mutex_lock(&dev->lock);
+        size_t held = 0;
+        for (size_t i = 0; i < dev->nallocs; i++)
+            if (dev->allocs[i].base == (uintptr_t)ptr) held = dev->allocs[i].size;
+        pthread_mutex_unlock(&dev->lock);
+        anychip_status rc = mem_free(d, ptr);
+        if (rc == S_OK) {
+            pthread_mutex_lock(&dev->lock);
+            dev->used += held;
+            pthread_mutex_unlock(&dev->lock);
+        }
+        return rc;
+    }
+    anychip_status rc = mem_free(d, ptr);
+    return defect == D_BAD_FREE_OK && rc == S_BAD_POINTER ? S_OK : rc;
+}
+
+static anychip_status mutant_mem_info(int d, size_t *free_bytes, size_t *total) {
+    anychip_status rc = mem_info(d, free_bytes, total);
+    if (rc == S_OK && defect == D_MEM_INFO_ALWAYS_FREE) *free_bytes = *total;
+    if (rc == S_OK && defect == D_MEM_INFO_DOUBLE_TOTAL) {
+        *free_bytes += *total;
+        *total *= 2;
+    }
+    return rc;
+}
+
+/* ---- communicators over shared memory ---------------------------------------------------- */
+typedef struct {
+    _Atomic uint64_t seq[MAX_RANKS];                     /* barriers each rank has reached */
+    _Atomic int32_t pid[MAX_RANKS];
+    _Atomic uint64_t want[MAX_RANKS];                    /* bytes of a rank's longest p2p stream */
+} shm_header;
+
+typedef struct { const void *send; void *recv; size_t bytes; int peer; } p2p_op;
+
+struct anychip_comm_s {
+    int device, nranks, rank;
+    shm_header *hdr;
+    char *slots;                                         /* nranks slots of `chunk` bytes */
+    char *mail;                                          /* nranks x nranks mailboxes of `chunk` bytes */
+    size_t size;
+    double timeout;
+    struct { int kind; const void *send; void *recv; size_t count; int dtype, op; } last;
+};
+
+static size_t dtype_size(anychip_dtype t) {
+    static const size_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
+    return (unsigned)t < 8 ? sizes[t] : 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int alive(int32_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return kill(pid, 0) == 0 || errno != ESRCH;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')');
+    return !(close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X'));
+}
+
+static anychip_status barrier(anychip_comm c) {
+    uint64_t mine = atomic_fetch_add(&c->hdr->seq[c->rank], 1) + 1;
+    double start = now_s(), next_check = start + 0.1;
+    for (int r = 0; r < c->nranks; r++) {
+        while (atomic_load(&c->hdr->seq[r]) < mine) {
+            double t = now_s();
+            if (t - start > c->timeout)
+                return fail(S_TIMEOUT, "rank %d: no word from rank %d for %g s", c->rank, r, c->timeout);
+            if (t > next_check) {
+                int32_t pid = atomic_load(&c->hdr->pid[r]);
+                if (pid > 0 && !alive(pid))
+                    return fail(S_SYSTEM, "rank %d: rank %d (pid %d) exited during the collective", c->rank, r, pid);
+                next_check = t + 0.1;
+            }
+            sched_yield();
+        }
+    }
+    return S_OK;
+}
+
+static anychip_status get_unique_id(anychip_unique_id *id) {
+    static _Atomic unsigned serial;
+    memset(id, 0, sizeof *id);
+    snprintf(id->internal, sizeof id->internal, "/%s-%d-%u-%ld", NAME, (int)getpid(), atomic_fetch_add(&serial, 1),
+             (long)time(NULL));
+    return S_OK;
+}
+
+static anychip_status comm_init_rank(int d, int nranks, const anychip_unique_id *id, int rank, anychip_comm *out) {
+    if (nranks < 1 || nranks > MAX_RANKS) return fail(S_INVALID, "1 to %d ranks, not %d", MAX_RANKS, nranks);
+    anychip_comm c = calloc(1, sizeof *c);
+    if (!c) return fail(S_SYSTEM, "out of host memory");
+    c->device = d;
+    c->nranks = nranks;
+    c->rank = rank;
+    c->last.kind = -1;
+    const char *t = getenv("ANYCHIP_COLLECTIVE_TIMEOUT");
+    c->timeout = t && atof(t) > 0 ? atof(t) : 60.0;
+    c->size = sizeof(shm_header) + (size_t)nranks * chunk + (size_t)nranks * (size_t)nranks * chunk;
+    int fd = -1;
+    double deadline = now_s() + c->timeout;
+    for (;;) {                                           /* rank 0 creates; the others wait for it */
+        fd = rank == 0 ? shm_open(id->internal, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(id->internal, O_RDWR, 0);
+        struct stat st;
+        if (fd >= 0 && rank == 0 && ftruncate(fd, (off_t)c->size) != 0) {
+            close(fd);
+            free(c);
+            return fail(S_SYSTEM, "ftruncate of %s failed", id->internal);
+        }
+        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == c->size) break;
+        if (fd >= 0) close(fd);
+        if (rank == 0 || now_s() > deadline) {
+            free(c);
+            return fail(rank == 0 ? S_SYSTEM : S_TIMEOUT, "rank %d: shared memory %s unavailable", rank, id->internal);
+        }
+        sched_yield();
+    }
+    void *p = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        free(c);
+        return fail(S_SYSTEM, "mmap of %s failed", id->internal);
+    }
+    c->hdr = p;
+    c->slots = (char *)p + sizeof(shm_header);
+    c->mail = c->slots + (size_t)nranks * chunk;
+    atomic_store(&c->hdr->pid[rank], (int32_t)getpid());
+    anychip_status rc = barrier(c);                      /* all mapped: the name can go */
+    if (rank == 0) shm_unlink(id->internal);
+    if (rc) {
+        munmap(p, c->size);
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return S_OK;
+}
+
+static anychip_status comm_destroy(anychip_comm c) {
+    if (c->hdr) munmap(c->hdr, c->size);
+    free(c);
+    return S_OK;
+}
+
+/* ---- reductions ---------------------------------------------------------------------------- */
+static float to_float(const void *p, anychip_dtype t) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return t == ANYCHIP_FLOAT16 ? half_to_float(h) : bf16_to_float(h);
+}
+
+static void from_float(void *p, float f, anychip_dtype t) {
+    uint16_t h;
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if (t == ANYCHIP_FLOAT16) {
+        uint32_t ax = x & 0x7fffffffu;
+        if (defect == D_FP16_TRUNCATE && ax >= 0x38800000u && ax < 0x477ff000u)
+            h = (uint16_t)(((x >> 16) & 0x8000u) | ((ax - (112u << 23)) >> 13));
+        else
+            h = float_to_half(f);
+    } else {
+        h = defect == D_BF16_TRUNCATE ? (uint16_t)(x >> 16) : float_to_bf16(f);
+    }
+    memcpy(p, &h, 2);
+}
+
+#define COMBINE(a, b) (op == ANYCHIP_MIN ? ((b) < (a) ? (b) : (a)) : op == ANYCHIP_MAX ? ((b) > (a) ? (b) : (a)) : \
+                       op == ANYCHIP_PROD ? (a) * (b) : (a) + (b))
+
+/* acc[i] = acc[i] (op) v[i] for n elements; unsigned arithmetic wraps as the types do */
+static void combine(void *acc, const void *v, size_t n, anychip_dtype t, anychip_redop op) {
+    if (defect == D_TAIL8 && dtype_size(t) == 1) n -= n % 8;
+    if (defect == D_TAIL4 && dtype_size(t) == 2) n -= n % 4;
+    switch (t) {
+    case ANYCHIP_INT8:
+    case ANYCHIP_UINT8:
+        for (size_t i = 0; i < n; i++) {
+            int a = t == ANYCHIP_INT8 ? ((int8_t *)acc)[i] : ((uint8_t *)acc)[i];
+            int b = t == ANYCHIP_INT8 ? ((const int8_t *)v)[i] : ((const uint8_t *)v)[i];
+            int r = (op == ANYCHIP_SUM || op == ANYCHIP_AVG) ? a + b : COMBINE(a, b);
+            if (defect == D_INT8_SATURATE && (op == ANYCHIP_SUM || op == ANYCHIP_AVG)) {
+                int lo = t == ANYCHIP_INT8 ? -128 : 0, hi = t == ANYCHIP_INT8 ? 127 : 255;
+                r = r < lo ? lo : r > hi ? hi : r;
+            }
+            ((uint8_t *)acc)[i] = (uint8_t)(r & 0xff);
+        }
+        break;
+    case ANYCHIP_INT32:
+        for (size_t i = 0; i < n; i++) {
+            int32_t a = ((int32_t *)acc)[i], b = ((const int32_t *)v)[i];
+            ((int32_t *)acc)[i] = op == ANYCHIP_MIN || op == ANYCHIP_MAX ? COMBINE(a, b) :
+                (int32_t)(op == ANYCHIP_PROD ? (uint32_t)a * (uint32_t)b : (uint32_t)a + (uint32_t)b);
+        }
+        break;
+    case ANYCHIP_INT64:
+        for (size_t i = 0; i < n; i++) {
+            int64_t a = ((int64_t *)acc)[i], b = ((const int64_t *)v)[i];
+            ((int64_t *)acc)[i] = op == ANYCHIP_MIN || op == ANYCHIP_MAX ? COMBINE(a, b) :
+                (int64_t)(op == ANYCHIP_PROD ? (uint64_t)a * (uint64_t)b : (uint64_t)a + (uint64_t)b);
+        }
+        break;
+    case ANYCHIP_FLOAT16:
+    case ANYCHIP_BFLOAT16:
+        for (size_t i = 0; i < n; i++) {
+            float a = to_float((char *)acc + 2 * i, t), b = to_float((const char *)v + 2 * i, t);
+            from_float((char *)acc + 2 * i, COMBINE(a, b), t);
+        }
+        break;
+    case ANYCHIP_FLOAT32:
+        for (size_t i = 0; i < n; i++) ((float *)acc)[i] = COMBINE(((float *)acc)[i], ((const float *)v)[i]);
+        break;
+    default:
+        for (size_t i = 0; i < n; i++) ((double *)acc)[i] = COMBINE(((double *)acc)[i], ((const double *)v)[i]);
+    }
+}
+
+/* avg: the sum divided by the rank count */
+static void divide(void *acc, size_t n, anychip_dtype t, int by) {
+    for (size_t i = 0; i < n; i++) {
+        switch (t) {
+        case ANYCHIP_INT8: ((int8_t *)acc)[i] = (int8_t)(((int8_t *)acc)[i] / by); break;
+        case ANYCHIP_UINT8: ((uint8_t *)acc)[i] = (uint8_t)(((uint8_t *)acc)[i] / by); break;
+        case ANYCHIP_INT32: ((int32_t *)acc)[i] /= by; break;
+        case ANYCHIP_INT64: ((int64_t *)acc)[i] /= by; break;
+        case ANYCHIP_FLOAT16:
+        case ANYCHIP_BFLOAT16: from_float((char *)acc + 2 * i, to_float((char *)acc + 2 * i, t) / (float)by, t); break;
+        case ANYCHIP_FLOAT32: ((float *)acc)[i] /= (float)by; break;
+        default: ((double *)acc)[i] /= by;
+        }
+    }
+}
+
+/* the reduction of every rank's slot into out (n elements) */
+static void reduce_slots(anychip_comm c, void *out, size_t n, anychip_dtype t, anychip_redop op) {
+    size_t bytes = n * dtype_size(t);
+    char *tmp = malloc(bytes ? bytes : 1);
+    memcpy(tmp, c->slots, bytes);
+    for (int r = 1; r < c->nranks; r++) combine(tmp, c->slots + (size_t)r * chunk, n, t, op);
+    if (op == ANYCHIP_AVG) divide(tmp, n, t, c->nranks);
+    if (defect == D_TAIL8 && dtype_size(t) == 1) bytes -= (n % 8);
+    if (defect == D_TAIL4 && dtype_size(t) == 2) bytes -= (n % 4) * 2;
+    memcpy(out, tmp, bytes);
+    free(tmp);
+}
+
+/* ---- the ops ------------------------------------------------------------------------------ */
+/* bytes processed of a message of `bytes` (last_chunk: a last partial chunk is dropped) */
+static size_t span(size_t bytes) {
+    return defect == D_LAST_CHUNK && bytes > chunk ? bytes - bytes % chunk : bytes;
+}
+
+/* before an op: the stream's earlier work done; and whether to skip it as a repeat */
+static anychip_status begin(anychip_comm c, anychip_stream s, int kind, const void *send, void *recv, size_t count,
+                            int dtype, int op, int *skip) {
+    *skip = 0;
+    if ((defect == D_SKIP_REPEAT && kind == 0 && c->last.kind == 0 && c->last.send == send &&
+         c->last.recv == recv && c->last.count == count && c->last.dtype == dtype && c->last.op == op) ||
+        (defect == D_SKIP_SAME_RECV && c->last.kind == kind && c->last.recv == recv &&
+         c->last.count * dtype_size((anychip_dtype)c->last.dtype) == count * dtype_size((anychip_dtype)dtype)))
+        *skip = 1;
+    c->last.kind = kind;
+    c->last.send = send;
+    c->last.recv = recv;
+    c->last.count = count;
+    c->last.dtype = dtype;
+    c->last.op = op;
+    return defect == D_NO_STREAM_WAIT ? S_OK : stream_synchronize(c->device, s);
+}
+
+static anychip_status reduce_to(anychip_comm c, const void *send, void *recv, size_t count, anychip_dtype t,
+                                anychip_redop op, int root, anychip_stream s, int kind) {
+    size_t size = dtype_size(t), per = chunk / size, todo = span(count * size) / size;
+    int skip;
+    anychip_status rc = begin(c, s, kind, send, recv, count, t, op, &skip);
+    int writes = root < 0 || c->rank == root || (defect == D_REDUCE_INPLACE_CLOBBER && send == recv);
+    for (size_t at = 0; rc == S_OK && !skip && at < todo; at += per) {
+        size_t n = todo - at < per ? todo - at : per;
+        memcpy(c->slots + (size_t)c->rank * chunk, (const char *)send + at * size, n * size);
+        if ((rc = barrier(c))) break;
+        if (writes) reduce_slots(c, (char *)recv + at * size, n, t, op);
+        rc = barrier(c);
+    }
+    return rc;
+}
+
+static anychip_status all_reduce(const void *send, void *recv, size_t count, anychip_dtype t, anychip_redop op,
+                                 anychip_comm c, anychip_stream s) {
+    return reduce_to(c, send, recv, count, t, op, -1, s, 0);
+}
+
+static anychip_status reduce(const void *send, void *recv, size_t count, anychip_dtype t, anychip_redop op,
+                             int root, anychip_comm c, anychip_stream s) {
+    if (root < 0 || root >= c->nranks) return fail(S_INVALID, "reduce: root %d of %d ranks", root, c->nranks);
+    return reduce_to(c, send, recv, count, t, op, root, s, 1);
+}
+
+static anychip_status reduce_scatter(const void *send, void *recv, size_t count, anychip_dtype t, anychip_redop op,
+                                     anychip_comm c, anychip_stream s) {
+    size_t size = dtype_size(t), per = chunk / size, todo = span(count * size) / size;
+    int skip;
+    anychip_status rc = begin(c, s, 2, send, recv, count, t, op, &skip);
+    for (int q = 0; q < c->nranks && !skip; q++) {
+        for (size_t at = 0; rc == S_OK && at < todo; at += per) {
+            size_t n = todo - at < per ? todo - at : per;
+            memcpy(c->slots + (size_t)c->rank * chunk, (const char *)send + ((size_t)q * count + at) * size, n * size);
+            if ((rc = barrier(c))) break;
+            if (c->rank == q) reduce_slots(c, (char *)recv + at * size, n, t, op);
+            rc = barrier(c);
+        }
+    }
+    return rc;
+}
+
+static anychip_status broadcast(const void *send, void *recv, size_t count, anychip_dtype t, int root,
+                                anychip_comm c, anychip_stream s) {
+    size_t bytes = span(count * dtype_size(t));
+    if (root < 0 || root >= c->nranks) return fail(S_INVALID, "broadcast: root %d of %d ranks", root, c->nranks);
+    int skip;
+    anychip_status rc = begin(c, s, 3, send, recv, count, t, root, &skip);
+    for (size_t at = 0; rc == S_OK && !skip && at < bytes; at += chunk) {
+        size_t n = bytes - at < chunk ? bytes - at : chunk;
+        if (c->rank == root) memcpy(c->slots, (const char *)send + at, n);
+        if ((rc = barrier(c))) break;
+        memmove((char *)recv + at, c->slots, n);
+        rc = barrier(c);
+    }
+    return rc;
+}
+
+static anychip_status all_gather(const void *send, void *recv, size_t count, anychip_dtype t, anychip_comm c,
+                                 anychip_stream s) {
+    size_t full = count * dtype_size(t), bytes = span(full);
+    int skip;
+    anychip_status rc = begin(c, s, 4, send, recv, count, t, 0, &skip);
+    for (size_t at = 0; rc == S_OK && !skip && at < bytes; at += chunk) {
+        size_t n = bytes - at < chunk ? bytes - at : chunk;
+        memcpy(c->slots + (size_t)c->rank * chunk, (const char *)send + at, n);
+        if ((rc = barrier(c))) break;
+        for (int r = 0; r < c->nranks; r++) memcpy((char *)recv + (size_t)r * full + at, c->slots + (size_t)r * chunk, n);
+        rc = barrier(c);
+    }
+    return rc;
+}
+
+static char *mailbox(anychip_comm c, int src, int dst) {
+    return c->mail + ((size_t)src * (size_t)c->nranks + (size_t)dst) * chunk;
+}
+
+/* every rank's sends and receives of one group: per peer, the messages form one stream of bytes,
+   moved in rounds of `chunk` bytes (as many rounds as the longest stream of any rank needs) */
+static anychip_status exchange(anychip_comm c, const p2p_op *ops, int nops) {
+    size_t out_len[MAX_RANKS] = {0}, in_len[MAX_RANKS] = {0}, longest = 0;
+    int from[MAX_RANKS];                               /* stream whose bytes a receive from peer p takes */
+    for (int p = 0; p < c->nranks; p++) from[p] = p;
+    if (defect == D_RECV_ANY_SOURCE) {                  /* receives take the senders in the order they come */
+        int k = 0, order[MAX_RANKS];
+        for (int i = 0; i < nops; i++)
+            if (!ops[i].send) {
+                int seen = 0;
+                for (int j = 0; j < k; j++) seen |= order[j] == ops[i].peer;
+                if (!seen) order[k++] = ops[i].peer;
+            }
+        int sorted[MAX_RANKS];
+        memcpy(sorted, order, sizeof(int) * (size_t)k);
+        for (int a = 0; a < k; a++)
+            for (int b = a + 1; b < k; b++)
+                if (sorted[b] < sorted[a]) { int x = sorted[a]; sorted[a] = sorted[b]; sorted[b] = x; }
+        for (int j = 0; j < k; j++) from[order[j]] = sorted[j];
+    }
+    for (int i = 0; i < nops; i++) {
+        size_t *len = ops[i].send ? &out_len[ops[i].peer] : &in_len[ops[i].peer];
+        *len += ops[i].bytes;
+        if (*len > longest) longest = *len;
+    }
+    atomic_store(&c->hdr->want[c->rank], longest);
+    anychip_status rc = barrier(c);
+    for (int r = 0; r < c->nranks; r++)
+        if (atomic_load(&c->hdr->want[r]) > longest) longest = atomic_load(&c->hdr->want[r]);
+    if (rc == S_OK) rc = barrier(c);                   /* every rank has read every want */
+    for (size_t at = 0; rc == S_OK && at < longest; at += chunk) {
+        size_t pos[MAX_RANKS] = {0};
+        for (int i = 0; i < nops; i++) {               /* this round's bytes of each outgoing stream */
+            if (!ops[i].send) continue;
+            int p = ops[i].peer;
+            size_t lo = pos[p], hi = pos[p] + ops[i].bytes;
+            pos[p] = hi;
+            size_t a = lo > at ? lo : at, b = hi < at + chunk ? hi : at + chunk;
+            if (a < b) memcpy(mailbox(c, c->rank, p) + (a - at), (const char *)ops[i].send + (a - lo), b - a);
+        }
+        if ((rc = barrier(c))) break;
+        memset(pos, 0, sizeof pos);
+        for (int i = 0; i < nops; i++) {
+            if (ops[i].send) continue;
+            int p = ops[i].peer, q = from[p];
+            size_t lo = pos[p], hi = pos[p] + ops[i].bytes;
+            pos[p] = hi;
+            size_t a = lo > at ? lo : at, b = hi < at + chunk ? hi : at + chunk;
+            if (a < b) memcpy((char *)ops[i].recv + (a - lo), mailbox(c, q, c->rank) + (a - at), b - a);
+        }
+        rc = barrier(c);
+    }
+    return rc;
+}
+
+static anychip_status all_to_all(const void *send, void *recv, size_t count, anychip_dtype t, anychip_comm c,
+                                 anychip_stream s) {
+    size_t bytes = span(count * dtype_size(t));
+    int skip;
+    anychip_status rc = begin(c, s, 5, send, recv, count, t, 0, &skip);
+    if (rc || skip) return rc;
+    p2p_op ops[2 * MAX_RANKS];
+    char *staged = NULL;
+    size_t stride = count * dtype_size(t);
+    if (send == recv) {                                /* in place: send from a copy */
+        staged = malloc(stride * (size_t)c->nranks + 1);
+        if (!staged) return fail(S_SYSTEM, "out of host memory");
+        memcpy(staged, send, stride * (size_t)c->nranks);
+        send = staged;
+    }
+    for (int p = 0; p < c->nranks; p++) {
+        ops[2 * p] = (p2p_op){(const char *)send + (size_t)p * stride, NULL, bytes, p};
+        ops[2 * p + 1] = (p2p_op){NULL, (char *)recv + (size_t)p * stride, bytes, p};
+    }
+    rc = exchange(c, ops, 2 * c->nranks);
+    free(staged);
+    return rc;
+}
+
+/* groups: sends and receives are collected per thread and exchanged at the end of the group */
+static __thread int group_depth;
+static __thread struct { anychip_comm comm; anychip_stream stream; int n; p2p_op ops[MAX_P2P]; } pending;
+
+static anychip_status group_start(void) {
+    group_depth++;
+    return S_OK;
+}
+
+static anychip_status flush(void) {
+    anychip_status rc = S_OK;
+    if (pending.n && pending.comm) {
+        int skip;
+        rc = begin(pending.comm, pending.stream, 6, NULL, NULL, 0, 0, 0, &skip);
+        if (rc == S_OK) rc = exchange(pending.comm, pending.ops, pending.n);
+    }
+    pending.n = 0;
+    pending.comm = NULL;
+    return rc;
+}
+
+static anychip_status group_end(void) {
+    if (group_depth == 0) return fail(S_INVALID, "group_end without group_start");
+    return --group_depth == 0 ? flush() : S_OK;
+}
+
+static anychip_status queue_p2p(const void *send, void *recv, size_t count, anychip_dtype t, int peer, anychip_comm c,
+                                anychip_stream s) {
+    if (peer < 0 || peer >= c->nranks) return fail(S_INVALID, "peer %d of %d ranks", peer, c->nranks);
+    if (pending.n == MAX_P2P || (pending.comm && pending.comm != c))
+        return fail(S_INVALID, "at most %d sends and receives of one communicator per group", MAX_P2P);
+    pending.comm = c;
+    pending.stream = s;
+    pending.ops[pending.n++] = (p2p_op){send, recv, count * dtype_size(t), peer};
+    return group_depth ? S_OK : flush();
+}
+
+static anychip_status p2p_send(const void *send, size_t count, anychip_dtype t, int peer, anychip_comm c,
+                               anychip_stream s) {
+    return queue_p2p(send, NULL, count, t, peer, c, s);
+}
+
+static anychip_status p2p_recv(void *recv, size_t count, anychip_dtype t, int peer, anychip_comm c, anychip_stream s) {
+    return queue_p2p(NULL, recv, count, t, peer, c, s);
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p);
+
+ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
+    anychip_status rc = template_plugin_init(p);
+    if (rc) return rc;
+    if ((rc = read_defect())) return rc;
+    snprintf(p->device_type, sizeof p->device_type, "%s", NAME);
+    p->timeout_status = S_TIMEOUT;
+    p->stream_query = mutant_stream_query;
+    p->event_query = mutant_event_query;
+    p->event_elapsed_ms = mutant_elapsed;
+    p->stream_wait_event = mutant_wait_event;
+    p->mem_free = mutant_free;
+    p->copy = mutant_copy;
+    p->copy_async = mutant_copy_async;
+    p->mem_info = mutant_mem_info;
+    p->get_unique_id = get_unique_id;
+    p->comm_init_rank = comm_init_rank;
+    p->comm_destroy = comm_destroy;
+    p->all_reduce = all_reduce;
+    p->reduce = reduce;
+    p->broadcast = broadcast;
+    p->all_gather = all_gather;
+    p->reduce_scatter = reduce_scatter;
+    p->all_to_all = all_to_all;
+    p->send = p2p_send;
+    p->recv = p2p_recv;
+    p->group_start = group_start;
+    p->group_end = group_end;
+    return S_OK;
+}
