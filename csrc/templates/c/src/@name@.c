@@ -198,7 +198,18 @@ struct anychip_event_s {
     uint64_t recorded;          /* generation of the last record */
     uint64_t completed;         /* generation the stream has reached */
     struct timespec when;       /* when the last completed record ran */
+    int refs;                   /* the handle's, and one per queued record / wait */
 };
+
+/* An event destroyed while a record or wait of it is still queued lives until that task
+ * has run (CUDA and ACL allow destroying such an event). */
+static void event_release(struct anychip_event_s *e) {
+    if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        pthread_mutex_destroy(&e->lock);
+        pthread_cond_destroy(&e->cond);
+        free(e);
+    }
+}
 
 /* ---- streams: a worker thread running queued tasks in order ------------------------- */
 typedef enum { T_COPY, T_FILL, T_RECORD, T_WAIT } task_kind;
@@ -237,11 +248,13 @@ static void run(task *t) {   /* DRIVER: what the chip does for each queued comma
         }
         pthread_cond_broadcast(&t->event->cond);
         pthread_mutex_unlock(&t->event->lock);
+        event_release(t->event);
         break;
     case T_WAIT:
         pthread_mutex_lock(&t->event->lock);
         while (t->event->completed < t->generation) pthread_cond_wait(&t->event->cond, &t->event->lock);
         pthread_mutex_unlock(&t->event->lock);
+        event_release(t->event);
         break;
     }
 }
@@ -291,6 +304,14 @@ static anychip_status enqueue(anychip_stream s, task tmpl) {
     pthread_cond_signal(&s->work);
     pthread_mutex_unlock(&s->lock);
     return S_OK;
+}
+
+/* a record or wait holds its event until it has run */
+static anychip_status enqueue_event_task(anychip_stream s, task tmpl) {
+    __atomic_add_fetch(&tmpl.event->refs, 1, __ATOMIC_RELAXED);
+    anychip_status st = enqueue(s, tmpl);
+    if (st != S_OK) event_release(tmpl.event);
+    return st;
 }
 
 static anychip_status stream_create(int d, anychip_stream *out) {
@@ -403,15 +424,14 @@ static anychip_status event_create(int d, anychip_event *out) {
     e->device = d;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->cond, NULL);
+    e->refs = 1;
     *out = e;
     return S_OK;
 }
 
 static anychip_status event_destroy(int d, anychip_event e) {
     if (!e || e->device != d) return fail(S_INVALID, "event_destroy: not an event of device %d", d);
-    pthread_mutex_destroy(&e->lock);
-    pthread_cond_destroy(&e->cond);
-    free(e);
+    event_release(e);
     return S_OK;
 }
 
@@ -420,7 +440,7 @@ static anychip_status event_record(int d, anychip_event e, anychip_stream s) {
     pthread_mutex_lock(&e->lock);
     uint64_t gen = ++e->recorded;
     pthread_mutex_unlock(&e->lock);
-    return enqueue(s, (task){.kind = T_RECORD, .event = e, .generation = gen});
+    return enqueue_event_task(s, (task){.kind = T_RECORD, .event = e, .generation = gen});
 }
 
 static anychip_status event_synchronize(int d, anychip_event e) {
@@ -463,7 +483,7 @@ static anychip_status stream_wait_event(int d, anychip_stream s, anychip_event e
     pthread_mutex_lock(&e->lock);
     uint64_t gen = e->recorded;
     pthread_mutex_unlock(&e->lock);
-    return gen ? enqueue(s, (task){.kind = T_WAIT, .event = e, .generation = gen}) : S_OK;
+    return gen ? enqueue_event_task(s, (task){.kind = T_WAIT, .event = e, .generation = gen}) : S_OK;
 }
 
 /* ---- the table ------------------------------------------------------------------------ */
