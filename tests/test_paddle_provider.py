@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from anychip import paddle_provider
+from anychip.conformance.paddle_framework import run_paddle_launch
 from anychip.devices.paddle import CDEF
 
 paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed (pip install 'anychip[paddle]')")
@@ -43,7 +44,7 @@ def _launch(script: Path, nranks: int, log_dir: Path, env: dict[str, str], *args
             timeout: float = 240) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir),
            "--devices", ",".join(map(str, range(nranks))), str(script), *args]
-    return subprocess.run(cmd, cwd=log_dir, env=env, capture_output=True, text=True, timeout=timeout)
+    return run_paddle_launch(cmd, timeout, cwd=log_dir, env=env)
 
 
 def _worker_logs(log_dir: Path, nranks: int) -> list[str]:

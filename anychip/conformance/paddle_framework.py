@@ -21,7 +21,7 @@ from typing import Any
 from .. import paddle_provider
 from ..runtime.errors import InvalidArgumentError, UnsupportedError
 
-__all__ = ["run"]
+__all__ = ["run", "run_paddle_launch"]
 
 WORKER = Path(__file__).resolve().parent / "paddle_worker.py"
 BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -62,6 +62,28 @@ def _environment(name: str, tmp: Path) -> dict[str, str]:
     return env
 
 
+def run_paddle_launch(cmd: list[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, timeout=...)`` for Paddle's launcher, which starts each worker in a
+    session of its own: on a timeout the launcher gets SIGTERM first, on which it stops its
+    workers, and SIGKILL only 10 s later, so that no worker is left behind; then
+    ``TimeoutExpired`` is raised as ``subprocess.run`` raises it."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.terminate()
+            try:
+                out, err = p.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
+        except BaseException:               # interrupted: the launcher goes, as subprocess.run does
+            p.kill()
+            raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
 def _one(name: str, nranks: int, sizes: tuple[int, int, int], timeout: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="anychip-paddle-conf-") as tmpdir:
         tmp = Path(tmpdir)
@@ -69,7 +91,7 @@ def _one(name: str, nranks: int, sizes: tuple[int, int, int], timeout: float) ->
         cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(tmp / "logs"), "--devices",
                ",".join(map(str, range(nranks))), str(WORKER), "--sizes", ",".join(map(str, sizes))]
         try:
-            done = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=timeout)
+            done = run_paddle_launch(cmd, timeout, env=env, cwd=tmp)
             rc: int | str = done.returncode
         except subprocess.TimeoutExpired:
             rc = f"timed out after {timeout:.0f} s"
