@@ -105,6 +105,18 @@ _FORK_LEFTOVERS_PINNED: list[bool] = []
 _wait_lib: list[Any] = []      # [clWaitForEvents of the loaded ICD loader, or None]
 
 
+def _open_wait(names: list[str]) -> Any:
+    for name in names:
+        try:
+            fn = ctypes.CDLL(name).clWaitForEvents
+        except (OSError, AttributeError):
+            continue
+        fn.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p)]
+        fn.restype = ctypes.c_int32
+        return fn
+    return None
+
+
 def _cl_wait_for_events() -> Any:
     """clWaitForEvents of the OpenCL ICD loader pyopencl uses (its wheels bundle one
     under pyopencl/.libs), through ctypes, which releases the GIL during the call and
@@ -115,16 +127,10 @@ def _cl_wait_for_events() -> Any:
         import pyopencl
 
         libs = sorted(glob.glob(os.path.join(os.path.dirname(pyopencl.__file__), ".libs", "libOpenCL*")))
-        found = ctypes.util.find_library("OpenCL")
-        fn = None
-        for name in [*libs, *([found] if found else [])]:
-            try:
-                fn = ctypes.CDLL(name).clWaitForEvents
-            except (OSError, AttributeError):
-                continue
-            fn.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p)]
-            fn.restype = ctypes.c_int32
-            break
+        fn = _open_wait(libs + ["libOpenCL.so.1"])
+        if fn is None:    # find_library runs ldconfig in a child: only where nothing else opened
+            found = ctypes.util.find_library("OpenCL")
+            fn = _open_wait([found] if found else [])
         _wait_lib.append(fn)
     return _wait_lib[0]
 
