@@ -1,0 +1,267 @@
+"""anychip's chips as a PyTorch device (PrivateUse1, named ``anychip``; see docs/torch.md).
+
+    >>> import torch, anychip.torch
+    >>> x = torch.ones(4, device="anychip")         # on the simulated Ascend by default
+    >>> (x * 3).cpu()
+    tensor([3., 3., 3., 3.])
+
+PyTorch has one PrivateUse1 slot per process, so one anychip backend is the ``anychip``
+device of a process: ``ANYCHIP_TORCH`` names it (``ascend``, ``kunlun``, ``hygon`` or a C
+plugin's device type); unset, the backend of ``anychip launch --device`` (its
+``ANYCHIP_LAUNCH_DEVICE``), else the first backend anychip finds that has an
+``anychip/plugin.h`` face. ``anychip.torch.backend()`` says which one this process has.
+Device ``anychip:N`` is the backend's device N.
+
+Memory comes from the backend's anychip caching allocator (the pool anychip's own Buffers
+use; ``torch.anychip.memory_stats()`` is ``anychip.Device.memory_stats()``), streams are
+anychip Streams, events the plugin's events. This module is also ``torch.anychip``.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from typing import Any
+
+import torch
+
+from ..runtime.device import Device
+from ..runtime.device import device as _anychip_device
+from ..runtime.errors import InvalidArgumentError
+from ..runtime.registry import backends as _backends
+from ..runtime.stream import Stream
+from ._build import load_extension
+
+__all__ = ["NAME", "ENV", "backend", "is_available", "device_count", "current_device", "set_device", "synchronize",
+           "current_stream", "default_stream", "anychip_device", "anychip_stream", "buffer_of", "memory_stats",
+           "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+           "reset_peak_memory_stats", "empty_cache", "mem_get_info", "plugin_library"]
+
+#: the torch device type: torch.device("anychip", N)
+NAME = "anychip"
+#: the variable naming the anychip backend this process's PrivateUse1 device is
+ENV = "ANYCHIP_TORCH"
+_PRIVATEUSE1 = 20      # c10::DeviceType::PrivateUse1
+
+
+def plugin_library(name: str) -> tuple[str | None, str]:
+    """(the anychip/plugin.h library serving backend ``name``, why not when None)."""
+    info = next((b for b in _backends() if b.name == name), None)
+    if info is None:
+        known = ", ".join(b.name for b in _backends())
+        return None, f"anychip has no backend {name!r} (it has {known})"
+    if not info.available or info.plugin is None:
+        return None, f"backend {name} is unavailable: {info.reason}"
+    path = getattr(info.plugin, "library_path", None) or getattr(info.plugin, "path", None)
+    if not isinstance(path, str):
+        return None, (f"backend {name} is served by a Python binding, not an anychip/plugin.h library "
+                      "(the PrivateUse1 device drives plugin.h faces: the simulated chips and C plugins)")
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        return None, f"{path} cannot be opened ({exc})"
+    if not hasattr(lib, "anychip_plugin_init"):
+        return None, (f"backend {name} is served by {path}, which has no anychip/plugin.h face "
+                      "(anychip_plugin_init)")
+    return path, ""
+
+
+def _choose() -> tuple[str, str]:
+    raw = os.environ.get(ENV, "").strip()
+    if raw:
+        name = raw.split(":")[0].lower()
+        path, why = plugin_library(name)
+        if path is None:
+            raise InvalidArgumentError(f"{ENV}={raw}: {why}; set {ENV} to one of "
+                                       f"{', '.join(_candidates()) or '(none here)'}")
+        return name, path
+    launch = os.environ.get("ANYCHIP_LAUNCH_DEVICE", "").split(":")[0].strip().lower()
+    if launch:
+        path, why = plugin_library(launch)
+        if path is None:
+            raise InvalidArgumentError(f"ANYCHIP_LAUNCH_DEVICE={launch}: {why}; set {ENV} to one of "
+                                       f"{', '.join(_candidates()) or '(none here)'}")
+        return launch, path
+    for name in _candidates():
+        path, _ = plugin_library(name)
+        if path is not None:
+            return name, path
+    raise InvalidArgumentError("anychip.torch: no anychip backend with an anychip/plugin.h face is available here "
+                               "(the simulated chips need anychip's built simulator libraries)")
+
+
+def _candidates() -> list[str]:
+    return [b.name for b in _backends() if b.available and plugin_library(b.name)[0] is not None]
+
+
+def _native(dev: Device, handle: Any) -> int:
+    """A stream handle as the integer the plugin takes."""
+    if handle is None:
+        return 0
+    if isinstance(handle, int):
+        return handle
+    return int(dev.plugin.ffi.cast("uintptr_t", handle))
+
+
+class _State:
+    def __init__(self) -> None:
+        self.backend, self.library = _choose()
+        info = next(b for b in _backends() if b.name == self.backend)
+        self.devices = [_anychip_device(f"{self.backend}:{i}") for i in range(info.device_count)]
+        self.streams: list[list[Stream]] = [[d.default_stream] for d in self.devices]
+        self.lock = threading.Lock()
+
+    def alloc(self, index: int, nbytes: int, sid: int) -> tuple[int, Any]:
+        buf = self.devices[index].alloc(nbytes, stream=self.streams[index][sid])
+        return buf.ptr, buf
+
+    def record(self, buffer: Any, index: int, sid: int) -> None:
+        buffer.record_stream(self.streams[index][sid])
+
+    def new_stream(self, index: int) -> tuple[int, int]:
+        dev = self.devices[index]
+        s = Stream(dev)
+        with self.lock:
+            self.streams[index].append(s)
+            sid = len(self.streams[index]) - 1
+        return sid, _native(dev, s._handle)
+
+    def stats(self, index: int, what: str) -> Any:
+        dev = self.devices[index]
+        if what == "stats":
+            return dev.memory_stats()
+        if what == "empty_cache":
+            dev.empty_cache()
+        elif what == "reset_peak":
+            dev.reset_peak_memory_stats()
+        elif what == "reset_accumulated":
+            dev.allocator.reset_accumulated_stats()
+        return None
+
+
+_state = _State()
+_C = load_extension()
+_C._init(_state.library, _state.backend, len(_state.devices),
+         [_native(d, s[0]._handle) for d, s in zip(_state.devices, _state.streams)],
+         _state.alloc, _state.record, _state.new_stream, _state.stats)
+
+torch.utils.rename_privateuse1_backend(NAME)
+torch._register_device_module(NAME, sys.modules[__name__])
+torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_packed_sequence=True,
+                                                     for_storage=True)
+
+
+# ---- torch.anychip ---------------------------------------------------------------------------
+
+def backend() -> str:
+    """The anychip backend this process's ``anychip`` device is (``ascend``, ...)."""
+    return _state.backend
+
+
+def is_available() -> bool:
+    return len(_state.devices) > 0
+
+
+def device_count() -> int:
+    return len(_state.devices)
+
+
+def _index(device: Any = None) -> int:
+    if device is None:
+        return int(_C.current_device())
+    if isinstance(device, int):
+        idx = device
+    else:
+        d = torch.device(device)
+        if d.type != NAME:
+            raise InvalidArgumentError(f"want an {NAME} device, got {d}")
+        idx = int(_C.current_device()) if d.index is None else d.index
+    if not 0 <= idx < len(_state.devices):
+        raise InvalidArgumentError(f"{NAME}:{idx} does not exist: {_state.backend} has {len(_state.devices)} "
+                                   f"device(s) here ({NAME}:0..{len(_state.devices) - 1})")
+    return idx
+
+
+def current_device() -> int:
+    return int(_C.current_device())
+
+
+def set_device(device: Any) -> None:
+    torch.accelerator.set_device_index(_index(device))
+
+
+def synchronize(device: Any = None) -> None:
+    """Wait for every stream of the device (every anychip Stream made on it)."""
+    _state.devices[_index(device)].synchronize()
+
+
+def current_stream(device: Any = None) -> torch.Stream:
+    return torch.accelerator.current_stream(_index(device))
+
+
+def default_stream(device: Any = None) -> torch.Stream:
+    return torch.Stream(stream_id=0, device_index=_index(device), device_type=_PRIVATEUSE1)
+
+
+def anychip_device(device: Any = None) -> Device:
+    """The anychip Device behind ``anychip:N``."""
+    return _state.devices[_index(device)]
+
+
+def anychip_stream(stream: Any = None) -> Stream:
+    """The anychip Stream behind a torch.Stream of the device (default: the current stream)."""
+    if stream is None:
+        idx = current_device()
+        return _state.streams[idx][int(_C.current_stream_id(idx))]
+    if stream.device.type != NAME:
+        raise InvalidArgumentError(f"want a torch.Stream of the {NAME} device, got {stream}")
+    return _state.streams[stream.device_index][stream.stream_id]
+
+
+def buffer_of(tensor: torch.Tensor) -> Any:
+    """The anychip Buffer view holding a dense tensor's elements (shares its memory)."""
+    buf, offset = _C.buffer_of(tensor)
+    return buf.view(offset, tensor.numel() * tensor.element_size())
+
+
+def memory_stats(device: Any = None) -> dict[str, int]:
+    """anychip's allocator statistics, with PyTorch's names (``allocated_bytes.all.current``...)."""
+    return _state.devices[_index(device)].memory_stats()
+
+
+def memory_allocated(device: Any = None) -> int:
+    return memory_stats(device).get("allocated_bytes.all.current", 0)
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+
+
+def memory_reserved(device: Any = None) -> int:
+    return memory_stats(device).get("reserved_bytes.all.current", 0)
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    return memory_stats(device).get("reserved_bytes.all.peak", 0)
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    _state.devices[_index(device)].reset_peak_memory_stats()
+
+
+def empty_cache() -> None:
+    for d in _state.devices:
+        d.empty_cache()
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    return _state.devices[_index(device)].mem_info()
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def manual_seed_all(seed: int) -> None:
+    """Random ops run on the CPU (the fallback) and draw from its generator: torch.manual_seed seeds them."""

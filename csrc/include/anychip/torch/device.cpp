@@ -1,0 +1,892 @@
+// anychip's chips as PyTorch's PrivateUse1 device (see docs/torch.md).
+//
+// One anychip/plugin.h library serves the device: its table (anychip_plugin_init) gives
+// streams, events, copies and fills. Memory comes from anychip's caching allocator (one
+// pool with anychip's own Buffers): the Python side (anychip/torch/__init__.py) hands
+// in callbacks that allocate a Buffer on a given stream and record a Buffer on a stream;
+// a tensor's DataPtr holds its Buffer, and freeing the tensor drops it. Streams are
+// anychip Streams too: the Python side creates them and passes their native handles,
+// which are the plugin's handles (the plugin face and anychip's runtime share one
+// library instance in the process).
+//
+// Compute ops run on the CPU through at::native::cpu_fallback: the inputs are copied to
+// the host, the CPU kernel runs, the outputs are copied back.
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/op_registration/adaption.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include "anychip/plugin.h"
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr auto kType = c10::DeviceType::PrivateUse1;
+
+// ---- the plugin ------------------------------------------------------------------------
+
+anychip_plugin g_plugin;
+std::string g_backend = "anychip";
+int g_count = 0;
+bool g_ready = false;
+
+// Python callbacks (set once by _init, never released: they live as long as the process)
+PyObject *g_alloc = nullptr;         // (device, nbytes, stream id) -> (ptr, buffer)
+PyObject *g_record = nullptr;        // (buffer, device, stream id) -> None
+PyObject *g_new_stream = nullptr;    // (device) -> (stream id, native handle)
+PyObject *g_stats = nullptr;         // (device, what) -> dict / None
+
+std::string status_text(anychip_status st)
+{
+    std::string text = "status " + std::to_string(st);
+    if (g_plugin.get_error_string) {
+        const char *s = g_plugin.get_error_string(st);
+        if (s && *s)
+            text += std::string(" (") + s + ")";
+    }
+    if (g_plugin.get_last_error) {
+        const char *d = g_plugin.get_last_error();
+        if (d && *d)
+            text += std::string(": ") + d;
+    }
+    return text;
+}
+
+void check(anychip_status st, const char *what, int device)
+{
+    TORCH_CHECK(st == 0, "anychip ", g_backend, ":", device, ": ", what, " failed: ", status_text(st));
+}
+
+void require_ready()
+{
+    TORCH_CHECK(g_ready, "the anychip device is not initialized: import anychip.torch first");
+}
+
+void check_index(int device)
+{
+    require_ready();
+    TORCH_CHECK(device >= 0 && device < g_count, "anychip device index ", device, " is out of range: ",
+                g_backend, " has ", g_count, " device(s) here (0..", g_count - 1, ")");
+}
+
+// ---- streams ---------------------------------------------------------------------------
+// id 0 is the device's default stream; ids 1.. are streams made for torch (in creation
+// order). The handles are anychip Streams' native handles.
+
+std::mutex g_stream_mutex;
+std::vector<std::deque<void *>> g_streams;             // per device: id -> handle
+std::vector<std::vector<c10::StreamId>> g_pool;        // per device: pool of stream ids
+std::vector<std::atomic<unsigned>> *g_pool_next = nullptr;
+constexpr size_t kPoolSize = 4;
+thread_local int t_device = 0;
+thread_local std::vector<c10::StreamId> t_current;     // per device: current stream id
+
+void *stream_handle(int device, c10::StreamId id)
+{
+    std::lock_guard<std::mutex> lock(g_stream_mutex);
+    auto &list = g_streams.at(device);
+    TORCH_CHECK(id >= 0 && static_cast<size_t>(id) < list.size(), "anychip ", g_backend, ":", device,
+                " has no stream with id ", id);
+    return list[id];
+}
+
+c10::StreamId current_id(int device)
+{
+    if (t_current.size() <= static_cast<size_t>(device))
+        return 0;
+    return t_current[device];
+}
+
+void *current_stream(int device) { return stream_handle(device, current_id(device)); }
+
+c10::StreamId new_stream(int device)
+{
+    check_index(device);
+    py::gil_scoped_acquire gil;
+    py::object res = py::reinterpret_borrow<py::object>(g_new_stream)(device);
+    auto pair = res.cast<std::pair<int64_t, uintptr_t>>();
+    std::lock_guard<std::mutex> lock(g_stream_mutex);
+    auto &list = g_streams.at(device);
+    if (list.size() <= static_cast<size_t>(pair.first))
+        list.resize(pair.first + 1, nullptr);
+    list[pair.first] = reinterpret_cast<void *>(pair.second);
+    return pair.first;
+}
+
+// ---- memory ----------------------------------------------------------------------------
+
+struct Allocation {
+    PyObject *buffer;      // the anychip Buffer (owned reference)
+    int device;
+};
+
+void free_allocation(void *ctx)
+{
+    auto *a = static_cast<Allocation *>(ctx);
+    if (Py_IsInitialized()) {
+        py::gil_scoped_acquire gil;
+        Py_DECREF(a->buffer);   // anychip's allocator takes the block back (stream-ordered)
+    }
+    delete a;
+}
+
+struct AnychipAllocator final : c10::DeviceAllocator {
+    c10::DataPtr allocate(size_t nbytes) override
+    {
+        int device = t_device;
+        check_index(device);
+        c10::Device dev(kType, static_cast<c10::DeviceIndex>(device));
+        if (nbytes == 0)
+            return {nullptr, nullptr, &c10::detail::deleteNothing, dev};
+        c10::StreamId sid = current_id(device);
+        py::gil_scoped_acquire gil;
+        PyObject *res = PyObject_CallFunction(g_alloc, "inL", device, static_cast<Py_ssize_t>(nbytes),
+                                              static_cast<long long>(sid));
+        if (res == nullptr) {
+            // anychip's OutOfMemoryError becomes torch.OutOfMemoryError, with anychip's message
+            bool oom = false;
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            std::string msg = "allocation failed";
+            if (value) {
+                PyObject *name = PyObject_GetAttrString(reinterpret_cast<PyObject *>(Py_TYPE(value)), "__name__");
+                if (name) {
+                    oom = std::string(PyUnicode_AsUTF8(name)) == "OutOfMemoryError";
+                    Py_DECREF(name);
+                }
+                PyObject *s = PyObject_Str(value);
+                if (s) {
+                    msg = PyUnicode_AsUTF8(s);
+                    Py_DECREF(s);
+                }
+            }
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            PyErr_Clear();
+            if (oom)
+                TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+            TORCH_CHECK(false, msg);
+        }
+        py::object pair = py::reinterpret_steal<py::object>(res);
+        auto ptr = pair[py::int_(0)].cast<uintptr_t>();
+        PyObject *buffer = pair[py::int_(1)].ptr();
+        Py_INCREF(buffer);
+        auto *ctx = new Allocation{buffer, device};
+        return {reinterpret_cast<void *>(ptr), ctx, &free_allocation, dev};
+    }
+
+    c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+    void copy_data(void *dest, const void *src, std::size_t count) const override
+    {
+        int device = t_device;
+        void *s = current_stream(device);
+        check(g_plugin.copy_async ? g_plugin.copy_async(device, dest, src, count, ANYCHIP_COPY_D2D,
+                                                                static_cast<anychip_stream>(s))
+                                  : g_plugin.copy(device, dest, src, count, ANYCHIP_COPY_D2D),
+              "copy (device to device)", device);
+    }
+
+    bool initialized() override { return g_ready; }
+
+    void emptyCache(c10::MempoolId_t) override
+    {
+        require_ready();
+        py::gil_scoped_acquire gil;
+        for (int d = 0; d < g_count; ++d)
+            py::reinterpret_borrow<py::object>(g_stats)(d, "empty_cache");
+    }
+
+    void recordStream(const c10::DataPtr &ptr, c10::Stream stream) override
+    {
+        if (ptr.get_deleter() != &free_allocation)
+            return;
+        auto *a = static_cast<Allocation *>(ptr.get_context());
+        py::gil_scoped_acquire gil;
+        py::reinterpret_borrow<py::object>(g_record)(py::handle(a->buffer), a->device, stream.id());
+    }
+
+    c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override
+    {
+        check_index(device);
+        c10::CachingDeviceAllocator::DeviceStats out;
+        py::gil_scoped_acquire gil;
+        auto stats = py::reinterpret_borrow<py::object>(g_stats)(device, "stats").cast<py::dict>();
+        auto get = [&](const std::string &key) -> int64_t {
+            py::str k(key);
+            return stats.contains(k) ? stats[k].cast<int64_t>() : 0;
+        };
+        auto fill = [&](c10::CachingDeviceAllocator::StatArray &arr, const std::string &name) {
+            const char *pools[] = {"all", "small_pool", "large_pool"};
+            for (int i = 0; i < 3; ++i) {
+                std::string base = name + "." + pools[i] + ".";
+                arr[i].current = get(base + "current");
+                arr[i].peak = get(base + "peak");
+                arr[i].allocated = get(base + "allocated");
+                arr[i].freed = get(base + "freed");
+            }
+        };
+        fill(out.allocation, "allocation");
+        fill(out.segment, "segment");
+        fill(out.active, "active");
+        fill(out.inactive_split, "inactive_split");
+        fill(out.allocated_bytes, "allocated_bytes");
+        fill(out.reserved_bytes, "reserved_bytes");
+        fill(out.active_bytes, "active_bytes");
+        fill(out.inactive_split_bytes, "inactive_split_bytes");
+        fill(out.requested_bytes, "requested_bytes");
+        out.num_alloc_retries = get("num_alloc_retries");
+        out.num_ooms = get("num_ooms");
+        out.num_device_alloc = get("num_device_alloc");
+        out.num_device_free = get("num_device_free");
+        return out;
+    }
+
+    void resetAccumulatedStats(c10::DeviceIndex device) override
+    {
+        check_index(device);
+        py::gil_scoped_acquire gil;
+        py::reinterpret_borrow<py::object>(g_stats)(static_cast<int>(device), "reset_accumulated");
+    }
+
+    void resetPeakStats(c10::DeviceIndex device) override
+    {
+        check_index(device);
+        py::gil_scoped_acquire gil;
+        py::reinterpret_borrow<py::object>(g_stats)(static_cast<int>(device), "reset_peak");
+    }
+
+    std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override
+    {
+        check_index(device);
+        size_t free = 0, total = 0;
+        check(g_plugin.mem_info(device, &free, &total), "mem_info", device);
+        return {free, total};
+    }
+};
+
+AnychipAllocator g_allocator;
+
+// ---- copies ----------------------------------------------------------------------------
+
+void sync_stream(int device, void *stream)
+{
+    check(g_plugin.stream_synchronize(device, static_cast<anychip_stream>(stream)), "stream_synchronize", device);
+}
+
+// nbytes between host and device (or within one device) on the device's current stream;
+// host memory is not kept alive, so a copy touching the host is waited for
+void raw_copy(int device, void *dst, const void *src, size_t nbytes, anychip_copy_kind kind)
+{
+    if (nbytes == 0)
+        return;
+    void *s = current_stream(device);
+    const char *what = kind == ANYCHIP_COPY_H2D ? "copy (host to device)"
+                       : kind == ANYCHIP_COPY_D2H ? "copy (device to host)" : "copy (device to device)";
+    if (g_plugin.copy_async) {
+        check(g_plugin.copy_async(device, dst, src, nbytes, kind, static_cast<anychip_stream>(s)), what, device);
+        if (kind != ANYCHIP_COPY_D2D)
+            sync_stream(device, s);
+    } else {
+        sync_stream(device, s);
+        check(g_plugin.copy(device, dst, src, nbytes, kind), what, device);
+    }
+}
+
+int dev_index(const at::Tensor &t) { return t.device().index() < 0 ? t_device : t.device().index(); }
+
+// elements from the first to the last one the tensor addresses (strides are >= 0)
+int64_t span_of(const at::Tensor &t)
+{
+    if (t.numel() == 0)
+        return 0;
+    int64_t span = 1;
+    for (int64_t i = 0; i < t.dim(); ++i)
+        span += (t.size(i) - 1) * t.stride(i);
+    return span;
+}
+
+bool dense(const at::Tensor &t) { return t.is_non_overlapping_and_dense(); }
+
+// a host tensor with the device tensor's sizes, strides and values
+at::Tensor download(const at::Tensor &t)
+{
+    int64_t span = span_of(t);
+    at::Tensor host = at::empty({span}, t.options().device(c10::kCPU));
+    raw_copy(dev_index(t), host.data_ptr(), t.data_ptr(), span * t.element_size(), ANYCHIP_COPY_D2H);
+    return host.as_strided(t.sizes(), t.strides(), 0);
+}
+
+// writes host values (any layout and dtype) into a device tensor (any layout)
+void upload(const at::Tensor &dst, const at::Tensor &src)
+{
+    int device = dev_index(dst);
+    if (dst.numel() == 0)
+        return;
+    if (dense(dst)) {      // every element of the span is the tensor's: write it whole
+        at::Tensor host = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU));
+        host.copy_(src);
+        raw_copy(device, dst.data_ptr(), host.data_ptr(), dst.numel() * dst.element_size(), ANYCHIP_COPY_H2D);
+        return;
+    }
+    at::Tensor host = download(dst);       // the span holds other tensors' elements: read, modify, write
+    host.copy_(src);
+    raw_copy(device, dst.data_ptr(), host.data_ptr(), span_of(dst) * dst.element_size(), ANYCHIP_COPY_H2D);
+}
+
+bool same_layout(const at::Tensor &a, const at::Tensor &b)
+{
+    return a.dtype() == b.dtype() && a.sizes().equals(b.sizes()) && a.strides().equals(b.strides()) && dense(a);
+}
+
+at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool /*non_blocking*/)
+{
+    require_ready();
+    // (a source of another shape broadcasts: it goes through the host, where copy_ expands it)
+    if (dst.numel() == 0)
+        return dst;
+    bool from_dev = self.device().type() == kType, to_dev = dst.device().type() == kType;
+    if (from_dev && to_dev) {
+        int sd = dev_index(self), dd = dev_index(dst);
+        if (same_layout(self, dst)) {
+            size_t nbytes = self.numel() * self.element_size();
+            if (sd == dd) {
+                c10::DeviceGuard guard(dst.device());
+                raw_copy(dd, dst.data_ptr(), self.data_ptr(), nbytes, ANYCHIP_COPY_D2D);
+                return dst;
+            }
+            if (g_plugin.copy_peer) {     // ordered after both devices' earlier work, then waited for
+                sync_stream(dd, current_stream(dd));
+                void *s = current_stream(sd);
+                check(g_plugin.copy_peer(dd, dst.data_ptr(), sd, self.data_ptr(), nbytes,
+                                         static_cast<anychip_stream>(s)), "copy_peer", sd);
+                sync_stream(sd, s);
+                return dst;
+            }
+        }
+        upload(dst, download(self));       // another layout, dtype or device: through the host
+        return dst;
+    }
+    if (from_dev) {        // device -> host
+        if (same_layout(self, dst)) {
+            raw_copy(dev_index(self), dst.data_ptr(), self.data_ptr(), self.numel() * self.element_size(),
+                     ANYCHIP_COPY_D2H);
+        } else {
+            dst.copy_(download(self));
+        }
+        return dst;
+    }
+    TORCH_CHECK(to_dev, "_copy_from on the anychip device got ", self.device(), " -> ", dst.device());
+    if (same_layout(self, dst)) {          // host -> device
+        raw_copy(dev_index(dst), dst.data_ptr(), self.data_ptr(), self.numel() * self.element_size(),
+                 ANYCHIP_COPY_H2D);
+    } else {
+        upload(dst, self);
+    }
+    return dst;
+}
+
+// ---- storage resizing --------------------------------------------------------------------
+
+void resize_bytes(c10::StorageImpl *storage, size_t nbytes)
+{
+    TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
+    size_t old = storage->nbytes();
+    if (nbytes == old)
+        return;
+    int device = storage->device().index() < 0 ? t_device : storage->device().index();
+    c10::DeviceGuard guard(c10::Device(kType, static_cast<c10::DeviceIndex>(device)));
+    c10::DataPtr fresh = g_allocator.allocate(nbytes);
+    size_t keep = std::min(old, nbytes);
+    if (keep && storage->data())
+        raw_copy(device, fresh.get(), storage->data(), keep, ANYCHIP_COPY_D2D);
+    storage->set_data_ptr_noswap(std::move(fresh));
+    storage->set_nbytes(nbytes);
+}
+
+// ---- kernels -----------------------------------------------------------------------------
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format)
+{
+    (void)layout;
+    (void)pin_memory;
+    c10::DeviceGuard guard(device.value_or(c10::Device(kType, static_cast<c10::DeviceIndex>(t_device))));
+    return at::detail::empty_generic(size, &g_allocator, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                     c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout> layout, std::optional<at::Device> device,
+                         std::optional<bool> pin_memory)
+{
+    (void)layout;
+    (void)pin_memory;
+    c10::DeviceGuard guard(device.value_or(c10::Device(kType, static_cast<c10::DeviceIndex>(t_device))));
+    return at::detail::empty_strided_generic(size, stride, &g_allocator,
+                                             c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                             c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(const at::Tensor &self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset)
+{
+    return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+at::Tensor view(const at::Tensor &self, c10::SymIntArrayRef size) { return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size)); }
+
+at::Tensor reshape_alias(const at::Tensor &self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride)
+{
+    return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+const at::Tensor &resize_(const at::Tensor &self, c10::SymIntArrayRef size,
+                          std::optional<at::MemoryFormat> memory_format)
+{
+    auto *impl = self.unsafeGetTensorImpl();
+    auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+    impl->set_sizes_contiguous(sizes);
+    size_t needed = at::detail::computeStorageNbytesContiguous(sizes, impl->dtype().itemsize(),
+                                                               impl->storage_offset());
+    if (needed > impl->storage().nbytes())
+        resize_bytes(impl->storage().unsafeGetStorageImpl(), needed);
+    if (memory_format.has_value() && *memory_format != at::MemoryFormat::Preserve)
+        impl->empty_tensor_restride(*memory_format);
+    return self;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst)
+{
+    at::native::resize_output(dst, self.sizes());
+    return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor &self)
+{
+    TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+    return at::_local_scalar_dense(download(self));
+}
+
+at::Tensor &set_source_storage_offset(at::Tensor &self, at::Storage source, c10::SymInt storage_offset,
+                                      c10::SymIntArrayRef size, c10::SymIntArrayRef stride)
+{
+    int64_t offset = storage_offset.expect_int();
+    auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+    auto strides = C10_AS_INTARRAYREF_SLOW(stride);
+    at::native::checkSetStorage(self, source, offset, sizes, strides);
+    self.unsafeGetTensorImpl()->set_storage_keep_dtype(std::move(source));
+    self.unsafeGetTensorImpl()->set_storage_offset(offset);
+    c10::DimVector contiguous;
+    if (strides.data() == nullptr) {
+        contiguous = c10::contiguous_strides(sizes);
+        strides = contiguous;
+    }
+    size_t needed = at::detail::computeStorageNbytes(sizes, strides, self.dtype().itemsize(), offset);
+    if (needed > self.storage().nbytes())
+        resize_bytes(self.storage().unsafeGetStorageImpl(), needed);
+    self.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
+    return self;
+}
+
+at::Tensor &set_source_storage(at::Tensor &self, at::Storage source)
+{
+    int64_t n = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+    std::vector<c10::SymInt> size{c10::SymInt(n)};
+    std::vector<c10::SymInt> stride{c10::SymInt(1)};
+    return set_source_storage_offset(self, std::move(source), c10::SymInt(0), size, stride);
+}
+
+at::Tensor &set_source_tensor(at::Tensor &self, const at::Tensor &source)
+{
+    if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl())
+        return self;
+    return set_source_storage_offset(self, source.storage(), c10::SymInt(source.storage_offset()),
+                                     source.sym_sizes(), source.sym_strides());
+}
+
+at::Tensor &set_empty(at::Tensor &self)
+{
+    c10::Storage storage(c10::Storage::use_byte_size_t(), 0, &g_allocator, true);
+    std::vector<c10::SymInt> size{c10::SymInt(0)};
+    std::vector<c10::SymInt> stride{c10::SymInt(1)};
+    return set_source_storage_offset(self, std::move(storage), c10::SymInt(0), size, stride);
+}
+
+at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &value)
+{
+    if (self.numel() == 0)
+        return self;
+    if (dense(self)) {
+        // one element's bytes; a fill of one repeated byte (0, -1, ...) is a memset on the stream
+        at::Tensor one = at::full({1}, value, self.options().device(c10::kCPU));
+        auto *b = static_cast<const unsigned char *>(one.data_ptr());
+        bool uniform = true;
+        for (int64_t i = 1; i < one.element_size(); ++i)
+            uniform = uniform && b[i] == b[0];
+        int device = dev_index(self);
+        size_t nbytes = self.numel() * self.element_size();
+        if (uniform && g_plugin.fill_async) {
+            check(g_plugin.fill_async(device, self.data_ptr(), b[0], nbytes,
+                                      static_cast<anychip_stream>(current_stream(device))), "fill_async", device);
+            return self;
+        }
+        at::Tensor host = at::full({self.numel()}, value, self.options().device(c10::kCPU));
+        raw_copy(device, self.data_ptr(), host.data_ptr(), nbytes, ANYCHIP_COPY_H2D);
+        return self;
+    }
+    at::Tensor host = download(self);
+    host.fill_(value);
+    upload(self, host);
+    return self;
+}
+
+at::Tensor &zero(at::Tensor &self) { return fill_scalar(self, 0); }
+
+void record_stream(at::Tensor &self, c10::Stream stream)
+{
+    g_allocator.recordStream(self.storage().data_ptr(), stream);
+}
+
+void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+{
+    at::native::cpu_fallback(op, stack);
+}
+
+// ---- the device guard ----------------------------------------------------------------------
+
+struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
+    c10::DeviceType type() const override { return kType; }
+
+    c10::Device exchangeDevice(c10::Device d) const override
+    {
+        c10::Device old = getDevice();
+        if (d.index() >= 0)
+            setDevice(d);
+        return old;
+    }
+
+    c10::Device getDevice() const override { return c10::Device(kType, static_cast<c10::DeviceIndex>(t_device)); }
+
+    void setDevice(c10::Device d) const override
+    {
+        TORCH_CHECK(d.type() == kType, "the anychip device guard got a ", d.type(), " device");
+        check_index(d.index());
+        t_device = d.index();
+    }
+
+    void uncheckedSetDevice(c10::Device d) const noexcept override
+    {
+        if (d.index() >= 0)
+            t_device = d.index();
+    }
+
+    c10::Stream getStream(c10::Device d) const override
+    {
+        int dev = d.index() < 0 ? t_device : d.index();
+        return c10::Stream(c10::Stream::UNSAFE, c10::Device(kType, static_cast<c10::DeviceIndex>(dev)), current_id(dev));
+    }
+
+    c10::Stream getDefaultStream(c10::Device d) const override
+    {
+        int dev = d.index() < 0 ? t_device : d.index();
+        return c10::Stream(c10::Stream::UNSAFE, c10::Device(kType, static_cast<c10::DeviceIndex>(dev)), 0);
+    }
+
+    c10::Stream getNewStream(c10::Device d, int priority) const override
+    {
+        (void)priority;
+        int dev = d.index() < 0 ? t_device : d.index();
+        return c10::Stream(c10::Stream::UNSAFE, c10::Device(kType, static_cast<c10::DeviceIndex>(dev)), new_stream(dev));
+    }
+
+    c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override
+    {
+        (void)high_priority;
+        int dev = d.index() < 0 ? t_device : d.index();
+        check_index(dev);
+        unsigned slot = (*g_pool_next)[dev]++ % kPoolSize;
+        c10::StreamId id;
+        {
+            std::lock_guard<std::mutex> lock(g_stream_mutex);
+            id = g_pool[dev][slot];
+        }
+        if (id == 0) {
+            c10::StreamId made = new_stream(dev);
+            std::lock_guard<std::mutex> lock(g_stream_mutex);
+            if (g_pool[dev][slot] == 0)
+                g_pool[dev][slot] = made;
+            id = g_pool[dev][slot];
+        }
+        return c10::Stream(c10::Stream::UNSAFE, c10::Device(kType, static_cast<c10::DeviceIndex>(dev)), id);
+    }
+
+    c10::Stream exchangeStream(c10::Stream s) const override
+    {
+        int dev = s.device_index() < 0 ? t_device : s.device_index();
+        c10::Stream old = getStream(c10::Device(kType, static_cast<c10::DeviceIndex>(dev)));
+        if (t_current.size() <= static_cast<size_t>(dev))
+            t_current.resize(dev + 1, 0);
+        stream_handle(dev, s.id());      // checks the id
+        t_current[dev] = s.id();
+        return old;
+    }
+
+    void *getStreamNativeHandle(const c10::Stream s) const override { return stream_handle(s.device_index(), s.id()); }
+
+    bool has_events() const
+    {
+        return g_plugin.event_create && g_plugin.event_destroy && g_plugin.event_record && g_plugin.event_synchronize;
+    }
+
+    void destroyEvent(void *event, const c10::DeviceIndex device) const noexcept override
+    {
+        if (event && has_events())
+            g_plugin.event_destroy(device, static_cast<anychip_event>(event));
+    }
+
+    void record(void **event, const c10::Stream &stream, const c10::DeviceIndex device,
+                const c10::EventFlag flag) const override
+    {
+        (void)flag;
+        int dev = stream.device_index();
+        TORCH_CHECK(device == -1 || device == dev, "an event of anychip:", device, " cannot be recorded on a stream of anychip:",
+                    dev);
+        void *s = stream_handle(dev, stream.id());
+        if (!has_events()) {     // plugin.h's fallback: recording waits for the stream
+            sync_stream(dev, s);
+            return;
+        }
+        if (*event == nullptr) {
+            anychip_event ev = nullptr;
+            check(g_plugin.event_create(dev, &ev), "event_create", dev);
+            *event = ev;
+        }
+        check(g_plugin.event_record(dev, static_cast<anychip_event>(*event), static_cast<anychip_stream>(s)),
+              "event_record", dev);
+    }
+
+    void block(void *event, const c10::Stream &stream) const override
+    {
+        if (event == nullptr)
+            return;
+        int dev = stream.device_index();
+        void *s = stream_handle(dev, stream.id());
+        if (g_plugin.stream_wait_event)
+            check(g_plugin.stream_wait_event(dev, static_cast<anychip_stream>(s), static_cast<anychip_event>(event)),
+                  "stream_wait_event", dev);
+        else
+            check(g_plugin.event_synchronize(dev, static_cast<anychip_event>(event)), "event_synchronize", dev);
+    }
+
+    bool queryEvent(void *event) const override
+    {
+        if (event == nullptr)
+            return true;
+        if (!g_plugin.event_query) {
+            check(g_plugin.event_synchronize(t_device, static_cast<anychip_event>(event)), "event_synchronize", t_device);
+            return true;
+        }
+        anychip_status st = g_plugin.event_query(t_device, static_cast<anychip_event>(event));
+        if (st == g_plugin.not_ready_status && st != 0)
+            return false;
+        check(st, "event_query", t_device);
+        return true;
+    }
+
+    c10::DeviceIndex deviceCount() const noexcept override { return static_cast<c10::DeviceIndex>(g_count); }
+
+    bool queryStream(const c10::Stream &stream) const override
+    {
+        int dev = stream.device_index();
+        void *s = stream_handle(dev, stream.id());
+        if (!g_plugin.stream_query) {
+            sync_stream(dev, s);
+            return true;
+        }
+        anychip_status st = g_plugin.stream_query(dev, static_cast<anychip_stream>(s));
+        if (st == g_plugin.not_ready_status && st != 0)
+            return false;
+        check(st, "stream_query", dev);
+        return true;
+    }
+
+    void synchronizeStream(const c10::Stream &stream) const override
+    {
+        int dev = stream.device_index();
+        sync_stream(dev, stream_handle(dev, stream.id()));
+    }
+
+    void synchronizeEvent(void *event) const override
+    {
+        if (event == nullptr)
+            return;
+        check(g_plugin.event_synchronize(t_device, static_cast<anychip_event>(event)), "event_synchronize", t_device);
+    }
+
+    void synchronizeDevice(const c10::DeviceIndex device) const override
+    {
+        int dev = device < 0 ? t_device : device;
+        check_index(dev);
+        if (g_plugin.device_synchronize) {
+            check(g_plugin.device_synchronize(dev), "device_synchronize", dev);
+            return;
+        }
+        std::vector<void *> all;
+        {
+            std::lock_guard<std::mutex> lock(g_stream_mutex);
+            all.assign(g_streams[dev].begin(), g_streams[dev].end());
+        }
+        for (void *s : all)
+            sync_stream(dev, s);
+    }
+
+    void recordDataPtrOnStream(const c10::DataPtr &ptr, const c10::Stream &stream) const override
+    {
+        g_allocator.recordStream(ptr, stream);
+    }
+
+    double elapsedTime(void *start, void *end, const c10::DeviceIndex device) const override
+    {
+        TORCH_CHECK(start && end, "elapsed_time needs two recorded events");
+        TORCH_CHECK(g_plugin.event_elapsed_ms, "anychip ", g_backend, " offers no event timing (event_elapsed_ms)");
+        float ms = 0;
+        check(g_plugin.event_synchronize(device, static_cast<anychip_event>(end)), "event_synchronize", device);
+        check(g_plugin.event_elapsed_ms(device, &ms, static_cast<anychip_event>(start), static_cast<anychip_event>(end)),
+              "event_elapsed_ms", device);
+        return ms;
+    }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
+
+// ---- hooks -----------------------------------------------------------------------------------
+
+struct Hooks final : at::PrivateUse1HooksInterface {
+    bool isBuilt() const override { return true; }
+    bool isAvailable() const override { return g_ready && g_count > 0; }
+    bool hasPrimaryContext(c10::DeviceIndex device) const override { return g_ready && device >= 0 && device < g_count; }
+    const at::Generator &getDefaultGenerator(c10::DeviceIndex device) const override
+    {
+        (void)device;      // random ops run on the CPU (the fallback): they draw from its generator
+        return at::detail::getDefaultCPUGenerator();
+    }
+    at::Device getDeviceFromPtr(void *data) const override
+    {
+        (void)data;
+        return at::Device(kType, static_cast<c10::DeviceIndex>(t_device));
+    }
+    void resizePrivateUse1Bytes(const c10::Storage &storage, size_t newsize) const override
+    {
+        resize_bytes(storage.unsafeGetStorageImpl(), newsize);
+    }
+};
+
+Hooks g_hooks;
+
+// ---- set up from Python --------------------------------------------------------------------------
+
+void init(const std::string &library, const std::string &backend, int count, py::list default_streams,
+          py::object alloc, py::object record, py::object make_stream, py::object stats)
+{
+    TORCH_CHECK(!g_ready, "the anychip device is already bound to ", g_backend,
+                " in this process (PrivateUse1 is one device type per process)");
+    void *lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    TORCH_CHECK(lib, "cannot open ", library, ": ", dlerror());
+    auto fn = reinterpret_cast<anychip_plugin_init_fn>(dlsym(lib, ANYCHIP_PLUGIN_INIT_SYMBOL));
+    TORCH_CHECK(fn, library, " exports no ", ANYCHIP_PLUGIN_INIT_SYMBOL, ": it is not an anychip/plugin.h library");
+    std::memset(&g_plugin, 0, sizeof g_plugin);
+    g_plugin.struct_size = sizeof g_plugin;
+    anychip_status st = fn(&g_plugin);
+    TORCH_CHECK(st == 0, library, ": anychip_plugin_init returned ", st);
+    TORCH_CHECK(g_plugin.major == ANYCHIP_PLUGIN_API_MAJOR, library, " implements plugin.h ", g_plugin.major, ".",
+                g_plugin.minor, "; this build takes major version ", ANYCHIP_PLUGIN_API_MAJOR);
+    TORCH_CHECK(g_plugin.mem_info && g_plugin.copy && g_plugin.stream_synchronize,
+                library, " lacks a required plugin.h entry (mem_info, copy, stream_synchronize)");
+    TORCH_CHECK(static_cast<int>(py::len(default_streams)) == count, "one default stream per device expected");
+    g_backend = backend;
+    g_count = count;
+    g_streams.assign(count, {});
+    g_pool.assign(count, std::vector<c10::StreamId>(kPoolSize, 0));
+    g_pool_next = new std::vector<std::atomic<unsigned>>(count);
+    for (int d = 0; d < count; ++d)
+        g_streams[d].push_back(reinterpret_cast<void *>(default_streams[d].cast<uintptr_t>()));
+    g_alloc = alloc.release().ptr();
+    g_record = record.release().ptr();
+    g_new_stream = make_stream.release().ptr();
+    g_stats = stats.release().ptr();
+    c10::SetAllocator(kType, &g_allocator);
+    at::RegisterPrivateUse1HooksInterface(&g_hooks);
+    g_ready = true;
+}
+
+// the Buffer holding a tensor's memory and the tensor's byte offset in it (for collectives)
+py::tuple buffer_of(const at::Tensor &t)
+{
+    TORCH_CHECK(t.device().type() == kType, "want a tensor on the anychip device, got one on ", t.device());
+    const c10::DataPtr &ptr = t.storage().data_ptr();
+    TORCH_CHECK(ptr.get_deleter() == &free_allocation, "this tensor's memory was not allocated by anychip");
+    auto *a = static_cast<Allocation *>(ptr.get_context());
+    size_t offset = static_cast<const char *>(t.data_ptr()) - static_cast<const char *>(ptr.get());
+    return py::make_tuple(py::handle(a->buffer), offset);
+}
+
+int current_device() { return t_device; }
+
+int64_t current_stream_id(int device) { return current_id(device); }
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
+{
+    m.impl("empty.memory_format", empty_memory_format);
+    m.impl("empty_strided", empty_strided);
+    m.impl("as_strided", as_strided);
+    m.impl("view", view);
+    m.impl("_reshape_alias", reshape_alias);
+    m.impl("resize_", resize_);
+    m.impl("_copy_from", copy_from);
+    m.impl("_copy_from_and_resize", copy_from_and_resize);
+    m.impl("_local_scalar_dense", local_scalar_dense);
+    m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+    m.impl("set_.source_Storage", set_source_storage);
+    m.impl("set_.source_Tensor", set_source_tensor);
+    m.impl("set_", set_empty);
+    m.impl("fill_.Scalar", fill_scalar);
+    m.impl("zero_", zero);
+    m.impl("record_stream", record_stream);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m)
+{
+    m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
+{
+    m.def("_init", &init);
+    m.def("buffer_of", &buffer_of);
+    m.def("current_device", &current_device);
+    m.def("current_stream_id", &current_stream_id);
+}
