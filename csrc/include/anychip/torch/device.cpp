@@ -479,7 +479,8 @@ const at::Tensor &resize_(const at::Tensor &self, c10::SymIntArrayRef size,
 
 at::Tensor copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst)
 {
-    at::native::resize_output(dst, self.sizes());
+    if (!dst.sizes().equals(self.sizes()))
+        dst.resize_(self.sizes());
     return copy_from(self, dst, false);
 }
 
