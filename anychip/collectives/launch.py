@@ -5,7 +5,9 @@ executable that is not a .py file runs as it is), importing the launcher's own a
 whatever the current directory holds (see :mod:`anychip._spawn`), with ``ANYCHIP_RANK=r``, ``ANYCHIP_WORLD_SIZE=N``,
 ``ANYCHIP_LOCAL_RANK=r``, ``ANYCHIP_LOCAL_SIZE=N``, a fresh ``ANYCHIP_JOB_ID`` and, with
 ``--device``, ``ANYCHIP_LAUNCH_DEVICE`` (so :func:`anychip.collectives.init` puts rank r on
-``BACKEND:r``). Every line a rank prints is prefixed with ``[r]``. When a rank fails, the
+``BACKEND:r``); torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+``MASTER_ADDR`` and ``MASTER_PORT`` (a free port) too, so that ``torch.distributed``'s
+``init_process_group`` finds its rendezvous. Every line a rank prints is prefixed with ``[r]``. When a rank fails, the
 others are stopped (SIGTERM, then SIGKILL after ``--grace`` seconds) and the launcher exits
 with the first failing rank's exit code (128 + signal number for a signal), as torchrun does.
 
@@ -20,6 +22,7 @@ import argparse
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -121,6 +124,12 @@ def _die_with_launcher(launcher: int) -> Callable[[], None] | None:
     return preexec
 
 
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _start(nprocs: int, argv: Sequence[str], device: str | None, base: dict[str, str],
            procs: list[subprocess.Popen], pumps: list[threading.Thread]) -> None:
     """The ranks (appended to ``procs`` as they start), with threads copying their output,
@@ -129,10 +138,14 @@ def _start(nprocs: int, argv: Sequence[str], device: str | None, base: dict[str,
     lock = threading.Lock()
     preexec = _die_with_launcher(os.getpid())
     cmd = python_command(argv) if argv[0].endswith(".py") or argv[0] in ("-c", "-m") else list(argv)
+    port = _free_port()
     for r in range(nprocs):
         e = dict(base)
         e.update(ANYCHIP_RANK=str(r), ANYCHIP_WORLD_SIZE=str(nprocs), ANYCHIP_LOCAL_RANK=str(r),
                  ANYCHIP_LOCAL_SIZE=str(nprocs), ANYCHIP_JOB_ID=job, PYTHONUNBUFFERED="1")
+        # torch.distributed's env:// rendezvous (rank 0 serves its store on the port)
+        e.update(RANK=str(r), WORLD_SIZE=str(nprocs), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nprocs),
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         if device:
             e["ANYCHIP_LAUNCH_DEVICE"] = device
         try:
