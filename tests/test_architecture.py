@@ -38,6 +38,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "collectives": ("anychip.collectives",),
     "tensor": ("anychip.tensor",),
     "parallel": ("anychip.parallel",),
+    "frameworks": ("anychip.torch",),
     "conformance": ("anychip.conformance",),
     "face": ("anychip",),
     "commands": ("anychip.cli", "anychip.scaffold", "anychip.__main__"),
@@ -51,7 +52,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "collectives": frozenset({"runtime", "base"}),
     "tensor": frozenset({"runtime", "base"}),
     "parallel": frozenset({"tensor", "collectives", "runtime", "base"}),
-    "conformance": frozenset({"face", "collectives", "tensor", "runtime", "base"}),
+    "frameworks": frozenset({"collectives", "runtime", "base"}),
+    "conformance": frozenset({"face", "frameworks", "collectives", "tensor", "runtime", "base"}),
     "face": frozenset({"tensor", "runtime", "base"}),
     "commands": frozenset(LAYERS) - {"commands"},
 }

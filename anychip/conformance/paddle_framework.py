@@ -109,7 +109,7 @@ def _one(name: str, nranks: int, sizes: tuple[int, int, int], timeout: float) ->
             "failures": fails, "rows": rows, "ok": ok, "tail": "" if ok else tail}
 
 
-def _table(res: dict[str, Any]) -> str:
+def _table(res: dict[str, Any], api: str = "paddle.distributed") -> str:
     n = res["ranks"]
     merged: dict[tuple[str, int], tuple[float, bool]] = {}
     for rank_rows in res["rows"]:
@@ -122,7 +122,7 @@ def _table(res: dict[str, Any]) -> str:
         lines = [(size, t, ok) for (o, size), (t, ok) in sorted(merged.items()) if o == op]
         if not lines:
             continue
-        out.append(f"# {op} (paddle.distributed), float32, sum")
+        out.append(f"# {op} ({api}), float32, sum")
         out.append(f"#{'size':>12}{'count':>12}{'time(us)':>12}{'algbw':>9}{'busbw':>9}{'#wrong':>8}")
         for size, t, ok in lines:
             alg = size / t / 1e9 if t > 0 else 0.0
