@@ -38,14 +38,14 @@ def single_device(data, n: int, device: torch.device) -> list[float]:
     losses = []
     for x, y in data:
         grads, loss_sum = None, None
-        for xs, ys in zip(x.chunk(n), y.chunk(n)):
+        for xs, ys in zip(x.chunk(n), y.chunk(n), strict=True):
             net.zero_grad()
             loss = torch.nn.functional.mse_loss(net(xs.to(device)), ys.to(device))
             loss.backward()
             g = [p.grad / n for p in net.parameters()]          # DDP divides by the world size, then sums
-            grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+            grads = g if grads is None else [a + b for a, b in zip(grads, g, strict=True)]
             loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
-        for p, g in zip(net.parameters(), grads):
+        for p, g in zip(net.parameters(), grads, strict=True):
             p.grad = g
         opt.step()
         losses.append((loss_sum / n).item())

@@ -163,7 +163,7 @@ def test_autograd_linear_sgd_matches_the_cpu_exactly(at):
     data = torch.randn(5, 32, 8)
     target = torch.randn(5, 32, 3)
     losses_r, losses_d = [], []
-    for i in range(5):
+    for _ in range(5):
         for model, opt, losses, where in ((ref, opt_r, losses_r, "cpu"), (dev, opt_d, losses_d, "anychip")):
             opt.zero_grad()
             loss = torch.nn.functional.mse_loss(model(data[0].to(where)), target[0].to(where))
@@ -173,7 +173,7 @@ def test_autograd_linear_sgd_matches_the_cpu_exactly(at):
     assert losses_d == losses_r
     assert losses_r[-1] < losses_r[0]
     assert dev[0].weight.grad.device == torch.device("anychip", 0)
-    for p, q in zip(ref.parameters(), dev.parameters()):
+    for p, q in zip(ref.parameters(), dev.parameters(), strict=True):
         assert q.cpu().equal(p.detach())
 
 

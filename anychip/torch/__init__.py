@@ -36,7 +36,9 @@ from ._build import load_extension
 __all__ = ["NAME", "ENV", "backend", "is_available", "device_count", "current_device", "set_device", "synchronize",
            "current_stream", "default_stream", "anychip_device", "anychip_stream", "buffer_of", "memory_stats",
            "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-           "reset_peak_memory_stats", "empty_cache", "mem_get_info", "plugin_library"]
+           "reset_peak_memory_stats", "empty_cache", "mem_get_info", "plugin_library", "get_rng_state",
+           "set_rng_state", "get_rng_state_all", "set_rng_state_all", "manual_seed", "manual_seed_all", "seed",
+           "seed_all", "initial_seed"]
 
 #: the torch device type: torch.device("anychip", N)
 NAME = "anychip"
@@ -101,7 +103,8 @@ def _native(dev: Device, handle: Any) -> int:
         return 0
     if isinstance(handle, int):
         return handle
-    return int(dev.plugin.ffi.cast("uintptr_t", handle))
+    ffi: Any = dev.plugin.ffi  # type: ignore[attr-defined]  # (the cffi backends have one)
+    return int(ffi.cast("uintptr_t", handle))
 
 
 class _State:
@@ -114,7 +117,7 @@ class _State:
 
     def alloc(self, index: int, nbytes: int, sid: int) -> tuple[int, Any]:
         buf = self.devices[index].alloc(nbytes, stream=self.streams[index][sid])
-        return buf.ptr, buf
+        return buf.ptr or 0, buf
 
     def record(self, buffer: Any, index: int, sid: int) -> None:
         buffer.record_stream(self.streams[index][sid])
@@ -143,7 +146,7 @@ class _State:
 _state = _State()
 _C = load_extension()
 _C._init(_state.library, _state.backend, len(_state.devices),
-         [_native(d, s[0]._handle) for d, s in zip(_state.devices, _state.streams)],
+         [_native(d, s[0]._handle) for d, s in zip(_state.devices, _state.streams, strict=True)],
          _state.alloc, _state.record, _state.new_stream, _state.stats)
 
 torch.utils.rename_privateuse1_backend(NAME)
@@ -263,5 +266,43 @@ def _is_in_bad_fork() -> bool:
     return False
 
 
+# Random ops run on the CPU (the fallback) and draw from its generator: the device's random
+# state is the CPU generator's (what torch.random.fork_rng and checkpointing save and restore).
+
+def get_rng_state(device: Any = None) -> torch.Tensor:
+    _index(device)
+    return torch.get_rng_state()
+
+
+def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
+    _index(device)
+    torch.set_rng_state(state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [torch.get_rng_state() for _ in _state.devices]
+
+
+def set_rng_state_all(states: list[torch.Tensor]) -> None:
+    if states:
+        torch.set_rng_state(states[-1])
+
+
+def manual_seed(seed: int) -> None:
+    torch.manual_seed(seed)
+
+
 def manual_seed_all(seed: int) -> None:
-    """Random ops run on the CPU (the fallback) and draw from its generator: torch.manual_seed seeds them."""
+    torch.manual_seed(seed)
+
+
+def seed() -> None:
+    torch.seed()
+
+
+def seed_all() -> None:
+    torch.seed()
+
+
+def initial_seed() -> int:
+    return torch.initial_seed()

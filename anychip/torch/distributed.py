@@ -371,7 +371,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         def issue(ts: list[torch.Tensor], stream: Any) -> list:
             n = len(ts) // 2
             works: list = []
-            for out, inp in zip(ts[:n], ts[n:]):
+            for out, inp in zip(ts[:n], ts[n:], strict=True):
                 works += self._gather_into(out, inp, stream)
             return works
         return self._run("all_gather_into_tensor_coalesced", [*outputs, *inputs], issue, outputs)
@@ -432,7 +432,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         def issue(ts: list[torch.Tensor], stream: Any) -> list:
             n = len(ts) // 2
             works: list = []
-            for out, inp in zip(ts[:n], ts[n:]):
+            for out, inp in zip(ts[:n], ts[n:], strict=True):
                 works += self._scatter_reduce(out, inp, op, stream)
             return works
         return self._run("reduce_scatter_tensor_coalesced", [*outputs, *inputs], issue, outputs)
@@ -487,7 +487,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
             recvs = [t if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
                      for t in outs]
             works = self._exchange(sends, [r.reshape(-1) for r in recvs], stream, "all_to_all")
-            for r, o in zip(recvs, outs):
+            for r, o in zip(recvs, outs, strict=True):
                 if r is not o:
                     o.copy_(r)
             return works

@@ -328,13 +328,23 @@ int64_t span_of(const at::Tensor &t)
 
 bool dense(const at::Tensor &t) { return t.is_non_overlapping_and_dense(); }
 
-// a host tensor with the device tensor's sizes, strides and values
+// the lazy conjugate and negative bits of `like` on a host view of the same memory
+at::Tensor with_bits(at::Tensor host, const at::Tensor &like)
+{
+    if (like.is_conj())
+        host = at::_conj(host);
+    if (like.is_neg())
+        host = at::_neg_view(host);
+    return host;
+}
+
+// a host tensor with the device tensor's sizes, strides, bits and values
 at::Tensor download(const at::Tensor &t)
 {
     int64_t span = span_of(t);
     at::Tensor host = at::empty({span}, t.options().device(c10::kCPU));
     raw_copy(dev_index(t), host.data_ptr(), t.data_ptr(), span * t.element_size(), ANYCHIP_COPY_D2H);
-    return host.as_strided(t.sizes(), t.strides(), 0);
+    return with_bits(host.as_strided(t.sizes(), t.strides(), 0), t);
 }
 
 // writes host values (any layout and dtype) into a device tensor (any layout)
@@ -344,7 +354,7 @@ void upload(const at::Tensor &dst, const at::Tensor &src)
     if (dst.numel() == 0)
         return;
     if (dense(dst)) {      // every element of the span is the tensor's: write it whole
-        at::Tensor host = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU));
+        at::Tensor host = with_bits(at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU)), dst);
         host.copy_(src);
         raw_copy(device, dst.data_ptr(), host.data_ptr(), dst.numel() * dst.element_size(), ANYCHIP_COPY_H2D);
         return;
@@ -356,7 +366,8 @@ void upload(const at::Tensor &dst, const at::Tensor &src)
 
 bool same_layout(const at::Tensor &a, const at::Tensor &b)
 {
-    return a.dtype() == b.dtype() && a.sizes().equals(b.sizes()) && a.strides().equals(b.strides()) && dense(a);
+    return a.dtype() == b.dtype() && a.sizes().equals(b.sizes()) && a.strides().equals(b.strides()) && dense(a) &&
+           a.is_conj() == b.is_conj() && a.is_neg() == b.is_neg();
 }
 
 at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool /*non_blocking*/)
@@ -568,6 +579,35 @@ at::Tensor &zero(at::Tensor &self) { return fill_scalar(self, 0); }
 void record_stream(at::Tensor &self, c10::Stream stream)
 {
     g_allocator.recordStream(self.storage().data_ptr(), stream);
+}
+
+// convolution on a backend other than CPU / CUDA / MKLDNN dispatches to the "overrideable"
+// pair, whose CPU kernels only throw: run at::convolution and its backward on the host
+at::Tensor host(const at::Tensor &t) { return t.defined() ? t.cpu() : t; }
+
+at::Tensor convolution_overrideable(const at::Tensor &input, const at::Tensor &weight,
+                                    const std::optional<at::Tensor> &bias, c10::IntArrayRef stride,
+                                    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                    c10::IntArrayRef output_padding, int64_t groups)
+{
+    std::optional<at::Tensor> b;
+    if (bias.has_value() && bias->defined())
+        b = host(*bias);
+    at::Tensor out = at::convolution(host(input), host(weight), b, stride, padding, dilation, transposed,
+                                     output_padding, groups);
+    return out.to(input.device());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor &grad_output, const at::Tensor &input, const at::Tensor &weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask)
+{
+    std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
+    auto grads = at::convolution_backward(host(grad_output), host(input), host(weight), bias_sizes, stride, padding,
+                                          dilation, transposed, output_padding, groups, output_mask);
+    auto back = [&](const at::Tensor &t) { return t.defined() ? t.to(input.device()) : t; };
+    return {back(std::get<0>(grads)), back(std::get<1>(grads)), back(std::get<2>(grads))};
 }
 
 void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
@@ -877,6 +917,27 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
     m.impl("fill_.Scalar", fill_scalar);
     m.impl("zero_", zero);
     m.impl("record_stream", record_stream);
+    // ops with a CompositeExplicitAutograd decomposition that backends without a kernel get:
+    // the CPU kernel instead, through the fallback, so that the values are the CPU's bit for bit
+    for (const char *name : {"addr", "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
+                             "native_group_norm_backward"})
+        m.impl(name, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+    m.impl("convolution_overrideable", convolution_overrideable);
+    m.impl("convolution_backward_overrideable", convolution_backward_overrideable);
+}
+
+// the copies read the conjugate and negative bits themselves (as CUDA's copy kernel does):
+// through the math fallback, a copy of a conjugate view would clone it with a copy, for ever
+TORCH_LIBRARY_IMPL(aten, Conjugate, m)
+{
+    m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+    m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m)
+{
+    m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+    m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m)
