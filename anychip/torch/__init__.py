@@ -288,21 +288,22 @@ def set_rng_state_all(states: list[torch.Tensor]) -> None:
         torch.set_rng_state(states[-1])
 
 
+# (torch.manual_seed calls manual_seed_all of this module: the CPU generator is seeded directly)
 def manual_seed(seed: int) -> None:
-    torch.manual_seed(seed)
+    torch.default_generator.manual_seed(seed)
 
 
 def manual_seed_all(seed: int) -> None:
-    torch.manual_seed(seed)
+    torch.default_generator.manual_seed(seed)
 
 
 def seed() -> None:
-    torch.seed()
+    torch.default_generator.seed()
 
 
 def seed_all() -> None:
-    torch.seed()
+    torch.default_generator.seed()
 
 
 def initial_seed() -> int:
-    return torch.initial_seed()
+    return torch.default_generator.initial_seed()
