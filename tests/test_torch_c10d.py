@@ -35,9 +35,11 @@ def test_every_op_by_value_on_two_ranks():
     assert re.findall(r"CHECK \S+ FAIL.*", done.stdout) == []
     counts = sorted(int(m) for m in re.findall(r"DONE \d failures=0 checks=(\d+)", done.stdout))
     assert len(counts) == 2 and counts[0] > 150, done.stdout[-2000:]
-    for op in ("all_reduce.ReduceOp.AVG.float16", "all_reduce.ReduceOp.BXOR.uint8", "broadcast.1.bfloat16",
-               "reduce_scatter.int8", "all_to_all_single.uneven.int64", "send/recv.float64", "scatter", "future"):
-        assert f"[0] CHECK {op} ok" in done.stdout or f"[0] CHECK {op.replace('ReduceOp.', '')} ok" in done.stdout, op
+    for op in ("all_reduce.avg.float16", "all_reduce.BXOR.uint8", "all_reduce.PRODUCT.int8", "broadcast.1.bfloat16",
+               "reduce.0.int64", "all_gather_into_tensor.float16", "reduce_scatter.int8",
+               "all_to_all_single.uneven.int64", "all_to_all.1.uint8", "send/recv.float64", "recv.int32", "scatter",
+               "gather.1", "future", "all_reduce.bool.sum", "refuses.non_contiguous"):
+        assert f"[0] CHECK {op} ok" in done.stdout or f"[1] CHECK {op} ok" in done.stdout, op
 
 
 @pytest.mark.parametrize("n", [2, 4])

@@ -66,11 +66,11 @@ class WorkAnychip(dist.Work):
     """The Work of one c10d op: anychip Works, then an event after the op's trailing copies."""
 
     def __init__(self, pg: ProcessGroupAnychip, what: str, works: Sequence[Any], result: Any,
-                 after: Callable[[], None] | None = None) -> None:
+                 after: Callable[[], None] | None = None, trailing: bool = False) -> None:
         super().__init__()
         self._pg, self._what, self._works, self._result, self._after = pg, what, list(works), result, after
         self._event: torch.Event | None = None
-        if pg._device_works:
+        if trailing:        # device work enqueued after the collectives (copies out): an event after it
             self._event = torch.Event(device=pg.device)
             self._event.record(torch.accelerator.current_stream(pg.device.index))
         self._exc: BaseException | None = None
@@ -164,7 +164,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         transport = host_transport(self._adev, world, comm_id,
                                    one_host=lambda: make_transport(self._adev, rank, size, comm_id, name))
         self.comm = Communicator(transport, self._adev, name)
-        self._device_works = True
+        self._trail = False           # set by an op that enqueues device work after its collectives
         self._queue: queue.Queue | None = None
 
     # -- c10d bookkeeping ------------------------------------------------------------
@@ -250,12 +250,13 @@ class ProcessGroupAnychip(dist.ProcessGroup):
              result: Any) -> WorkAnychip:
         staged, back = self._stage(tensors)
         stream = anychip_stream()
+        self._trail = False
         try:
             works = issue(staged, stream)
         except (AnychipError, RuntimeError) as exc:
             raise dist.DistBackendError(f"anychip c10d {what} (rank {self.rank()} of {self.size()}, group "
                                         f"{self._name}): {exc}") from exc
-        work = WorkAnychip(self, what, works, result, back)
+        work = WorkAnychip(self, what, works, result, back, self._trail)
         if back is not None:
             work.wait()
         return work
@@ -272,6 +273,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
             w = self.comm.all_gather(self._buf(t, "all_reduce"), self._buf(gathered, "all_reduce"),
                                      dtype="uint8", count=t.numel() * t.element_size(), stream=stream)
             t.copy_(functools.reduce(bitwise, gathered.unbind(0)))    # after the gather, on the same stream
+            self._trail = True
             return [w]
         return [self.comm.all_reduce(self._buf(t, "all_reduce"), dtype=self._dtype(t, "all_reduce"),
                                      op=self._redop(op, t, "all_reduce"), stream=stream)]
@@ -316,6 +318,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
                     works += self._all_reduce_one(t, op, stream)
                     if keep is not None:
                         t.copy_(keep)
+                        self._trail = True
                     continue
                 works.append(self.comm.reduce(self._buf(t, "reduce"), dtype=self._dtype(t, "reduce"),
                                               op=self._redop(op, t, "reduce"), root=root, stream=stream))
@@ -359,6 +362,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
                 works += self._gather_into(gathered, inp, stream)
                 for r in range(self.size()):      # copied out on the stream, after the gather
                     outs[i * self.size() + r].copy_(gathered[r])
+                self._trail = True
             return works
         return self._run("all_gather", [*inputs, *flat_out], issue, outputs)
 
@@ -388,6 +392,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
             full = inp.clone()
             works = self._all_reduce_one(full, op, stream)
             out.copy_(full.reshape(self.size(), -1)[self.rank()].reshape(out.shape))
+            self._trail = True
             return works
         return [self.comm.reduce_scatter(self._buf(inp, "reduce_scatter"), self._buf(out, "reduce_scatter"),
                                          dtype=self._dtype(out, "reduce_scatter"),
@@ -422,6 +427,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
                 works += self._scatter_reduce(res, full, op, stream)
                 if res is not out:
                     out.copy_(res)
+                    self._trail = True
             return works
         return self._run("reduce_scatter", [*outputs, *flat_in], issue, outputs)
 
@@ -490,6 +496,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
             for r, o in zip(recvs, outs, strict=True):
                 if r is not o:
                     o.copy_(r)
+                    self._trail = True
             return works
         return self._run("all_to_all", [*outputs, *inputs], issue, outputs)
 
@@ -508,6 +515,8 @@ class ProcessGroupAnychip(dist.ProcessGroup):
                 if recvs[peer].numel():
                     works.append(self.comm.recv(self._buf(recvs[peer], what), peer, dtype="uint8",
                                                 count=recvs[peer].numel() * recvs[peer].element_size(), stream=stream))
+        if not works:           # only the local block moved: its copy is what the Work waits for
+            self._trail = True
         return works
 
     # -- gather / scatter ---------------------------------------------------------------------------
@@ -526,6 +535,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
             works = self._gather_into(gathered, inp.contiguous(), stream)
             for r, o in enumerate(targets):
                 o.copy_(gathered[r])
+            self._trail = True
             return works
         return self._run("gather", [inp, *outs], issue, outputs)
 
@@ -545,6 +555,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
             works = [self.comm.broadcast(self._buf(full, "scatter"), dtype="uint8",
                                          count=full.numel() * full.element_size(), root=root, stream=stream)]
             out.copy_(full.reshape(self.size(), -1)[self.rank()].reshape(out.shape))
+            self._trail = True
             return works
         return self._run("scatter", [out, *parts], issue, outputs)
 
