@@ -20,13 +20,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(os.path.dirname(HERE), "csrc", "include")
 
 PROGRAMS = [("hccl_ranks.c", "libascend_sim", "hccl"), ("bkcl_ranks.c", "libkunlun_sim", "bkcl"),
-            ("nccl_ranks.c", "libhygon_sim", "nccl")]
+            ("nccl_ranks.c", "libhygon_sim", "nccl"),
+            # rank table init, the v-variants, batch send/recv, the NULL stream (torch_npu's calls)
+            ("hccl_v.c", "libascend_sim", "hccl v")]
 
 SYMBOLS = {
     "libascend_sim": """HcclGetRootInfo HcclCommInitRootInfo HcclCommDestroy HcclGetRankSize HcclGetRankId
         HcclGetCommName HcclGetCommAsyncError HcclGetErrorString HcclAllReduce HcclBroadcast HcclReduce
         HcclReduceScatter HcclAllGather HcclAlltoAll HcclSend HcclRecv HcclBarrier HcclGroupStart HcclGroupEnd
-        HcclCommInitAll""",
+        HcclCommInitAll HcclCommInitClusterInfo HcclAlltoAllV HcclAllGatherV HcclReduceScatterV HcclBatchSendRecv""",
     "libkunlun_sim": """bkcl_get_unique_id bkcl_init_rank bkcl_destroy_context bkcl_comm_abort bkcl_comm_count
         bkcl_comm_user_rank bkcl_all_reduce bkcl_broadcast bkcl_reduce bkcl_all_gather bkcl_reduce_scatter
         bkcl_all_to_all bkcl_send bkcl_recv bkcl_group_start bkcl_group_end anychip_sim_bkcl_async_error""",
@@ -56,8 +58,9 @@ def built(tmp_path_factory):
         libdir, libfile = os.path.split(lib)
         exe = out / source[:-2]
         build = subprocess.run(
-            [gcc, "-std=c11", "-Wall", "-Werror", f"-I{INCLUDE}", "-o", str(exe), os.path.join(HERE, "c", source),
-             f"-L{libdir}", f"-l:{libfile}", f"-Wl,-rpath,{libdir}"], capture_output=True, text=True)
+            [gcc, "-std=c11", "-Wall", "-Werror", "-Werror=implicit-function-declaration", f"-I{INCLUDE}", "-o",
+             str(exe), os.path.join(HERE, "c", source), f"-L{libdir}", f"-l:{libfile}", f"-Wl,-rpath,{libdir}"],
+            capture_output=True, text=True)
         assert build.returncode == 0, build.stderr
         exes[source] = str(exe)
     return exes

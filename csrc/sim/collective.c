@@ -572,49 +572,73 @@ static op_spans spans_of(const sc_comm *c, const sc_op *op, uint64_t n)
     return s;
 }
 
-/* Inside a group: keep the op for sc_group_end. */
-static sc_status defer(sc_comm *c, void *stream, const ccl_op *o, const char *fn)
+/* Check `op` and turn it into the engine's op; *skip is set for an op that moves nothing. */
+static sc_status prepare(sc_comm *c, const sc_op *op, ccl_op *o, int *skip, const char *fn)
 {
-    if (t_nops == t_cap) {
-        int cap = t_cap ? 2 * t_cap : 16;
-        pending_op *p = realloc(t_ops, (size_t)cap * sizeof *p);
-        if (!p)
-            return sc_fail(SC_OOM, "%s: out of host memory", fn);
-        t_ops = p;
-        t_cap = cap;
-    }
-    t_ops[t_nops++] = (pending_op){c, stream, *o};
-    return SC_OK;
-}
-
-sc_status sc_submit(sc_comm *c, const sc_op *op, void *stream, const char *fn)
-{
-    sc_status st = sc_comm_check(c, fn);
-    if (st == SC_OK)
-        st = check_op(c, op, fn);
+    sc_status st = check_op(c, op, fn);
     if (st != SC_OK)
         return st;
     int kind = op->kind;
-    if (op->count == 0 && kind != CCL_BARRIER)
-        return SC_OK; /* nothing moves; every rank skips it alike */
+    *skip = op->count == 0 && kind != CCL_BARRIER; /* nothing moves; every rank skips it alike */
+    if (*skip)
+        return SC_OK;
     uint64_t n = op->count * ccl_dtype_size(op->dtype);
     op_spans s = spans_of(c, op, n);
     /* zero-copy: the peers read this rank's buffers in place (not for point-to-point ops) */
     int share = kind != CCL_SEND && kind != CCL_RECV && kind != CCL_BARRIER && kind != CCL_ALL_TO_ALL &&
                 n >= c->zc_min;
-    ccl_op o;
-    memset(&o, 0, sizeof o);
-    o.kind = kind;
-    o.dtype = op->dtype;
-    o.redop = is_reducing(kind) ? op->redop : CCL_SUM;
-    o.root = is_rooted(kind) ? op->root : -1;
-    o.count = op->count;
-    if ((st = describe(c, s.send, s.send_bytes, share, &o.send, fn, "the send buffer")) != SC_OK ||
-        (st = describe(c, s.recv, s.recv_bytes, share, &o.recv, fn, "the receive buffer")) != SC_OK)
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    o->dtype = op->dtype;
+    o->redop = is_reducing(kind) ? op->redop : CCL_SUM;
+    o->root = is_rooted(kind) ? op->root : -1;
+    o->count = op->count;
+    if ((st = describe(c, s.send, s.send_bytes, share, &o->send, fn, "the send buffer")) != SC_OK ||
+        (st = describe(c, s.recv, s.recv_bytes, share, &o->recv, fn, "the receive buffer")) != SC_OK)
         return st;
-    if (t_depth > 0)
-        return defer(c, stream, &o, fn);
-    return enqueue(c, &o, 1, stream, NULL, 0, fn);
+    return SC_OK;
+}
+
+sc_status sc_submit(sc_comm *c, const sc_op *op, void *stream, const char *fn)
+{
+    return sc_submit_many(c, op, 1, stream, fn);
+}
+
+sc_status sc_submit_many(sc_comm *c, const sc_op *ops, int n, void *stream, const char *fn)
+{
+    sc_status st = sc_comm_check(c, fn);
+    if (st != SC_OK)
+        return st;
+    ccl_op one, *v = n > 1 ? malloc((size_t)n * sizeof *v) : &one;
+    if (!v)
+        return sc_fail(SC_OOM, "%s: out of host memory", fn);
+    int k = 0;
+    for (int i = 0; i < n && st == SC_OK; i++) {
+        int skip = 0;
+        st = prepare(c, &ops[i], &v[k], &skip, fn);
+        if (st == SC_OK && !skip)
+            k++;
+    }
+    if (st == SC_OK && k > 0 && t_depth > 0 && t_nops + k > t_cap) {
+        int cap = t_cap ? t_cap : 16;
+        while (cap < t_nops + k)
+            cap *= 2;
+        pending_op *p = realloc(t_ops, (size_t)cap * sizeof *p);
+        if (!p)
+            st = sc_fail(SC_OOM, "%s: out of host memory", fn);
+        else
+            t_ops = p, t_cap = cap;
+    }
+    if (st == SC_OK && k > 0) {
+        if (t_depth > 0)      /* inside a group: kept for sc_group_end (room was made above) */
+            for (int i = 0; i < k; i++)
+                t_ops[t_nops++] = (pending_op){c, stream, v[i]};
+        else
+            st = enqueue(c, v, k, stream, NULL, 0, fn);
+    }
+    if (v != &one)
+        free(v);
+    return st;
 }
 
 /* ---- several communicators at once (single-process multi-device init) -------------------- */

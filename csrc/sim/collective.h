@@ -102,6 +102,10 @@ typedef struct sc_op {
  * device's default stream), or add it to the calling thread's group. `fn` names the
  * vendor call for messages. */
 SIM_HIDDEN sc_status sc_submit(sc_comm *c, const sc_op *op, void *stream, const char *fn);
+/* Several ops as one: all are checked before any is enqueued, then they run as one engine
+ * task (a group: point-to-point ops progress together, collectives in order); ops of
+ * count 0 are left out. The v-variants (all-to-all-v, all-gather-v, ...) are built so. */
+SIM_HIDDEN sc_status sc_submit_many(sc_comm *c, const sc_op *ops, int n, void *stream, const char *fn);
 
 SIM_HIDDEN sc_status sc_group_start(void);
 SIM_HIDDEN sc_status sc_group_end(void);
