@@ -22,7 +22,9 @@ INCLUDE = os.path.join(os.path.dirname(HERE), "csrc", "include")
 PROGRAMS = [("hccl_ranks.c", "libascend_sim", "hccl"), ("bkcl_ranks.c", "libkunlun_sim", "bkcl"),
             ("nccl_ranks.c", "libhygon_sim", "nccl"),
             # rank table init, the v-variants, batch send/recv, the NULL stream (torch_npu's calls)
-            ("hccl_v.c", "libascend_sim", "hccl v")]
+            ("hccl_v.c", "libascend_sim", "hccl v"),
+            # unequal all-to-all with device-memory counts, as Paddle's AllToAllUnequalSplit calls it
+            ("bkcl_v.c", "libkunlun_sim", "bkcl v")]
 
 SYMBOLS = {
     "libascend_sim": """HcclGetRootInfo HcclCommInitRootInfo HcclCommDestroy HcclGetRankSize HcclGetRankId
@@ -31,7 +33,7 @@ SYMBOLS = {
         HcclCommInitAll HcclCommInitClusterInfo HcclAlltoAllV HcclAllGatherV HcclReduceScatterV HcclBatchSendRecv""",
     "libkunlun_sim": """bkcl_get_unique_id bkcl_init_rank bkcl_destroy_context bkcl_comm_abort bkcl_comm_count
         bkcl_comm_user_rank bkcl_all_reduce bkcl_broadcast bkcl_reduce bkcl_all_gather bkcl_reduce_scatter
-        bkcl_all_to_all bkcl_send bkcl_recv bkcl_group_start bkcl_group_end anychip_sim_bkcl_async_error""",
+        bkcl_all_to_all bkcl_all_to_all_v bkcl_send bkcl_recv bkcl_group_start bkcl_group_end anychip_sim_bkcl_async_error""",
     "libhygon_sim": """ncclGetVersion ncclGetUniqueId ncclCommInitRank ncclCommFinalize ncclCommDestroy
         ncclCommAbort ncclGetErrorString ncclGetLastError ncclCommGetAsyncError ncclCommCount ncclCommCuDevice
         ncclCommUserRank ncclReduce ncclBcast ncclBroadcast ncclAllReduce ncclReduceScatter ncclAllGather

@@ -641,6 +641,34 @@ sc_status sc_submit_many(sc_comm *c, const sc_op *ops, int n, void *stream, cons
     return st;
 }
 
+/* ---- arrays an op reads from device memory ------------------------------------------- */
+
+sc_status sc_device_words(sc_comm *c, void *stream, const void *const *arrays, const char *const *names, int narrays,
+                          int n, uint64_t *out, const char *fn)
+{
+    for (int a = 0; a < narrays; a++) {
+        const char *p = arrays[a];
+        if (!p)
+            return sc_fail(SC_NULL, "%s: %s is NULL", fn, names[a]);
+        size_t bytes = (size_t)n * sizeof(uint64_t);
+        int dev = sim_device_of(p);
+        if (dev < 0 || sim_device_of(p + bytes - 1) != dev)
+            return sc_fail(SC_INVALID, "%s: %s %p is not %zu bytes of device memory (%d 64-bit counts); the "
+                           "library reads it on the device", fn, names[a], (const void *)p, bytes, n);
+        if (dev != c->phys)
+            return sc_fail(SC_INVALID, "%s: %s %p is memory of device %d; the communicator works on device %d", fn,
+                           names[a], (const void *)p, sim_phys_to_logical(dev), c->logical);
+    }
+    /* what the stream's queued work writes into the arrays is there once it has run */
+    sim_status ss = sim_stream_synchronize(stream);
+    if (ss != SIM_OK)
+        return sc_fail(ss == SIM_E_INVALID_STREAM ? SC_INVALID : SC_RUNTIME, "%s: the stream: %s", fn,
+                       sim_last_message());
+    for (int a = 0; a < narrays; a++)
+        memcpy(out + (size_t)a * (size_t)n, arrays[a], (size_t)n * sizeof(uint64_t));
+    return SC_OK;
+}
+
 /* ---- several communicators at once (single-process multi-device init) -------------------- */
 
 typedef struct init_job {

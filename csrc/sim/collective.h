@@ -107,6 +107,12 @@ SIM_HIDDEN sc_status sc_submit(sc_comm *c, const sc_op *op, void *stream, const 
  * count 0 are left out. The v-variants (all-to-all-v, all-gather-v, ...) are built so. */
 SIM_HIDDEN sc_status sc_submit_many(sc_comm *c, const sc_op *ops, int n, void *stream, const char *fn);
 
+/* Read `narrays` arrays of `n` 64-bit words that lie in the communicator's device memory
+ * (the count arrays a library reads on the device) into out[a * n ...], once the work
+ * queued on `stream` before the call has run (so values it writes are seen). */
+SIM_HIDDEN sc_status sc_device_words(sc_comm *c, void *stream, const void *const *arrays, const char *const *names,
+                                     int narrays, int n, uint64_t *out, const char *fn);
+
 SIM_HIDDEN sc_status sc_group_start(void);
 SIM_HIDDEN sc_status sc_group_end(void);
 
