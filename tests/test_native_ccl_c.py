@@ -33,7 +33,8 @@ SYMBOLS = {
         HcclCommInitAll HcclCommInitClusterInfo HcclAlltoAllV HcclAllGatherV HcclReduceScatterV HcclBatchSendRecv""",
     "libkunlun_sim": """bkcl_get_unique_id bkcl_init_rank bkcl_destroy_context bkcl_comm_abort bkcl_comm_count
         bkcl_comm_user_rank bkcl_all_reduce bkcl_broadcast bkcl_reduce bkcl_all_gather bkcl_reduce_scatter
-        bkcl_all_to_all bkcl_all_to_all_v bkcl_send bkcl_recv bkcl_group_start bkcl_group_end anychip_sim_bkcl_async_error""",
+        bkcl_all_to_all bkcl_all_to_all_v bkcl_send bkcl_recv bkcl_group_start bkcl_group_end
+        anychip_sim_bkcl_async_error""",
     "libhygon_sim": """ncclGetVersion ncclGetUniqueId ncclCommInitRank ncclCommFinalize ncclCommDestroy
         ncclCommAbort ncclGetErrorString ncclGetLastError ncclCommGetAsyncError ncclCommCount ncclCommCuDevice
         ncclCommUserRank ncclReduce ncclBcast ncclBroadcast ncclAllReduce ncclReduceScatter ncclAllGather
