@@ -24,7 +24,9 @@ PROGRAMS = [("hccl_ranks.c", "libascend_sim", "hccl"), ("bkcl_ranks.c", "libkunl
             # rank table init, the v-variants, batch send/recv, the NULL stream (torch_npu's calls)
             ("hccl_v.c", "libascend_sim", "hccl v"),
             # unequal all-to-all with device-memory counts, as Paddle's AllToAllUnequalSplit calls it
-            ("bkcl_v.c", "libkunlun_sim", "bkcl v")]
+            ("bkcl_v.c", "libkunlun_sim", "bkcl v"),
+            # ncclCommInitRankConfig and ncclCommSplit (NCCL_SPLIT_NOCOLOR included)
+            ("nccl_split.c", "libhygon_sim", "nccl split")]
 
 SYMBOLS = {
     "libascend_sim": """HcclGetRootInfo HcclCommInitRootInfo HcclCommDestroy HcclGetRankSize HcclGetRankId
@@ -38,7 +40,8 @@ SYMBOLS = {
     "libhygon_sim": """ncclGetVersion ncclGetUniqueId ncclCommInitRank ncclCommFinalize ncclCommDestroy
         ncclCommAbort ncclGetErrorString ncclGetLastError ncclCommGetAsyncError ncclCommCount ncclCommCuDevice
         ncclCommUserRank ncclReduce ncclBcast ncclBroadcast ncclAllReduce ncclReduceScatter ncclAllGather
-        ncclAllToAll ncclSend ncclRecv ncclGroupStart ncclGroupEnd ncclCommInitAll""",
+        ncclAllToAll ncclSend ncclRecv ncclGroupStart ncclGroupEnd ncclCommInitAll ncclCommInitRankConfig
+        ncclCommSplit""",
 }
 
 

@@ -34,6 +34,7 @@ struct sc_comm {
     pthread_cond_t idle;
     int pending;                      /* tasks enqueued and not finished */
     int abandoned;                    /* aborted: the last task to finish frees it */
+    unsigned splits;                  /* splits made of it (every rank counts alike) */
     _Atomic int async_status;         /* sc_status of the first failed task */
     char async_msg[512];
 };
@@ -220,7 +221,22 @@ static int is_live(const sc_comm *c)
     return live;
 }
 
+static sc_status comm_init_on(const char *vendor, const void *id, size_t size, int nranks, int rank, int phys,
+                              sc_comm **out);
+
 sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nranks, int rank, sc_comm **out)
+{
+    int phys = -1;
+    if (out && id) {
+        sim_status s = sim_current_phys(&phys);
+        if (s != SIM_OK)
+            return sc_fail(SC_RUNTIME, "%s communicator init: no current device (%s)", vendor, sim_last_message());
+    }
+    return comm_init_on(vendor, id, size, nranks, rank, phys, out);
+}
+
+static sc_status comm_init_on(const char *vendor, const void *id, size_t size, int nranks, int rank, int phys,
+                              sc_comm **out)
 {
     if (!out || !id)
         return sc_fail(SC_NULL, "%s communicator init: %s is NULL", vendor, out ? "the unique id" : "comm");
@@ -236,10 +252,7 @@ sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nran
                        nranks, CCL_MAX_RANKS);
     if (rank < 0 || rank >= nranks)
         return sc_fail(SC_INVALID, "%s communicator init: rank=%d is outside 0..%d", vendor, rank, nranks - 1);
-    int phys;
-    sim_status s = sim_current_phys(&phys);
-    if (s != SIM_OK)
-        return sc_fail(SC_RUNTIME, "%s communicator init: no current device (%s)", vendor, sim_last_message());
+    sim_status s;
     sc_comm *c = calloc(1, sizeof *c);
     if (!c)
         return sc_fail(SC_OOM, "out of host memory");
@@ -639,6 +652,73 @@ sc_status sc_submit_many(sc_comm *c, const sc_op *ops, int n, void *stream, cons
     if (v != &one)
         free(v);
     return st;
+}
+
+/* ---- splitting a communicator ---------------------------------------------------------- */
+
+sc_status sc_comm_split(sc_comm *c, int color, int key, sc_comm **out, const char *fn)
+{
+    sc_status st = sc_comm_check(c, fn);
+    if (st != SC_OK)
+        return st;
+    if (!out)
+        return sc_fail(SC_NULL, "%s: newcomm is NULL", fn);
+    *out = NULL;
+    if (color < -1)
+        return sc_fail(SC_INVALID, "%s: color %d; a color is >= 0, or NCCL_SPLIT_NOCOLOR (-1)", fn, color);
+    const char *amsg;
+    if ((st = sc_comm_async_error(c, &amsg)) != SC_OK)
+        return sc_fail(st, "%s: the communicator failed earlier: %s", fn, amsg);
+    /* every rank's (color, key), gathered on the calling thread once the communicator's
+     * queued work has run (the lock keeps new work out meanwhile) */
+    int32_t mine[2] = {color, key}, *all = malloc((size_t)c->nranks * sizeof mine);
+    if (!all)
+        return sc_fail(SC_OOM, "%s: out of host memory", fn);
+    ccl_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = CCL_ALL_GATHER;
+    op.dtype = CCL_INT32;
+    op.redop = CCL_SUM;
+    op.root = -1;
+    op.count = 2;
+    op.send.ptr = mine;
+    op.recv.ptr = all;
+    pthread_mutex_lock(&c->lock);
+    while (c->pending > 0)
+        pthread_cond_wait(&c->idle, &c->lock);
+    int e = ccl_run(c->engine, &op, 1);
+    unsigned gen = c->splits++;
+    if (e != CCL_OK && atomic_load(&c->async_status) == SC_OK) {
+        snprintf(c->async_msg, sizeof c->async_msg, "%s", ccl_comm_error(c->engine));
+        atomic_store(&c->async_status, from_ccl(e));
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (e != CCL_OK) {
+        free(all);
+        return sc_fail(from_ccl(e), "%s: exchanging colors and keys failed: %s", fn, ccl_comm_error(c->engine));
+    }
+    if (color == -1) {            /* NCCL_SPLIT_NOCOLOR: takes part, joins nothing */
+        free(all);
+        return SC_OK;
+    }
+    /* the new ranks: the members of `color` ordered by key, then by rank in the parent */
+    int n = 0, rank = 0;
+    for (int r = 0; r < c->nranks; r++) {
+        if (all[2 * r] != color)
+            continue;
+        n++;
+        int k = all[2 * r + 1];
+        if (k < key || (k == key && r < c->rank))
+            rank++;
+    }
+    free(all);
+    char id[128];
+    memset(id, 0, sizeof id);
+    uint64_t h = 1469598103934665603ull;      /* the parent's name, hashed: names stay short */
+    for (const char *p = c->name; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    snprintf(id, sizeof id, "%s%s-split-%016llx-%u-%d", ID_MAGIC, c->vendor, (unsigned long long)h, gen, color);
+    return comm_init_on(c->vendor, id, sizeof id, n, rank, c->phys, out);
 }
 
 /* ---- arrays an op reads from device memory ------------------------------------------- */

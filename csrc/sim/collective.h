@@ -68,6 +68,10 @@ typedef struct sc_init_req {
     sc_comm **out;
 } sc_init_req;
 SIM_HIDDEN sc_status sc_comm_init_many(const char *vendor, const sc_init_req *reqs, int n);
+/* Split `c` as ncclCommSplit does: every rank of `c` calls it (blocking); ranks of one
+ * color >= 0 form a communicator on the parent's device, ranked by key, then by their
+ * rank in `c`; color -1 takes part and gets *out = NULL. */
+SIM_HIDDEN sc_status sc_comm_split(sc_comm *c, int color, int key, sc_comm **out, const char *fn);
 /* Wait for the communicator's enqueued work, then free it. */
 SIM_HIDDEN sc_status sc_comm_destroy(sc_comm *c);
 /* Fail every rank's pending and future ops and return at once (the handle is dead; the

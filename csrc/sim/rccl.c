@@ -8,6 +8,7 @@
  * enqueued work are reported by ncclCommGetAsyncError (and ncclGetLastError) and by
  * every later call on the communicator.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,35 @@ NCCL_API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueI
         .id = commId, .req = {.size = sizeof commId, .nranks = nranks, .rank = rank, .logical = dev,
                               .out = (sc_comm **)comm}};
     return ncclSuccess;
+}
+
+/* NCCL's parseCommConfig: the config must come from NCCL_CONFIG_INITIALIZER (magic,
+ * version) and blocking is 0, 1 or undefined; the tuning fields mean nothing here. */
+static sc_status check_config(const ncclConfig_t *config, const char *fn)
+{
+    if (!config)
+        return SC_OK;
+    if (config->magic != 0xcafebeefu || config->size < offsetof(ncclConfig_t, netName))
+        return sc_fail(SC_INVALID, "%s: the config was not initialized with NCCL_CONFIG_INITIALIZER (magic 0x%x, "
+                       "size %zu)", fn, config->magic, config->size);
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
+        return sc_fail(SC_INVALID, "%s: config->blocking is %d; it is 0 or 1", fn, config->blocking);
+    return SC_OK;
+}
+
+NCCL_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                             ncclConfig_t *config)
+{
+    /* a nonblocking communicator (blocking = 0) is made before the call returns, as a blocking
+     * one: ncclCommGetAsyncError then reports ncclSuccess at once (docs/simulator.md) */
+    sc_status st = check_config(config, "ncclCommInitRankConfig");
+    return st ? code(st) : ncclCommInitRank(comm, nranks, commId, rank);
+}
+
+NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    sc_status st = check_config(config, "ncclCommSplit");
+    return code(st ? st : sc_comm_split((sc_comm *)comm, color, key, (sc_comm **)newcomm, "ncclCommSplit"));
 }
 
 /* Make the inits deferred by this thread's group. */
