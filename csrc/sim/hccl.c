@@ -4,11 +4,15 @@
  *
  * Types: reductions work on int8, int16, uint8, int32, uint32, int64, uint64, fp16,
  * bf16, fp32, fp64; PROD of int16 is HCCL_E_NOT_SUPPORT (as on 910B / 910_93; they also
- * refuse bf16 PROD, which the simulator reduces), and so are uint16 and the 8-bit float types. Data movement (broadcast, all-gather,
- * all-to-all, send / recv) takes every type but the reserved INT128. An unknown type or
+ * refuse bf16 PROD, which the simulator reduces), and so are uint16 and the 8-bit float
+ * types. Data movement (broadcast, all-gather, all-to-all, send / recv) takes every type
+ * but the reserved INT128. An unknown type or
  * op is HCCL_E_NOT_SUPPORT; an op of count 0 returns HCCL_SUCCESS before any check.
- * HCCL has no average op. Failures of enqueued work are reported by
- * HcclGetCommAsyncError and by every later call on the communicator.
+ * HCCL has no average op. Every op needs a stream (NULL is HCCL_E_PTR, as CANN's
+ * HcomCheckOpParam answers). The v-variants and HcclBatchSendRecv are built of the engine's
+ * point-to-point ops and one rooted collective per rank, submitted together. Failures of
+ * enqueued work are reported by HcclGetCommAsyncError and by every later call on the
+ * communicator.
  */
 #include <pthread.h>
 #include <stdint.h>

@@ -4,9 +4,11 @@
  *
  * Types: reductions work on int8, uint8, int32, uint32, int64, uint64, float16,
  * bfloat16, float32, float64 with every op (integer avg: the sum divided by the rank
- * count); reductions of the fp8 types return ncclInvalidArgument (RCCL reduces them). Data movement takes every type. Failures of
- * enqueued work are reported by ncclCommGetAsyncError (and ncclGetLastError) and by
- * every later call on the communicator.
+ * count); reductions of the fp8 types return ncclInvalidArgument (RCCL reduces them).
+ * Data movement takes every type. Failures of enqueued work are reported by
+ * ncclCommGetAsyncError (and ncclGetLastError) and by every later call on the
+ * communicator. Differences kept on purpose (nonblocking configs made at once,
+ * ncclCommSplit not deferred by groups, ...) are listed in docs/simulator.md.
  */
 #include <stddef.h>
 #include <stdint.h>
