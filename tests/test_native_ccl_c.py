@@ -121,12 +121,13 @@ SINGLE_PROCESS = [("nccl_guide.c", "libhygon_sim", ["1"], ["guide 1 ok"]),
                   ("nccl_guide.c", "libhygon_sim", ["2", "3"], ["guide 2 ok"] * 3),
                   ("nccl_guide.c", "libhygon_sim", ["3", "2", "2"], ["guide 3 ok"] * 2),
                   ("nccl_guide.c", "libhygon_sim", ["3t", "2", "2"], ["guide 3t ok"] * 2),
-                  ("hccl_init_all.c", "libascend_sim", [], ["hccl init all ok"])]
+                  ("hccl_init_all.c", "libascend_sim", [], ["hccl init all ok"]),
+                  ("nccl_split.c", "libhygon_sim", ["g"], ["nccl split group ok"])]
 
 
 @pytest.mark.parametrize("source,libname,args,expected", SINGLE_PROCESS,
                          ids=["guide1-init-all", "guide2-process-per-device", "guide3-group-init",
-                              "guide3-thread-per-device", "hccl-init-all"])
+                              "guide3-thread-per-device", "hccl-init-all", "nccl-split-in-group"])
 def test_several_devices_per_process(tmp_path, source, libname, args, expected):
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:

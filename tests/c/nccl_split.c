@@ -2,8 +2,9 @@
  * ncclCommInitRankConfig (a config from NCCL_CONFIG_INITIALIZER) and ncclCommSplit, as
  * frameworks that build sub-groups call them: one process per rank (fork), built against
  * anychip's rccl/rccl.h and hip/hip_runtime_api.h with -Werror=implicit-function-declaration
- * by tests/test_native_ccl_c.py. Usage: nccl_split NRANKS (2..8). Prints
- * "nccl split ok rank R" per rank and exits 0 when every result is exact.
+ * by tests/test_native_ccl_c.py. Usage: nccl_split NRANKS (2..8): prints
+ * "nccl split ok rank R" per rank; nccl_split g: one thread splits the communicators of
+ * two devices in one group, prints "nccl split group ok". Exits 0 when every result is exact.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -107,8 +108,54 @@ static int run(int nranks, ncclUniqueId id)
     return failures ? 1 : 0;
 }
 
+/* One thread, two devices (ncclCommInitAll), both communicators split inside one group:
+ * the splits run at the group's end, together. */
+static int split_in_group(void)
+{
+    ncclComm_t comms[2] = {NULL, NULL}, subs[2] = {NULL, NULL};
+    int devs[2] = {0, 1};
+    NCCL(ncclCommInitAll(comms, 2, devs));
+    NCCL(ncclGroupStart());
+    for (int i = 0; i < 2; i++)
+        NCCL(ncclCommSplit(comms[i], 0, -i, &subs[i], NULL));   /* key -i: the ranks swap */
+    CHECK(subs[0] == NULL && subs[1] == NULL, "a deferred split wrote its handle before the group's end");
+    NCCL(ncclGroupEnd());
+    int *d[2];
+    hipStream_t s[2];
+    for (int i = 0; i < 2; i++) {
+        int n = -1, me = -1, v = 10 * (i + 1);
+        NCCL(ncclCommCount(subs[i], &n));
+        NCCL(ncclCommUserRank(subs[i], &me));
+        CHECK(n == 2 && me == 1 - i, "device %d: %d ranks, rank %d", i, n, me);
+        CHECK(hipSetDevice(i) == hipSuccess, "set device");
+        CHECK(hipStreamCreate(&s[i]) == hipSuccess, "stream");
+        CHECK(hipMalloc((void **)&d[i], sizeof(int)) == hipSuccess, "malloc");
+        CHECK(hipMemcpy(d[i], &v, sizeof v, hipMemcpyHostToDevice) == hipSuccess, "copy");
+    }
+    NCCL(ncclGroupStart());
+    for (int i = 0; i < 2; i++)
+        NCCL(ncclAllReduce(d[i], d[i], 1, ncclInt32, ncclSum, subs[i], s[i]));
+    NCCL(ncclGroupEnd());
+    for (int i = 0; i < 2; i++) {
+        int v = 0;
+        CHECK(hipSetDevice(i) == hipSuccess, "set device");
+        CHECK(hipStreamSynchronize(s[i]) == hipSuccess, "sync");
+        CHECK(hipMemcpy(&v, d[i], sizeof v, hipMemcpyDeviceToHost) == hipSuccess, "copy back");
+        CHECK(v == 30, "device %d: all-reduce gave %d, want 30", i, v);
+        hipFree(d[i]);
+        CHECK(hipStreamDestroy(s[i]) == hipSuccess, "destroy stream");
+        NCCL(ncclCommDestroy(subs[i]));
+        NCCL(ncclCommDestroy(comms[i]));
+    }
+    if (!failures)
+        printf("nccl split group ok\n");
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && argv[1][0] == 'g')
+        return split_in_group();
     int nranks = argc > 1 ? atoi(argv[1]) : 2;
     if (nranks < 2 || nranks > 8)
         return 1;
