@@ -16,7 +16,8 @@
  *   - memcpy: count 0 succeeds at once; count > destMax is ACL_ERROR_RT_PARAM_INVALID; a
  *     kind that disagrees with the pointers is corrected when both are runtime memory
  *     (device or aclrtMallocHost), and is an error only where pageable host memory takes
- *     part (MemcpyKindAutoCorrect's table);
+ *     part (MemcpyKindAutoCorrect's table); aclrtMemcpy / aclrtMemset wait for no stream
+ *     (a driver copy, ApiImpl::MemCopySync), the default stream included;
  *   - callbacks run on the thread subscribed to the stream (aclrtSubscribeReport) when
  *     it calls aclrtProcessReport;
  *   - aclprof* sessions record nothing but the step timestamps asked for.
@@ -41,6 +42,9 @@ static void fe_init(void)
 {
     sim_core_init(getenv("ASCEND_RT_VISIBLE_DEVICES"), SIM_VIS_ACL);
     sim_set_require_current(1);
+    /* aclrtMemcpy / aclrtMemset go straight to the driver (ApiImpl::MemCopySync ->
+     * NpuDriver::MemCopySync): they wait for no stream, the default one included */
+    sim_set_sync_waits_default(0);
 }
 
 /* The calling thread's last error (aclrtGetLastError / aclrtPeekAtLastError). */

@@ -1,7 +1,8 @@
 /*
  * ACL runtime calls torch_npu and kernel launchers make: aclrtLaunchHostFunc (a host
- * function in stream order that blocks the stream's later work), aclrtGetDeviceInfo and
- * aclrtGetLastError / aclrtPeekAtLastError. Built against anychip's acl/acl.h by
+ * function in stream order that blocks the stream's later work), aclrtGetDeviceInfo,
+ * aclrtGetLastError / aclrtPeekAtLastError, and aclrtMemcpy waiting for no stream. Built
+ * against anychip's acl/acl.h by
  * tests/test_sim_c_abi.py; prints "acl runtime calls ok".
  */
 #define _POSIX_C_SOURCE 200809L
@@ -10,6 +11,7 @@
 #include <time.h>
 
 #include "acl/acl.h"
+#include "anychip/sim.h"
 
 static int failures;
 #define CHECK(cond, ...)                                 \
@@ -57,6 +59,21 @@ int main(void)
     CHECK(aclrtMemcpy(out, sizeof(int), dev, sizeof(int), ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS, "copy back");
     CHECK(out[0] == 11, "the copy after the host function read %d, not the 11 it wrote", out[0]);
     CHECK(a.calls == 1 && b.calls == 1 && pinned[1] == 22, "host functions ran %d and %d times", a.calls, b.calls);
+
+    /* aclrtMemcpy waits for no stream (CANN: a driver copy), the default stream included:
+     * with the default stream held, a copy queued on it has not run when aclrtMemcpy reads */
+    int fresh = 77, seen = -1;
+    pinned[0] = 5;
+    CHECK(aclrtMemcpy(dev, sizeof(int), &pinned[0], sizeof(int), ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS, "put");
+    CHECK(anychip_sim_stream_hold(NULL) == 0, "hold the default stream");
+    CHECK(aclrtMemcpyAsync(dev, sizeof(int), &fresh, sizeof(int), ACL_MEMCPY_HOST_TO_DEVICE, NULL) == ACL_SUCCESS,
+          "queue a copy on the default stream");
+    CHECK(aclrtMemcpy(&seen, sizeof(int), dev, sizeof(int), ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS, "read");
+    CHECK(seen == 5, "aclrtMemcpy read %d: it waited for the default stream", seen);
+    CHECK(anychip_sim_stream_release(NULL) == 0, "release");
+    CHECK(aclrtSynchronizeStream(NULL) == ACL_SUCCESS, "sync the default stream");
+    CHECK(aclrtMemcpy(&seen, sizeof(int), dev, sizeof(int), ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS, "read");
+    CHECK(seen == 77, "after the synchronize the copy read %d", seen);
 
     /* the last error: kept per thread, Get clears it, Peek does not */
     CHECK(aclrtGetLastError(ACL_RT_THREAD_LEVEL) == ACL_SUCCESS, "no error yet");
