@@ -4,6 +4,7 @@ MPI job across "hosts" (the hierarchical transport's purpose: shared memory with
 the network across).
 
     sudo python benchmarks/twohost.py [--ppn 2] [--rate 10gbit] [--delay 0.1ms] -- prog.py args...
+    sudo python benchmarks/twohost.py --bench [--ppn 2] [--rate 10gbit] [--ops all_reduce,...] [--sizes 1M,16M]
 
 Root only. Each host is a network namespace (``anyc<pid>a`` / ``anyc<pid>b``) with its own
 UTS namespace per process started in it, so ``hostname`` says ``hosta`` / ``hostb``, and
@@ -23,6 +24,7 @@ namespaces can be made here.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -181,16 +183,65 @@ def mpiexec_path() -> str | None:
     return shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
 
 
+#: bytes the hierarchical transport sends across the link each way per op of S bytes (nccl-tests
+#: sizes; H = 2 hosts): all_reduce: every local index all-reduces its block of S/L with the other
+#: host, S in all; all_gather / reduce_scatter: each host's half of the blocks, S/2
+LINK_MODEL = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5}
+
+
+def bench(bed: TwoHosts, exe: str, ppn: int, ops: list[str], sizes: list[int], rounds: int) -> int:
+    """The hierarchical transport (anychip on cpu, ANYCHIP_HOST_TRANSPORT=auto) against flat
+    MPICH across the link, one job per contender and op, each job's link bytes counted."""
+    import bench_collectives as bc
+    results: dict = {"hier": {}, "mpich": {}}
+    link: dict = {}
+    env = {**bc._clean_env(ANYCHIP_HOST_TRANSPORT="auto", ANYCHIP_LAUNCH_DEVICE="cpu")}
+    for _ in range(rounds):
+        for kind, worker in (("hier", "anychip"), ("mpich", "mpich")):
+            for op in ops:
+                before = bed.link_bytes()
+                res = bed.run(exe, ppn, [sys.executable, *bc._worker_args(worker, [op], sizes)], env=env)
+                after = bed.link_bytes()
+                got = [ln.split("BENCH ", 1)[1] for ln in res.stdout.splitlines() if "BENCH " in ln]
+                if res.returncode or not got:
+                    print(f"twohost: {kind} {op} failed (exit {res.returncode}): {res.stderr.strip()[-400:]}",
+                          file=sys.stderr)
+                    return 1
+                out = json.loads(got[0])
+                results[kind]["transport"] = out.pop("transport")
+                results[kind] = bc.best_of(results[kind], {**results[kind], **out})
+                link[(kind, op)] = max(a - b for a, b in zip(after, before, strict=True))
+    n = 2 * ppn
+    print(f"# 2 hosts x {ppn} ranks over the veth link; hier = {results['hier']['transport']}, "
+          f"mpich = {results['mpich']['transport']}")
+    bc.print_tables(results, ops, sizes, ["hier", "mpich"], n, f"2 hosts x {ppn}")
+    print("\nbytes over the link, the busier direction, per job (every size, warm-up and timed ops) and "
+          "per op against the hierarchical model")
+    for op in ops:
+        ops_run = sum(bc.iterations(s) + min(bc.iterations(s), 10) for s in sizes)
+        model = sum((bc.iterations(s) + min(bc.iterations(s), 10)) * s * LINK_MODEL.get(op, 1.0) for s in sizes)
+        for kind in ("hier", "mpich"):
+            got = link[(kind, op)]
+            print(f"  {op:15} {kind:6} {got:14d} bytes in {ops_run} ops ({got / model:.2f}x the hierarchical model's "
+                  f"{model:.0f})")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ppn", type=int, default=2, help="ranks per host (default 2)")
+    ap.add_argument("--bench", action="store_true",
+                    help="instead of a program: the hierarchical transport against flat MPICH across the link")
+    ap.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter", help="with --bench")
+    ap.add_argument("--sizes", default="1M,16M", help="with --bench: message sizes (nccl-tests sizes)")
+    ap.add_argument("--rounds", type=int, default=1, help="with --bench: rounds (the best time is kept)")
     ap.add_argument("--rate", default=None, help="link rate, as tc writes it (e.g. 1gbit, 10gbit)")
     ap.add_argument("--delay", default=None, help="one-way link delay (e.g. 0.1ms, 1ms)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("argv", nargs=argparse.REMAINDER, help="-- prog.py args...")
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-    if not argv:
+    if not argv and not args.bench:
         ap.error("no program given (-- prog.py args...)")
     if args.ppn < 1:
         ap.error(f"--ppn {args.ppn}: at least one rank per host")
@@ -207,6 +258,10 @@ def main() -> int:
     signal.signal(signal.SIGHUP, _terminate)
     try:
         with TwoHosts(args.rate, args.delay) as bed:
+            if args.bench:
+                from bench_collectives import parse_size
+                sizes = [parse_size(x) for x in args.sizes.split(",") if x]
+                return bench(bed, exe, args.ppn, [o for o in args.ops.split(",") if o], sizes, args.rounds)
             before = bed.link_bytes()
             res = bed.run(exe, args.ppn, [sys.executable, *argv], timeout=args.timeout)
             after = bed.link_bytes()
