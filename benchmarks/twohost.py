@@ -17,9 +17,12 @@ hosta,hostb -n 2*ppn -ppn ppn python prog.py``; afterwards the bytes that crosse
 each way are printed (from the veth counters).
 
 Everything is removed when the command ends, fails or is interrupted (Ctrl-C, SIGTERM): the
-job's process group is killed, then the namespaces (and with them the veth pair) and their
-``/etc/netns`` entries. ``python -c 'import twohost; print(twohost.available())'`` says whether
-namespaces can be made here.
+job's process group and every process left in the namespaces are killed, then the namespaces
+(and with them the veth pair) and their ``/etc/netns`` entries. ``python -c 'import twohost;
+print(twohost.available())'`` says whether namespaces can be made here.
+
+``--link-down-after S`` takes the link down S seconds into the job (``ip link set ... down``,
+a fault across hosts) and reports how long the job took to end after it.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +87,7 @@ class TwoHosts:
         self.rate, self.delay = rate, delay
         self._tmp: str | None = None
         self.launcher = ""
+        self.link_down_s: float | None = None     # after run(link_down_after=...): the job's time after it
 
     def __enter__(self) -> TwoHosts:
         try:
@@ -131,9 +136,22 @@ class TwoHosts:
                 why += " (this kernel has no netem, so --delay cannot be set; --rate alone uses tbf)"
             raise RuntimeError(f"twohost: shaping the link with tc qdisc {' '.join(qdisc)} failed: {why}")
 
+    def kill_all(self) -> None:
+        """SIGKILL every process still in the namespaces. MPICH's proxies and ranks each run in a
+        session of their own, so killing the job's process group does not reach them, and a
+        host cut off by a fault never hears mpiexec end."""
+        for ns in self.ns:
+            pids = _ip("netns", "pids", ns, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+
     def close(self) -> None:
-        """Remove the namespaces (the veth pair goes with them), their /etc/netns entries and
-        the launcher; safe to call twice."""
+        """Kill what still runs in the namespaces, then remove them (the veth pair goes with
+        them), their /etc/netns entries and the launcher; safe to call twice."""
+        self.kill_all()
         for ns in self.ns:
             _ip("netns", "del", ns, check=False)
             shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
@@ -157,13 +175,21 @@ class TwoHosts:
                 f'hostname {HOSTS[0]}; exec "$@"', "sh", *inner]
 
     def run(self, mpiexec: str, ppn: int, argv: list[str], timeout: float = 600,
-            env: dict | None = None) -> subprocess.CompletedProcess:
+            env: dict | None = None, link_down_after: float | None = None) -> subprocess.CompletedProcess:
         """Run the job to its end (its own process group, killed if it outlives ``timeout`` or
-        this call is interrupted)."""
+        this call is interrupted); with ``link_down_after``, take the link down that many
+        seconds in (``link_down_s`` then says how long the job ran after it)."""
         env = {**(os.environ if env is None else env), **NETWORK_ENV}
         p = subprocess.Popen(self.mpiexec_command(mpiexec, ppn, argv), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+        down_at = None
         try:
+            if link_down_after is not None:
+                try:
+                    p.wait(timeout=link_down_after)
+                except subprocess.TimeoutExpired:
+                    _ip("-n", self.ns[0], "link", "set", self.dev[0], "down")
+                    down_at = time.monotonic()
             out, err = p.communicate(timeout=timeout)
         except BaseException:
             try:
@@ -172,6 +198,7 @@ class TwoHosts:
                 pass
             p.communicate()
             raise
+        self.link_down_s = None if down_at is None else time.monotonic() - down_at
         return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
@@ -238,6 +265,8 @@ def main() -> int:
     ap.add_argument("--rate", default=None, help="link rate, as tc writes it (e.g. 1gbit, 10gbit)")
     ap.add_argument("--delay", default=None, help="one-way link delay (e.g. 0.1ms, 1ms)")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--link-down-after", type=float, default=None, metavar="S",
+                    help="take the link down S seconds into the job (a fault across hosts)")
     ap.add_argument("argv", nargs=argparse.REMAINDER, help="-- prog.py args...")
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -263,7 +292,8 @@ def main() -> int:
                 sizes = [parse_size(x) for x in args.sizes.split(",") if x]
                 return bench(bed, exe, args.ppn, [o for o in args.ops.split(",") if o], sizes, args.rounds)
             before = bed.link_bytes()
-            res = bed.run(exe, args.ppn, [sys.executable, *argv], timeout=args.timeout)
+            res = bed.run(exe, args.ppn, [sys.executable, *argv], timeout=args.timeout,
+                          link_down_after=args.link_down_after)
             after = bed.link_bytes()
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
@@ -273,6 +303,9 @@ def main() -> int:
         return 130
     sys.stdout.write(res.stdout)
     sys.stderr.write(res.stderr)
+    if bed.link_down_s is not None:
+        print(f"twohost: the job ended {bed.link_down_s:.1f} s after the link went down "
+              f"(exit {res.returncode}); the host cut off could not report")
     print(f"twohost: hosta -> hostb {after[0] - before[0]} bytes, hostb -> hosta {after[1] - before[1]} bytes "
           f"over the link (rate {args.rate or 'unshaped'}, delay {args.delay or 'none'})")
     return res.returncode
