@@ -42,8 +42,9 @@ SAMPLES_PER_OP = int(os.environ.get("ANYCHIP_TORCH_OPINFO_SAMPLES", "3"))
 @pytest.fixture(scope="module")
 def op_db():
     os.environ.pop("ANYCHIP_TORCH", None)
-    import anychip.torch  # noqa: F401
     from torch.testing._internal.common_methods_invocations import op_db
+
+    import anychip.torch  # noqa: F401
     return op_db
 
 
