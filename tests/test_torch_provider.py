@@ -152,6 +152,7 @@ def test_record_stream_keeps_the_block_from_reuse_until_the_stream_is_done(at):
     assert y.data_ptr() != ptr or s.query()
 
 
+@pytest.mark.filterwarnings("error")
 def test_autograd_linear_sgd_matches_the_cpu_exactly(at):
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))

@@ -919,8 +919,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
     m.impl("record_stream", record_stream);
     // ops with a CompositeExplicitAutograd decomposition that backends without a kernel get:
     // the CPU kernel instead, through the fallback, so that the values are the CPU's bit for bit
+    // (mse_loss and smooth_l1_loss: their generic kernel writes a reduced loss into an output the
+    // CPU kernel then resizes, which warns on every call)
     for (const char *name : {"addr", "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
-                             "native_group_norm_backward"})
+                             "native_group_norm_backward", "mse_loss", "smooth_l1_loss"})
         m.impl(name, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
     m.impl("convolution_overrideable", convolution_overrideable);
     m.impl("convolution_backward_overrideable", convolution_backward_overrideable);
