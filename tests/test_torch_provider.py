@@ -141,15 +141,58 @@ def test_streams_and_events_are_the_devices(at):
     at.synchronize()
 
 
-def test_record_stream_keeps_the_block_from_reuse_until_the_stream_is_done(at):
+def _held(at, stream):
+    """The simulator's hold on a stream: work queued on it waits until release."""
+    lib = at.anychip_device(0).plugin.lib
+    handle = at.anychip_stream(stream)._handle
+    assert lib.anychip_sim_stream_hold(handle) == 0
+    return lambda: lib.anychip_sim_stream_release(handle)
+
+
+def test_work_on_a_stream_is_asynchronous_and_events_see_it(at):
     d = torch.device("anychip:0")
     s = torch.Stream(device=d)
-    x = torch.ones(1 << 16, device=d)
+    x = torch.arange(1 << 14, dtype=torch.float32, device=d)
+    y = torch.zeros(1 << 14, device=d)
+    ev = torch.Event(device=d)
+    s.wait_stream(torch.accelerator.current_stream(0))     # after x and y are written (y's fill is a memset)
+    release = _held(at, s)
+    try:
+        with s:
+            y.copy_(x)                    # device to device: enqueued, not done
+        ev.record(s)
+        assert not s.query() and not ev.query()
+    finally:
+        release()
+    ev.synchronize()
+    assert s.query() and ev.query()
+    assert y.cpu().equal(torch.arange(1 << 14, dtype=torch.float32))
+
+
+def test_record_stream_keeps_the_block_from_reuse_until_the_stream_is_done(at):
+    d = torch.device("anychip:0")
+    n = 3 << 16
+    at.synchronize()
+    at.empty_cache()                                      # no cached block but the ones made here
+    x = torch.ones(n, device=d)
     ptr = x.data_ptr()
-    x.record_stream(s)
     del x
-    y = torch.empty(1 << 16, device=d)        # the block waits for s's event; after sync it is reusable
-    assert y.data_ptr() != ptr or s.query()
+    assert torch.empty(n, device=d).data_ptr() == ptr     # freed on its stream: reused at once
+    s = torch.Stream(device=d)
+    x = torch.ones(n, device=d)
+    ptr = x.data_ptr()
+    release = _held(at, s)
+    try:
+        x.record_stream(s)
+        del x
+        y = torch.empty(n, device=d)                      # s has not reached the point: not reused
+        assert y.data_ptr() != ptr
+    finally:
+        release()
+    s.synchronize()
+    del y
+    at.synchronize()
+    assert torch.empty(n, device=d).data_ptr() == ptr     # s is done: the block is free again
 
 
 @pytest.mark.filterwarnings("error")
