@@ -22,7 +22,10 @@ from anychip.conformance.paddle_framework import run_paddle_launch
 from anychip.devices._headers import cdef_of
 from anychip.devices.paddle import HEADER, ffi
 
-paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed (pip install 'anychip[paddle]')")
+# importorskip("paddle.sysconfig"), not "paddle": the folder tests/paddle (C sources) would be
+# imported as a namespace package named paddle where the wheel is absent
+pytest.importorskip("paddle.sysconfig", reason="paddlepaddle is not installed (pip install 'anychip[paddle]')")
+import paddle  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 WORKERS = HERE / "paddle_provider"
