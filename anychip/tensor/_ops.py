@@ -139,9 +139,24 @@ def _binary_types_of(op: str, a: DType, b: DType | type) -> tuple[DType, DType]:
                   "float32" if b is dt.bfloat16 else bname)
     result = _numpy_dtype(name, f"{a.name} {_SYMBOL.get(op, op)} {b if isinstance(b, DType) else b.__name__}")
     if op in COMPARISONS:
-        compute = dt.result_type(a, b) if isinstance(b, DType) else dt.result_type(a, b(0))
-        return compute, result
+        return _compare_type(a, b), result
     return result, result
+
+
+def _compare_type(a: DType, b: DType | type) -> DType:
+    """The dtype both sides of a comparison are cast to: their promoted type, or, where NumPy
+    promotes to a type tensors do not have (int8 with uint8 gives int16), the narrowest
+    supported type that holds both exactly. A comparison's result is bool either way."""
+    if not isinstance(b, DType):
+        return dt.result_type(a, b(0))
+    promoted = np.result_type(dt._np_for_promotion(a), dt._np_for_promotion(b))
+    if promoted.name in dt.DTYPES:
+        return dt.result_type(a, b)
+    for wider in (dt.int32, dt.int64, dt.float64):
+        if np.can_cast(a.storage, wider.storage) and np.can_cast(b.storage, wider.storage):
+            return wider
+    raise UnsupportedError(f"comparing {a.name} with {b.name} needs {promoted.name}, which anychip tensors do not "
+                           "support; cast one operand first")
 
 
 # -- elementwise ---------------------------------------------------------------------
@@ -394,7 +409,12 @@ def matmul(a: Any, b: Any) -> Tensor:
         raise InvalidArgumentError(f"matmul: shapes {a.shape} and {b.shape} do not match: the last dimension of "
                                    f"the first ({ka}) must equal the {'second-to-last' if b.ndim >= 2 else 'only'} "
                                    f"dimension of the second ({kb})")
-    result = dt.result_type(a.dtype, b.dtype)
+    try:
+        result = dt.result_type(a.dtype, b.dtype)
+    except UnsupportedError:
+        raise UnsupportedError(f"matmul of {a.dtype.name} and {b.dtype.name} gives "
+                               f"{np.result_type(a.dtype.storage, b.dtype.storage).name} in NumPy, which anychip "
+                               "tensors do not support; cast one operand (e.g. to int32) first") from None
     if a.ndim <= 2 and b.ndim <= 2:
         k = where_kernels(dev, "matmul", result)
         if k is not None:
@@ -425,6 +445,9 @@ def _gemm(k: Any, a: Tensor, b: Tensor, result: DType) -> Tensor:
     shape = (m, n) if a.ndim == 2 and b.ndim == 2 else (n,) if a.ndim == 1 and b.ndim == 2 else \
         (m,) if b.ndim == 1 and a.ndim == 2 else ()
     out = _new(shape, result, dev)
-    if out.size:
+    if out.size and kk == 0:
+        # a product over an empty inner dimension is all zeros (NumPy); there is nothing for a GEMM to read
+        out.buffer.memset(0, stream=dev.current_stream())
+    elif out.size:
         k.gemm(dev.index, _out(out), _operand(a2), _operand(b2), m, kk, n, result.name, dev.current_stream())
     return out
