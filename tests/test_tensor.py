@@ -482,3 +482,25 @@ def test_arithmetic_without_a_result_dtype_is_refused(device: anychip.Device) ->
     with pytest.raises(anychip.UnsupportedError, match=r"matmul of int8 and uint8 gives int16 in NumPy, which "
                        r"anychip tensors do not support; cast one operand \(e.g. to int32\) first"):
         a @ b
+
+
+def test_the_spellings_in_the_tensor_docs_exist() -> None:
+    # every anychip.<name>[.<name>...] that docs/tensor.md writes is reachable from `import anychip`
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "tensor.md").read_text()
+    for module in re.findall(r"^import (anychip\.\w+)", text, re.M):      # what its snippets import
+        __import__(module)
+    names = sorted(set(re.findall(r"\banychip(?:\.[A-Za-z_]\w*)+", text)))
+    assert "anychip.maximum" in names and "anychip.matmul" in names
+    missing = []
+    for name in names:
+        obj: object = anychip
+        for part in name.split(".")[1:]:
+            if not hasattr(obj, part):
+                missing.append(name)
+                break
+            obj = getattr(obj, part)
+    assert missing == [], f"docs/tensor.md names what does not exist: {missing}"
+    from anychip.tensor import matmul, maximum
+    assert anychip.maximum is maximum and anychip.matmul is matmul
