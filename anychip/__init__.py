@@ -106,6 +106,7 @@ from .tensor import (  # noqa: E402  (isort: skip)
     as_tensor,
     cast,
     empty,
+    erf,
     exp,
     from_dlpack,
     full,
@@ -115,6 +116,8 @@ from .tensor import (  # noqa: E402  (isort: skip)
     minimum,
     ones,
     relu,
+    sqrt,
+    tanh,
     tensor,
     zeros,
 )
@@ -132,7 +135,7 @@ __all__ = [
     "PluginError", "SelectionError", "CollectiveError", "CollectiveTimeout",
     # tensors
     "Tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange", "from_dlpack", "DLPackError",
-    "matmul", "maximum", "minimum", "cast", "relu", "exp", "log",
+    "matmul", "maximum", "minimum", "cast", "relu", "exp", "log", "tanh", "sqrt", "erf",
     "DType", "bool_", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64",
     # plugin authors
     "get_include",

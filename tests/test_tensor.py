@@ -504,3 +504,20 @@ def test_the_spellings_in_the_tensor_docs_exist() -> None:
     assert missing == [], f"docs/tensor.md names what does not exist: {missing}"
     from anychip.tensor import matmul, maximum
     assert anychip.maximum is maximum and anychip.matmul is matmul
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_tanh_sqrt_erf_and_pow(device: anychip.Device, dtype: str) -> None:
+    import math
+    x = _data(dtype, (3, 4), 9, positive=True)
+    t = anychip.tensor(x, device=device)
+    _close(t.tanh().numpy(), np.tanh(x))
+    _close(anychip.sqrt(t).numpy(), np.sqrt(x))
+    want = np.array([math.erf(v) for v in x.astype(np.float64).ravel()]).reshape(x.shape).astype(np.tanh(x).dtype)
+    _close(t.erf().numpy(), want)
+    _close((t ** 2).numpy(), x ** 2)
+    _close((2 ** t).numpy(), 2 ** x)
+    _close((t ** t).numpy(), x ** x)
+    if dtype == "int32":
+        with pytest.raises(anychip.InvalidArgumentError, match=r"\*\*: Integers to negative integer powers"):
+            t ** -t

@@ -25,16 +25,26 @@ from ._dtype import DType
 from ._tensor import Tensor, _axis, _host_values, _new, empty, tensor
 
 # (binary, unary, reduce, copy, fill and where_kernels serve Tensor's methods and operators)
-__all__ = ["matmul", "cast", "relu", "exp", "log", "maximum", "minimum"]
+__all__ = ["matmul", "cast", "relu", "exp", "log", "tanh", "sqrt", "erf", "maximum", "minimum"]
 
 BINARY: dict[str, Any] = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
           "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-          "ge": np.greater_equal, "maximum": np.maximum, "minimum": np.minimum}
+          "ge": np.greater_equal, "maximum": np.maximum, "minimum": np.minimum, "pow": np.power}
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
-           "gt": ">", "ge": ">="}
+           "gt": ">", "ge": ">=", "pow": "**"}
+_erf64 = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """The error function elementwise (the C library's erf, in double precision), in NumPy's
+    result type of a float function of ``x`` (integers give float64)."""
+    out_type = np.sin(np.ones(1, x.dtype)).dtype
+    return np.asarray(_erf64(x.astype(np.float64)), dtype=np.float64).astype(out_type)
+
+
 UNARY: dict[str, Any] = {"relu": lambda x: np.maximum(x, x.dtype.type(0)), "exp": np.exp, "log": np.log,
-                         "neg": np.negative}
+                         "neg": np.negative, "tanh": np.tanh, "sqrt": np.sqrt, "erf": _erf}
 
 
 # -- kernels ------------------------------------------------------------------------
@@ -163,7 +173,7 @@ def _compare_type(a: DType, b: DType | type) -> DType:
 
 def binary(op: str, a: Any, b: Any) -> Tensor:
     """``a <op> b`` elementwise with NumPy's broadcasting and type promotion; op is one of
-    add, sub, mul, div (true division), eq, ne, lt, le, gt, ge, maximum, minimum."""
+    add, sub, mul, div (true division), eq, ne, lt, le, gt, ge, maximum, minimum, pow."""
     first = a if isinstance(a, Tensor) else b
     dev = first.device
     a = _as_operand(a, dev, op)
@@ -198,6 +208,8 @@ def binary(op: str, a: Any, b: Any) -> Tensor:
             values = BINARY[op](_host_operand(a), _host_operand(b))
     except TypeError as exc:
         raise UnsupportedError(f"{sym} is not defined for these types ({exc})") from None
+    except ValueError as exc:          # NumPy: integers to negative integer powers
+        raise InvalidArgumentError(f"{sym}: {exc}") from None
     return _result(values, result, dev)
 
 
@@ -254,7 +266,8 @@ def minimum(a: Any, b: Any) -> Tensor:
 
 
 def unary(op: str, x: Tensor) -> Tensor:
-    """relu, exp, log or neg of every element (exp / log of integers give floats, as in NumPy)."""
+    """relu, exp, log, neg, tanh, sqrt or erf of every element (the float functions of integers
+    give floats, as in NumPy)."""
     if not isinstance(x, Tensor):
         raise InvalidArgumentError(f"{op} needs a Tensor, got {type(x).__name__}")
     if x.dtype is dt.bfloat16:
@@ -289,6 +302,19 @@ def exp(x: Tensor) -> Tensor:
 
 def log(x: Tensor) -> Tensor:
     return unary("log", x)
+
+
+def tanh(x: Tensor) -> Tensor:
+    return unary("tanh", x)
+
+
+def sqrt(x: Tensor) -> Tensor:
+    return unary("sqrt", x)
+
+
+def erf(x: Tensor) -> Tensor:
+    """The error function (as ``math.erf`` / ``scipy.special.erf``)."""
+    return unary("erf", x)
 
 
 def cast(x: Tensor, dtype: Any) -> Tensor:
