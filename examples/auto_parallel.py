@@ -52,7 +52,7 @@ def train(mesh: dist.ProcessMesh, sizes: tuple[int, int, int, int], steps: int, 
     teacher = rng.standard_normal((d_in, d_out)).astype(np.float32) / np.sqrt(d_in)
     target = np.tanh(x @ teacher).astype(np.float32)
     model = dist.shard_layer(MLP(d_in, hidden, d_out), mesh, shard_fn)
-    opt = dist.AdamW(model.parameters(), learning_rate=lr, weight_decay=0.01)
+    opt = dist.AdamW(learning_rate=lr, parameters=model.parameters(), weight_decay=0.01)
     X = dist.shard_tensor(x, mesh, [Shard(0), Replicate()])
     T = dist.shard_tensor(target, mesh, [Shard(0), Replicate()])
     losses, times = [], []

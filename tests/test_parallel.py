@@ -130,12 +130,13 @@ def test_single_rank_ops_autograd_and_adamw(mesh1: ProcessMesh) -> None:
     h = x @ w
     np.testing.assert_allclose(L.item(), np.maximum(h, 0).mean(), rtol=1e-6)
     np.testing.assert_allclose(W.grad.numpy(), x.T @ ((h > 0) / h.size), rtol=1e-5)
-    assert W.grad.placements == W.placements
+    # the batch is sharded on "x": the gradient stays Partial there until the optimizer reduces it
+    assert W.grad.placements == (Partial(), Shard(0))
     with pytest.raises(anychip.InvalidArgumentError, match=r"backward: \[4, 2\]-shaped tensor; call it on a scalar"):
         Y.backward()
     # AdamW: decoupled decay, bias-corrected moments
     g = W.grad.numpy()
-    opt = dist.AdamW([W], learning_rate=0.1, weight_decay=0.5)
+    opt = dist.AdamW(0.1, parameters=[W], weight_decay=0.5)
     opt.step()
     want = w * (1 - 0.1 * 0.5) - 0.1 * g / (np.abs(g) + 1e-8)
     np.testing.assert_allclose(W.numpy(), want, rtol=1e-5, atol=1e-7)
@@ -156,8 +157,8 @@ def test_linear_needs_shard_layer(mesh1: ProcessMesh) -> None:
 
 # -- across processes ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n,backend,cases", [(2, "cpu", 355), (4, "cpu", 2100), (2, "kunlun", 355),
-                                             (4, "ascend", 2100)])
+@pytest.mark.parametrize("n,backend,cases", [(2, "cpu", 363), (4, "cpu", 2115), (2, "kunlun", 363),
+                                             (4, "ascend", 2115)])
 def test_every_reshard_matmul_and_gradient_across_ranks(n: int, backend: str, cases: int) -> None:
     # 1-D mesh of n ranks (shapes (8,4), (5,7), (3,2), (3,5,2): even, uneven, empty chunks, 3-D),
     # and with 4 ranks a 2x2 mesh ((4,6), (5,3)); every source x destination placement, every

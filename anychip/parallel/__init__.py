@@ -9,11 +9,56 @@ Names follow Paddle's auto-parallel API (``paddle.distributed``). See docs/paral
 """
 from __future__ import annotations
 
-from .dtensor import DistTensor, dtensor_from_local, matmul, mean, no_grad, relu, reshard, shard_tensor, transpose
+from . import _ops, dtensor
+from ._ops import (
+    cross_entropy,
+    embedding,
+    exp,
+    gelu,
+    layer_norm,
+    matmul,
+    mean,
+    relu,
+    reshape,
+    softmax,
+    sum,
+    tanh,
+    transpose,
+)
+from .dtensor import (
+    DistTensor,
+    dtensor_from_local,
+    dtensor_to_local,
+    no_grad,
+    reshard,
+    shard_tensor,
+    unshard_dtensor,
+)
 from .mesh import ProcessMesh, world
-from .nn import AdamW, Layer, Linear, Parameter, shard_layer
-from .placement import Partial, Placement, Replicate, Shard
+from .nn import (
+    AdamW,
+    Constant,
+    Embedding,
+    Layer,
+    LayerNorm,
+    Linear,
+    Normal,
+    Parameter,
+    ShardingStage1,
+    ShardingStage2,
+    ShardingStage3,
+    Uniform,
+    XavierUniform,
+    shard_layer,
+    shard_optimizer,
+)
+from .placement import Partial, Placement, ReduceType, Replicate, Shard
 
-__all__ = ["ProcessMesh", "world", "Placement", "Shard", "Replicate", "Partial", "DistTensor",
-           "shard_tensor", "reshard", "dtensor_from_local", "matmul", "transpose", "relu", "mean", "no_grad",
-           "Layer", "Linear", "Parameter", "shard_layer", "AdamW"]
+dtensor.install(_ops)     # DistTensor's operator methods (see dtensor.py)
+
+__all__ = ["ProcessMesh", "world", "Placement", "Shard", "Replicate", "Partial", "ReduceType", "DistTensor",
+           "shard_tensor", "reshard", "dtensor_from_local", "dtensor_to_local", "unshard_dtensor", "no_grad",
+           "matmul", "transpose", "reshape", "relu", "exp", "tanh", "gelu", "softmax", "layer_norm", "sum", "mean",
+           "embedding", "cross_entropy",
+           "Layer", "Linear", "LayerNorm", "Embedding", "Parameter", "Constant", "Normal", "Uniform", "XavierUniform",
+           "shard_layer", "AdamW", "shard_optimizer", "ShardingStage1", "ShardingStage2", "ShardingStage3"]
