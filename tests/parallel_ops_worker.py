@@ -12,10 +12,10 @@ import math
 import sys
 
 import numpy as np
+from parallel_worker import make
 
 from anychip import parallel as dist
 from anychip.parallel import Partial, ProcessMesh, Replicate, Shard, _reshard
-from parallel_worker import make
 
 cases = 0
 R = Replicate()
@@ -47,9 +47,20 @@ def placements(mesh: ProcessMesh, ndim: int, partial: bool = True) -> list[list]
 
 def counted(fn):
     """(fn's result, the collectives reshard issued while it ran)."""
-    before = dict(_reshard.counts)
-    out = fn()
-    return out, {k: n - before.get(k, 0) for k, n in _reshard.counts.items() if n != before.get(k, 0)}
+    with Spent() as spent:
+        out = fn()
+    return out, spent
+
+
+class Spent(dict):
+    """The collectives reshard issued inside the ``with`` block, by kind."""
+
+    def __enter__(self) -> Spent:
+        self.before = dict(_reshard.counts)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.update({k: n - self.before.get(k, 0) for k, n in _reshard.counts.items() if n != self.before.get(k, 0)})
 
 
 # -- ops: forward and gradient for every placement of the input -----------------------------------
@@ -334,19 +345,22 @@ def zero(mesh: ProcessMesh) -> None:
         X, T = dist.shard_tensor(x, mesh, dp), dist.shard_tensor(t, mesh, dp)
         losses = []
         for _ in range(2):
-            d, forward = counted(lambda: model(X) - T)
+            with Spent() as forward:
+                d = model(X) - T
             loss = (d * d).mean()
-            _, spent = counted(lambda: (loss.backward(), opt.step()))
+            with Spent() as spent:
+                loss.backward()
+                opt.step()
             opt.clear_grad()
             losses.append(loss.item())
-        spent = {"forward": forward, "backward and step": spent}
+        collectives = {"forward": dict(forward), "backward and step": dict(spent)}
         state = sum(m.nbytes + v.nbytes for m, v in opt._state.values())
         params = sum(p.local_tensor().nbytes for p in opt.params)
         del d, loss
         gc.collect()
         stats = dev.memory_stats()
         held = stats["allocated_bytes.all.current"] - base, stats["allocated_bytes.all.peak"] - base
-        results[stage] = (losses, spent, state, params, held)
+        results[stage] = (losses, collectives, state, params, held)
         del model, opt, X, T
     n = mesh.shape[0]
     full_state = 2 * 4 * (64 * 64 + 64)

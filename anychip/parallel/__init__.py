@@ -36,7 +36,6 @@ from .dtensor import (
 )
 from .mesh import ProcessMesh, world
 from .nn import (
-    AdamW,
     Constant,
     Embedding,
     Layer,
@@ -44,14 +43,11 @@ from .nn import (
     Linear,
     Normal,
     Parameter,
-    ShardingStage1,
-    ShardingStage2,
-    ShardingStage3,
     Uniform,
     XavierUniform,
     shard_layer,
-    shard_optimizer,
 )
+from .optimizer import AdamW, ShardingStage1, ShardingStage2, ShardingStage3, shard_optimizer
 from .placement import Partial, Placement, ReduceType, Replicate, Shard
 
 dtensor.install(_ops)     # DistTensor's operator methods (see dtensor.py)
