@@ -22,6 +22,7 @@ from anychip.parallel._sharding import chunk, local_box
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "parallel_worker.py")
+OPS_WORKER = os.path.join(HERE, "parallel_ops_worker.py")
 EXAMPLE = os.path.join(ROOT, "examples", "auto_parallel.py")
 
 
@@ -72,7 +73,7 @@ def test_one_collective_per_transition() -> None:
 
 def test_placement_errors() -> None:
     with pytest.raises(anychip.InvalidArgumentError, match=r"Partial: reduce op 'mul' is not supported; "
-                       r"use one of sum, avg, max, min"):
+                       r"use one of sum, avg, max, min, prod, any, all \(or a ReduceType\)"):
         Partial("mul")
     with pytest.raises(anychip.InvalidArgumentError, match=r"Shard: dim must be an int, got 'a'"):
         Shard("a")
@@ -155,6 +156,109 @@ def test_linear_needs_shard_layer(mesh1: ProcessMesh) -> None:
         layer(dist.shard_tensor(np.ones((1, 4), np.float32), mesh1, []))
 
 
+def test_paddle_placement_spellings() -> None:
+    from anychip.parallel import ReduceType
+    assert Partial(reduce_type=ReduceType.kRedMax) == Partial("max") == Partial(op="max")
+    assert Partial(ReduceType.kRedAny).reduce_type is ReduceType.kRedAny and Partial().reduce_type is ReduceType.kRedSum
+    assert [t.value for t in ReduceType] == ["sum", "avg", "max", "min", "prod", "any", "all"]
+    assert Shard(1).get_dim() == 1 and Shard(1).is_shard() and Shard(1).is_shard(1) and not Shard(1).is_shard(0)
+    assert Replicate().is_replicated() and Partial().is_partial()
+
+
+def test_paddle_tensor_and_layer_spellings(mesh1: ProcessMesh) -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    X = dist.shard_tensor(x, mesh1, [Shard(0)], stop_gradient=False)
+    assert X.process_mesh is mesh1 and X.placements == (Shard(0), Replicate()) and X.requires_grad
+    assert not X.stop_gradient and dist.shard_tensor(x, mesh1, []).stop_gradient
+    with pytest.raises(anychip.InvalidArgumentError, match=r"stop_gradient=True contradicts requires_grad=True"):
+        dist.shard_tensor(x, mesh1, [], stop_gradient=True, requires_grad=True)
+    local = dist.dtensor_to_local(X)
+    assert local is X.local_tensor() and np.array_equal(local.numpy(), x)
+    Y = dist.dtensor_from_local(local, mesh1, [Shard(0)])         # global shape from the block (even shards)
+    assert Y.shape == (2, 3) and np.array_equal(Y.numpy(), x)
+    whole = dist.unshard_dtensor(Y)
+    assert isinstance(whole, anychip.Tensor) and np.array_equal(whole.numpy(), x)
+
+    class Net(dist.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = self.create_parameter(shape=[3, 4])
+            self.b = self.create_parameter([4], is_bias=True)
+            self.c = self.create_parameter([2], default_initializer=dist.Constant(0.5))
+            self.fc = dist.Linear(4, 2, bias_attr=False, weight_attr=dist.Normal(0.0, 0.1))
+
+        def forward(self, x: object) -> dist.DistTensor:
+            return self.fc(dist.matmul(x, self.w) + self.b)
+    net = Net()
+    assert [n for n, _ in net.named_parameters()] == ["w", "b", "c", "fc.weight"]
+    limit = np.sqrt(6 / 7)                        # XavierUniform of a [3, 4] weight, Paddle's default
+    assert np.all(np.abs(net.w.data) <= limit) and net.w.data.std() > 0.1 and net.w.dtype == np.float32
+    assert np.array_equal(net.b.data, np.zeros(4)) and np.array_equal(net.c.data, [0.5, 0.5])
+    assert net.fc.bias is None and abs(net.fc.weight.data.std() - 0.1) < 0.1
+    seen = []
+    dist.shard_layer(net, mesh1, input_fn=lambda inputs, mesh: (seen.append(len(inputs)), inputs)[1],
+                     output_fn=lambda out, mesh: out * 2.0)
+    out = net(x)                                  # a dense input is replicated
+    assert seen == [1]
+    np.testing.assert_allclose(out.numpy(), 2 * ((x @ net.w.numpy() + net.b.numpy()) @ net.fc.weight.numpy()),
+                               rtol=1e-6)
+    opt = dist.optimizer.AdamW(0.01, parameters=net.parameters())
+    assert opt.lr == 0.01
+    with pytest.raises(anychip.InvalidArgumentError, match=r"AdamW: learning_rate must be a number, got list "
+                       r"\(Paddle's order: AdamW\(learning_rate, beta1, beta2, epsilon, parameters"):
+        dist.AdamW(net.parameters())
+    with pytest.raises(anychip.InvalidArgumentError, match=r"AdamW: parameters= is required"):
+        dist.AdamW(0.1)
+    with pytest.raises(anychip.InvalidArgumentError, match=r"create_parameter: shape must be a list of ints"):
+        net.create_parameter("3x4")
+
+
+def test_a_dense_left_operand_is_replicated(mesh1: ProcessMesh) -> None:
+    # paddle.matmul(x, self.w) with a batch x the user did not shard
+    x, w = np.ones((2, 3), np.float32), np.arange(12, dtype=np.float32).reshape(3, 4)
+    W = dist.shard_tensor(w, mesh1, [Replicate(), Shard(1)], stop_gradient=False)
+    for y in (dist.matmul(x, W), x @ W, dist.matmul(anychip.tensor(x, device=mesh1.device), W)):
+        assert isinstance(y, dist.DistTensor) and y.placements == (Replicate(), Shard(1))
+        np.testing.assert_array_equal(y.numpy(), x @ w)
+    (x @ W).sum().backward()
+    np.testing.assert_array_equal(W.grad.numpy(), x.T @ np.ones((2, 4), np.float32))
+    with pytest.raises(anychip.InvalidArgumentError, match=r"a DistTensor op needs at least one DistTensor"):
+        dist.matmul(x, w)
+
+
+def test_the_articles_snippet_runs_with_its_imports_changed(mesh1: ProcessMesh) -> None:
+    # Paddle's auto-parallel article, with `import paddle` / `import paddle.distributed as dist`
+    # replaced by the two imports below; only the batch is made with NumPy instead of paddle.rand
+    import anychip.parallel as paddle
+    import anychip.parallel as pdist
+    mesh = mesh1
+
+    class MlpModel(paddle.nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w0 = pdist.shard_tensor(self.create_parameter(shape=[32, 64]), mesh,
+                                         [pdist.Replicate(), pdist.Shard(1)])
+            self.w1 = pdist.shard_tensor(self.create_parameter(shape=[64, 32]), mesh,
+                                         [pdist.Replicate(), pdist.Shard(0)])
+
+        def forward(self, x: object) -> pdist.DistTensor:
+            y = paddle.matmul(x, self.w0)
+            z = paddle.matmul(y, self.w1)
+            return z
+    model = MlpModel()
+    x = np.random.default_rng(0).random((4, 32), dtype=np.float32)
+    w0, w1 = np.array(model.w0.numpy()), np.array(model.w1.numpy())
+    y = model(x)
+    loss = paddle.mean(y)
+    loss.backward()
+    opt = paddle.optimizer.AdamW(learning_rate=0.001, parameters=model.parameters())
+    opt.step()
+    np.testing.assert_allclose(loss.item(), (x @ w0 @ w1).mean(), rtol=1e-6)
+    g1 = (x @ w0).T @ np.full((4, 32), 1 / 128, np.float32)
+    np.testing.assert_allclose(model.w1.numpy(), w1 * (1 - 0.001 * 0.01) - 0.001 * np.sign(g1), rtol=1e-5,
+                               atol=1e-6)
+
+
 # -- across processes ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("n,backend,cases", [(2, "cpu", 363), (4, "cpu", 2115), (2, "kunlun", 363),
@@ -187,3 +291,25 @@ def test_example_needs_four_ranks() -> None:
     p = _launch(2, "cpu", EXAMPLE, "--small")
     assert p.returncode == 2
     assert "auto_parallel.py needs 4 ranks (a 2 x 2 mesh), got 2" in p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("n,backend,cases", [(2, "cpu", 517), (4, "ascend", 5340)])
+def test_transformer_ops_and_gradients_across_ranks(n: int, backend: str, cases: int) -> None:
+    # every op a transformer block needs, for every placement of its input, forward and gradient
+    # against NumPy, on a 1-D mesh (and with 4 ranks a 2x2 mesh)
+    p = _launch(n, backend, OPS_WORKER, "ops")
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in range(n):
+        assert f"[{r}] PASS {cases} cases" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("suite,n,backend,cases", [("megatron", 2, "cpu", 13), ("accumulate", 2, "cpu", 5),
+                                                   ("zero", 2, "cpu", 15), ("zero", 2, "ascend", 15)])
+def test_collectives_derived(suite: str, n: int, backend: str, cases: int) -> None:
+    # megatron: column- then row-parallel costs one all_reduce forward and one backward;
+    # accumulate: 3 micro-batches, then one all_reduce per parameter at the step;
+    # zero: stages 1-3 give the unsharded losses with 1/n of the states in the allocator
+    p = _launch(n, backend, OPS_WORKER, suite)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in range(n):
+        assert f"[{r}] PASS {cases} cases" in p.stdout, p.stdout + p.stderr
