@@ -7,6 +7,7 @@ runs the collective on device copies of it.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ def matmul(a: Any, b: Any) -> Tensor:
     """``a @ b`` of blocks (batched as NumPy's matmul). A batch of matrices times one matrix
     runs as one 2-D product (the device's GEMM) over the rows of every batch."""
     if a.ndim > 2 and b.ndim == 2:
-        rows = a.contiguous().reshape(-1, a.shape[-1])
+        rows = a.contiguous().reshape(math.prod(a.shape[:-1]), a.shape[-1])
         return (rows @ b).reshape(*a.shape[:-1], b.shape[-1])
     return a @ b
 
