@@ -27,6 +27,7 @@ from ._ops import (
 )
 from .dtensor import (
     DistTensor,
+    dtensor_from_fn,
     dtensor_from_local,
     dtensor_to_local,
     no_grad,
@@ -34,7 +35,7 @@ from .dtensor import (
     shard_tensor,
     unshard_dtensor,
 )
-from .mesh import ProcessMesh, world
+from .mesh import ProcessMesh, get_mesh, set_mesh, world
 from .nn import (
     Constant,
     Embedding,
@@ -45,6 +46,7 @@ from .nn import (
     Parameter,
     Uniform,
     XavierUniform,
+    seed,
     shard_layer,
 )
 from .optimizer import AdamW, ShardingStage1, ShardingStage2, ShardingStage3, shard_optimizer
@@ -52,9 +54,16 @@ from .placement import Partial, Placement, ReduceType, Replicate, Shard
 
 dtensor.install(_ops)     # DistTensor's operator methods (see dtensor.py)
 
-__all__ = ["ProcessMesh", "world", "Placement", "Shard", "Replicate", "Partial", "ReduceType", "DistTensor",
-           "shard_tensor", "reshard", "dtensor_from_local", "dtensor_to_local", "unshard_dtensor", "no_grad",
-           "matmul", "transpose", "reshape", "relu", "exp", "tanh", "gelu", "softmax", "layer_norm", "sum", "mean",
-           "embedding", "cross_entropy",
-           "Layer", "Linear", "LayerNorm", "Embedding", "Parameter", "Constant", "Normal", "Uniform", "XavierUniform",
-           "shard_layer", "AdamW", "shard_optimizer", "ShardingStage1", "ShardingStage2", "ShardingStage3"]
+__all__ = [
+    # meshes and placements
+    "ProcessMesh", "world", "set_mesh", "get_mesh", "Placement", "Shard", "Replicate", "Partial", "ReduceType",
+    # distributed tensors
+    "DistTensor", "shard_tensor", "reshard", "dtensor_from_local", "dtensor_to_local", "dtensor_from_fn",
+    "unshard_dtensor", "no_grad",
+    # ops
+    "matmul", "transpose", "reshape", "relu", "exp", "tanh", "gelu", "softmax", "layer_norm", "sum", "mean",
+    "embedding", "cross_entropy",
+    # layers and optimizers
+    "Layer", "Linear", "LayerNorm", "Embedding", "Parameter", "Constant", "Normal", "Uniform", "XavierUniform",
+    "seed", "shard_layer", "AdamW", "shard_optimizer", "ShardingStage1", "ShardingStage2", "ShardingStage3",
+]

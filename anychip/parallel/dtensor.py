@@ -22,7 +22,7 @@ from .mesh import ProcessMesh
 from .placement import Partial, Placement, Replicate, Shard
 
 __all__ = ["Parameter", "DistTensor", "shard_tensor", "reshard", "dtensor_from_local", "dtensor_to_local",
-           "unshard_dtensor", "no_grad"]
+           "dtensor_from_fn", "unshard_dtensor", "no_grad"]
 
 _ops: Any = None
 
@@ -330,6 +330,13 @@ def dtensor_from_local(local: Any, mesh: ProcessMesh, placements: Sequence[Place
         raise InvalidArgumentError(f"dtensor_from_local: rank {mesh.rank}'s block of a {list(shape)} tensor "
                                    f"placed {list(pl)} is {list(want)}, got {list(arr.shape)}")
     return DistTensor(upload(arr, mesh.device), shape, mesh, pl)
+
+
+def dtensor_from_fn(fn: Callable[..., Any], mesh: ProcessMesh, placements: Sequence[Placement], *args: Any,
+                    **kwargs: Any) -> DistTensor:
+    """``shard_tensor(fn(*args, **kwargs), mesh, placements)`` (Paddle's ``dist.dtensor_from_fn``,
+    e.g. ``dtensor_from_fn(np.ones, mesh, [Shard(0)], (4, 2))``)."""
+    return shard_tensor(fn(*args, **kwargs), mesh, placements)
 
 
 def dtensor_to_local(dist_tensor: DistTensor, mesh: ProcessMesh | None = None,

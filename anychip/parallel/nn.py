@@ -15,11 +15,18 @@ from .mesh import ProcessMesh
 from .placement import Replicate
 
 __all__ = ["Parameter", "Layer", "Linear", "LayerNorm", "Embedding", "Constant", "Normal", "Uniform",
-           "XavierUniform", "shard_layer"]
+           "XavierUniform", "shard_layer", "seed"]
 
 #: draws the initial values of parameters made without a seed of their own: every rank makes
 #: the same layers in the same order, so every rank draws the same values
 _generator = np.random.default_rng(0)
+
+
+def seed(value: int) -> None:
+    """Restart the generator that initializes parameters made without a seed of their own
+    (Paddle's ``paddle.seed``)."""
+    global _generator
+    _generator = np.random.default_rng(value)
 
 
 # -- initializers (Paddle's paddle.nn.initializer names) -------------------------------------------
