@@ -52,7 +52,7 @@ class Block(dist.Layer):
 
     def forward(self, x: dist.DistTensor, mask: np.ndarray) -> dist.DistTensor:
         x = x + self.attention(self.ln1(x), mask)
-        return x + self.fc2(dist.gelu(self.fc1(self.ln2(x))))
+        return x + self.fc2(dist.gelu(self.fc1(self.ln2(x)), approximate=True))     # GPT-2's gelu
 
 
 class GPT(dist.Layer):

@@ -186,6 +186,8 @@ def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def matmul_ops(mesh: ProcessMesh) -> None:
     pairs = {
         "3d@2d": ((2, 3, 4), (4, 5), False, False),
+        "3d@2d.T": ((2, 3, 4), (5, 4), False, True),
+        "3d.T@2d": ((2, 4, 3), (4, 5), True, False),
         "4d@4d.T": ((2, 2, 3, 4), (2, 2, 5, 4), False, True),
         "3d.T@3d": ((2, 4, 3), (2, 4, 5), True, False),
         "bcast": ((1, 3, 4), (2, 4, 5), False, False),

@@ -473,7 +473,9 @@ def _vdim(d: int, ndim: int, flip: bool) -> int:
     return d
 
 
-def _matmul(a: DistTensor, b: DistTensor, ta: bool, tb: bool) -> DistTensor:
+def _matmul_layout(a: DistTensor, b: DistTensor, ta: bool,
+                   tb: bool) -> tuple[list[Placement], list[Placement], list[Placement], tuple[int, ...]]:
+    """(a's, b's, the result's placements, the result's shape) of ``op(a) @ op(b)``."""
     if a.ndim < 2 or b.ndim < 2:
         raise UnsupportedError(f"matmul: operands of 2 or more dimensions, got {list(a.shape)} @ {list(b.shape)}; "
                                "reshape a vector to a matrix")
@@ -490,8 +492,9 @@ def _matmul(a: DistTensor, b: DistTensor, ta: bool, tb: bool) -> DistTensor:
     except ValueError:
         raise InvalidArgumentError(f"matmul: the batch dimensions of {sa} and {sb} do not broadcast") from None
     shape = (*batch, sa[-2], sb[-1])
-    nd = len(shape)
-    pa, pb, out = [], [], []
+    pa: list[Placement] = []
+    pb: list[Placement] = []
+    out: list[Placement] = []
     for x, y in zip(a.placements, b.placements, strict=True):
         vx = Shard(_vdim(x.dim, a.ndim, ta)) if isinstance(x, Shard) else x
         vy = Shard(_vdim(y.dim, b.ndim, tb)) if isinstance(y, Shard) else y
@@ -499,10 +502,14 @@ def _matmul(a: DistTensor, b: DistTensor, ta: bool, tb: bool) -> DistTensor:
         pa.append(Shard(_vdim(nx.dim, a.ndim, ta)) if isinstance(nx, Shard) else nx)
         pb.append(Shard(_vdim(ny.dim, b.ndim, tb)) if isinstance(ny, Shard) else ny)
         out.append(o)
+    return pa, pb, out, shape
+
+
+def _matmul(a: DistTensor, b: DistTensor, ta: bool, tb: bool) -> DistTensor:
+    pa, pb, out, shape = _matmul_layout(a, b, ta, tb)
     a2, b2 = reshard(a, a.mesh, pa), reshard(b, b.mesh, pb)
     la, lb = a2._local, b2._local
     res = a._wrap(_lmatmul(la.transpose(-2, -1) if ta else la, lb.transpose(-2, -1) if tb else lb), shape, out)
-    assert len(shape) == nd
 
     def back(g: DistTensor) -> list[DistTensor | None]:
         # d(op(a)) = g @ op(b)^T, d(op(b)) = op(a)^T @ g; swapped back where op swapped; summed
@@ -511,9 +518,29 @@ def _matmul(a: DistTensor, b: DistTensor, ta: bool, tb: bool) -> DistTensor:
         if _needs(a2):
             ga = _unbroadcast(_matmul(b2, g, tb, True) if ta else _matmul(g, b2, False, not tb), a2.shape)
         if _needs(b2):
-            gb = _unbroadcast(_matmul(g, a2, True, ta) if tb else _matmul(a2, g, not ta, False), b2.shape)
+            if b2.ndim == 2 and a2.ndim > 2 and a2.shape[:-2] == g.shape[:-2]:
+                gb = _weight_grad(a2, g, ta)
+                gb = transpose(gb) if tb else gb
+            else:
+                gb = _unbroadcast(_matmul(g, a2, True, ta) if tb else _matmul(a2, g, not ta, False), b2.shape)
         return [ga, gb]
     return _record(res, [a2, b2], back)
+
+
+def _weight_grad(a: DistTensor, g: DistTensor, ta: bool) -> DistTensor:
+    """The sum over the batch of ``op(a)^T @ g`` (the gradient of a 2-D weight applied to a batch
+    of matrices ``op(a)``) as one 2-D product over the merged rows of every batch, placed as the
+    batched product summed over its batch dimensions would be (a sharded batch: Partial)."""
+    pa, pg, out, shape = _matmul_layout(a, g, not ta, False)
+    a2, g2 = reshard(a, a.mesh, pa), reshard(g, g.mesh, pg)
+    rows = a2._local if not ta else a2._local.transpose(-2, -1)        # op(a): [..., M, K]
+    k, n = rows.shape[-1], g2._local.shape[-1]
+    left = rows.contiguous().reshape(math.prod(rows.shape[:-1]), k).T
+    right = g2._local.contiguous().reshape(math.prod(g2._local.shape[:-1]), n)
+    nd = len(shape)
+    pl = [Partial() if isinstance(o, Shard) and o.dim < nd - 2 else Shard(o.dim - (nd - 2)) if isinstance(o, Shard)
+          else o for o in out]
+    return a._wrap(_lmatmul(left, right), shape[-2:], pl)      # (computed under no_grad: a leaf)
 
 
 def _matmul_axis(x: Placement, y: Placement, sa: Sequence[int], sb: Sequence[int],

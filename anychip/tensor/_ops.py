@@ -453,7 +453,9 @@ def matmul(a: Any, b: Any) -> Tensor:
     except ValueError:
         raise InvalidArgumentError(f"matmul: the batch dimensions of {a.shape} and {b.shape} cannot be "
                                    "broadcast together") from None
-    va, vb = _values(a), _values(b)
+    # contiguous operands: NumPy's matmul takes its BLAS path only for those (a transposed view
+    # of a batch falls to a loop many times slower)
+    va, vb = np.ascontiguousarray(_values(a)), np.ascontiguousarray(_values(b))
     if result in (dt.float16, dt.bfloat16):
         va, vb = va.astype(np.float32), vb.astype(np.float32)
     elif result.kind != "b":
