@@ -258,7 +258,28 @@ def embedding_and_loss(mesh: ProcessMesh) -> None:
     close(dist.cross_entropy(X, labels, reduction="none").numpy(), rows * keep, "cross_entropy none")
 
 
+def partial_reductions(mesh: ProcessMesh) -> None:
+    """Partial(prod / any / all / avg / min) reduced by reshard, from rank-dependent parts."""
+    if mesh.ndim != 1:
+        return
+    r, n = mesh.coordinate[0], mesh.shape[0]
+    base = np.array([[1.0, 2.0], [0.0, 1.0]], np.float32)
+    mask = np.array([[1, 0], [0, 0]], np.float32) if r == 0 else np.array([[0, 0], [1, 0]], np.float32)
+    want = {"prod": base ** n * math.factorial(n + 1), "avg": base + (n - 1) / 2, "min": base,
+            "any": np.array([[1, 0], [1, 0]], np.float32) if n > 1 else mask,
+            "all": np.zeros((2, 2), np.float32) if n > 1 else mask}
+    parts = {"prod": base * (r + 2), "avg": base + r, "min": base + r, "any": mask, "all": mask}
+    for op, part in parts.items():
+        for pl in (Partial(op), Partial(reduce_type=dist.ReduceType(op))):
+            X = dist.dtensor_from_local(part, mesh, [pl])
+            close(dist.reshard(X, mesh, [R]).numpy(), want[op], f"Partial({op}) reduced")
+    if n > 1:
+        close(dist.reshard(dist.dtensor_from_local(base, mesh, [Partial("prod")]), mesh, [Shard(0)]).numpy(),
+              base ** n, "Partial(prod) reduce-scattered")
+
+
 def ops(mesh: ProcessMesh) -> None:
+    partial_reductions(mesh)
     unary_ops(mesh)
     layer_norm_ops(mesh)
     shape_ops(mesh)
