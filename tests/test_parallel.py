@@ -340,3 +340,47 @@ def test_transformer_example_matches_one_device(backend: str, zero: bool) -> Non
     want = "all_gather 29, all_reduce 55" if zero else "all_reduce 55"
     assert all(" ".join(r[5:]) == want for r in rows), p.stdout
     assert "[0] losses match: worst relative difference" in p.stdout
+
+
+def test_op_errors_say_what_would_be_right(mesh1: ProcessMesh) -> None:
+    X = dist.shard_tensor(np.ones((2, 3), np.float32), mesh1, [])
+    err = anychip.InvalidArgumentError
+    with pytest.raises(err, match=r"layer_norm: normalized_shape 4 does not match the last dimension of a \[2, 3\]"):
+        dist.layer_norm(X, 4)
+    with pytest.raises(anychip.UnsupportedError, match=r"only the last dimension is normalized here"):
+        dist.layer_norm(X, [2, 3])
+    with pytest.raises(err, match=r"cross_entropy: reduction 'avg'; use 'mean', 'sum' or 'none'"):
+        dist.cross_entropy(X, [0, 1], reduction="avg")
+    with pytest.raises(err, match=r"cross_entropy: labels of shape \[3\] for logits of shape \[2, 3\]; give one "
+                       r"label per row \(\[2\]\)"):
+        dist.cross_entropy(X, [0, 1, 2])
+    with pytest.raises(err, match=r"cross_entropy: a label is out of range for 3 classes \(ignore_index=-100\)"):
+        dist.cross_entropy(X, [0, 3])
+    with pytest.raises(err, match=r"cross_entropy: indices must be integers, got float64"):
+        dist.cross_entropy(X, [0.0, 1.0])
+    W = dist.shard_tensor(np.ones((4, 2), np.float32), mesh1, [])
+    with pytest.raises(err, match=r"embedding: index 4 is out of range for 4 embeddings"):
+        dist.embedding(np.array([1, 4]), W)
+    with pytest.raises(err, match=r"embedding: weight must be a 2-D DistTensor"):
+        dist.embedding(np.array([1]), np.ones((4, 2)))
+    with pytest.raises(anychip.UnsupportedError, match=r"DistTensor \*\* DistTensor: the exponent must be a Python "
+                       r"number"):
+        X ** X
+    with pytest.raises(err, match=r"transpose: perm \[0, 0\] is not a permutation of the 2 dimensions"):
+        X.transpose([0, 0])
+    with pytest.raises(err, match=r"reshape: cannot reshape a \[2, 3\] tensor \(6 elements\) into \[4, 2\]"):
+        X.reshape([4, 2])
+    with pytest.raises(err, match=r"softmax: axis 2 is out of range for a 2-d tensor"):
+        dist.softmax(X, axis=2)
+    with pytest.raises(anychip.UnsupportedError, match=r"matmul: operands of 2 or more dimensions, got \[3\] @ "
+                       r"\[2, 4\]; reshape a vector to a matrix"):
+        dist.matmul(np.ones(3, np.float32), W.T)
+    with pytest.raises(err, match=r"matmul: the batch dimensions of \[2, 2, 3\] and \[3, 3, 2\] do not broadcast"):
+        dist.matmul(np.ones((2, 2, 3)), dist.shard_tensor(np.ones((3, 3, 2), np.float32), mesh1, []))
+    opt = dist.AdamW(0.1, parameters=[dist.shard_tensor(np.ones(2, np.float32), mesh1, [], stop_gradient=False)])
+    with pytest.raises(err, match=r"shard_fn must be ShardingStage1, ShardingStage2 or ShardingStage3, got 'dp'"):
+        dist.shard_optimizer(opt, "dp")
+    with pytest.raises(err, match=r"shard_optimizer: expected an AdamW, got list"):
+        dist.shard_optimizer([], dist.ShardingStage1("x"))
+    with pytest.raises(err, match=r"no dimension named 'dp'; the mesh has \['x', 'y'\]"):
+        dist.shard_optimizer(opt, dist.ShardingStage2("dp"))
