@@ -417,6 +417,37 @@ def zero(mesh: ProcessMesh) -> None:
                   f"{[round(v, 6) for v in losses]}", flush=True)
 
 
+def dump(path: str) -> None:
+    """examples/transformer_parallel.py's GPT (small) on the 2x2 mesh for 3 steps: the data, the
+    initial weights, the first step's gradients, the losses and the final weights saved to
+    ``path`` (rank 0) for tests/paddle_gpt.py to compare with Paddle."""
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    import transformer_parallel as example
+    mesh = ProcessMesh([[0, 1], [2, 3]], ["dp", "tp"])
+    cfg = dict(vocab=64, seq=8, d=32, heads=4, layers=2, batch=4)
+    ids = np.random.default_rng(0).integers(0, cfg["vocab"], (cfg["batch"], cfg["seq"] + 1))
+    dist.seed(1)
+    model = dist.shard_layer(example.GPT(cfg["vocab"], cfg["seq"], cfg["d"], cfg["heads"], cfg["layers"]), mesh,
+                             example.shard_fn)
+    saved = {"init/" + n: np.array(p.numpy()) for n, p in model.named_parameters()}
+    opt = dist.AdamW(learning_rate=3e-3, parameters=model.parameters(), weight_decay=0.01)
+    X, Y = (dist.shard_tensor(a, mesh, [Shard(0), R]) for a in (ids[:, :-1], ids[:, 1:]))
+    losses = []
+    for step in range(3):
+        loss = dist.cross_entropy(model(X), Y)
+        loss.backward()
+        if step == 0:
+            saved.update({"grad/" + n: np.array(p.grad.numpy()) for n, p in model.named_parameters()})
+        opt.step()
+        opt.clear_grad()
+        losses.append(loss.item())
+    saved.update({"final/" + n: np.array(p.numpy()) for n, p in model.named_parameters()})
+    check(len(saved) == 3 * len(opt.params), "dumped every parameter")
+    if mesh.rank == 0:
+        np.savez(path, ids=ids, losses=np.array(losses), **saved)
+
+
 def main() -> None:
     suite = sys.argv[1]
     world = dist.world()
@@ -434,6 +465,8 @@ def main() -> None:
             accumulate(ProcessMesh([[0, 1], [2, 3]], ["x", "y"]))
     elif suite == "zero":
         zero(mesh1)
+    elif suite == "dump":
+        dump(sys.argv[2])
     print(f"PASS {cases} cases", flush=True)
     world.destroy()
 

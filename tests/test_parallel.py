@@ -4,6 +4,8 @@ every reshard transition, sharded matmul and autograd across 2 and 4 rank proces
 examples/auto_parallel.py in small size on the simulated chips and on cpu."""
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -384,3 +386,19 @@ def test_op_errors_say_what_would_be_right(mesh1: ProcessMesh) -> None:
         dist.shard_optimizer([], dist.ShardingStage1("x"))
     with pytest.raises(err, match=r"no dimension named 'dp'; the mesh has \['x', 'y'\]"):
         dist.shard_optimizer(opt, dist.ShardingStage2("dp"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("paddle") is None, reason="PaddlePaddle is not installed "
+                    "(pip install -e '.[paddle]')")
+def test_transformer_matches_paddle(tmp_path: pytest.TempPathFactory) -> None:
+    # the example's GPT trained on the 2x2 mesh of simulated chips against the same model in
+    # Paddle 3.3.1 on the CPU, from the same weights and data
+    path = os.path.join(str(tmp_path), "gpt.npz")
+    p = _launch(4, "ascend", OPS_WORKER, "dump", path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    q = subprocess.run([sys.executable, os.path.join(HERE, "paddle_gpt.py"), path], capture_output=True, text=True,
+                       timeout=300)
+    assert q.returncode == 0, q.stdout + q.stderr
+    r = json.loads(q.stdout.strip().splitlines()[-1])
+    assert r["loss_diff"] <= 2e-6 and r["grad_diff"] <= 1e-5 and r["weight_diff"] <= 1e-5, r
+    assert r["paddle_losses"][-1] < r["paddle_losses"][0]
