@@ -41,11 +41,14 @@ _erf = np.vectorize(math.erf)
 
 
 def placements(mesh: ProcessMesh, ndim: int, partial: bool = True, every: int = 1) -> list[list]:
-    """Every placement of an ``ndim``-d tensor on ``mesh`` (on a 2-D mesh, with ``every`` > 1,
-    every ``every``-th of them, to keep the run short: each axis' options still all appear)."""
+    """Every placement of an ``ndim``-d tensor on ``mesh`` (beyond 2 ranks, with ``every`` > 1,
+    every ``every``-th of them on a 2-D mesh and every other one on a 1-D mesh, to keep the run
+    short: each axis' options still all appear)."""
     options = [R] + [Shard(d) for d in range(ndim)] + ([Partial()] if partial else [])
     combos = [list(p) for p in itertools.product(options, repeat=mesh.ndim)]
-    return combos if mesh.ndim == 1 else combos[::every]
+    if mesh.size <= 2 or every == 1:
+        return combos
+    return combos[::every] if mesh.ndim > 1 else combos[::2]
 
 
 def counted(fn):
