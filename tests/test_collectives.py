@@ -138,7 +138,8 @@ def test_killed_rank_mid_all_reduce_fails_the_others_and_leaves_no_segment(backe
 
 
 def test_timeout_raises_collective_timeout_on_every_waiting_rank() -> None:
-    results = _spawn(3, "timeout", "cpu", {"ANYCHIP_COLLECTIVE_TIMEOUT": "0.5"}, hold_last=True)
+    results = _spawn(3, "timeout", "cpu", {"ANYCHIP_COLLECTIVE_TIMEOUT": "60", "CCL_TEST_OP_TIMEOUT": "0.5"},
+                     hold_last=True)
     for r in (0, 1):
         rc, out, err = results[r]
         assert rc == 0, err
