@@ -34,11 +34,18 @@ def main() -> int:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--model", choices=sorted(EXAMPLES), default="mlp")
     ap.add_argument("--zero", action="store_true", help="transformer: ZeRO stage 1 on dp")
+    ap.add_argument("--blas-threads", type=int, default=None,
+                    help="OPENBLAS_NUM_THREADS and OMP_NUM_THREADS for the job (default: the environment's; four "
+                         "ranks each with a BLAS thread per core oversubscribe a small machine, which is why "
+                         "torchrun sets OMP_NUM_THREADS=1 for its workers)")
     args = ap.parse_args()
+    env = dict(os.environ)
+    if args.blas_threads is not None:
+        env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = str(args.blas_threads)
     cmd = [*python_command(["-m", "anychip", "launch"]), "-n", "4", "--device", args.device, EXAMPLES[args.model],
            "--json", "--steps", str(args.steps)] + (["--small"] if args.small else []) + \
         (["--zero"] if args.zero and args.model == "transformer" else [])
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         print(p.stdout + p.stderr, file=sys.stderr)
         return p.returncode
@@ -52,7 +59,8 @@ def main() -> int:
         model = f"MLP {di}x{h}x{do}, batch {b}"
     else:
         model = r["model"] + (", ZeRO 1" if args.zero else "")
-    print(f"{model}, float32, {args.device}; {len(dist)} AdamW steps; "
+    threads = f"; BLAS threads {args.blas_threads}" if args.blas_threads is not None else ""
+    print(f"{model}, float32, {args.device}{threads}; {len(dist)} AdamW steps; "
           f"first step: {dist[0] * 1e3:.0f} ms on the mesh, {single[0] * 1e3:.0f} ms on one device")
     print("| | step time (median) | one process / this | step time (mean) | in collectives (rank 0, mean) "
           "| share of step |")
