@@ -324,6 +324,27 @@ def megatron(mesh: ProcessMesh) -> None:
         close(P.grad.numpy(), want, "megatron grad", 1e-4)
 
 
+def sequence(mesh: ProcessMesh) -> None:
+    """Sequence parallel: [B, S, H] sharded on S stays sharded through the row-wise ops (layer
+    norm, a replicated projection, gelu, the residual) with no collective; attention's q @ k^T
+    gathers the keys (one all_gather) and the result keeps the queries' rows sharded."""
+    x, w = rand((2, 4, 8), 50), rand((8, 8), 51)
+    X = dist.shard_tensor(x, mesh, [Shard(1)])
+    W = dist.shard_tensor(w, mesh, [R])
+    with Spent() as rowwise:
+        H = X + dist.gelu(dist.layer_norm(X, 8) @ W)
+    check(rowwise == {} and H.placements == (Shard(1),), f"row-wise ops: {dict(rowwise)}, {H.placements}")
+    with Spent() as attn:
+        S = dist.matmul(H, H, transpose_y=True)
+    check(attn == {"all_gather": 1} and S.placements == (Shard(1),), f"q @ k^T: {dict(attn)}, {S.placements}")
+    mu = x.mean(-1, keepdims=True)
+    ln = (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    h = ln @ w
+    want = x + 0.5 * h * (1 + _erf(h / np.sqrt(2)))
+    close(H.numpy(), want, "sequence-parallel rows", 1e-4)
+    close(S.numpy(), want @ want.transpose(0, 2, 1), "sequence-parallel scores", 1e-4)
+
+
 def accumulate(mesh: ProcessMesh) -> None:
     """k micro-batches of data parallelism: the gradients stay Partial through every backward
     and the optimizer step reduces each once."""
@@ -462,6 +483,7 @@ def main() -> None:
             ops(ProcessMesh([[0, 1], [2, 3]], ["x", "y"]))
     elif suite == "megatron":
         megatron(mesh1)
+        sequence(mesh1)
     elif suite == "accumulate":
         accumulate(mesh1)
         if n == 4:
