@@ -315,7 +315,8 @@ def test_transformer_ops_and_gradients_across_ranks(n: int, backend: str, cases:
 @pytest.mark.parametrize("suite,n,backend,cases", [("megatron", 2, "cpu", 17), ("accumulate", 2, "cpu", 5),
                                                    ("zero", 2, "cpu", 15), ("zero", 2, "ascend", 15)])
 def test_collectives_derived(suite: str, n: int, backend: str, cases: int) -> None:
-    # megatron: column- then row-parallel costs one all_reduce forward and one backward;
+    # megatron: column- then row-parallel costs one all_reduce forward and one backward, and
+    # sequence parallel keeps the row-wise ops local;
     # accumulate: 3 micro-batches, then one all_reduce per parameter at the step;
     # zero: stages 1-3 give the unsharded losses with 1/n of the states in the allocator
     p = _launch(n, backend, OPS_WORKER, suite)
