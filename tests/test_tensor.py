@@ -521,3 +521,14 @@ def test_tanh_sqrt_erf_and_pow(device: anychip.Device, dtype: str) -> None:
     if dtype == "int32":
         with pytest.raises(anychip.InvalidArgumentError, match=r"\*\*: Integers to negative integer powers"):
             t ** -t
+
+
+def test_float32_erf_is_within_one_ulp() -> None:
+    import math
+    x = np.concatenate([np.linspace(-6, 6, 20001), np.logspace(-30, 1, 2000), -np.logspace(-30, 1, 2000),
+                        [0.0, 0.5, -0.5, np.inf, -np.inf]]).astype(np.float32)
+    got = anychip.tensor(x, device="cpu").erf().numpy().astype(np.float64)
+    want = np.array([math.erf(float(v)) for v in x])
+    ulps = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    assert ulps.max() <= 1.0 and got[-2:].tolist() == [1.0, -1.0]
+    assert np.isnan(anychip.tensor([np.nan], device="cpu").erf().item())

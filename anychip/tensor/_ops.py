@@ -34,13 +34,36 @@ COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
            "gt": ">", "ge": ">=", "pow": "**"}
 _erf64 = np.frompyfunc(math.erf, 1, 1)
+#: Chebyshev-fitted erfc(z) = t * exp(-z*z + P(t)), t = 1 / (1 + z / 2), fractional error below
+#: 1.2e-7 (Press et al., Numerical Recipes, "erfcc"): P's coefficients, constant term first
+_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+         -0.82215223, 0.17087277)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    """The error function elementwise (the C library's erf, in double precision), in NumPy's
-    result type of a float function of ``x`` (integers give float64)."""
+    """The error function elementwise, in NumPy's result type of a float function of ``x``
+    (integers give float64). float64: the C library's erf, element by element. float32 and
+    narrower: computed in double precision, Taylor's series below 0.5 and 1 - erfc above,
+    within 1 ulp of float32 (checked against math.erf), and vectorized."""
     out_type = np.sin(np.ones(1, x.dtype)).dtype
-    return np.asarray(_erf64(x.astype(np.float64)), dtype=np.float64).astype(out_type)
+    if out_type == np.float64:
+        return np.asarray(_erf64(x.astype(np.float64)), dtype=np.float64)
+    v = x.astype(np.float64)
+    out = np.empty_like(v)
+    small = np.abs(v) < 0.5
+    xs = v[small]
+    term, total, x2 = xs.copy(), xs.copy(), xs * xs
+    for n in range(1, 10):            # 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1)); the 10th term < 1e-12
+        term *= -x2 / n
+        total += term / (2 * n + 1)
+    out[small] = total * (2 / math.sqrt(math.pi))
+    z = np.abs(v[~small])
+    t = 1 / (1 + 0.5 * z)
+    poly = np.full_like(t, _ERFC[-1])
+    for c in _ERFC[-2::-1]:
+        poly = poly * t + c
+    out[~small] = np.sign(v[~small]) * (1 - t * np.exp(-z * z + poly))
+    return out.astype(out_type)
 
 
 UNARY: dict[str, Any] = {"relu": lambda x: np.maximum(x, x.dtype.type(0)), "exp": np.exp, "log": np.log,
