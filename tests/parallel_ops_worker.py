@@ -229,36 +229,43 @@ def embedding_and_loss(mesh: ProcessMesh) -> None:
     ids = np.array([[1, 3, 9, 0], [9, 2, 1, 1]], np.int64)
     c = rand((2, 4, 6), 15)
     C = dist.shard_tensor(c, mesh, [R] * mesh.ndim)
-    gw = np.zeros_like(w)
-    np.add.at(gw, ids, c)
-    for wpl in placements(mesh, 2, partial=False):
-        for ipl in ([R] * mesh.ndim, [Shard(0)] + [R] * (mesh.ndim - 1), [R] * (mesh.ndim - 1) + [Shard(1)]):
-            W = dist.shard_tensor(w, mesh, wpl, stop_gradient=False)
-            Ids = dist.shard_tensor(ids, mesh, ipl)
-            Y = dist.embedding(Ids, W)
-            tag = f"embedding weight {wpl} ids {ipl} -> {list(Y.placements)}"
-            close(Y.numpy(), w[ids], tag)
-            (Y * C).sum().backward()
-            close(W.grad.numpy(), gw, f"grad {tag}")
+    for padding in (None, 9):
+        # Paddle's padding_idx: zeros in the result there, and no gradient for that row
+        pad = np.ones(ids.shape, np.float32) if padding is None else (ids != padding).astype(np.float32)
+        gw = np.zeros_like(w)
+        np.add.at(gw, ids, c * pad[..., None])
+        for wpl in placements(mesh, 2, partial=False):
+            for ipl in ([R] * mesh.ndim, [Shard(0)] + [R] * (mesh.ndim - 1), [R] * (mesh.ndim - 1) + [Shard(1)]):
+                W = dist.shard_tensor(w, mesh, wpl, stop_gradient=False)
+                Ids = dist.shard_tensor(ids, mesh, ipl)
+                Y = dist.embedding(Ids, W, padding_idx=padding)
+                tag = f"embedding weight {wpl} ids {ipl} padding {padding} -> {list(Y.placements)}"
+                close(Y.numpy(), w[ids] * pad[..., None], tag)
+                (Y * C).sum().backward()
+                close(W.grad.numpy(), gw, f"grad {tag}")
     logits = rand((8, 5), 16, 2.0)
-    labels = np.array([0, 4, 2, -100, 1, 1, 3, -100])
-    keep = labels != -100
     p = np.exp(logits - logits.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
-    onehot = np.eye(5, dtype=np.float32)[np.where(keep, labels, 0)] * keep[:, None]
-    rows = -np.log((p * onehot).sum(1) + (~keep))
-    for pl in placements(mesh, 2):
-        for reduction, want, grad in (("mean", rows.sum() / keep.sum(), (p - onehot) * keep[:, None] / keep.sum()),
-                                      ("sum", rows.sum(), (p - onehot) * keep[:, None])):
-            X = make(logits, mesh, pl)
-            X.requires_grad = True
-            L = dist.cross_entropy(X, labels[:, None], reduction=reduction)
-            tag = f"cross_entropy {reduction} {pl} -> {list(L.placements)}"
-            close(np.asarray(L.numpy()), np.asarray(want, np.float32), tag, 1e-5)
-            L.backward()
-            close(X.grad.numpy(), grad, f"grad {tag}", 1e-5)
-    X = dist.shard_tensor(logits, mesh, [Shard(0)] + [R] * (mesh.ndim - 1))
-    close(dist.cross_entropy(X, labels, reduction="none").numpy(), rows * keep, "cross_entropy none")
+    # Paddle's mean: over every row for a negative ignore_index (the default), over the rows kept
+    # for one >= 0
+    for ignore, labels in ((-100, np.array([0, 4, 2, -100, 1, 1, 3, -100])), (4, np.array([0, 4, 2, 4, 1, 1, 3, 0]))):
+        keep = labels != ignore
+        onehot = np.eye(5, dtype=np.float32)[np.where(keep, labels, 0)] * keep[:, None]
+        rows = -np.log((p * onehot).sum(1) + (~keep))
+        n = keep.sum() if ignore >= 0 else labels.size
+        for pl in placements(mesh, 2):
+            for reduction, want, grad in (("mean", rows.sum() / n, (p - onehot) * keep[:, None] / n),
+                                          ("sum", rows.sum(), (p - onehot) * keep[:, None])):
+                X = make(logits, mesh, pl)
+                X.requires_grad = True
+                L = dist.cross_entropy(X, labels[:, None], ignore_index=ignore, reduction=reduction)
+                tag = f"cross_entropy {reduction} ignore {ignore} {pl} -> {list(L.placements)}"
+                close(np.asarray(L.numpy()), np.asarray(want, np.float32), tag, 1e-5)
+                L.backward()
+                close(X.grad.numpy(), grad, f"grad {tag}", 1e-5)
+        X = dist.shard_tensor(logits, mesh, [Shard(0)] + [R] * (mesh.ndim - 1))
+        close(dist.cross_entropy(X, labels, ignore_index=ignore, reduction="none").numpy(), rows * keep,
+              "cross_entropy none")
 
 
 def partial_reductions(mesh: ProcessMesh) -> None:

@@ -615,7 +615,8 @@ def embedding(x: Any, weight: DistTensor, padding_idx: int | None = None) -> Dis
     axis: indices sharded with a replicated weight give a sharded result; a weight sharded on H
     (Shard(1)) gives a result sharded on its last dimension; a weight sharded on V (Shard(0),
     vocabulary parallel) gives Partial(sum): each rank looks up the rows it holds, zeros for the
-    others. ``padding_idx`` rows get no gradient. The lookup runs on the host."""
+    others. Where an index is ``padding_idx`` the result is zeros and the weight gets no gradient
+    (Paddle's rule). The lookup runs on the host."""
     if not isinstance(weight, DistTensor) or weight.ndim != 2:
         raise InvalidArgumentError("embedding: weight must be a 2-D DistTensor [num_embeddings, embedding_dim]")
     ids0 = x if isinstance(x, DistTensor) else None
@@ -648,6 +649,8 @@ def embedding(x: Any, weight: DistTensor, padding_idx: int | None = None) -> Dis
         raise InvalidArgumentError(f"embedding: index {int(idx.min() if idx.min() < 0 else idx.max())} is out of "
                                    f"range for {w.shape[0]} embeddings")
     mine = (idx >= off[0]) & (idx < off[0] + size[0])
+    if padding_idx is not None:                 # Paddle: zeros at padding_idx, and no gradient
+        mine &= idx != padding_idx % w.shape[0]
     rows = np.where(mine, idx - off[0], 0)
     table = np.asarray(host(w._local))
     values = table[rows] * mine[..., None] if table.shape[0] else np.zeros((*idx.shape, size[1]), table.dtype)
@@ -661,8 +664,7 @@ def embedding(x: Any, weight: DistTensor, padding_idx: int | None = None) -> Dis
                                 for o, gp in zip(out, g.placements, strict=True)])
         gh = np.asarray(host(g._local))
         grad = np.zeros(table.shape, gh.dtype)
-        keep = mine if padding_idx is None else mine & (idx != padding_idx % w.shape[0])
-        np.add.at(grad, rows[keep], gh[keep])
+        np.add.at(grad, rows[mine], gh[mine])
         gpl = [Partial() if isinstance(q, Shard) or _is_sum(gp) else p
                for p, q, gp in zip(w_pl, id_pl, g.placements, strict=True)]
         return [w._wrap(upload(grad, w.mesh.device), w.shape, gpl)]
@@ -673,9 +675,11 @@ def cross_entropy(input: DistTensor, label: Any, ignore_index: int = -100,  # no
                   reduction: str = "mean", axis: int = -1) -> DistTensor:
     """Paddle's ``F.cross_entropy`` of logits ``input`` [..., C] and integer labels [...] (or
     [..., 1]): -log softmax at the label, rows whose label is ``ignore_index`` left out, then
-    ``reduction`` "mean" (over the rows kept), "sum" or "none". The class dimension is gathered
-    when sharded; sharded rows stay sharded, so "mean" / "sum" are Partial(sum) on those axes
-    ("mean" all-reduces the count of the rows kept there: one scalar)."""
+    ``reduction`` "mean", "sum" or "none". "mean" is Paddle's: over the rows kept when
+    ``ignore_index`` >= 0, over every row (the ignored ones counting 0) when it is negative, as
+    the default -100 is. The class dimension is gathered when sharded; sharded rows stay sharded,
+    so "mean" / "sum" are Partial(sum) on those axes ("mean" with ignore_index >= 0 all-reduces
+    the count of the rows kept there: one scalar)."""
     x = input
     if not isinstance(x, DistTensor):
         raise InvalidArgumentError("cross_entropy: input must be a DistTensor of logits")
@@ -716,10 +720,15 @@ def cross_entropy(input: DistTensor, label: Any, ignore_index: int = -100,  # no
     else:
         out = sum(rows.detach())
         scale = 1.0
-        if reduction == "mean":
+        if reduction == "mean" and ignore_index >= 0:
+            # over the rows kept: their count, all-reduced on the axes that shard rows
             count = x._wrap(upload(np.asarray(valid.sum(), np.int64), x.mesh.device), (),
                             [Partial() if isinstance(p, Shard) else R for p in x.placements])
             scale = 1.0 / max(int(host(reshard(count, x.mesh, [R] * x.mesh.ndim)._local).item()), 1)
+            out = out * scale
+        elif reduction == "mean":
+            # a negative ignore_index (the default -100): over every row, the ignored ones counting 0
+            scale = 1.0 / max(math.prod(x.shape[:-1]), 1)
             out = out * scale
 
     def back(g: DistTensor) -> list[DistTensor]:
