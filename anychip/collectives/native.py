@@ -51,7 +51,7 @@ from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, I
 from ..runtime.native_ccl import NativeLibrary
 from ..runtime.stream import Event, Stream
 from .communicator import OpSpec, Work
-from .transport import ShmTransport, Transport
+from .transport import ShmTransport, Transport, zero_copy_min
 
 if TYPE_CHECKING:
     from ..runtime.device import Device
@@ -212,6 +212,7 @@ class NativeTransport(_Outcomes, Transport):
         self._events: list[Event] = []          # completion events free for reuse
         self._last_stream: tuple[Any, Any] | None = None     # (raw stream, the library's handle)
         self._side: tuple[Stream, Event, Event] | None = None   # see _side_enter
+        self._copy_side: Stream | None = None   # a broadcast root's copy beside the op (see _issue)
         self._comm: Any = None
         self._plugin: Any = cast(Any, device.plugin)
         self._init_outcomes()
@@ -325,10 +326,13 @@ class NativeTransport(_Outcomes, Transport):
         finally:
             self._comm = None
             side, self._side = self._side, None
+            copy_side, self._copy_side = self._copy_side, None
             try:
                 if side is not None:
                     side[0].synchronize()
                     side[0].destroy()
+                if copy_side is not None:
+                    copy_side.destroy()
             finally:
                 self._boot.close()
 
@@ -374,10 +378,37 @@ class NativeTransport(_Outcomes, Transport):
         lib = self.lib
         send, recv, count, dtype, redop, root, copy_first = self._arguments(sp)
         if copy_first:
-            from ..runtime.device import copy
-            copy(sp.recv, sp.send, count, stream=stream)                      # HCCL broadcasts in place
+            self._broadcast_out_of_place(sp, send, count, dtype, stream_handle, stream)
+            return
         lib.check(lib.op(self._comm, sp.kind, send, recv, count, dtype, redop, root, stream_handle),
                   f"{sp.kind} ({lib.api}, group {self.label})")
+
+    def _broadcast_out_of_place(self, sp: OpSpec, send: Any, nbytes: int, dtype: int, stream_handle: Any,
+                                stream: Stream) -> None:
+        """The root of an out-of-place broadcast on a library that broadcasts in place (HCCL):
+        the root only reads its buffer, so the peers are broadcast its send buffer, and the copy
+        of send to recv goes beside that rather than before it (a copy first would make the
+        peers wait for it: two copies' time instead of one). From the zero-copy size on, the
+        peers read the root's buffer while the op runs, so the copy runs on a second stream
+        (forked from and joined back into ``stream``); below it the op returns once the peers
+        have arrived and the copy that follows it on ``stream`` overlaps their reads."""
+        from ..runtime.device import copy
+        lib = self.lib
+        where = f"broadcast ({lib.api}, group {self.label})"
+        if nbytes < zero_copy_min():
+            lib.check(lib.op(self._comm, "broadcast", send, send, nbytes, dtype, 0, sp.root, stream_handle), where)
+            copy(sp.recv, sp.send, nbytes, stream=stream)
+            return
+        side = self._side_stream()
+        side.wait_event(Event(self.device).record(stream))
+        copy(sp.recv, sp.send, nbytes, stream=side)
+        lib.check(lib.op(self._comm, "broadcast", send, send, nbytes, dtype, 0, sp.root, stream_handle), where)
+        stream.wait_event(Event(self.device).record(side))
+
+    def _side_stream(self) -> Stream:
+        if self._copy_side is None:
+            self._copy_side = Stream(self.device)
+        return self._copy_side
 
     def _async_failure(self, what: str) -> CollectiveError | None:
         if self._comm is None:
