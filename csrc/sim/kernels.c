@@ -587,6 +587,57 @@ SIM_EXPORT int anychip_simk_gemm(void *stream, int dtype, int64_t m, int64_t k, 
     return enqueue(stream, run_gemm, j);
 }
 
+/* ---- fill -------------------------------------------------------------------------------- */
+
+typedef struct {
+    int dtype, from_float;
+    int64_t n;
+    kval v;
+    char *out;
+} fill_job;
+
+static void run_fill(void *arg)
+{
+    fill_job *j = arg;
+    int sz = ITEMSIZE[j->dtype];
+    if (j->n > 0) {
+        store(j->out, j->dtype, j->v, j->from_float);
+        int64_t done = 1;                   /* double the filled prefix until it covers n */
+        while (done < j->n) {
+            int64_t step = done < j->n - done ? done : j->n - done;
+            memcpy(j->out + done * sz, j->out, (size_t)(step * sz));
+            done += step;
+        }
+    }
+    free(j);
+}
+
+/* out[0:n] = the value, converted to dtype as a cast would: `fvalue` for float dtypes, or
+ * when from_float is set; `ivalue` (exact to 64 bits) otherwise */
+SIM_EXPORT int anychip_simk_fill(void *stream, int dtype, int64_t n, void *out, double fvalue, int64_t ivalue,
+                                 int from_float)
+{
+    if (bad_dtype(dtype) || n < 0 || !out)
+        return sim_fail(SIM_E_INVALID_VALUE, "fill kernel: bad dtype %d, size %lld or NULL output", dtype,
+                        (long long)n);
+    int64_t shape[1] = {n}, one[1] = {1};
+    int st = check_span(out, ITEMSIZE[dtype], 1, shape, one, "fill output");
+    if (st != SIM_OK)
+        return st;
+    fill_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return sim_fail(SIM_E_HOST_ALLOC, "fill kernel: out of host memory");
+    j->dtype = dtype;
+    j->n = n;
+    j->out = out;
+    j->from_float = from_float || is_float(dtype);
+    if (j->from_float)
+        j->v.d = fvalue;
+    else
+        j->v.i = ivalue;
+    return enqueue(stream, run_fill, j);
+}
+
 SIM_EXPORT void anychip_simk_set_blas(void *sgemm, void *dgemm)
 {
     g_sgemm = (sgemm_fn)sgemm;

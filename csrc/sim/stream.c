@@ -320,32 +320,37 @@ sim_status sim_stream_destroy(void *handle)
     return SIM_OK;
 }
 
-sim_status sim_stream_push(sim_stream *s, const sim_op *op)
+/* Append op (caller holds s->lock); *pos, when given, gets its queue position. */
+sim_status sim_stream_push_locked(sim_stream *s, const sim_op *op, uint64_t *pos)
 {
-    pthread_mutex_lock(&s->lock);
-    if (s->dead) {
-        pthread_mutex_unlock(&s->lock);
+    if (s->dead)
         return sim_fail(SIM_E_INVALID_STREAM, "the stream is being destroyed");
-    }
     if (s->tail - s->head == s->cap) {
         size_t ncap = s->cap * 2;
         sim_op *nr = malloc(ncap * sizeof *nr);
-        if (!nr) {
-            pthread_mutex_unlock(&s->lock);
+        if (!nr)
             return sim_fail(SIM_E_HOST_ALLOC, "out of host memory for the stream queue");
-        }
         for (uint64_t k = s->head; k < s->tail; k++)
             nr[k & (ncap - 1)] = s->ring[k & (s->cap - 1)];
         free(s->ring);
         s->ring = nr;
         s->cap = ncap;
     }
+    if (pos)
+        *pos = s->tail;
     s->ring[s->tail & (s->cap - 1)] = *op;
     ASTORE(&s->tail, s->tail + 1);
     if (s->sleeping)
         pthread_cond_signal(&s->work_cv);
-    pthread_mutex_unlock(&s->lock);
     return SIM_OK;
+}
+
+sim_status sim_stream_push(sim_stream *s, const sim_op *op)
+{
+    pthread_mutex_lock(&s->lock);
+    sim_status st = sim_stream_push_locked(s, op, NULL);
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }
 
 /* ========================================================================== */
