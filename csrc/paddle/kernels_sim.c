@@ -20,6 +20,8 @@
  */
 #include "anychip/paddle/phi_capi.h"
 
+#include <link.h>
+
 #include "sim/kernels.h"
 
 static anychip_phi_api PD;
@@ -353,12 +355,14 @@ static void binary(const char *op, int e, PD_DeviceContext *ctx, PD_Tensor *x, P
     ew(op, s, e, o.dt, o.nd, o.dim, o.p, a.p, as, b.p, bs);
 }
 
-static void k_add(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tensor *o) { binary("add", E_ADD, c, x, y, o); }
-static void k_sub(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tensor *o) { binary("subtract", E_SUB, c, x, y, o); }
-static void k_mul(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tensor *o) { binary("multiply", E_MUL, c, x, y, o); }
-static void k_div(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tensor *o) { binary("divide", E_DIV, c, x, y, o); }
-static void k_max(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tensor *o) { binary("maximum", E_MAX, c, x, y, o); }
-static void k_min(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tensor *o) { binary("minimum", E_MIN, c, x, y, o); }
+#define BINARY(fn, name, e)                                                                 \
+    static void fn(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tensor *o) { binary(name, e, c, x, y, o); }
+BINARY(k_add, "add", E_ADD)
+BINARY(k_sub, "subtract", E_SUB)
+BINARY(k_mul, "multiply", E_MUL)
+BINARY(k_div, "divide", E_DIV)
+BINARY(k_max, "maximum", E_MAX)
+BINARY(k_min, "minimum", E_MIN)
 
 /* dx, dy of add (sign 1) and subtract (sign -1): dout summed to each operand's shape */
 static void add_sub_grad(const char *op, int sign, PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y,
@@ -553,7 +557,10 @@ static void cast_to(PD_DeviceContext *ctx, PD_Tensor *x, C_DataType to, PD_Tenso
     un("cast", s, U_COPY, o.dt, a.dt, a.n, o.p, a.p);
 }
 
-static void k_cast(PD_DeviceContext *c, PD_Tensor *x, int phi_dtype, PD_Tensor *o) { cast_to(c, x, from_phi(phi_dtype), o); }
+static void k_cast(PD_DeviceContext *c, PD_Tensor *x, int phi_dtype, PD_Tensor *o)
+{
+    cast_to(c, x, from_phi(phi_dtype), o);
+}
 
 /* out = scale * x + bias, or scale * (x + bias) */
 static void k_scale(PD_DeviceContext *ctx, PD_Tensor *x, PD_Scalar *scale, PD_Scalar *bias, bool after, PD_Tensor *out)
@@ -831,7 +838,8 @@ static void batch_of(const char *op, const tview *x, const tview *y, batches *B)
     int xn = x->nd > 2 ? x->nd - 2 : 0, yn = y->nd > 2 ? y->nd - 2 : 0;
     B->nb = xn > yn ? xn : yn;
     B->count = 1;
-    int64_t xm = x->nd >= 2 ? x->dim[x->nd - 2] * x->dim[x->nd - 1] : x->n, ym = y->nd >= 2 ? y->dim[y->nd - 2] * y->dim[y->nd - 1] : y->n;
+    int64_t xm = x->nd >= 2 ? x->dim[x->nd - 2] * x->dim[x->nd - 1] : x->n;
+    int64_t ym = y->nd >= 2 ? y->dim[y->nd - 2] * y->dim[y->nd - 1] : y->n;
     int64_t xs = xm, ys = ym;
     for (int d = B->nb - 1; d >= 0; d--) {
         int kx = d - (B->nb - xn), ky = d - (B->nb - yn);
@@ -865,8 +873,36 @@ static mat at(mat m, int64_t off, int item)
     return m;
 }
 
+/* The simulator's GEMM calls a CBLAS when given one, as a chip's runtime links its BLAS; in
+ * anychip's own processes the Python side hands over NumPy's OpenBLAS. Paddle imports NumPy,
+ * so its OpenBLAS is loaded here too: found among the loaded objects at the first matmul. */
+static int find_numpy_blas(struct dl_phdr_info *info, size_t size, void *path)
+{
+    (void)size;
+    if (!info->dlpi_name || !strstr(info->dlpi_name, "libscipy_openblas64_"))
+        return 0;
+    snprintf(path, PATH_MAX, "%s", info->dlpi_name);
+    return 1;
+}
+
+static void give_blas(void)
+{
+    static atomic_int given;
+    if (atomic_exchange(&given, 1))
+        return;
+    char path[PATH_MAX] = "";
+    dl_iterate_phdr(find_numpy_blas, path);
+    void *blas = path[0] ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    void (*set)(void *, void *) = (void (*)(void *, void *))dlsym(g_lib, "anychip_simk_set_blas");
+    void *sgemm = blas ? dlsym(blas, "scipy_cblas_sgemm64_") : NULL;
+    void *dgemm = blas ? dlsym(blas, "scipy_cblas_dgemm64_") : NULL;
+    if (set && sgemm && dgemm)
+        set(sgemm, dgemm);
+}
+
 static void k_matmul(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, bool tx, bool ty, PD_Tensor *out)
 {
+    give_blas();
     const char *op = "matmul";
     tview a, b, o;
     input(op, x, &a);
@@ -899,17 +935,13 @@ static void matmul_grad_term(temps *T, void *s, const tview *self, const batches
                              const mat *G, void *out)
 {
     int item = ITEMSZ[g->dt];
-    int64_t rows = self->nd >= 2 ? self->dim[self->nd - 2] : (is_x ? 1 : self->dim[0]);
-    int64_t cols = self->nd >= 2 ? self->dim[self->nd - 1] : (is_x ? self->dim[0] : 1);
-    int64_t per = rows * cols;
+    int64_t per = self->dim[self->nd - 2] * self->dim[self->nd - 1];
     int own_batches = 1;
     for (int d = 0; d < B->nb; d++)
         own_batches &= (is_x ? B->xb[d] : B->yb[d]) != 0 || B->bdim[d] == 1;
     own_batches &= (self->nd > 2 ? self->nd - 2 : 0) == B->nb;
     char *dst = own_batches ? out : temp(T, 1, (int64_t[]){B->count * per}, g->cdt);
-    int64_t gper = g->nd >= 2 ? g->dim[g->nd - 2] * g->dim[g->nd - 1] : g->n;
-    if (B->nb == 0)
-        gper = g->n;
+    int64_t gper = g->dim[g->nd - 2] * g->dim[g->nd - 1];
     for (int64_t i = 0; i < B->count; i++) {
         int64_t xo, yo;
         batch_offsets(B, i, &xo, &yo);
@@ -958,16 +990,40 @@ static void k_matmul_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_
                           PD_Tensor *dx, PD_Tensor *dy)
 {
     const char *op = "matmul_grad";
+    give_blas();
     tview a, b, g, o;
     input(op, x, &a);
     input(op, y, &b);
     input(op, dout, &g);
-    if (a.nd < 2 || b.nd < 2)
-        fail(op, "a %d-d and a %d-d operand (the device's matmul_grad takes matrices and batches of them)", a.nd,
-             b.nd);
+    /* a 1-d x is the row [1, K], a 1-d y the column [K, 1] (their transposes do not apply), and
+     * dout gets back the dimension of 1 the product dropped: all contiguous, so only dims change */
+    tview a2 = a, b2 = b;
+    if (a.nd == 1) {
+        a2.nd = 2;
+        a2.dim[0] = 1;
+        a2.dim[1] = a.dim[0];
+        tx = 0;
+    }
+    if (b.nd == 1) {
+        b2.nd = 2;
+        b2.dim[0] = b.dim[0];
+        b2.dim[1] = 1;
+        ty = 0;
+    }
+    if (a.nd == 0 || b.nd == 0)
+        fail(op, "a 0-d operand");
     void *s = stream_of(op, ctx);
     batches B;
-    batch_of(op, &a, &b, &B);
+    batch_of(op, &a2, &b2, &B);
+    tview g2 = g;
+    g2.nd = B.nb + 2;
+    for (int d = 0; d < B.nb; d++)
+        g2.dim[d] = B.bdim[d];
+    g2.dim[B.nb] = tx ? a2.dim[a2.nd - 1] : a2.dim[a2.nd - 2];
+    g2.dim[B.nb + 1] = ty ? b2.dim[b2.nd - 2] : b2.dim[b2.nd - 1];
+    a = a2;
+    b = b2;
+    g = g2;
     mat X = as_mat(&a, tx), Y = as_mat(&b, ty);
     mat G = {g.p, X.rows, Y.cols, Y.cols, 1};
     t_tx = tx;
@@ -1026,12 +1082,18 @@ static void c_sum(PD_KernelContext *c) { reduce_op("sum", R_SUM, CTX, IN(0), ARR
 static void c_mean(PD_KernelContext *c) { reduce_op("mean", R_MEAN, CTX, IN(0), ARR(0), UNDEFINED, OUT(0)); }
 static void c_mean_all(PD_KernelContext *c) { k_mean_all(CTX, IN(0), OUT(0)); }
 static void c_sum_grad(PD_KernelContext *c) { reduce_grad("sum_grad", 0, CTX, IN(0), IN(1), ARR(0), BOOLA(2), OUT(0)); }
-static void c_mean_grad(PD_KernelContext *c) { reduce_grad("mean_grad", 1, CTX, IN(0), IN(1), ARR(0), BOOLA(2), OUT(0)); }
+static void c_mean_grad(PD_KernelContext *c)
+{
+    reduce_grad("mean_grad", 1, CTX, IN(0), IN(1), ARR(0), BOOLA(2), OUT(0));
+}
 static void c_mean_all_grad(PD_KernelContext *c) { k_mean_all_grad(CTX, IN(0), IN(1), OUT(0)); }
 static void c_softmax(PD_KernelContext *c) { k_softmax(CTX, IN(0), INTA(0), OUT(0)); }
 static void c_softmax_grad(PD_KernelContext *c) { k_softmax_grad(CTX, IN(0), IN(1), INTA(0), OUT(0)); }
 static void c_matmul(PD_KernelContext *c) { k_matmul(CTX, IN(0), IN(1), BOOLA(0), BOOLA(1), OUT(0)); }
-static void c_matmul_grad(PD_KernelContext *c) { k_matmul_grad(CTX, IN(0), IN(1), IN(2), BOOLA(0), BOOLA(1), OUT(0), OUT(1)); }
+static void c_matmul_grad(PD_KernelContext *c)
+{
+    k_matmul_grad(CTX, IN(0), IN(1), IN(2), BOOLA(0), BOOLA(1), OUT(0), OUT(1));
+}
 
 /* ---- registration --------------------------------------------------------------------------------- */
 
@@ -1075,7 +1137,7 @@ static const kernel_def KERNELS[] = {
     {"log_grad", FLOATS, 2, 0, 1, {0}, c_log_grad, V(k_log_grad), 0},
     {"square_grad", ALL, 2, 0, 1, {0}, c_square_grad, V(k_square_grad), 0},
     {"cast", ALL, 1, 1, 1, {D_}, c_cast, V(k_cast), 1},
-    {"scale", FLOATS, 1, 3, 1, {S_, S_, B_}, c_scale, V(k_scale), 0},
+    {"scale", ALL, 1, 3, 1, {S_, S_, B_}, c_scale, V(k_scale), 0},
     {"full", ALL, 0, 3, 1, {A_, S_, D_}, c_full, V(k_full), 0},
     {"full_like", ALL, 1, 2, 1, {S_, D_}, c_full_like, V(k_full_like), 0},
     {"sum", ALL, 1, 3, 1, {A_, D_, B_}, c_sum, V(k_sum), 1},

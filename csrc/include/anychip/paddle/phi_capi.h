@@ -9,6 +9,9 @@
 #ifndef ANYCHIP_PADDLE_PHI_CAPI_H
 #define ANYCHIP_PADDLE_PHI_CAPI_H
 
+/* ANYCHIP_PHI_FUNCTIONS_ONLY: only the list of functions (the check compiles it against
+ * Paddle's own declarations) */
+#ifndef ANYCHIP_PHI_FUNCTIONS_ONLY
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,6 +57,8 @@ enum {
     PHI_INT64, PHI_FLOAT32, PHI_FLOAT64, PHI_COMPLEX64, PHI_COMPLEX128, PHI_PSTRING, PHI_FLOAT16, PHI_BFLOAT16,
 };
 
+#endif
+
 /* the functions, one member each, named as in Paddle's headers */
 #define ANYCHIP_PHI_FUNCTIONS(X)                                                                                  \
     X(void, PD_RegisterPhiKernel,                                                                              \
@@ -90,10 +95,12 @@ enum {
     X(void, PD_TensorArgDefSetDataType, (PD_TensorArgDef *, C_DataType, C_Status *))                           \
     X(void, PD_DeletePointerList, (PD_List))
 
+#ifndef ANYCHIP_PHI_FUNCTIONS_ONLY
 #define ANYCHIP_PHI_MEMBER(ret, name, args) ret(*name) args;
 typedef struct anychip_phi_api {
     ANYCHIP_PHI_FUNCTIONS(ANYCHIP_PHI_MEMBER)
 } anychip_phi_api;
 #undef ANYCHIP_PHI_MEMBER
+#endif
 
 #endif
