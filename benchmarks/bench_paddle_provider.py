@@ -252,31 +252,44 @@ def _result(text: str) -> dict[int, float]:
     raise SystemExit(f"no RESULT line in the job's output:\n{text[-3000:]}")
 
 
-def part_allreduce(repeat: int) -> None:
+def part_allreduce(repeat: int, before: str | None) -> None:
+    """Paddle's all_reduce through the bridge against anychip's API, rounds interleaved; with
+    `before` (a paddle_custom_device directory of another build, its anychip/_lib beside it as
+    an installed tree has it) that build's Paddle job runs in each round too."""
     sizes = json.dumps(SIZES)
-    best_p: dict[int, float] = {}
-    best_a: dict[int, float] = {}
+    roots = {"paddle": None, **({"before": before} if before else {})}
+    best: dict[str, dict[int, float]] = {name: {} for name in (*roots, "anychip")}
     with tempfile.TemporaryDirectory() as tmp:
         pscript, ascript = Path(tmp) / "paddle_ar.py", Path(tmp) / "anychip_ar.py"
         pscript.write_text(PADDLE_AR)
         ascript.write_text(ANYCHIP_AR)
-        for _ in range(repeat):
-            logs = Path(tmp) / "logs"
-            subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(logs), "--devices",
-                            "0,1", str(pscript), sizes], env=_env(), cwd=tmp, capture_output=True, check=True)
-            for k, v in _result((logs / "workerlog.0").read_text()).items():
-                best_p[k] = min(v, best_p.get(k, v))
+        for i in range(repeat):
+            for name, root in roots.items():
+                logs = Path(tmp) / f"logs-{name}-{i}"      # a directory per job: the launcher appends
+                env = _env(**({"CUSTOM_DEVICE_ROOT": root} if root else {}))
+                subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(logs),
+                                "--devices", "0,1", str(pscript), sizes], env=env, cwd=tmp, capture_output=True,
+                               check=True)
+                for k, v in _result((logs / "workerlog.0").read_text()).items():
+                    best[name][k] = min(v, best[name].get(k, v))
             r = subprocess.run([sys.executable, "-m", "anychip.cli", "launch", "-n", "2", "--device", "ascend",
                                 str(ascript), sizes], env=_env(ANYCHIP_COLLECTIVE_TRANSPORT="native"),
                                capture_output=True, text=True, check=True)
             for k, v in _result(r.stdout).items():
-                best_a[k] = min(v, best_a.get(k, v))
-    print(f"\nallreduce: float32, 2 ranks on the simulated Ascend (HCCL), best of {repeat}; busbw GB/s")
-    print(f"{'size':>8}{'paddle us':>12}{'busbw':>8}{'anychip us':>12}{'busbw':>8}{'ratio':>8}")
+                best["anychip"][k] = min(v, best["anychip"].get(k, v))
+    print(f"\nallreduce: float32, 2 ranks on the simulated Ascend (HCCL), best of {repeat}; busbw GB/s "
+          "(2(n-1)/n = 1); ratio = Paddle's busbw / anychip's")
+    head = f"{'size':>8}{'paddle us':>12}{'busbw':>8}{'ratio':>7}"
+    if before:
+        head += f"{'before us':>12}{'busbw':>8}{'ratio':>7}"
+    print(head + f"{'anychip us':>12}{'busbw':>8}")
     for s in SIZES:
-        p, a = best_p[s], best_a[s]
-        bp, ba = s / p / 1e9, s / a / 1e9            # 2(n-1)/n = 1 for 2 ranks
-        print(f"{s:>8}{p * 1e6:>12.1f}{bp:>8.2f}{a * 1e6:>12.1f}{ba:>8.2f}{bp / ba:>8.2f}")
+        a = best["anychip"][s]
+        row = f"{s:>8}"
+        for name in roots:
+            p = best[name][s]
+            row += f"{p * 1e6:>12.1f}{s / p / 1e9:>8.2f}{a / p:>7.2f}"
+        print(row + f"{a * 1e6:>12.1f}{s / a / 1e9:>8.2f}")
 
 
 def main() -> int:
@@ -284,6 +297,8 @@ def main() -> int:
     ap.add_argument("--parts", default="ops,fence,allreduce")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=2, help="rounds of the all_reduce jobs (the best is kept)")
+    ap.add_argument("--before", metavar="DIR", help="also time Paddle's all_reduce with the bridge in DIR "
+                    "(the paddle_custom_device directory of another build), in the same rounds")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(_time_ops_and_steps(args.child)))
@@ -295,7 +310,7 @@ def main() -> int:
     if "fence" in parts:
         part_fence()
     if "allreduce" in parts:
-        part_allreduce(args.repeat)
+        part_allreduce(args.repeat, args.before)
     return 0
 
 

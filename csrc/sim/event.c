@@ -142,7 +142,9 @@ static sim_status record(sim_event *e, sim_stream *s)
 /* Whether stream `b`, at the end of its queue, may pass a wait for record `pos` of stream
  * handle `src` without queueing it: when every op ahead of that record on its stream is a
  * record, or a wait that is satisfied already or that waits for a record queued on `b`
- * itself (so earlier in b's queue). Those ops touch no memory, and what they wait for is
+ * itself (so earlier in b's queue). The stream keeps where its last run of such ops began
+ * (run_start, run_src), which answers at once however long its queue; otherwise the ops
+ * ahead of the record are looked at, up to IMPLIED_SCAN of them. Those ops touch no memory, and what they wait for is
  * done by the time b gets there, so the record is reached with nothing b's later work
  * needs. This is the two-stream hand-shake of a framework's collectives (the compute
  * stream records, the collective stream waits, runs, records, the compute stream waits):
@@ -157,6 +159,11 @@ static int implied(sim_stream *b, uint64_t src, uint64_t pos)
         return 0;
     int ok = 1;
     pthread_mutex_lock(&a->lock);
+    if (!a->held && a->run_start <= a->head && (!a->run_src || a->run_src == b->handle)) {
+        pthread_mutex_unlock(&a->lock);         /* the whole queue is such ops (the steady state) */
+        sim_stream_put(a);
+        return 1;
+    }
     if (a->held || pos - a->head > IMPLIED_SCAN)
         ok = pos < a->head;                     /* passed already: the wait is satisfied */
     for (uint64_t k = a->head; ok && k < pos && k < a->tail; k++) {

@@ -101,6 +101,9 @@ struct sim_stream {
     uint64_t tail;                /* next free slot; read without the lock */
     uint64_t done;                /* ops completed; read without the lock */
     int held;                     /* read without the lock */
+    /* the queue from run_start to the tail holds only records and waits for records queued on
+     * stream run_src (0: no wait yet): what event.c's implied() asks (under the lock) */
+    uint64_t run_start, run_src;
     int nonblocking;              /* HIP's hipStreamNonBlocking: legacy null-stream waits pass it over */
     int stop;                     /* read without the lock */
     int dead;

@@ -338,6 +338,15 @@ sim_status sim_stream_push_locked(sim_stream *s, const sim_op *op, uint64_t *pos
     }
     if (pos)
         *pos = s->tail;
+    if (op->type == OP_WAIT && op->u.ev.src && (!s->run_src || s->run_src == op->u.ev.src)) {
+        s->run_src = op->u.ev.src;
+    } else if (op->type == OP_WAIT && op->u.ev.src) {
+        s->run_start = s->tail;             /* the earlier waits are for another stream */
+        s->run_src = op->u.ev.src;
+    } else if (op->type != OP_RECORD) {
+        s->run_start = s->tail + 1;         /* work: a new run begins after it */
+        s->run_src = 0;
+    }
     s->ring[s->tail & (s->cap - 1)] = *op;
     ASTORE(&s->tail, s->tail + 1);
     if (s->sleeping)
