@@ -142,7 +142,7 @@ static void output(const char *op, const PD_DeviceContext *ctx, PD_Tensor *t, C_
 typedef struct {
     const PD_DeviceContext *ctx;
     const char *op;
-    PD_Tensor *t[8];
+    PD_Tensor *t[24];
     int n;
 } temps;
 
@@ -1040,6 +1040,122 @@ static void k_matmul_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_
     temps_free(&T);
 }
 
+/* ---- AdamW ---------------------------------------------------------------------------------------- */
+
+/* Paddle's CPU AdamW, in its order: the decay p -= lr * lr_ratio * coeff * p, then Adam:
+ *   m1 = b1 m1 + (1 - b1) g,  m2 = b2 m2 + (1 - b2) g g,
+ *   p -= lr sqrt(1 - b2^t) / (1 - b1^t) * m1 / (sqrt(m2) + eps sqrt(1 - b2^t)),
+ *   b1^t *= b1, b2^t *= b2 (unless the beta powers are global).
+ * The scalars stay on the device (one-element tensors broadcast), so the update is queued
+ * like any kernel. Outputs alias their inputs (Paddle's adamw_ is in place). */
+static void adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *lr, PD_Tensor *m1,
+                  PD_Tensor *m2, PD_Tensor *m2max, PD_Tensor *b1p, PD_Tensor *b2p, PD_Tensor *master,
+                  PD_Tensor *skip, double beta1, double beta2, double eps, float lr_ratio, float coeff,
+                  bool with_decay, bool multi_precision, bool use_global_beta_pow, bool amsgrad, PD_Tensor *param_out,
+                  PD_Tensor *m1_out, PD_Tensor *m2_out, PD_Tensor *b1p_out, PD_Tensor *b2p_out)
+{
+    const char *op = "adamw";
+    (void)m2max;
+    if (amsgrad)
+        fail(op, "amsgrad=True is not implemented on this device (set FLAGS_enable_api_kernel_fallback and "
+             "leave the kernel unregistered with ANYCHIP_PADDLE_KERNELS=0 to run it on Paddle's CPU)");
+    if (multi_precision && master)
+        fail(op, "multi_precision with master weights is not implemented on this device");
+    tview p, g, l, a1, a2, q1, q2, o;
+    input(op, param, &p);
+    input(op, grad, &g);
+    input(op, lr, &l);
+    input(op, m1, &a1);
+    input(op, m2, &a2);
+    input(op, b1p, &q1);
+    input(op, b2p, &q2);
+    if (g.n != p.n || a1.n != p.n || a2.n != p.n || l.n != 1 || q1.n != 1 || q2.n != 1)
+        fail(op, "param, grad and moments of %lld, %lld, %lld, %lld elements; learning rate and beta powers "
+             "of %lld, %lld, %lld (want equal sizes, and one element each)", (long long)p.n, (long long)g.n,
+             (long long)a1.n, (long long)a2.n, (long long)l.n, (long long)q1.n, (long long)q2.n);
+    if (g.cdt != p.cdt || l.cdt != p.cdt || a1.cdt != p.cdt || a2.cdt != p.cdt || q1.cdt != p.cdt || q2.cdt != p.cdt)
+        fail(op, "tensors of different data types (this device's AdamW takes one)");
+    void *s = stream_of(op, ctx);
+    if (skip) {
+        tview k;
+        input(op, skip, &k);
+        unsigned char flag = 0;
+        if (k.n && (sync_copy(t_device, &flag, k.p, 1, ANYCHIP_COPY_D2H) != C_SUCCESS))
+            fail(op, "reading skip_update failed");
+        if (flag)
+            return;                       /* in place: the outputs are the inputs, unchanged */
+    }
+    tview po, o1, o2;
+    output(op, ctx, param_out, p.cdt, &po);
+    output(op, ctx, m1_out, p.cdt, &o1);
+    output(op, ctx, m2_out, p.cdt, &o2);
+    temps T = {ctx, op, {0}, 0};
+    int dt = p.dt;
+    C_DataType c = p.cdt;
+    int64_t n = p.n, one = 1, zero = 0, unit = 1;
+    double b1 = c == FLOAT32 ? (double)(float)beta1 : beta1, b2 = c == FLOAT32 ? (double)(float)beta2 : beta2;
+    double e = c == FLOAT32 ? (double)(float)eps : eps;
+    void *t1 = temp(&T, 1, &n, c), *t2 = temp(&T, 1, &n, c);
+    void *sc = temp(&T, 0, NULL, c), *sq = temp(&T, 0, NULL, c), *sd = temp(&T, 0, NULL, c);
+    void *slr = temp(&T, 0, NULL, c), *seps = temp(&T, 0, NULL, c);
+    const void *pin = p.p;
+    if (with_decay) {                     /* p -= ((lr * lr_ratio) * coeff) * p */
+        ew(op, s, E_MUL, dt, 1, &unit, sc, l.p, &zero, constant(&T, s, c, lr_ratio), &zero);
+        ew(op, s, E_MUL, dt, 1, &unit, sc, sc, &zero, constant(&T, s, c, coeff), &zero);
+        ew(op, s, E_MUL, dt, 1, &n, t1, sc, &zero, pin, &one);
+        ew(op, s, E_SUB, dt, 1, &n, po.p, pin, &one, t1, &one);
+        pin = po.p;
+    }
+    void *kb1 = constant(&T, s, c, b1), *kb2 = constant(&T, s, c, b2);
+    ew(op, s, E_MUL, dt, 1, &n, t1, kb1, &zero, a1.p, &one);                       /* m1 */
+    ew(op, s, E_MUL, dt, 1, &n, t2, constant(&T, s, c, 1.0 - b1), &zero, g.p, &one);
+    ew(op, s, E_ADD, dt, 1, &n, o1.p, t1, &one, t2, &one);
+    ew(op, s, E_MUL, dt, 1, &n, t1, kb2, &zero, a2.p, &one);                       /* m2 */
+    ew(op, s, E_MUL, dt, 1, &n, t2, constant(&T, s, c, 1.0 - b2), &zero, g.p, &one);
+    ew(op, s, E_MUL, dt, 1, &n, t2, t2, &one, g.p, &one);
+    ew(op, s, E_ADD, dt, 1, &n, o2.p, t1, &one, t2, &one);
+    void *k1 = constant(&T, s, c, 1.0);                                             /* the scalars */
+    ew(op, s, E_SUB, dt, 1, &unit, sq, k1, &zero, q2.p, &zero);
+    un(op, s, U_SQRT, dt, dt, 1, sq, sq);                                          /* sqrt(1 - b2^t) */
+    ew(op, s, E_SUB, dt, 1, &unit, sd, k1, &zero, q1.p, &zero);                    /* 1 - b1^t */
+    ew(op, s, E_DIV, dt, 1, &unit, sd, sq, &zero, sd, &zero);
+    ew(op, s, E_MUL, dt, 1, &unit, slr, l.p, &zero, sd, &zero);
+    ew(op, s, E_MUL, dt, 1, &unit, seps, constant(&T, s, c, e), &zero, sq, &zero);
+    un(op, s, U_SQRT, dt, dt, n, t1, o2.p);                                        /* the update */
+    ew(op, s, E_ADD, dt, 1, &n, t1, t1, &one, seps, &zero);
+    ew(op, s, E_DIV, dt, 1, &n, t1, o1.p, &one, t1, &one);
+    ew(op, s, E_MUL, dt, 1, &n, t1, slr, &zero, t1, &one);
+    ew(op, s, E_SUB, dt, 1, &n, po.p, pin, &one, t1, &one);
+    if (!use_global_beta_pow) {
+        tview r1, r2;
+        output(op, ctx, b1p_out, c, &r1);
+        output(op, ctx, b2p_out, c, &r2);
+        ew(op, s, E_MUL, dt, 1, &unit, r1.p, q1.p, &zero, kb1, &zero);
+        ew(op, s, E_MUL, dt, 1, &unit, r2.p, q2.p, &zero, kb2, &zero);
+    }
+    (void)o;
+    temps_free(&T);
+}
+
+static void k_adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *lr, PD_Tensor *m1,
+                    PD_Tensor *m2, PD_Tensor *m2max, PD_Tensor *b1p, PD_Tensor *b2p, PD_Tensor *master,
+                    PD_Tensor *skip, PD_Scalar *beta1, PD_Scalar *beta2, PD_Scalar *eps, float lr_ratio, float coeff,
+                    bool with_decay, bool lazy_mode, int64_t min_row, bool multi_precision, bool use_global_beta_pow,
+                    bool amsgrad, PD_Tensor *param_out, PD_Tensor *m1_out, PD_Tensor *m2_out, PD_Tensor *m2max_out,
+                    PD_Tensor *b1p_out, PD_Tensor *b2p_out, PD_Tensor *master_out)
+{
+    (void)lazy_mode;                      /* dense gradients: lazy mode changes nothing */
+    (void)min_row;
+    (void)m2max_out;
+    (void)master_out;
+    /* the optional inputs arrive as paddle::optional objects: their tensor, or NULL */
+    adamw(ctx, param, grad, lr, m1, m2, PD.PD_OptionalTensorGetPointer(m2max), b1p, b2p,
+          PD.PD_OptionalTensorGetPointer(master), PD.PD_OptionalTensorGetPointer(skip),
+          PD.PD_ScalarGetFloat64Data(beta1), PD.PD_ScalarGetFloat64Data(beta2), PD.PD_ScalarGetFloat64Data(eps),
+          lr_ratio, coeff, with_decay, multi_precision, use_global_beta_pow, amsgrad, param_out, m1_out, m2_out,
+          b1p_out, b2p_out);
+}
+
 /* ---- the executors' entries (PD_KernelContext) ----------------------------------------------------- */
 
 #define IN(i) PD.PD_KernelContextInputAt(c, i)
@@ -1090,6 +1206,13 @@ static void c_mean_all_grad(PD_KernelContext *c) { k_mean_all_grad(CTX, IN(0), I
 static void c_softmax(PD_KernelContext *c) { k_softmax(CTX, IN(0), INTA(0), OUT(0)); }
 static void c_softmax_grad(PD_KernelContext *c) { k_softmax_grad(CTX, IN(0), IN(1), INTA(0), OUT(0)); }
 static void c_matmul(PD_KernelContext *c) { k_matmul(CTX, IN(0), IN(1), BOOLA(0), BOOLA(1), OUT(0)); }
+static void c_adamw(PD_KernelContext *c)
+{
+    adamw(CTX, IN(0), IN(1), IN(2), IN(3), IN(4), IN(5), IN(6), IN(7), IN(8), IN(9),
+          PD.PD_ScalarGetFloat64Data(SCAL(0)), PD.PD_ScalarGetFloat64Data(SCAL(1)), PD.PD_ScalarGetFloat64Data(SCAL(2)),
+          PD.PD_KernelContextFloatAttrAt(c, 3), PD.PD_KernelContextFloatAttrAt(c, 4), BOOLA(5), BOOLA(8), BOOLA(9),
+          BOOLA(10), OUT(0), OUT(1), OUT(2), OUT(4), OUT(5));
+}
 static void c_matmul_grad(PD_KernelContext *c)
 {
     k_matmul_grad(CTX, IN(0), IN(1), IN(2), BOOLA(0), BOOLA(1), OUT(0), OUT(1));
@@ -1104,56 +1227,65 @@ static void c_matmul_grad(PD_KernelContext *c)
 #define S_ PD_ARG_TYPE_SCALAR
 #define D_ PD_ARG_TYPE_DATA_TYPE
 
-enum { FLOATS = 1, INTS = 2, ALL = FLOATS | INTS };
+enum { FLOATS = 1, INTS = 2, ALL = FLOATS | INTS, ADAMW_TYPES = 4 };
 
 typedef struct {
     const char *name;
     int types;                            /* FLOATS, INTS */
     int nin, nattr, nout;
-    PD_KernelArgumentType attr[4];
+    PD_KernelArgumentType attr[12];
     void (*fn)(PD_KernelContext *);
     void *variadic;
     int out_any_dtype;                    /* the output's dtype is an attribute's, not the key's */
+    const PD_KernelArgumentType *in;      /* the inputs' types; NULL: all tensors */
 } kernel_def;
+
+#define O_ PD_ARG_TYPE_OPTIONAL_TENSOR
+#define F32_ PD_ARG_TYPE_FLOAT32
+#define I64_ PD_ARG_TYPE_INT64
+static const PD_KernelArgumentType ADAMW_IN[] = {T_, T_, T_, T_, T_, O_, T_, T_, O_, O_};
 
 #define V(f) ((void *)(f))
 static const kernel_def KERNELS[] = {
-    {"add", ALL, 2, 0, 1, {0}, c_add, V(k_add), 0},
-    {"subtract", ALL, 2, 0, 1, {0}, c_sub, V(k_sub), 0},
-    {"multiply", ALL, 2, 0, 1, {0}, c_mul, V(k_mul), 0},
-    {"divide", FLOATS, 2, 0, 1, {0}, c_div, V(k_div), 0},
-    {"maximum", ALL, 2, 0, 1, {0}, c_max, V(k_max), 0},
-    {"minimum", ALL, 2, 0, 1, {0}, c_min, V(k_min), 0},
-    {"add_grad", ALL, 3, 1, 2, {I_}, c_add_grad, V(k_add_grad), 0},
-    {"subtract_grad", ALL, 3, 1, 2, {I_}, c_sub_grad, V(k_sub_grad), 0},
-    {"multiply_grad", ALL, 3, 1, 2, {I_}, c_mul_grad, V(k_mul_grad), 0},
-    {"divide_grad", FLOATS, 4, 1, 2, {I_}, c_div_grad, V(k_div_grad), 0},
-    {"relu", FLOATS, 1, 0, 1, {0}, c_relu, V(k_relu), 0},
-    {"exp", FLOATS, 1, 0, 1, {0}, c_exp, V(k_exp), 0},
-    {"log", FLOATS, 1, 0, 1, {0}, c_log, V(k_log), 0},
-    {"square", ALL, 1, 0, 1, {0}, c_square, V(k_square), 0},
-    {"relu_grad", FLOATS, 2, 0, 1, {0}, c_relu_grad, V(k_relu_grad), 0},
-    {"exp_grad", FLOATS, 2, 0, 1, {0}, c_exp_grad, V(k_exp_grad), 0},
-    {"log_grad", FLOATS, 2, 0, 1, {0}, c_log_grad, V(k_log_grad), 0},
-    {"square_grad", ALL, 2, 0, 1, {0}, c_square_grad, V(k_square_grad), 0},
-    {"cast", ALL, 1, 1, 1, {D_}, c_cast, V(k_cast), 1},
-    {"scale", ALL, 1, 3, 1, {S_, S_, B_}, c_scale, V(k_scale), 0},
-    {"full", ALL, 0, 3, 1, {A_, S_, D_}, c_full, V(k_full), 0},
-    {"full_like", ALL, 1, 2, 1, {S_, D_}, c_full_like, V(k_full_like), 0},
-    {"sum", ALL, 1, 3, 1, {A_, D_, B_}, c_sum, V(k_sum), 1},
-    {"mean", FLOATS, 1, 2, 1, {A_, B_}, c_mean, V(k_mean), 0},
-    {"mean_all", FLOATS, 1, 0, 1, {0}, c_mean_all, V(k_mean_all), 0},
-    {"sum_grad", ALL, 2, 3, 1, {A_, B_, B_}, c_sum_grad, V(k_sum_grad), 0},
-    {"mean_grad", FLOATS, 2, 3, 1, {A_, B_, B_}, c_mean_grad, V(k_mean_grad), 0},
-    {"mean_all_grad", FLOATS, 2, 0, 1, {0}, c_mean_all_grad, V(k_mean_all_grad), 0},
-    {"softmax", FLOATS, 1, 1, 1, {I_}, c_softmax, V(k_softmax), 0},
-    {"softmax_grad", FLOATS, 2, 1, 1, {I_}, c_softmax_grad, V(k_softmax_grad), 0},
-    {"matmul", FLOATS, 2, 2, 1, {B_, B_}, c_matmul, V(k_matmul), 0},
-    {"matmul_grad", FLOATS, 3, 2, 2, {B_, B_}, c_matmul_grad, V(k_matmul_grad), 0},
+    {"add", ALL, 2, 0, 1, {0}, c_add, V(k_add), 0, NULL},
+    {"subtract", ALL, 2, 0, 1, {0}, c_sub, V(k_sub), 0, NULL},
+    {"multiply", ALL, 2, 0, 1, {0}, c_mul, V(k_mul), 0, NULL},
+    {"divide", FLOATS, 2, 0, 1, {0}, c_div, V(k_div), 0, NULL},
+    {"maximum", ALL, 2, 0, 1, {0}, c_max, V(k_max), 0, NULL},
+    {"minimum", ALL, 2, 0, 1, {0}, c_min, V(k_min), 0, NULL},
+    {"add_grad", ALL, 3, 1, 2, {I_}, c_add_grad, V(k_add_grad), 0, NULL},
+    {"subtract_grad", ALL, 3, 1, 2, {I_}, c_sub_grad, V(k_sub_grad), 0, NULL},
+    {"multiply_grad", ALL, 3, 1, 2, {I_}, c_mul_grad, V(k_mul_grad), 0, NULL},
+    {"divide_grad", FLOATS, 4, 1, 2, {I_}, c_div_grad, V(k_div_grad), 0, NULL},
+    {"relu", FLOATS, 1, 0, 1, {0}, c_relu, V(k_relu), 0, NULL},
+    {"exp", FLOATS, 1, 0, 1, {0}, c_exp, V(k_exp), 0, NULL},
+    {"log", FLOATS, 1, 0, 1, {0}, c_log, V(k_log), 0, NULL},
+    {"square", ALL, 1, 0, 1, {0}, c_square, V(k_square), 0, NULL},
+    {"relu_grad", FLOATS, 2, 0, 1, {0}, c_relu_grad, V(k_relu_grad), 0, NULL},
+    {"exp_grad", FLOATS, 2, 0, 1, {0}, c_exp_grad, V(k_exp_grad), 0, NULL},
+    {"log_grad", FLOATS, 2, 0, 1, {0}, c_log_grad, V(k_log_grad), 0, NULL},
+    {"square_grad", ALL, 2, 0, 1, {0}, c_square_grad, V(k_square_grad), 0, NULL},
+    {"cast", ALL, 1, 1, 1, {D_}, c_cast, V(k_cast), 1, NULL},
+    {"scale", ALL, 1, 3, 1, {S_, S_, B_}, c_scale, V(k_scale), 0, NULL},
+    {"full", ALL, 0, 3, 1, {A_, S_, D_}, c_full, V(k_full), 0, NULL},
+    {"full_like", ALL, 1, 2, 1, {S_, D_}, c_full_like, V(k_full_like), 0, NULL},
+    {"sum", ALL, 1, 3, 1, {A_, D_, B_}, c_sum, V(k_sum), 1, NULL},
+    {"mean", FLOATS, 1, 2, 1, {A_, B_}, c_mean, V(k_mean), 0, NULL},
+    {"mean_all", FLOATS, 1, 0, 1, {0}, c_mean_all, V(k_mean_all), 0, NULL},
+    {"sum_grad", ALL, 2, 3, 1, {A_, B_, B_}, c_sum_grad, V(k_sum_grad), 0, NULL},
+    {"mean_grad", FLOATS, 2, 3, 1, {A_, B_, B_}, c_mean_grad, V(k_mean_grad), 0, NULL},
+    {"mean_all_grad", FLOATS, 2, 0, 1, {0}, c_mean_all_grad, V(k_mean_all_grad), 0, NULL},
+    {"softmax", FLOATS, 1, 1, 1, {I_}, c_softmax, V(k_softmax), 0, NULL},
+    {"softmax_grad", FLOATS, 2, 1, 1, {I_}, c_softmax_grad, V(k_softmax_grad), 0, NULL},
+    {"matmul", FLOATS, 2, 2, 1, {B_, B_}, c_matmul, V(k_matmul), 0, NULL},
+    {"matmul_grad", FLOATS, 3, 2, 2, {B_, B_}, c_matmul_grad, V(k_matmul_grad), 0, NULL},
+    {"adamw", ADAMW_TYPES, 10, 11, 7, {S_, S_, S_, F32_, F32_, B_, B_, I64_, B_, B_, B_}, c_adamw, V(k_adamw), 0,
+     ADAMW_IN},
 };
 
 static const C_DataType FLOAT_TYPES[] = {FLOAT32, FLOAT64, FLOAT16, BFLOAT16};
 static const C_DataType INT_TYPES[] = {INT32, INT64};
+static const C_DataType ADAMW_DTYPES[] = {FLOAT32, FLOAT64};
 
 /* outputs whose dtype an attribute sets accept any dtype (Paddle's cast / sum kernels do this) */
 static void any_output_dtype(const PD_KernelKey *key, PD_Kernel *kernel)
@@ -1206,19 +1338,22 @@ static void register_kernels(void *target)
     *(void **)&SK.last_error = dlsym(target, "anychip_sim_last_error");
     if (!SK.elementwise || !SK.unary || !SK.reduce || !SK.gemm || !SK.fill)
         return;                           /* a library without the simulator's kernels */
-    PD_KernelArgumentType tensors[4] = {T_, T_, T_, T_};
+    PD_KernelArgumentType tensors[12] = {T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_};
     size_t used = 0;
     for (size_t k = 0; k < sizeof KERNELS / sizeof *KERNELS; k++) {
         const kernel_def *d = &KERNELS[k];
-        PD_KernelArgumentType attrs[4];
+        PD_KernelArgumentType attrs[12], ins[12];
         memcpy(attrs, d->attr, sizeof attrs);
-        for (int fam = 0; fam < 2; fam++) {
-            if (!(d->types & (fam ? INTS : FLOATS)))
+        memcpy(ins, d->in ? d->in : tensors, sizeof ins[0] * (size_t)d->nin);
+        for (int fam = 0; fam < 3; fam++) {
+            static const int FAMILY[] = {FLOATS, INTS, ADAMW_TYPES};
+            if (!(d->types & FAMILY[fam]))
                 continue;
-            const C_DataType *ts = fam ? INT_TYPES : FLOAT_TYPES;
-            size_t nt = fam ? sizeof INT_TYPES / sizeof *INT_TYPES : sizeof FLOAT_TYPES / sizeof *FLOAT_TYPES;
+            const C_DataType *ts = fam == 1 ? INT_TYPES : fam == 2 ? ADAMW_DTYPES : FLOAT_TYPES;
+            size_t nt = fam == 1 ? sizeof INT_TYPES / sizeof *INT_TYPES
+                      : fam == 2 ? sizeof ADAMW_DTYPES / sizeof *ADAMW_DTYPES : sizeof FLOAT_TYPES / sizeof *FLOAT_TYPES;
             for (size_t i = 0; i < nt; i++)
-                PD.PD_RegisterPhiKernel(d->name, g_type, ts[i], ANYCHIP_PD_LAYOUT_ANY, (size_t)d->nin, tensors,
+                PD.PD_RegisterPhiKernel(d->name, g_type, ts[i], ANYCHIP_PD_LAYOUT_ANY, (size_t)d->nin, ins,
                                         (size_t)d->nattr, attrs, (size_t)d->nout, tensors,
                                         d->out_any_dtype ? any_output_dtype : no_arg_changes, d->fn, d->variadic);
         }

@@ -118,6 +118,7 @@ static inline kval apply_unary(int op, int dt, kval v)
             case U_EXP: v.d = exp(v.d); break;
             case U_LOG: v.d = log(v.d); break;
             case U_NEG: v.d = -v.d; break;
+            case U_SQRT: v.d = sqrt(v.d); break;
             default: break;
             }
         } else {
@@ -127,6 +128,7 @@ static inline kval apply_unary(int op, int dt, kval v)
             case U_EXP: f = k_expf(f); break;
             case U_LOG: f = logf(f); break;
             case U_NEG: f = -f; break;
+            case U_SQRT: f = sqrtf(f); break;
             default: break;
             }
             v.d = f;
@@ -161,6 +163,8 @@ static inline kval apply_unary(int op, int dt, kval v)
         case U_EXP: UNARY_LOOP(N, SA, o_[i] = EXP(x_[k_])); break;                           \
         case U_LOG: UNARY_LOOP(N, SA, o_[i] = LOG(x_[k_])); break;                           \
         case U_NEG: UNARY_LOOP(N, SA, o_[i] = -x_[k_]); break;                               \
+        /* in double, then rounded once: the correctly rounded root for float too */         \
+        case U_SQRT: UNARY_LOOP(N, SA, o_[i] = (T)sqrt((double)x_[k_])); break;               \
         default: break;                                                                      \
         }                                                                                    \
     } while (0)

@@ -1,9 +1,9 @@
 """The simulated chips' phi kernels, with Paddle's CPU fallback off
 (FLAGS_enable_api_kernel_fallback=0, set by the caller): every op below must run on the
-device's own kernels or fail. Inputs are small integers and powers of two, so every result
-is exact and is compared with NumPy's for equality (exp / log / softmax of general values
-to float32 rounding). Prints one JSON line: {name: true | "what differed"} and the MLP
-step's coverage; tests/test_paddle_provider.py runs it."""
+device's own kernels or fail, and so must an MLP's whole AdamW step. Inputs are small
+integers and powers of two, so every result is exact and is compared with NumPy's for
+equality (exp / log / softmax of general values to float32 rounding). Prints one JSON line:
+{name: true | "what differed"}; tests/test_paddle_provider.py runs it."""
 import json
 import sys
 
@@ -115,25 +115,36 @@ def backward(out: dict) -> None:
 
 
 def mlp_coverage(out: dict) -> None:
-    """An MLP's step without fallback: forward and backward run on the device; the optimizer's
-    fused update is the op the device lacks, named by Paddle's error."""
-    paddle.set_flags({"FLAGS_enable_api_kernel_fallback": True})        # initialisation draws random numbers
-    paddle.seed(1)
-    model = paddle.nn.Sequential(paddle.nn.Linear(8, 8), paddle.nn.ReLU(), paddle.nn.Linear(8, 4))
-    opt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
-    x = t(np.random.RandomState(0).randn(16, 8).astype(F))
-    target = t(np.zeros((16, 4), F))
-    paddle.set_flags({"FLAGS_enable_api_kernel_fallback": False})
-    loss = paddle.nn.functional.mse_loss(model(x), target)
-    loss.backward()
-    out["mlp_forward_backward"] = all(p.grad is not None and p.grad.place == x.place for p in model.parameters())
-    try:
-        opt.step()
-        out["mlp_optimizer"] = "ran on the device"
-    except RuntimeError as exc:
-        text = str(exc)
-        out["mlp_optimizer"] = text.split("of kernel `", 1)[1].split("`", 1)[0] \
-            if "is not registered" in text else text[:300]
+    """An MLP's AdamW training step without fallback: forward, backward and the update run on
+    the device, and give the parameters the same step on Paddle's CPU gives them (to float32
+    rounding: the device sums in its own order)."""
+    dev = paddle.get_device()
+    params = {}
+    for place in ("cpu", dev):
+        paddle.set_device(place)
+        paddle.set_flags({"FLAGS_enable_api_kernel_fallback": True})    # initialisation draws random numbers
+        paddle.seed(1)
+        model = paddle.nn.Sequential(paddle.nn.Linear(8, 8), paddle.nn.ReLU(), paddle.nn.Linear(8, 4))
+        opt = paddle.optimizer.AdamW(learning_rate=1e-2, parameters=model.parameters(), weight_decay=0.1)
+        x = t(np.random.RandomState(0).randn(16, 8).astype(F))
+        target = t(np.random.RandomState(1).randn(16, 4).astype(F))
+        paddle.set_flags({"FLAGS_enable_api_kernel_fallback": place == "cpu"})
+        try:
+            for _ in range(2):
+                loss = paddle.nn.functional.mse_loss(model(x), target)
+                loss.backward()
+                opt.step()
+                opt.clear_grad()
+        except RuntimeError as exc:
+            text = str(exc)
+            out["mlp_step"] = text.split("of kernel `", 1)[1].split("`", 1)[0] + " is not registered" \
+                if "is not registered" in text else text[:300]
+            return
+        params[place] = [p.numpy() for p in model.parameters()]
+    bad = [i for i, (a, b) in enumerate(zip(params["cpu"], params[dev], strict=True))
+           if not np.allclose(a, b, rtol=1e-6, atol=1e-7)]
+    out["mlp_step"] = True if not bad else f"parameters {bad} differ from Paddle-CPU's"
+    paddle.set_device(dev)
 
 
 def main() -> None:

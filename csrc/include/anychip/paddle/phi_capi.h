@@ -33,7 +33,7 @@ typedef struct { size_t size; void *data; } PD_List;
 typedef int C_DataLayout;
 enum { ANYCHIP_PD_LAYOUT_ANY = 0 };
 
-/* PD_KernelArgumentType (c_kernel_registry.h), the members used */
+/* PD_KernelArgumentType (c_kernel_registry.h), up to the last member used */
 typedef enum {
     PD_ARG_TYPE_CONTEXT = 0,
     PD_ARG_TYPE_TENSOR,
@@ -48,6 +48,18 @@ typedef enum {
     PD_ARG_TYPE_SCALAR,
     PD_ARG_TYPE_INT_ARRAY,
     PD_ARG_TYPE_DATA_TYPE,
+    PD_ARG_TYPE_DATA_LAYOUT,
+    PD_ARG_TYPE_PLACE,
+    PD_ARG_TYPE_LIST_BOOL,
+    PD_ARG_TYPE_LIST_INT32,
+    PD_ARG_TYPE_LIST_INT64,
+    PD_ARG_TYPE_LIST_BFLOAT16,
+    PD_ARG_TYPE_LIST_FLOAT16,
+    PD_ARG_TYPE_LIST_FLOAT32,
+    PD_ARG_TYPE_LIST_FLOAT64,
+    PD_ARG_TYPE_LIST_STRING,
+    PD_ARG_TYPE_LIST_SCALAR,
+    PD_ARG_TYPE_OPTIONAL_TENSOR,
 } PD_KernelArgumentType;
 
 /* phi::DataType (paddle/phi/common/data_type.h): what a kernel's variadic entry receives for
@@ -70,6 +82,8 @@ enum {
     X(PD_Tensor *, PD_KernelContextOutputAt, (PD_KernelContext *, size_t))                                     \
     X(bool, PD_KernelContextBoolAttrAt, (PD_KernelContext *, size_t))                                          \
     X(int32_t, PD_KernelContextInt32AttrAt, (PD_KernelContext *, size_t))                                      \
+    X(int64_t, PD_KernelContextInt64AttrAt, (PD_KernelContext *, size_t))                                      \
+    X(float, PD_KernelContextFloatAttrAt, (PD_KernelContext *, size_t))                                        \
     X(PD_Scalar *, PD_KernelContextScalarAttrAt, (PD_KernelContext *, size_t))                                 \
     X(PD_IntArray *, PD_KernelContextIntArrayAttrAt, (PD_KernelContext *, size_t))                             \
     X(C_DataType, PD_KernelContextDataTypeAttrAt, (PD_KernelContext *, size_t))                                \
@@ -86,6 +100,7 @@ enum {
     X(void, PD_TensorSetDims, (PD_Tensor *, int64_t, const int64_t *, C_Status *))                             \
     X(PD_Tensor *, PD_NewTensor, (void))                                                                       \
     X(void, PD_DeleteTensor, (PD_Tensor *))                                                                    \
+    X(PD_Tensor *, PD_OptionalTensorGetPointer, (PD_Tensor *))                                                 \
     X(PD_List, PD_IntArrayGetDataPointer, (PD_IntArray *))                                                     \
     X(size_t, PD_IntArrayGetElementCount, (PD_IntArray *))                                                     \
     X(double, PD_ScalarGetFloat64Data, (PD_Scalar *))                                                          \
