@@ -1350,8 +1350,9 @@ static void register_kernels(void *target)
             if (!(d->types & FAMILY[fam]))
                 continue;
             const C_DataType *ts = fam == 1 ? INT_TYPES : fam == 2 ? ADAMW_DTYPES : FLOAT_TYPES;
-            size_t nt = fam == 1 ? sizeof INT_TYPES / sizeof *INT_TYPES
-                      : fam == 2 ? sizeof ADAMW_DTYPES / sizeof *ADAMW_DTYPES : sizeof FLOAT_TYPES / sizeof *FLOAT_TYPES;
+            size_t nt = fam == 1   ? sizeof INT_TYPES / sizeof *INT_TYPES
+                        : fam == 2 ? sizeof ADAMW_DTYPES / sizeof *ADAMW_DTYPES
+                                   : sizeof FLOAT_TYPES / sizeof *FLOAT_TYPES;
             for (size_t i = 0; i < nt; i++)
                 PD.PD_RegisterPhiKernel(d->name, g_type, ts[i], ANYCHIP_PD_LAYOUT_ANY, (size_t)d->nin, ins,
                                         (size_t)d->nattr, attrs, (size_t)d->nout, tensors,
