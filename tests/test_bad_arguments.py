@@ -28,7 +28,7 @@ DTYPES = "int8, uint8, int32, int64, float16, bfloat16, float32, float64"
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"count": [4]}, "all_reduce: count must be an int >= 0, got [4]"),
+    ({"count": [4]}, "all_reduce: count must be an integer, got list [4]"),
     ({"dtype": [1]}, f"all_reduce: dtype [1] is not supported; use one of {DTYPES} (by name or as a NumPy dtype)"),
     ({"dtype": {}}, f"all_reduce: dtype {{}} is not supported; use one of {DTYPES} (by name or as a NumPy dtype)"),
     ({"op": ["sum"]}, "all_reduce: reduce op ['sum'] is not supported; use one of sum, prod, min, max, avg"),

@@ -47,9 +47,7 @@ VARIANTS = {
 def plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Build every variant; returns directory name -> path."""
     out = tmp_path_factory.mktemp("paddle_plugins")
-    inc = out / "include"
-    inc.mkdir()
-    (inc / "pdtest_ext.h").write_text("#include <stddef.h>\n#include <stdint.h>\n" + paddle.CDEF)
+    inc = os.path.join(REPO, "csrc", "include")        # anychip/paddle/device_ext.h
     ccl = out / "ccl.o"
     subprocess.run([CC, "-O2", "-fPIC", "-std=gnu11", "-fwrapv", "-c", "-I", os.path.join(REPO, "csrc"),
                     os.path.join(REPO, "csrc", "sim", "ccl_embed.c"), "-o", str(ccl)], check=True)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..runtime._checks import non_negative_int
 from ..runtime.buffer import Buffer
 from ..runtime.errors import CollectiveError, CollectiveTimeout, InvalidArgumentError
 from ..runtime.stream import Stream
@@ -455,14 +456,7 @@ class Communicator:
                     f"{kind}: count not given and the {buf.nbytes}-byte buffer is not a whole number of "
                     f"{mult * item}-byte units ({mult} x {item}-byte elements); pass count=")
             return buf.nbytes // (item * mult)
-        if type(count) is not int:
-            try:
-                count = count.__index__()
-            except (AttributeError, TypeError):
-                raise InvalidArgumentError(f"{kind}: count must be an int >= 0, got {count!r}") from None
-        if count < 0:
-            raise InvalidArgumentError(f"{kind}: count must be >= 0, got {count}")
-        return count
+        return non_negative_int(count, f"{kind}: count")
 
 
 #: every communicator of this process, for the fork hook

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime._checks import non_negative_int
 from ..runtime.errors import (
     DeviceError,
     InvalidArgumentError,
@@ -704,7 +705,7 @@ class OpenCLKernels(OpenCLTensorKernels):
         if op not in self.binary_ops:
             raise InvalidArgumentError(f"unknown elementwise op {op!r}; expected one of {self.binary_ops}")
         item = self._itemsize(dtype)
-        n = _count(n, "n")
+        n = non_negative_int(n, "n")
         index = self._index(index)
         o, a, b = (self._operand(index, x, n, item, name) for x, name in ((out, "out"), (a, "a"), (b, "b")))
         if n == 0:
@@ -727,7 +728,7 @@ class OpenCLKernels(OpenCLTensorKernels):
     def fill(self, index: int, out: Any, n: int, value: Any, dtype: str, stream: Any = None) -> None:
         """``out[i] = value`` for ``i < n`` (value converted with NumPy's rules for ``dtype``)."""
         item = self._itemsize(dtype)
-        n = _count(n, "n")
+        n = non_negative_int(n, "n")
         index = self._index(index)
         o = self._operand(index, out, n, item, "out")
         try:
@@ -743,7 +744,7 @@ class OpenCLKernels(OpenCLTensorKernels):
         """``out[i] = (out_dtype) x[i]``: C conversion (floats to ints truncate toward
         zero; out-of-range values and NaN give unspecified results, as in NumPy)."""
         o_item, x_item = self._itemsize(out_dtype), self._itemsize(in_dtype)
-        n = _count(n, "n")
+        n = non_negative_int(n, "n")
         index = self._index(index)
         o = self._operand(index, out, n, o_item, "out")
         x = self._operand(index, x, n, x_item, "x")
@@ -760,7 +761,7 @@ class OpenCLKernels(OpenCLTensorKernels):
         """``out[0] = x[0] + ... + x[n-1]``, accumulated in ``dtype`` (integers wrap)
         by a two-pass tree reduction; ``n == 0`` gives 0."""
         item = self._itemsize(dtype)
-        n = _count(n, "n")
+        n = non_negative_int(n, "n")
         index = self._index(index)
         out = self._operand(index, out, 1, item, "out")
         x = self._operand(index, x, n, item, "x")
@@ -793,7 +794,7 @@ class OpenCLKernels(OpenCLTensorKernels):
         """``out[m, n] = a[m, k] @ b[k, n]``, all row-major and contiguous; products are
         accumulated in ``dtype`` in order of increasing k (no FMA; integers wrap)."""
         item = self._itemsize(dtype)
-        m, k, n = _count(m, "m"), _count(k, "k"), _count(n, "n")
+        m, k, n = non_negative_int(m, "m"), non_negative_int(k, "k"), non_negative_int(n, "n")
         index = self._index(index)
         out = self._operand(index, out, m * n, item, "out")
         a = self._operand(index, a, m * k, item, "a")
@@ -850,11 +851,11 @@ class OpenCLKernels(OpenCLTensorKernels):
             base = offset
         elif isinstance(operand, tuple) and len(operand) in (2, 3):
             handle, offset = operand[0], operand[1]
-            offset = _count(offset, f"{what} offset")
+            offset = non_negative_int(offset, f"{what} offset")
             size = getattr(handle, "size", None)
             if not isinstance(size, int) or not isinstance(handle, self._plugin._cl.Buffer):
                 raise InvalidArgumentError(f"{what}: {type(handle).__name__} is not an OpenCL buffer handle")
-            limit = size if len(operand) == 2 else _count(operand[2], f"{what} nbytes")
+            limit = size if len(operand) == 2 else non_negative_int(operand[2], f"{what} nbytes")
             if len(operand) == 3 and offset + limit > size:
                 raise InvalidArgumentError(f"{what}: [{offset}, {offset + limit}) lies outside its "
                                            f"{size}-byte cl.Buffer")
@@ -959,14 +960,3 @@ class OpenCLKernels(OpenCLTensorKernels):
             ev = cl.enqueue_nd_range_kernel(s.queue, knl, (groups * local,), (local,))
         plugin._after_enqueue(s, ev)
 
-
-def _count(value: Any, what: str) -> int:
-    """A non-negative int (NumPy integers accepted), or InvalidArgumentError."""
-    if type(value) is not int:
-        try:
-            value = value.__index__()
-        except (AttributeError, TypeError):
-            raise InvalidArgumentError(f"{what} must be an integer, got {type(value).__name__} {value!r}") from None
-    if value < 0:
-        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
-    return value

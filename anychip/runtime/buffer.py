@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._checks import non_negative_int
 from .allocator import BufferBase, register_buffer
 from .allocator import view as _view
 from .errors import InvalidArgumentError
@@ -76,10 +77,10 @@ class Buffer(BufferBase):
     def view(self, offset: int, nbytes: int | None = None) -> Buffer:
         """The sub-range [offset, offset + nbytes) sharing this buffer's memory."""
         self._check()
-        offset = _size(offset, "offset")
+        offset = non_negative_int(offset, "offset")
         if nbytes is None:
             nbytes = self.nbytes - offset
-        nbytes = _size(nbytes, "nbytes")
+        nbytes = non_negative_int(nbytes, "nbytes")
         if offset + nbytes > self.nbytes:
             raise InvalidArgumentError(
                 f"view [{offset}, {offset + nbytes}) lies outside the buffer of {self.nbytes} bytes")
@@ -103,7 +104,7 @@ class Buffer(BufferBase):
                  stream: Stream | None = None) -> np.ndarray:
         """A new host array with the buffer's contents (synchronous)."""
         dt = _plain_dtype(dtype)
-        offset = _size(offset, "offset")
+        offset = non_negative_int(offset, "offset")
         if offset > self.nbytes:
             raise InvalidArgumentError(f"to_numpy: offset {offset} is past the end of the {self.nbytes}-byte buffer")
         avail = self.nbytes - offset
@@ -144,27 +145,15 @@ class Buffer(BufferBase):
 register_buffer(Buffer, InvalidArgumentError)
 
 
-def _size(value: Any, what: str) -> int:
-    """A non-negative int from ``value`` (numpy integers accepted), or a clear error."""
-    if type(value) is not int:
-        try:
-            value = value.__index__()
-        except (AttributeError, TypeError):
-            raise InvalidArgumentError(f"{what} must be an integer, got {type(value).__name__} {value!r}") from None
-    if value < 0:
-        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
-    return value
-
-
 def _shape(value: Any) -> tuple[int, ...]:
     """A shape (an int or a sequence of ints >= 0) as a tuple, or a clear error."""
     if isinstance(value, (int, np.integer)):
-        return (_size(value, "shape"),)
+        return (non_negative_int(value, "shape"),)
     try:
         items = tuple(value)
     except TypeError:
         raise InvalidArgumentError(f"shape must be an int or a sequence of ints, got {value!r}") from None
-    return tuple(_size(v, f"shape {value!r}: every dimension") for v in items)
+    return tuple(non_negative_int(v, f"shape {value!r}: every dimension") for v in items)
 
 
 def _plain_dtype(dtype: Any) -> np.dtype:

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from . import registry
+from ._checks import non_negative_int
 from .allocator import make_allocator
-from .buffer import Buffer, _size
+from .buffer import Buffer
 from .errors import InvalidArgumentError, SelectionError, UnsupportedError
 from .plugin import D2D, D2H, H2D
 from .selection import select
@@ -145,7 +146,7 @@ class Device:
         """``nbytes`` of device memory from the caching allocator, usable at once on
         ``stream`` (default: the current stream)."""
         if type(nbytes) is not int or nbytes < 0:
-            nbytes = _size(nbytes, "nbytes")
+            nbytes = non_negative_int(nbytes, "nbytes")
         if stream is None:
             stream = _tls.streams.get(self) or self._default or self.default_stream
         elif stream.__class__ is not Stream or stream.device is not self:
@@ -206,8 +207,8 @@ class Device:
             raise InvalidArgumentError(f"memset value must be an int 0..255, got {value!r}")
         if not 0 <= int(value) <= 255:
             raise InvalidArgumentError(f"memset value must be a byte 0..255, got {value}")
-        offset = _size(offset, "offset")
-        nbytes = buf.nbytes - offset if nbytes is None else _size(nbytes, "nbytes")
+        offset = non_negative_int(offset, "offset")
+        nbytes = buf.nbytes - offset if nbytes is None else non_negative_int(nbytes, "nbytes")
         _check_range(buf, offset, nbytes, "memset")
         s, sync = self._stream_for(stream)
         if nbytes:
@@ -278,7 +279,7 @@ def _copy_size(nbytes: Any, src_offset: int, ssize: int, dst_offset: int, dsize:
             raise InvalidArgumentError(f"src_offset {src_offset} is past the end of the {ssize}-byte source")
         nbytes = ssize - src_offset
     else:
-        nbytes = _size(nbytes, "nbytes")
+        nbytes = non_negative_int(nbytes, "nbytes")
     if src_offset + nbytes > ssize:
         raise InvalidArgumentError(
             f"copy of {nbytes} bytes from offset {src_offset} runs past the end of the {ssize}-byte source")
@@ -302,8 +303,8 @@ def copy(dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0, 
     dbuf, sbuf = isinstance(dst, Buffer), isinstance(src, Buffer)
     if not (dbuf or sbuf):
         raise InvalidArgumentError("copy needs at least one anychip.Buffer (use numpy for host-to-host copies)")
-    dst_offset = _size(dst_offset, "dst_offset")
-    src_offset = _size(src_offset, "src_offset")
+    dst_offset = non_negative_int(dst_offset, "dst_offset")
+    src_offset = non_negative_int(src_offset, "src_offset")
     if sbuf:
         sblock = src._check()
         ssize = src.nbytes

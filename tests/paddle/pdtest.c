@@ -9,8 +9,8 @@
  * tasks on the stream, so collectives are stream-ordered and asynchronous.
  * PDTEST_DEVICES (default 4) sets the device count.
  *
- * pdtest_ext.h is the C text of anychip.devices.paddle.CDEF (the mirror of Paddle 3.x's
- * device_ext.h). Variants, chosen at compile time:
+ * anychip/paddle/device_ext.h is anychip's declaration of Paddle 3.x's device_ext.h (the
+ * one the host loader reads). Variants, chosen at compile time:
  *   PDTEST_TYPE="name"        device_type (default "pdtest")
  *   PDTEST_NO_XCCL            no xccl_* entries (the host transport serves)
  *   PDTEST_MINIMAL            only the required entries (every optional one NULL)
@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pdtest_ext.h"
+#include "anychip/paddle/device_ext.h"
 #define CCL_EXPORT __attribute__((visibility("hidden")))
 #include "ccl/ccl.h"
 

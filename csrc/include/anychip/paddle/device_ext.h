@@ -1,10 +1,10 @@
 /*
  * Paddle's CustomDevice ABI (paddle/phi/backends/device_ext.h, runtime version 0.1.1, as
  * shipped in paddlepaddle 3.x), member for member: the types the Paddle bridge
- * (anychip/paddle/bridge.c) implements. The text between the markers is the same as
- * anychip.devices.paddle.CDEF (tests/test_paddle_provider.py checks it), so the bridge and
- * anychip's Paddle host loader agree on one layout; the test also checks the sizes against
- * the header of the installed Paddle wheel.
+ * (anychip/paddle/bridge.c) implements. anychip's Paddle host loader gives cffi the text
+ * between the markers (anychip/devices/_headers.py), so the bridge, the host loader and C
+ * test plugins share this one layout; tests/test_paddle_provider.py checks its sizes and
+ * offsets against the header of the installed Paddle wheel.
  */
 #ifndef ANYCHIP_PADDLE_DEVICE_EXT_H
 #define ANYCHIP_PADDLE_DEVICE_EXT_H
@@ -17,7 +17,7 @@
 #define ANYCHIP_PADDLE_RUNTIME_MINOR 1
 #define ANYCHIP_PADDLE_RUNTIME_PATCH 1
 
-/* ANYCHIP-PADDLE-CDEF-BEGIN */
+/* ANYCHIP-CDEF-BEGIN */
 typedef enum { UNDEFINED = 0, BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FLOAT16, FLOAT32,
                FLOAT64, BFLOAT16, COMPLEX64, COMPLEX128 } C_DataType;
 typedef enum { C_SUCCESS = 0, C_WARNING, C_FAILED, C_ERROR, C_INTERNAL_ERROR } C_Status;
@@ -178,7 +178,7 @@ struct CustomRuntimeParams {
   void *pir_default_passes;
   char reserved[32];
 };
-/* ANYCHIP-PADDLE-CDEF-END */
+/* ANYCHIP-CDEF-END */
 
 typedef struct C_DeviceInterface C_DeviceInterface;
 
