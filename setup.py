@@ -146,7 +146,8 @@ ext_modules = [
 # run time, so the library builds, and the install works, with or without Paddle. A kernel
 # that cannot run raises a C++ exception (kernels_throw.cc), so the C is built to unwind.
 ext_modules.append(
-    Extension("paddle_custom_device.libanychip_sim", sources=["csrc/paddle/provider_sim.c", "csrc/paddle/kernels_throw.cc"],
+    Extension("paddle_custom_device.libanychip_sim",
+              sources=["csrc/paddle/provider_sim.c", "csrc/paddle/kernels_throw.cc"],
               depends=["csrc/include/anychip/paddle/bridge.c", "csrc/include/anychip/paddle/device_ext.h",
                        "csrc/include/anychip/paddle/phi_capi.h", "csrc/paddle/kernels_sim.c", "csrc/sim/kernels.h"],
               include_dirs=["csrc/include", "csrc"], libraries=["pthread", "dl"],
