@@ -211,7 +211,7 @@ def test_kernels_run_on_the_device_without_fallback(chip: str) -> None:
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     report = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
     assert {k: v for k, v in report.items() if v is not True} == {}
-    assert len(report) == 50
+    assert len(report) == 51
 
 
 def test_kernels_can_be_left_unregistered() -> None:

@@ -641,7 +641,13 @@ static void reduce_op(const char *op, int r, PD_DeviceContext *ctx, PD_Tensor *x
     int red[K_MAXDIM];
     reduced_dims(op, dims, 0, &a, red);
     void *s = stream_of(op, ctx);
-    output(op, ctx, out, to == UNDEFINED ? a.cdt : to, &o);
+    if (to == UNDEFINED) {                /* no dtype attribute: the one InferMeta gave the output */
+        C_Status st = C_SUCCESS;
+        to = PD.PD_TensorGetPDDataType(out, &st);
+        if (st != C_SUCCESS || sim_dtype(to) < 0)
+            to = a.cdt;
+    }
+    output(op, ctx, out, to, &o);
     temps T = {ctx, op, {0}, 0};
     if (a.nd == 0)
         un(op, s, U_COPY, o.dt, a.dt, 1, o.p, a.p);

@@ -48,6 +48,7 @@ def forward(out: dict) -> None:
         "sum_keepdim": (X.sum(axis=1, keepdim=True).numpy(), x.sum(axis=1, keepdims=True)),
         "sum_axes_0_2": (t(b3).sum(axis=[0, 2]).numpy(), b3.sum(axis=(0, 2))),
         "sum_int64": (t(x.astype(np.int64)).sum().numpy(), np.array(x.astype(np.int64).sum())),
+        "sum_int32_is_int64": (t(x.astype(np.int32)).sum(axis=0).numpy(), x.astype(np.int64).sum(axis=0)),
         "mean": (X.mean().numpy(), np.array(x.mean(), F)),
         "mean_axis1": (X.mean(axis=1).numpy(), x.mean(axis=1)),
         "mean_axes_0_2": (t(b3).mean(axis=[0, 2]).numpy(), b3.mean(axis=(0, 2))),
