@@ -699,13 +699,12 @@ static void reduce_grad(const char *op, int mean, PD_DeviceContext *ctx, PD_Tens
     if (!o.n)
         return;
     /* dout has x's dims with the reduced ones removed or kept as 1: strides over x's dims */
-    int64_t gs[K_MAXDIM], xs[K_MAXDIM], acc = 1, count = 1;
+    int64_t gs[K_MAXDIM], acc = 1, count = 1;
     for (int d = a.nd - 1; d >= 0; d--) {
         gs[d] = red[d] ? 0 : acc;
         acc *= red[d] ? 1 : a.dim[d];
         count *= red[d] ? a.dim[d] : 1;
     }
-    contiguous_strides(a.nd, a.dim, xs);
     temps T = {ctx, op, {0}, 0};
     void *c = constant(&T, s, g.cdt, mean ? (double)count : 0.0);
     if (a.nd == 0) {
@@ -715,7 +714,6 @@ static void reduce_grad(const char *op, int mean, PD_DeviceContext *ctx, PD_Tens
         int64_t zeros[K_MAXDIM] = {0};
         ew(op, s, mean ? E_DIV : E_ADD, o.dt, a.nd, a.dim, o.p, g.p, gs, c, zeros);
     }
-    (void)xs;
     temps_free(&T);
 }
 
@@ -1067,7 +1065,7 @@ static void adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_T
              "leave the kernel unregistered with ANYCHIP_PADDLE_KERNELS=0 to run it on Paddle's CPU)");
     if (multi_precision && master)
         fail(op, "multi_precision with master weights is not implemented on this device");
-    tview p, g, l, a1, a2, q1, q2, o;
+    tview p, g, l, a1, a2, q1, q2;
     input(op, param, &p);
     input(op, grad, &g);
     input(op, lr, &l);
@@ -1139,7 +1137,6 @@ static void adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_T
         ew(op, s, E_MUL, dt, 1, &unit, r1.p, q1.p, &zero, kb1, &zero);
         ew(op, s, E_MUL, dt, 1, &unit, r2.p, q2.p, &zero, kb2, &zero);
     }
-    (void)o;
     temps_free(&T);
 }
 
