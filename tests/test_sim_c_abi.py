@@ -25,7 +25,6 @@ PROGRAMS = [
     ("hip_abi.c", "libhygon_sim", "hip ok", {}),
     ("acl_fidelity.c", "libascend_sim", "acl fidelity ok", {}),
     ("acl_stream_context.c", "libascend_sim", "acl stream context ok", {}),
-    ("acl_implied_wait.c", "libascend_sim", "acl implied wait ok", {}),
     ("hip_fidelity.c", "libhygon_sim", "hip fidelity ok", {}),
     ("hip_stream_ordered.c", "libhygon_sim", "hip stream-ordered ok", {}),
     ("xpu_fidelity.c", "libkunlun_sim", "xpu fidelity ok", {"XPU_VISIBLE_DEVICES": "5,2,7"}),

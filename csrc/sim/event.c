@@ -114,21 +114,20 @@ static sim_status record(sim_event *e, sim_stream *s)
         pthread_mutex_unlock(&s->lock);
         return sim_fail(SIM_E_INVALID_STREAM, "the stream is being destroyed");
     }
-    int idle = s->head == s->tail && !s->running && !s->held;
     pthread_mutex_lock(&e->lock);
     op.u.ev.gen = ++e->rec_gen;
-    e->rec_stream = idle ? 0 : s->handle;
-    e->rec_pos = s->tail;                   /* where the op goes (the stream's lock is held) */
     pthread_mutex_unlock(&e->lock);
-    if (idle) {
+    if (s->head == s->tail && !s->running && !s->held) {
         /* nothing queued or running: the event is complete the moment it is recorded */
         sim_event_complete(e, op.u.ev.gen);
         pthread_mutex_unlock(&s->lock);
         return SIM_OK;
     }
     sim_event_ref(e);
-    sim_status st = sim_stream_push_locked(s, &op, NULL);
     pthread_mutex_unlock(&s->lock);
+    /* the stream cannot die in between: the caller holds a reference and `dead` is only set
+     * by destroy, which drains the queue before the worker stops */
+    sim_status st = sim_stream_push(s, &op);
     if (st != SIM_OK) {
         sim_event_complete(e, op.u.ev.gen); /* the record will never run: nobody may wait forever */
         sim_event_put(e);
@@ -136,62 +135,14 @@ static sim_status record(sim_event *e, sim_stream *s)
     return st;
 }
 
-/* at most this many queued ops ahead of a record are looked at by implied() */
-#define IMPLIED_SCAN 64
-
-/* Whether stream `b`, at the end of its queue, may pass a wait for record `pos` of stream
- * handle `src` without queueing it: when every op ahead of that record on its stream is a
- * record, or a wait that is satisfied already or that waits for a record queued on `b`
- * itself (so earlier in b's queue). The stream keeps where its last run of such ops began
- * (run_start, run_src), which answers at once however long its queue; otherwise the ops
- * ahead of the record are looked at, up to IMPLIED_SCAN of them. Those ops touch no memory, and what they wait for is
- * done by the time b gets there, so the record is reached with nothing b's later work
- * needs. This is the two-stream hand-shake of a framework's collectives (the compute
- * stream records, the collective stream waits, runs, records, the compute stream waits):
- * without it each op costs two thread hand-offs, with it the collective stream runs its
- * queue back to back. */
-static int implied(sim_stream *b, uint64_t src, uint64_t pos)
-{
-    if (src == b->handle)
-        return 1;                               /* the same stream: its order implies it */
-    sim_stream *a = sim_registry_get((void *)(uintptr_t)src, TAG_STREAM);
-    if (!a)
-        return 0;
-    int ok = 1;
-    pthread_mutex_lock(&a->lock);
-    if (!a->held && a->run_start <= a->head && (!a->run_src || a->run_src == b->handle)) {
-        pthread_mutex_unlock(&a->lock);         /* the whole queue is such ops (the steady state) */
-        sim_stream_put(a);
-        return 1;
-    }
-    if (a->held || pos - a->head > IMPLIED_SCAN)
-        ok = pos < a->head;                     /* passed already: the wait is satisfied */
-    for (uint64_t k = a->head; ok && k < pos && k < a->tail; k++) {
-        const sim_op *op = &a->ring[k & (a->cap - 1)];
-        if (op->type == OP_RECORD)
-            continue;
-        ok = op->type == OP_WAIT &&
-             (op->u.ev.src == b->handle || ALOAD(&op->u.ev.ev->done_gen) >= op->u.ev.gen);
-    }
-    pthread_mutex_unlock(&a->lock);
-    sim_stream_put(a);
-    return ok;
-}
-
 static sim_status stream_wait(sim_stream *s, sim_event *e)
 {
-    pthread_mutex_lock(&e->lock);
-    uint64_t gen = e->rec_gen, src = e->rec_stream, pos = e->rec_pos;
-    pthread_mutex_unlock(&e->lock);
+    uint64_t gen = recorded(e);
     if (gen == 0 || ALOAD(&e->done_gen) >= gen)
         return SIM_OK; /* never recorded, or already complete: nothing to wait for */
-    if (src && implied(s, src, pos))
-        return SIM_OK;
     sim_op op = {.type = OP_WAIT};
     op.u.ev.ev = e;
     op.u.ev.gen = gen;
-    op.u.ev.src = src;
-    op.u.ev.src_pos = pos;
     sim_event_ref(e);
     __atomic_add_fetch(&e->pending_waits, 1, __ATOMIC_ACQ_REL);
     sim_status st = sim_stream_push(s, &op);

@@ -81,8 +81,7 @@ typedef struct sim_op {
     union {
         struct { char *dst; const char *src; size_t n; sim_ref dref, sref; } copy;
         struct { char *dst; int value; size_t n; sim_ref dref; } set;
-        /* a wait also keeps where the record it waits for was queued (stream handle, position) */
-        struct { sim_event *ev; uint64_t gen, src, src_pos; } ev;
+        struct { sim_event *ev; uint64_t gen; } ev;
         struct { sim_host_fn fn; void *arg; } host;
     } u;
 } sim_op;
@@ -101,9 +100,6 @@ struct sim_stream {
     uint64_t tail;                /* next free slot; read without the lock */
     uint64_t done;                /* ops completed; read without the lock */
     int held;                     /* read without the lock */
-    /* the queue from run_start to the tail holds only records and waits for records queued on
-     * stream run_src (0: no wait yet): what event.c's implied() asks (under the lock) */
-    uint64_t run_start, run_src;
     int nonblocking;              /* HIP's hipStreamNonBlocking: legacy null-stream waits pass it over */
     int stop;                     /* read without the lock */
     int dead;
@@ -129,8 +125,6 @@ struct sim_event {
     uint64_t reset_gen;           /* rec_gen when last reset: "never recorded" while rec_gen == reset_gen */
     int pending_waits;            /* waits on this event queued on streams and not yet passed (atomic) */
     int no_timing;                /* created without timing: elapsed time is refused */
-    uint64_t rec_stream, rec_pos; /* where record rec_gen was queued (stream handle, position); 0 when it
-                                     completed at once */
     int waiters;
 };
 
@@ -219,7 +213,6 @@ SIM_HIDDEN int sim_wait(sim_ready_fn ready, const void *ctx, pthread_mutex_t *lo
 SIM_HIDDEN sim_status sim_stream_get(void *handle, sim_stream **out);
 SIM_HIDDEN void sim_stream_put(sim_stream *s);
 SIM_HIDDEN sim_status sim_stream_push(sim_stream *s, const sim_op *op);
-SIM_HIDDEN sim_status sim_stream_push_locked(sim_stream *s, const sim_op *op, uint64_t *pos);
 SIM_HIDDEN void sim_event_put(sim_event *e);
 SIM_HIDDEN void sim_event_ref(sim_event *e);
 /* run a record / wait op on a stream (event.c) */

@@ -320,46 +320,32 @@ sim_status sim_stream_destroy(void *handle)
     return SIM_OK;
 }
 
-/* Append op (caller holds s->lock); *pos, when given, gets its queue position. */
-sim_status sim_stream_push_locked(sim_stream *s, const sim_op *op, uint64_t *pos)
+sim_status sim_stream_push(sim_stream *s, const sim_op *op)
 {
-    if (s->dead)
+    pthread_mutex_lock(&s->lock);
+    if (s->dead) {
+        pthread_mutex_unlock(&s->lock);
         return sim_fail(SIM_E_INVALID_STREAM, "the stream is being destroyed");
+    }
     if (s->tail - s->head == s->cap) {
         size_t ncap = s->cap * 2;
         sim_op *nr = malloc(ncap * sizeof *nr);
-        if (!nr)
+        if (!nr) {
+            pthread_mutex_unlock(&s->lock);
             return sim_fail(SIM_E_HOST_ALLOC, "out of host memory for the stream queue");
+        }
         for (uint64_t k = s->head; k < s->tail; k++)
             nr[k & (ncap - 1)] = s->ring[k & (s->cap - 1)];
         free(s->ring);
         s->ring = nr;
         s->cap = ncap;
     }
-    if (pos)
-        *pos = s->tail;
-    if (op->type == OP_WAIT && op->u.ev.src && (!s->run_src || s->run_src == op->u.ev.src)) {
-        s->run_src = op->u.ev.src;
-    } else if (op->type == OP_WAIT && op->u.ev.src) {
-        s->run_start = s->tail;             /* the earlier waits are for another stream */
-        s->run_src = op->u.ev.src;
-    } else if (op->type != OP_RECORD) {
-        s->run_start = s->tail + 1;         /* work: a new run begins after it */
-        s->run_src = 0;
-    }
     s->ring[s->tail & (s->cap - 1)] = *op;
     ASTORE(&s->tail, s->tail + 1);
     if (s->sleeping)
         pthread_cond_signal(&s->work_cv);
-    return SIM_OK;
-}
-
-sim_status sim_stream_push(sim_stream *s, const sim_op *op)
-{
-    pthread_mutex_lock(&s->lock);
-    sim_status st = sim_stream_push_locked(s, op, NULL);
     pthread_mutex_unlock(&s->lock);
-    return st;
+    return SIM_OK;
 }
 
 /* ========================================================================== */
