@@ -54,6 +54,27 @@ for _lib, _api in SIM_COLLECTIVES.items():
     EXTRA_FLAGS.setdefault(_lib, []).append("-fwrapv")      # ccl_embed.c raises the engine to -O3
 
 
+# The vendors' library names, for C programs built with the vendor's link lines (-lascendcl
+# -lhccl, -lxpurt -lbkcl, -lamdhip64 -lrccl): in anychip/_lib/link, GNU ld scripts that stand
+# for the simulator library (runtime and collectives are one library there), found through
+# -L anychip/_lib (see `anychip info --cflags`). The simulator libraries carry their file name
+# as SONAME, so a program linked through a script needs them by name (the rpath finds them).
+_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+VENDOR_NAMES = {"libascend_sim": ("libascendcl.so", "libhccl.so"), "libkunlun_sim": ("libxpurt.so", "libbkcl.so"),
+                "libhygon_sim": ("libamdhip64.so", "librccl.so")}
+LINK_FLAGS: dict[str, list[str]] = {name: [f"-Wl,-soname,{name}{_SUFFIX}"] for name in VENDOR_NAMES}
+
+
+def write_link_scripts(lib_dir: str) -> None:
+    link = os.path.join(lib_dir, "link")
+    shutil.rmtree(link, ignore_errors=True)
+    os.makedirs(link)
+    for sim, names in VENDOR_NAMES.items():
+        for name in names:
+            with open(os.path.join(link, name), "w") as f:
+                f.write(f"/* GNU ld script: {name} is the anychip simulator's {sim} */\nINPUT({sim}{_SUFFIX})\n")
+
+
 # ---- Paddle CustomDevice provider (see docs/paddle.md, "Paddle on anychip") ---------------
 # The simulated chips' anychip/plugin.h faces: adapters written against the vendor APIs only
 # (ACL + HCCL, XPU + BKCL, HIP + RCCL), compiled into each simulator library.
@@ -64,7 +85,6 @@ for _lib, _face in SIM_PLUGIN_FACES.items():
 # The bridge (csrc/include/anychip/paddle/bridge.c, shipped for C plugins) over the simulated
 # chip ANYCHIP_PADDLE names (the Ascend by default): paddle_custom_device/libanychip_sim next
 # to the anychip package, where Paddle looks when CUSTOM_DEVICE_ROOT is unset.
-_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 os.makedirs("paddle_custom_device", exist_ok=True)   # an in-place build copies the bridges there
 
 
@@ -120,6 +140,7 @@ class build_clib_as_ext(build_ext):
 
     def run(self):
         super().run()
+        write_link_scripts(os.path.join("anychip" if self.inplace else os.path.join(self.build_lib, "anychip"), "_lib"))
         dest = os.path.join("anychip" if self.inplace else os.path.join(self.build_lib, "anychip"), "_include")
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(os.path.join("csrc", "include"), dest)
@@ -138,6 +159,7 @@ ext_modules = [
         include_dirs=["csrc/include", "csrc"],
         extra_compile_args=COMMON_FLAGS + EXTRA_FLAGS.get(name, []),
         libraries=["pthread", "rt", *libs],
+        extra_link_args=LINK_FLAGS.get(name, []),
     )
     for name, (sources, libs) in C_LIBRARIES.items()
 ]

@@ -1,10 +1,10 @@
 """The simulated chips' native collective libraries (HCCL / BKCL / RCCL in the simulator)
 against the engine transport on the same chips, in one run.
 
-    python benchmarks/bench_native_ccl.py [--chips hygon,ascend,kunlun] [--ops all_reduce]
+    python benchmarks/bench_native_ccl.py [--chips hygon,ascend,kunlun] [--ops all_reduce] [-n 2]
                                           [--min 8] [--max 64M] [--factor 8] [--repeat 2]
 
-Two ranks, float32, out of place, measured with bench_collectives.py's anychip worker
+``-n`` ranks (default 2), float32, measured with bench_collectives.py's anychip worker
 (time per op after warm-up, slowest rank; busbw with nccl-tests' factors), once with
 ANYCHIP_COLLECTIVE_TRANSPORT=native (the vendor library's C entry points through cffi)
 and once with =host (the engine's own simulated-stream path). Both end on the same
@@ -21,44 +21,42 @@ sys.path.insert(0, HERE)
 
 import bench_collectives as bc  # noqa: E402
 
-from anychip._spawn import python_command  # noqa: E402
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--chips", default="hygon,ascend,kunlun")
     ap.add_argument("--ops", default="all_reduce")
+    ap.add_argument("-n", "--nranks", type=int, default=2)
     ap.add_argument("--min", default="8")
     ap.add_argument("--max", default="64M")
     ap.add_argument("--factor", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=2, help="rounds (the best time is kept)")
     args = ap.parse_args()
-    ops = args.ops.split(",")
-    szs = bc.sizes(bc.parse_size(args.min), bc.parse_size(args.max), args.factor)
-    worker = [os.path.join(HERE, "bench_collectives.py"), "--ops", args.ops, "--min", args.min, "--max", args.max,
-              "--factor", str(args.factor), "--worker", "anychip"]
+    ops = [o for o in args.ops.split(",") if o]
+    for op in ops:
+        if op not in bc.FACTORS:
+            raise SystemExit(f"--ops: {op!r} is not one of {', '.join(bc.FACTORS)}")
+    chips = [c for c in args.chips.split(",") if c]
+    sizes = bc.size_list(bc.parse_size(args.min), bc.parse_size(args.max), args.factor)
+    n = args.nranks
     results: dict[tuple[str, str], dict] = {}
     for _ in range(args.repeat):
-        for chip in args.chips.split(","):
+        for chip in chips:
             for transport in ("native", "host"):
-                cmd = [*python_command(["-m", "anychip", "launch"]), "-n", str(bc.NRANKS), "--device", chip, *worker]
-                got = bc.collect(cmd, env={"ANYCHIP_COLLECTIVE_TRANSPORT": transport})
-                best = results.setdefault((chip, transport), {})
-                for key, t in got.items():
-                    best[key] = min(t, best.get(key, t))
-    print(f"{bc.NRANKS} ranks, float32, out of place; time in us, busbw in GB/s; ratio = native / host busbw")
+                got = bc.run_anychip(chip, n, ops, sizes, ANYCHIP_COLLECTIVE_TRANSPORT=transport)
+                if not isinstance(got, dict):
+                    raise SystemExit(f"{chip} with ANYCHIP_COLLECTIVE_TRANSPORT={transport}: {got}")
+                results[(chip, transport)] = bc.best_of(results.get((chip, transport)), got)  # type: ignore[assignment]
+    print(f"{n} ranks, float32; time in us, busbw in GB/s; ratio = native / host busbw")
     for op in ops:
-        for chip in args.chips.split(","):
-            print(f"\n{op} on {chip}")
-            print(f"{'size':>6} {'native us':>12}{'busbw':>8}{'host us':>12}{'busbw':>8}{'ratio':>8}")
-            for s in szs:
-                tn = results.get((chip, "native"), {}).get((op, s))
-                th = results.get((chip, "host"), {}).get((op, s))
-                if tn is None or th is None:
-                    print(f"{bc.fmt_size(s):>6} {'-':>12}")
-                    continue
-                bn, bh = s / tn / 1e9 * bc.BUS[op], s / th / 1e9 * bc.BUS[op]
-                print(f"{bc.fmt_size(s):>6} {tn * 1e6:>12.1f}{bn:>8.2f}{th * 1e6:>12.1f}{bh:>8.2f}{bn / bh:>8.2f}")
+        for chip in chips:
+            native, host = results[(chip, "native")], results[(chip, "host")]
+            print(f"\n{op} on {chip} ({native['transport']} / {host['transport']})")
+            print(f"{'size':>8} {'native us':>12}{'busbw':>8}{'host us':>12}{'busbw':>8}{'ratio':>8}")
+            for s in sizes:
+                tn, th = native[f"{op}/{s}"], host[f"{op}/{s}"]
+                bn, bh = bc.busbw(op, s, tn, n), bc.busbw(op, s, th, n)
+                print(f"{bc.human(s):>8} {tn * 1e6:>12.1f}{bn:>8.2f}{th * 1e6:>12.1f}{bh:>8.2f}{bn / bh:>8.2f}")
     return 0
 
 

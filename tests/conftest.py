@@ -107,6 +107,7 @@ test_sim_robustness.py::test_synchronize_does_not_release_host_arrays_of_copies_
 test_sim_robustness.py::test_synchronize_in_another_thread_keeps_host_arrays_of_later_copies
 test_spawn.py::test_launched_ranks_beside_a_decoy_use_the_launchers_anychip
 test_tensor_collectives.py::test_four_ranks_all_reduce_and_all_gather_tensors
+test_twohost.py::test_hierarchical_all_reduce_of_two_by_two_ranks_across_namespaces
 """.split())
 
 

@@ -304,6 +304,29 @@ def test_repeated_call_after_free_is_refused(comm) -> None:
         comm.all_reduce(b)
 
 
+def test_repeated_group_sees_new_data_and_refuses_a_freed_buffer(comm) -> None:
+    import gc
+    import weakref
+    a = buf_of(comm.device, np.zeros(4, np.float32))
+    b = buf_of(comm.device, np.zeros(4, np.float32))
+    for step in range(1, 4):               # the second and third reuse the checked, prepared group
+        a.copy_from(np.arange(4, dtype=np.float32) * step)
+        with comm.group():
+            comm.send(a, 0)
+            w = comm.recv(b, 0)
+        w.wait()
+        assert b.to_numpy(np.float32).tolist() == [0.0, step, 2.0 * step, 3.0 * step]
+    a.free()
+    with pytest.raises(anychip.InvalidArgumentError, match="^send: buf was freed$"):
+        with comm.group():
+            comm.send(a, 0)
+            comm.recv(b, 0)
+    ref = weakref.ref(b)                   # the group caches hold their buffers weakly
+    del a, b
+    gc.collect()
+    assert ref() is None
+
+
 def test_init_twice_in_one_job(tmp_path) -> None:
     p = _run_launch(tmp_path, """
         from anychip import collectives

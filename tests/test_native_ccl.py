@@ -213,28 +213,37 @@ def test_library_result_codes_for_bad_arguments(backend, monkeypatch):
              "RCCL": ("ncclInvalidArgument",) * 2}[lib.api]
     # an unknown data type: CANN's HcomCheckDataType answers HCCL_E_NOT_SUPPORT
     bad_type = "HCCL_E_NOT_SUPPORT" if lib.api == "HCCL" else names[0]
+    stream = plugin._stream_create(0) if lib.api == "HCCL" else None
     try:
         comm.device.plugin._use(0)
-        code = lib.op(t._comm, "all_reduce", p, p, 4, 99, 0, 0, null)
+        if stream is not None:
+            # HCCL has no default stream: NULL is HCCL_E_PTR (CANN's HcomCheckOpParam)
+            code = lib.op(t._comm, "all_reduce", p, p, 4, lib.dtypes["float32"], 0, 0, null)
+            assert lib.code_name(code) == "HCCL_E_PTR"
+            assert "stream is NULL" in lib.detail()
+        on = lib.stream_handle(plugin, stream) if stream is not None else null
+        code = lib.op(t._comm, "all_reduce", p, p, 4, 99, 0, 0, on)
         assert lib.code_name(code) == bad_type
         with pytest.raises(InvalidArgumentError, match=rf"all_reduce failed: {lib.api} returned {bad_type}: "
                                                        r".*(dataType|datatype|type) 99"):
             lib.check(code, "all_reduce")
-        code = lib.op(t._comm, "all_reduce", null, p, 4, lib.dtypes["float32"], 0, 0, null)
+        code = lib.op(t._comm, "all_reduce", null, p, 4, lib.dtypes["float32"], 0, 0, on)
         assert lib.code_name(code) == names[1]
         assert "send buffer is NULL" in lib.detail()
-        code = lib.op(t._comm, "all_reduce", p, p, 17, lib.dtypes["float32"], 0, 0, null)   # 68 > 64 bytes
+        code = lib.op(t._comm, "all_reduce", p, p, 17, lib.dtypes["float32"], 0, 0, on)   # 68 > 64 bytes
         assert lib.code_name(code) == names[0]
         assert "needs 68 bytes" in lib.detail() and "its allocation ends 64 bytes after it" in lib.detail()
-        code = lib.op(t._comm, "broadcast", p, p, 4, lib.byte, 0, 1, null)                  # root 1 of 1
+        code = lib.op(t._comm, "broadcast", p, p, 4, lib.byte, 0, 1, on)                  # root 1 of 1
         assert lib.code_name(code) == names[0]
         assert "root 1 is outside 0..0" in lib.detail()
         host = np.zeros(16, dtype=np.float32)
-        code = lib.op(t._comm, "all_reduce", ffi.from_buffer(host), p, 4, lib.dtypes["float32"], 0, 0, null)
+        code = lib.op(t._comm, "all_reduce", ffi.from_buffer(host), p, 4, lib.dtypes["float32"], 0, 0, on)
         assert lib.code_name(code) == names[0]
         assert "is not device memory of this process" in lib.detail()
         assert lib.async_error(t._comm) == 0
     finally:
+        if stream is not None:
+            plugin._stream_destroy(0, stream)
         plugin._free(0, raw)
         comm.destroy()
 

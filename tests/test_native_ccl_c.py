@@ -20,20 +20,28 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(os.path.dirname(HERE), "csrc", "include")
 
 PROGRAMS = [("hccl_ranks.c", "libascend_sim", "hccl"), ("bkcl_ranks.c", "libkunlun_sim", "bkcl"),
-            ("nccl_ranks.c", "libhygon_sim", "nccl")]
+            ("nccl_ranks.c", "libhygon_sim", "nccl"),
+            # rank table init, the v-variants, batch send/recv, the NULL stream (torch_npu's calls)
+            ("hccl_v.c", "libascend_sim", "hccl v"),
+            # unequal all-to-all with device-memory counts, as Paddle's AllToAllUnequalSplit calls it
+            ("bkcl_v.c", "libkunlun_sim", "bkcl v"),
+            # ncclCommInitRankConfig and ncclCommSplit (NCCL_SPLIT_NOCOLOR included)
+            ("nccl_split.c", "libhygon_sim", "nccl split")]
 
 SYMBOLS = {
     "libascend_sim": """HcclGetRootInfo HcclCommInitRootInfo HcclCommDestroy HcclGetRankSize HcclGetRankId
         HcclGetCommName HcclGetCommAsyncError HcclGetErrorString HcclAllReduce HcclBroadcast HcclReduce
         HcclReduceScatter HcclAllGather HcclAlltoAll HcclSend HcclRecv HcclBarrier HcclGroupStart HcclGroupEnd
-        HcclCommInitAll""",
+        HcclCommInitAll HcclCommInitClusterInfo HcclAlltoAllV HcclAllGatherV HcclReduceScatterV HcclBatchSendRecv""",
     "libkunlun_sim": """bkcl_get_unique_id bkcl_init_rank bkcl_destroy_context bkcl_comm_abort bkcl_comm_count
         bkcl_comm_user_rank bkcl_all_reduce bkcl_broadcast bkcl_reduce bkcl_all_gather bkcl_reduce_scatter
-        bkcl_all_to_all bkcl_send bkcl_recv bkcl_group_start bkcl_group_end anychip_sim_bkcl_async_error""",
+        bkcl_all_to_all bkcl_all_to_all_v bkcl_send bkcl_recv bkcl_group_start bkcl_group_end
+        anychip_sim_bkcl_async_error""",
     "libhygon_sim": """ncclGetVersion ncclGetUniqueId ncclCommInitRank ncclCommFinalize ncclCommDestroy
         ncclCommAbort ncclGetErrorString ncclGetLastError ncclCommGetAsyncError ncclCommCount ncclCommCuDevice
         ncclCommUserRank ncclReduce ncclBcast ncclBroadcast ncclAllReduce ncclReduceScatter ncclAllGather
-        ncclAllToAll ncclSend ncclRecv ncclGroupStart ncclGroupEnd ncclCommInitAll""",
+        ncclAllToAll ncclSend ncclRecv ncclGroupStart ncclGroupEnd ncclCommInitAll ncclCommInitRankConfig
+        ncclCommSplit""",
 }
 
 
@@ -56,8 +64,9 @@ def built(tmp_path_factory):
         libdir, libfile = os.path.split(lib)
         exe = out / source[:-2]
         build = subprocess.run(
-            [gcc, "-std=c11", "-Wall", "-Werror", f"-I{INCLUDE}", "-o", str(exe), os.path.join(HERE, "c", source),
-             f"-L{libdir}", f"-l:{libfile}", f"-Wl,-rpath,{libdir}"], capture_output=True, text=True)
+            [gcc, "-std=c11", "-Wall", "-Werror", "-Werror=implicit-function-declaration", f"-I{INCLUDE}", "-o",
+             str(exe), os.path.join(HERE, "c", source), f"-L{libdir}", f"-l:{libfile}", f"-Wl,-rpath,{libdir}"],
+            capture_output=True, text=True)
         assert build.returncode == 0, build.stderr
         exes[source] = str(exe)
     return exes
@@ -112,12 +121,13 @@ SINGLE_PROCESS = [("nccl_guide.c", "libhygon_sim", ["1"], ["guide 1 ok"]),
                   ("nccl_guide.c", "libhygon_sim", ["2", "3"], ["guide 2 ok"] * 3),
                   ("nccl_guide.c", "libhygon_sim", ["3", "2", "2"], ["guide 3 ok"] * 2),
                   ("nccl_guide.c", "libhygon_sim", ["3t", "2", "2"], ["guide 3t ok"] * 2),
-                  ("hccl_init_all.c", "libascend_sim", [], ["hccl init all ok"])]
+                  ("hccl_init_all.c", "libascend_sim", [], ["hccl init all ok"]),
+                  ("nccl_split.c", "libhygon_sim", ["g"], ["nccl split group ok"])]
 
 
 @pytest.mark.parametrize("source,libname,args,expected", SINGLE_PROCESS,
                          ids=["guide1-init-all", "guide2-process-per-device", "guide3-group-init",
-                              "guide3-thread-per-device", "hccl-init-all"])
+                              "guide3-thread-per-device", "hccl-init-all", "nccl-split-in-group"])
 def test_several_devices_per_process(tmp_path, source, libname, args, expected):
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:

@@ -25,6 +25,7 @@ PROGRAMS = [
     ("hip_abi.c", "libhygon_sim", "hip ok", {}),
     ("acl_fidelity.c", "libascend_sim", "acl fidelity ok", {}),
     ("acl_stream_context.c", "libascend_sim", "acl stream context ok", {}),
+    ("acl_runtime_calls.c", "libascend_sim", "acl runtime calls ok", {}),
     ("hip_fidelity.c", "libhygon_sim", "hip fidelity ok", {}),
     ("hip_stream_ordered.c", "libhygon_sim", "hip stream-ordered ok", {}),
     ("xpu_fidelity.c", "libkunlun_sim", "xpu fidelity ok", {"XPU_VISIBLE_DEVICES": "5,2,7"}),
@@ -39,7 +40,8 @@ SYMBOLS = {
         aclrtMalloc aclrtFree aclrtMallocHost aclrtFreeHost aclrtMemcpy aclrtMemcpyAsync aclrtMemset
         aclrtMemsetAsync aclrtCreateStream aclrtDestroyStream aclrtSynchronizeStream aclrtSynchronizeDevice
         aclrtCreateEvent aclrtDestroyEvent aclrtRecordEvent aclrtStreamWaitEvent aclrtSynchronizeEvent
-        aclrtQueryEventStatus aclrtEventElapsedTime aclrtGetMemInfo aclGetRecentErrMsg""",
+        aclrtQueryEventStatus aclrtEventElapsedTime aclrtGetMemInfo aclGetRecentErrMsg aclrtLaunchHostFunc
+        aclrtGetDeviceInfo aclrtGetLastError aclrtPeekAtLastError""",
     "libkunlun_sim": """xpu_get_driver_version xpu_device_list xpu_set_device xpu_current_device xpu_device_count
         xpu_malloc
         xpu_free xpu_host_alloc
@@ -73,7 +75,8 @@ def test_c_program_through_vendor_names(tmp_path, source, libname, expected, ext
     exe = tmp_path / source.replace(".c", "")
     libdir, libfile = os.path.split(lib)
     build = subprocess.run(
-        [gcc, "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{include_dir()}", "-o", str(exe),
+        [gcc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-Werror=implicit-function-declaration", f"-I{include_dir()}",
+         "-o", str(exe),
          os.path.join(HERE, "c", source),
          f"-L{libdir}", f"-l:{libfile}", f"-Wl,-rpath,{libdir}", "-lpthread"],
         capture_output=True, text=True)

@@ -154,3 +154,56 @@ def test_cflags_of_a_backend_without_a_c_api():
     out = _cli("info", "--cflags", "cuda")
     assert out.returncode == 1
     assert "no C API for backend 'cuda'; want one of ascend, kunlun, hygon" in out.stderr
+
+
+# A collective program linked with the vendor's link line (runtime and collective library by
+# their vendor names) against the simulator: the names are linker scripts for the one
+# simulator library, which the program then needs by its SONAME.
+COLLECTIVE_PROGRAMS = {"ascend": ("hccl_v.c", "hccl v", ("-lascendcl", "-lhccl")),
+                       "kunlun": ("bkcl_v.c", "bkcl v", ("-lxpurt", "-lbkcl")),
+                       "hygon": ("nccl_split.c", "nccl split", ("-lamdhip64", "-lrccl"))}
+
+
+@pytest.mark.parametrize("backend", sorted(COLLECTIVE_PROGRAMS))
+def test_cflags_link_a_collective_program_by_the_vendor_library_names(tmp_path, backend):
+    gcc, readelf = shutil.which("gcc") or shutil.which("cc"), shutil.which("readelf")
+    if gcc is None or readelf is None:
+        pytest.skip("no C compiler or readelf")
+    source, tag, libs = COLLECTIVE_PROGRAMS[backend]
+    out = _cli("info", "--cflags", backend)
+    assert out.returncode == 0, out.stderr
+    flags = shlex.split(out.stdout)
+    assert [f for f in flags if f.startswith("-l") and f != "-lpthread"] == list(libs)
+    exe = tmp_path / backend
+    build = subprocess.run([gcc, "-std=c11", "-Wall", "-Werror", "-Werror=implicit-function-declaration",
+                            os.path.join(ROOT, "tests", "c", source), "-o", str(exe), *flags],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    needed = subprocess.run([readelf, "-d", str(exe)], capture_output=True, text=True, check=True).stdout
+    sim = {"ascend": "libascend_sim", "kunlun": "libkunlun_sim", "hygon": "libhygon_sim"}[backend]
+    assert f"Shared library: [{sim}." in needed, needed        # by SONAME, found through the rpath
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("VISIBLE_DEVICES") and not k.startswith(("ANYCHIP_SIM", "ANYCHIP_CCL"))}
+    run = subprocess.run([str(exe), "2"], capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert sorted(run.stdout.splitlines()) == [f"{tag} ok rank 0", f"{tag} ok rank 1"]
+
+
+def test_cflags_on_a_vendor_install_name_both_vendor_libraries(monkeypatch):
+    """No vendor install here: a plugin that found one (CANN's lib64 with libascendcl.so and
+    libhccl.so) stands in for it; the flags link both of the vendor's files."""
+
+    class Found:
+        simulated = False
+        library_path = "/opt/cann/lib64/libascendcl.so"
+
+        def available(self) -> tuple[bool, str]:
+            return True, ""
+
+        def native_ccl(self) -> object:
+            return type("Ccl", (), {"path": "/opt/cann/hccl/lib64/libhccl.so"})()
+
+    monkeypatch.setattr(sys.modules[AscendPlugin.__module__], "AscendPlugin", Found)
+    assert _headers.cflags("ascend") == (
+        f"-I{_headers.include_dir()} -L/opt/cann/lib64 -L/opt/cann/hccl/lib64 -l:libascendcl.so -l:libhccl.so "
+        "-Wl,-rpath,/opt/cann/lib64 -Wl,-rpath,/opt/cann/hccl/lib64 -lpthread")

@@ -195,6 +195,8 @@ class Communicator:
         self._forked = False                 # this process is a fork() of the one that made it
         self._splits = 0
         self._prepared: dict[tuple, tuple] = {}
+        self._group_checked: dict[tuple, tuple] = {}      # the checked ops of comm.group() blocks
+        self._group_prepared: dict[tuple, tuple] = {}     # and the groups' prepared forms
         _communicators.add(self)
 
     # -- identity -----------------------------------------------------------
@@ -273,9 +275,24 @@ class Communicator:
         self._tls.group = None
         if not g.specs:
             return
-        work = self._transport.submit(g.specs, g.stream or self.device.current_stream())
+        stream = g.stream or self.device.current_stream()
+        work = self._transport.submit_prepared(self._prepare_group(g.specs, stream), stream)
         for w in g.works:
             w._inner = work
+
+    def _prepare_group(self, specs: list[OpSpec], stream: Stream) -> tuple[list[OpSpec], Any]:
+        """The transport's prepared form of a group, reused when the same ops on the same
+        buffers and stream come again (a send / recv ring issued every step)."""
+        key = (id(stream), *((sp.signature(), id(sp.send), id(sp.recv)) for sp in specs))
+        hit = self._group_prepared.get(key)
+        if hit is not None and hit[0]() is stream and len(hit[1]) == len(specs) and all(
+                rs() is sp.send and rr() is sp.recv for (rs, rr), sp in zip(hit[1], specs, strict=True)):
+            return specs, hit[2]
+        specs, native = self._transport.prepare(specs)
+        if len(self._group_prepared) >= 64:
+            self._group_prepared.clear()
+        self._group_prepared[key] = (weakref.ref(stream), [(_ref(sp.send), _ref(sp.recv)) for sp in specs], native)
+        return specs, native
 
     # -- sub-groups -------------------------------------------------------------
     def split(self, color: int | None, key: int = 0) -> Communicator | None:
@@ -351,48 +368,58 @@ class Communicator:
             send, recv, dtype = _from_tensors(kind, send, recv, dtype)
         stream = self._stream(kind, stream)
         g = getattr(self._tls, "group", None)
-        if g is None:
-            # a call repeated with the same buffers, stream and arguments reuses its checked,
-            # prepared form (the buffers are only checked not to have been freed since)
-            full = (kind, id(send), id(recv), count, dtype, op, root, id(stream))
-            key: tuple | None = full
-            try:
-                hit = self._prepared.get(full)
-            except TypeError:             # an unhashable argument: the checks below say what is wrong
-                hit, key = None, None
-            if hit is not None and hit[0]() is send and hit[1]() is recv and hit[2]() is stream and \
-                    (send is None or not send.freed) and (recv is None or not recv.freed):
-                k, c, d, o, r, native = hit[3]
-                last = hit[4]
-                specs = last[0]() if last[0] is not None else None
-                if specs is None:
-                    specs = _Specs([OpSpec(k, send, recv if recv is not None or recv_mult == 0 else send, c, d, o,
-                                           r)])
-                    last[0] = weakref.ref(specs)
-                return self._transport.submit_prepared((specs, native), stream)
-        spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
-        if g is None:
-            if len(self._prepared) >= 32:
-                self._prepared.clear()
-            specs, native = self._transport.prepare([spec])
-            specs = _Specs(specs)
-            if key is None:
-                return self._transport.submit_prepared((specs, native), stream)
-            # the cache holds the buffers weakly: their memory is released as usual when dropped;
-            # and the spec list last submitted weakly, reused while the stream still holds it
-            fields = (spec.kind, spec.count, spec.dtype, spec.op, spec.root, native)
-            self._prepared[key] = (_ref(send), _ref(recv), weakref.ref(stream), fields, [weakref.ref(specs)])
-            return self._transport.submit_prepared((specs, native), stream)
+        # a call repeated with the same buffers, stream and arguments reuses its checked,
+        # prepared form (the buffers are only checked not to have been freed since)
+        full = (kind, id(send), id(recv), count, dtype, op, root, id(stream))
+        key: tuple | None = full
+        cache = self._prepared if g is None else self._group_checked
+        try:
+            hit = cache.get(full)
+        except TypeError:                 # an unhashable argument: the checks below say what is wrong
+            hit, key = None, None
+        hit = hit if hit is not None and hit[0]() is send and hit[1]() is recv and hit[2]() is stream and \
+            (send is None or not send.freed) and (recv is None or not recv.freed) else None
         if g is not None:
-            if g.stream is not None and g.stream is not stream:
-                raise InvalidArgumentError(f"{kind}: every op of one comm.group() must use the same stream; "
-                                           f"the group uses {g.stream!r}, this op {stream!r}")
-            g.stream = stream
-            g.specs.append(spec)
-            w = _GroupWork(f"{kind} (in a group)")
-            g.works.append(w)
-            return w
-        return self._transport.submit([spec], stream)
+            if hit is not None:
+                k, c, d, o, r = hit[3]
+                spec = OpSpec(k, send, recv if recv is not None or recv_mult == 0 else send, c, d, o, r)
+            else:
+                spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
+                if key is not None:
+                    if len(cache) >= 64:
+                        cache.clear()
+                    cache[key] = (_ref(send), _ref(recv), weakref.ref(stream), spec.signature())
+            return self._group_add(g, kind, spec, stream)
+        if hit is not None:
+            k, c, d, o, r, native = hit[3]
+            last = hit[4]
+            specs = last[0]() if last[0] is not None else None
+            if specs is None:
+                specs = _Specs([OpSpec(k, send, recv if recv is not None or recv_mult == 0 else send, c, d, o, r)])
+                last[0] = weakref.ref(specs)
+            return self._transport.submit_prepared((specs, native), stream)
+        spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
+        if len(self._prepared) >= 32:
+            self._prepared.clear()
+        specs, native = self._transport.prepare([spec])
+        specs = _Specs(specs)
+        if key is None:
+            return self._transport.submit_prepared((specs, native), stream)
+        # the cache holds the buffers weakly: their memory is released as usual when dropped;
+        # and the spec list last submitted weakly, reused while the stream still holds it
+        fields = (spec.kind, spec.count, spec.dtype, spec.op, spec.root, native)
+        self._prepared[key] = (_ref(send), _ref(recv), weakref.ref(stream), fields, [weakref.ref(specs)])
+        return self._transport.submit_prepared((specs, native), stream)
+
+    def _group_add(self, g: _Group, kind: str, spec: OpSpec, stream: Stream) -> Work:
+        if g.stream is not None and g.stream is not stream:
+            raise InvalidArgumentError(f"{kind}: every op of one comm.group() must use the same stream; "
+                                       f"the group uses {g.stream!r}, this op {stream!r}")
+        g.stream = stream
+        g.specs.append(spec)
+        w = _GroupWork(f"{kind} (in a group)")
+        g.works.append(w)
+        return w
 
     def _stream(self, kind: str, stream: Any) -> Stream:
         if stream is None:
@@ -470,7 +497,7 @@ def _after_fork_in_child() -> None:
     for comm in list(_communicators):
         comm._forked = True
         comm._closed = True
-        comm._prepared = {}
+        comm._prepared, comm._group_checked, comm._group_prepared = {}, {}, {}
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

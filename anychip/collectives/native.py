@@ -49,13 +49,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
 from ..runtime.native_ccl import NativeLibrary
-from ..runtime.stream import Event
+from ..runtime.stream import Event, Stream
 from .communicator import OpSpec, Work
-from .transport import ShmTransport, Transport
+from .transport import ShmTransport, Transport, zero_copy_min
 
 if TYPE_CHECKING:
     from ..runtime.device import Device
-    from ..runtime.stream import Stream
 
 __all__ = ["NativeTransport", "NcclTransport", "make_transport", "native_library", "transport_choice",
            "TRANSPORT_ENV"]
@@ -212,6 +211,8 @@ class NativeTransport(_Outcomes, Transport):
         self._boot: Transport = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
         self._events: list[Event] = []          # completion events free for reuse
         self._last_stream: tuple[Any, Any] | None = None     # (raw stream, the library's handle)
+        self._side: tuple[Stream, Event, Event] | None = None   # see _side_enter
+        self._copy_side: Stream | None = None   # a broadcast root's copy beside the op (see _issue)
         self._comm: Any = None
         self._plugin: Any = cast(Any, device.plugin)
         self._init_outcomes()
@@ -234,16 +235,20 @@ class NativeTransport(_Outcomes, Transport):
         plugin = self._plugin
         lib = self.lib
         lib.use_device(plugin, self.device.index)
-        handle = lib.stream_handle(plugin, stream._live())
+        on = self._side_enter(stream)
+        handle = lib.stream_handle(plugin, on._live())
         grouped = len(specs) > 1
         if grouped:
             lib.check(lib.group_start(), f"{lib.api} group start")
         try:
             for sp in specs:
-                self._issue(sp, handle, stream)
+                self._issue(sp, handle, on)
         finally:
-            if grouped:
-                lib.check(lib.group_end(), f"{what}: {lib.api} group end")
+            try:
+                if grouped:
+                    lib.check(lib.group_end(), f"{what}: {lib.api} group end")
+            finally:
+                self._side_leave(on, stream)
         event = self._events.pop() if self._events else Event(self.device)
         event.record(stream)
         stream._keep_alive(specs)
@@ -269,14 +274,18 @@ class NativeTransport(_Outcomes, Transport):
         call, what, where = native
         lib, plugin = self.lib, self._plugin
         lib.use_device(plugin, self.device.index)
-        raw = stream._live()
+        on = self._side_enter(stream)
+        raw = on._live()
         last = self._last_stream
         if last is not None and last[0] is raw:
             handle = last[1]
         else:
             handle = lib.stream_handle(plugin, raw)
             self._last_stream = (raw, handle)
-        rc = call(handle)
+        try:
+            rc = call(handle)
+        finally:
+            self._side_leave(on, stream)
         if rc:
             raise lib.error(rc, where)
         event = self._events.pop() if self._events else Event(self.device)
@@ -316,9 +325,35 @@ class NativeTransport(_Outcomes, Transport):
                 self.lib.check(self.lib.destroy(comm), f"{self.lib.api} communicator destroy")
         finally:
             self._comm = None
-            self._boot.close()
+            side, self._side = self._side, None
+            copy_side, self._copy_side = self._copy_side, None
+            try:
+                if side is not None:
+                    side[0].synchronize()
+                    side[0].destroy()
+                if copy_side is not None:
+                    copy_side.destroy()
+            finally:
+                self._boot.close()
 
     # -- helpers ----------------------------------------------------------------------------
+    def _side_enter(self, stream: Stream) -> Stream:
+        """The stream the library gets for ``stream``. A library that refuses the NULL stream
+        (HCCL: HCCL_E_PTR) gets, for a device's default stream (NULL on ACL), a stream of this
+        transport's own that first waits for the default stream's work (_side_leave makes the
+        default stream wait for the ops in turn)."""
+        if self.lib.null_stream or not stream._default:
+            return stream
+        if self._side is None:
+            self._side = (Stream(self.device), Event(self.device), Event(self.device))
+        side, before, _ = self._side
+        side.wait_event(before.record(stream))
+        return side
+
+    def _side_leave(self, on: Stream, stream: Stream) -> None:
+        if on is not stream and self._side is not None:
+            stream.wait_event(self._side[2].record(on))
+
     def _live(self) -> None:
         if self._comm is None:
             raise self._dead()
@@ -343,10 +378,37 @@ class NativeTransport(_Outcomes, Transport):
         lib = self.lib
         send, recv, count, dtype, redop, root, copy_first = self._arguments(sp)
         if copy_first:
-            from ..runtime.device import copy
-            copy(sp.recv, sp.send, count, stream=stream)                      # HCCL broadcasts in place
+            self._broadcast_out_of_place(sp, send, count, dtype, stream_handle, stream)
+            return
         lib.check(lib.op(self._comm, sp.kind, send, recv, count, dtype, redop, root, stream_handle),
                   f"{sp.kind} ({lib.api}, group {self.label})")
+
+    def _broadcast_out_of_place(self, sp: OpSpec, send: Any, nbytes: int, dtype: int, stream_handle: Any,
+                                stream: Stream) -> None:
+        """The root of an out-of-place broadcast on a library that broadcasts in place (HCCL):
+        the root only reads its buffer, so the peers are broadcast its send buffer, and the copy
+        of send to recv goes beside that rather than before it (a copy first would make the
+        peers wait for it: two copies' time instead of one). From the zero-copy size on, the
+        peers read the root's buffer while the op runs, so the copy runs on a second stream
+        (forked from and joined back into ``stream``); below it the op returns once the peers
+        have arrived and the copy that follows it on ``stream`` overlaps their reads."""
+        from ..runtime.device import copy
+        lib = self.lib
+        where = f"broadcast ({lib.api}, group {self.label})"
+        if nbytes < zero_copy_min():
+            lib.check(lib.op(self._comm, "broadcast", send, send, nbytes, dtype, 0, sp.root, stream_handle), where)
+            copy(sp.recv, sp.send, nbytes, stream=stream)
+            return
+        side = self._side_stream()
+        side.wait_event(Event(self.device).record(stream))
+        copy(sp.recv, sp.send, nbytes, stream=side)
+        lib.check(lib.op(self._comm, "broadcast", send, send, nbytes, dtype, 0, sp.root, stream_handle), where)
+        stream.wait_event(Event(self.device).record(side))
+
+    def _side_stream(self) -> Stream:
+        if self._copy_side is None:
+            self._copy_side = Stream(self.device)
+        return self._copy_side
 
     def _async_failure(self, what: str) -> CollectiveError | None:
         if self._comm is None:

@@ -62,11 +62,12 @@ class Declarations:
         return cdef_of(*self.headers)
 
 
-#: backend -> (module, plugin class, the headers a C program includes)
+#: backend -> (module, plugin class, the headers a C program includes, the vendor's
+#: runtime and collective libraries, as -l names)
 _C_APIS = {
-    "ascend": ("anychip.devices.ascend", "AscendPlugin", "acl/acl.h, hccl/hccl.h"),
-    "kunlun": ("anychip.devices.kunlun", "KunlunPlugin", "xpu/runtime.h, bkcl/bkcl.h"),
-    "hygon": ("anychip.devices.hygon", "HygonPlugin", "hip/hip_runtime_api.h, rccl/rccl.h"),
+    "ascend": ("anychip.devices.ascend", "AscendPlugin", "acl/acl.h, hccl/hccl.h", ("ascendcl", "hccl")),
+    "kunlun": ("anychip.devices.kunlun", "KunlunPlugin", "xpu/runtime.h, bkcl/bkcl.h", ("xpurt", "bkcl")),
+    "hygon": ("anychip.devices.hygon", "HygonPlugin", "hip/hip_runtime_api.h, rccl/rccl.h", ("amdhip64", "rccl")),
 }
 
 
@@ -80,11 +81,24 @@ def cflags(backend: str) -> str:
 
     if backend not in _C_APIS:
         raise InvalidArgumentError(f"--cflags: no C API for backend {backend!r}; want one of {', '.join(_C_APIS)}")
-    module, cls, _ = _C_APIS[backend]
+    module, cls, _, (runtime, collectives) = _C_APIS[backend]
     plugin = getattr(importlib.import_module(module), cls)()
     ok, reason = plugin.available()
     if not ok or not plugin.library_path:
         raise UnsupportedError(f"--cflags {backend}: the backend is unavailable: {reason}")
-    libdir, libfile = os.path.split(plugin.library_path)
-    return f"-I{include_dir()} -L{libdir} -l:{libfile} -Wl,-rpath,{libdir} -lpthread"
+    libdir = os.path.dirname(plugin.library_path)
+    if plugin.simulated:
+        # the vendor's link line: -l<runtime> -l<collectives> name linker scripts in _lib/link
+        # that stand for the one simulator library (setup.py, write_link_scripts)
+        return (f"-I{include_dir()} -L{os.path.join(libdir, 'link')} -L{libdir} -l{runtime} -l{collectives} "
+                f"-Wl,-rpath,{libdir} -lpthread")
+    dirs = [libdir]
+    ccl = plugin.native_ccl()
+    if ccl is not None and os.path.dirname(ccl.path) not in dirs:
+        dirs.append(os.path.dirname(ccl.path))
+    links = " ".join(f"-L{d}" for d in dirs)
+    rpaths = " ".join(f"-Wl,-rpath,{d}" for d in dirs)
+    # the vendor's collective library is a separate file (libhccl.so beside libascendcl.so)
+    libs = f"-l:{os.path.basename(plugin.library_path)}" + (f" -l:{os.path.basename(ccl.path)}" if ccl else "")
+    return f"-I{include_dir()} {links} {libs} {rpaths} -lpthread"
 

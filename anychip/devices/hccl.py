@@ -36,6 +36,7 @@ class Hccl(NativeLibrary):
     kinds = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send",
                        "recv", "barrier"})
     broadcast_in_place = True
+    null_stream = False                         # HCCL_E_PTR (CANN param_check.cc, HcomCheckOpParam)
 
     def supports(self, spec: Any) -> bool:
         # CANN on 910B / 910_93 refuses PROD of bf16 (param_check.cc, HcomCheckReduceDataType):

@@ -48,6 +48,8 @@ class NativeLibrary:
     probe: ClassVar[str] = ""                     # a function the library must export
     #: the library broadcasts in place (HCCL): the root's send is first copied to its recv
     broadcast_in_place: ClassVar[bool] = False
+    #: the library takes the NULL stream (the device's default stream); HCCL does not
+    null_stream: ClassVar[bool] = True
 
     def __init__(self, ffi: Any, lib: Any, path: str, simulated: bool) -> None:
         self.ffi, self.lib, self.path, self.simulated = ffi, lib, path, simulated

@@ -766,15 +766,28 @@ static void not_arrived(ctx_t *x, const void *arg, char *buf, size_t len)
     }
 }
 
-/* arrive, then wait until every rank has */
-static int barrier_step(ctx_t *x)
+/* arrive (publish this rank's progress and wake the sleepers) */
+static void arrive(ccl_comm *c)
 {
-    ccl_comm *c = x->c;
     uint64_t target = ++c->seq;
     atomic_store_explicit(&c->lines[c->rank].seq, target, memory_order_seq_cst);
     ring_all(c);
+}
+
+/* wait until every rank has arrived as often as this one */
+static int wait_all(ctx_t *x)
+{
+    ccl_comm *c = x->c;
+    uint64_t target = c->seq;
     uint64_t all = c->nranks >= 64 ? ~0ull : ((1ull << c->nranks) - 1);
     return wait_until(x, all_arrived, &target, all, not_arrived);
+}
+
+/* arrive, then wait until every rank has */
+static int barrier_step(ctx_t *x)
+{
+    arrive(x->c);
+    return wait_all(x);
 }
 
 /* ========================================================================== */
@@ -860,9 +873,41 @@ static void put_round(ctx_t *x, const one_round *r, int blocks)
         copy(mine + (size_t)i * r->cap * es, send + ((size_t)i * o->count + r->lo) * es, r->m * es);
 }
 
-/* What this rank takes from every rank's slot once all have arrived. */
-static void take_round(ctx_t *x, const one_round *r)
+/* What this rank can do between its arrival and the others': the part of the round that
+ * needs only its own slot (a broadcast root's copy into its recv; its own block of an
+ * all_gather / all_to_all), so it overlaps the peers' work instead of following it.
+ * Returns 1 when it did that part (take_round then skips it). */
+static int own_round(ctx_t *x, const one_round *r)
 {
+    ccl_comm *c = x->c;
+    const ccl_op *o = x->op;
+    int me = c->rank;
+    size_t es = DTYPE_SIZES[o->dtype];
+    char *recv = o->recv.ptr;
+    char *mine = r->slot(c, me, r->b);
+    switch (o->kind) {
+    case CCL_BROADCAST:
+        if (me != o->root || !recv || recv == o->send.ptr)
+            return 0;
+        copy(recv + r->lo * es, mine, r->m * es);
+        return 1;
+    case CCL_ALL_GATHER:
+        copy(recv + ((size_t)me * o->count + r->lo) * es, mine, r->m * es);
+        return 1;
+    case CCL_ALL_TO_ALL:
+        copy(recv + ((size_t)me * o->count + r->lo) * es, mine + (size_t)me * r->cap * es, r->m * es);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* What this rank takes from every rank's slot once all have arrived (`own`: its own part
+ * was done by own_round already). */
+static void take_round(ctx_t *x, const one_round *r, int own)
+{
+    if (!own && r->m)
+        own_round(x, r);
     ccl_comm *c = x->c;
     const ccl_op *o = x->op;
     int me = c->rank, N = c->nranks;
@@ -886,7 +931,8 @@ static void take_round(ctx_t *x, const one_round *r)
         break;
     case CCL_ALL_GATHER:
         for (int i = 0; i < N; i++)
-            copy(recv + ((size_t)i * n + lo) * es, r->slot(c, i, r->b), m * es);
+            if (i != me)
+                copy(recv + ((size_t)i * n + lo) * es, r->slot(c, i, r->b), m * es);
         break;
     case CCL_REDUCE_SCATTER:
         for (int i = 0; i < N; i++)
@@ -895,7 +941,8 @@ static void take_round(ctx_t *x, const one_round *r)
         break;
     case CCL_ALL_TO_ALL:
         for (int i = 0; i < N; i++)
-            copy(recv + ((size_t)i * n + lo) * es, r->slot(c, i, r->b) + mine, m * es);
+            if (i != me)
+                copy(recv + ((size_t)i * n + lo) * es, r->slot(c, i, r->b) + mine, m * es);
         break;
     default:
         break;
@@ -914,20 +961,21 @@ static int one_barrier_rounds(ctx_t *x, int small)
     int blocks = (kind == CCL_REDUCE_SCATTER || kind == CCL_ALL_TO_ALL) ? c->nranks : 1;
     one_round r = {small ? small_slot : big_slot, 0, 0, 0, 0};
     r.cap = (small ? c->small : c->chunk) / (uint64_t)blocks / es;
-    if (kind == CCL_BROADCAST && c->rank == o->root && o->send.ptr && o->recv.ptr)
-        copy(o->recv.ptr, o->send.ptr, n * es);
     uint64_t rounds = n ? (n + r.cap - 1) / r.cap : 1;
     for (uint64_t j = 0; j < rounds; j++) {
         r.lo = j * r.cap;
         r.m = MIN(r.cap, n - r.lo);
         r.b = (int)((small ? c->small_round++ : c->big_round++) & 1);
         put_round(x, &r, blocks);
-        int st = barrier_step(x);
+        arrive(c);
+        /* (in check mode the signatures are compared before anything is written to recv) */
+        int own = !(j == 0 && c->check) && r.m && own_round(x, &r);
+        int st = wait_all(x);
         if (st)
             return st;
         if (j == 0 && c->check && (st = check_signatures(x, (int)((c->seq - 1) & 1))))
             return st;
-        take_round(x, &r);
+        take_round(x, &r, own);
     }
     return CCL_OK;
 }

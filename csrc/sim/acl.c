@@ -16,7 +16,8 @@
  *   - memcpy: count 0 succeeds at once; count > destMax is ACL_ERROR_RT_PARAM_INVALID; a
  *     kind that disagrees with the pointers is corrected when both are runtime memory
  *     (device or aclrtMallocHost), and is an error only where pageable host memory takes
- *     part (MemcpyKindAutoCorrect's table);
+ *     part (MemcpyKindAutoCorrect's table); aclrtMemcpy / aclrtMemset wait for no stream
+ *     (a driver copy, ApiImpl::MemCopySync), the default stream included;
  *   - callbacks run on the thread subscribed to the stream (aclrtSubscribeReport) when
  *     it calls aclrtProcessReport;
  *   - aclprof* sessions record nothing but the step timestamps asked for.
@@ -41,9 +42,22 @@ static void fe_init(void)
 {
     sim_core_init(getenv("ASCEND_RT_VISIBLE_DEVICES"), SIM_VIS_ACL);
     sim_set_require_current(1);
+    /* aclrtMemcpy / aclrtMemset go straight to the driver (ApiImpl::MemCopySync ->
+     * NpuDriver::MemCopySync): they wait for no stream, the default one included */
+    sim_set_sync_waits_default(0);
 }
 
-static aclError acl_code(sim_status st)
+/* The calling thread's last error (aclrtGetLastError / aclrtPeekAtLastError). */
+static __thread aclError t_last_error;
+
+static aclError keep(aclError code)
+{
+    if (code != ACL_SUCCESS)
+        t_last_error = code;
+    return code;
+}
+
+static aclError acl_code_of(sim_status st)
 {
     switch (st) {
     case SIM_OK: return ACL_SUCCESS;
@@ -67,10 +81,15 @@ static aclError acl_code(sim_status st)
     }
 }
 
+static aclError acl_code(sim_status st)
+{
+    return keep(acl_code_of(st));
+}
+
 static aclError fail(aclError code, sim_status st, const char *fmt, const char *fn, const char *detail)
 {
     sim_fail(st, fmt, fn, detail);
-    return code;
+    return keep(code);
 }
 
 #define ENTER() pthread_once(&fe_once, fe_init)
@@ -406,7 +425,7 @@ static aclError copy_check(const char *fn, void *dst, size_t destMax, const void
         return acl_code(sim_fail(SIM_E_INVALID_VALUE, "%s: unknown aclrtMemcpyKind %d (0 to 7)", fn, (int)kind));
     if (count > destMax) {
         sim_fail(SIM_E_OUT_OF_RANGE, "%s: count %zu exceeds destMax %zu", fn, count, destMax);
-        return ACL_ERROR_RT_PARAM_INVALID;
+        return keep(ACL_ERROR_RT_PARAM_INVALID);
     }
     if (kind == ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE) {
         *dir = SIM_H2D;
@@ -430,7 +449,7 @@ static aclError copy_check(const char *fn, void *dst, size_t destMax, const void
     if (!kind_allowed(sl, dl, kind)) {
         sim_fail(SIM_E_DIRECTION, "%s: %s cannot copy from %s to %s", fn, kind_names[kind], loc_names[sl],
                  loc_names[dl]);
-        return ACL_ERROR_RT_PARAM_INVALID;
+        return keep(ACL_ERROR_RT_PARAM_INVALID);
     }
     /* CANN lets a kind call pageable memory device memory (it may be mapped for the device);
      * here such memory must at least be mapped, so a stale pointer is an error, not a crash */
@@ -438,7 +457,7 @@ static aclError copy_check(const char *fn, void *dst, size_t destMax, const void
         (dst_dev && dl == LOC_HOST_PAGEABLE && !sim_host_mapped(dst, count))) {
         sim_fail(SIM_E_OUT_OF_RANGE, "%s: the %s is neither device memory nor mapped host memory", fn,
                  src_dev && sl == LOC_HOST_PAGEABLE && !sim_host_mapped(src, count) ? "source" : "destination");
-        return ACL_ERROR_RT_PARAM_INVALID;
+        return keep(ACL_ERROR_RT_PARAM_INVALID);
     }
     *dir = SIM_DEFAULT;
     return ACL_SUCCESS;
@@ -471,7 +490,7 @@ static aclError check_stream_context(aclrtStream stream, const char *fn)
         return ACL_SUCCESS;
     sim_fail(SIM_E_INVALID_VALUE, "%s: the stream belongs to device %d, not to the current context's device %d", fn,
              sim_phys_to_logical(dev), sim_phys_to_logical(phys));
-    return ACL_ERROR_RT_STREAM_CONTEXT;
+    return keep(ACL_ERROR_RT_STREAM_CONTEXT);
 }
 
 ACL_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
@@ -1055,3 +1074,68 @@ ACL_API aclError anychip_sim_aclprof_step_time(const aclprofStepInfo *stepInfo, 
     *ns = stepInfo->t_ns[tag];
     return ACL_SUCCESS;
 }
+
+/* ---- host functions, device attributes, the last error ------------------------------------ */
+
+ACL_API aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args)
+{
+    ENTER();
+    if (!fn)
+        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtLaunchHostFunc: fn is NULL"));
+    /* CANN runs it on a thread of the runtime's own, in stream order, blocking the stream's
+     * later work until it returns: the simulator's stream worker does the same */
+    return acl_code(sim_enqueue_host_fn(stream, fn, args));
+}
+
+/* The simulated chip: a 910B-like part (inferred figures, see docs/simulator.md). */
+#define SIM_AICPU_CORES 6
+#define SIM_AICORE_CORES 24
+#define SIM_VECTOR_CORES 48
+#define SIM_L2_CACHE_BYTES (192ll << 20)
+
+ACL_API aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr attr, int64_t *value)
+{
+    ENTER();
+    if (!value)
+        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtGetDeviceInfo: value is NULL"));
+    int phys = deviceId <= INT32_MAX ? sim_logical_to_phys((int)deviceId) : -1;
+    if (phys < 0)
+        return acl_code(sim_fail(SIM_E_INVALID_DEVICE, "aclrtGetDeviceInfo: device %u is not visible (0..%d)",
+                                 deviceId, sim_visible_count() - 1));
+    size_t free_bytes = 0, total = 0;
+    switch (attr) {
+    case ACL_DEV_ATTR_AICPU_CORE_NUM: *value = SIM_AICPU_CORES; return ACL_SUCCESS;
+    case ACL_DEV_ATTR_AICORE_CORE_NUM:
+    case ACL_DEV_ATTR_CUBE_CORE_NUM: *value = SIM_AICORE_CORES; return ACL_SUCCESS;
+    case ACL_DEV_ATTR_VECTOR_CORE_NUM: *value = SIM_VECTOR_CORES; return ACL_SUCCESS;
+    case ACL_DEV_ATTR_L2_CACHE_SIZE: *value = SIM_L2_CACHE_BYTES; return ACL_SUCCESS;
+    case ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE: {
+        sim_status st = sim_mem_info(phys, &free_bytes, &total);
+        if (st == SIM_OK)
+            *value = (int64_t)total;
+        return acl_code(st);
+    }
+    case ACL_DEV_ATTR_WARP_SIZE:
+    case ACL_DEV_ATTR_MAX_THREAD_PER_VECTOR_CORE:
+        /* SIMT attributes of newer chips; a 910B-like part has none */
+        return acl_code(sim_fail(SIM_E_NOT_SUPPORTED, "aclrtGetDeviceInfo: attribute %d (SIMT) is not supported "
+                                 "by this chip", (int)attr));
+    default:
+        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtGetDeviceInfo: unknown aclrtDevAttr %d", (int)attr));
+    }
+}
+
+static aclError last_error(aclrtLastErrLevel level, int clear, const char *fn)
+{
+    if (level != ACL_RT_THREAD_LEVEL)
+        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "%s: level %d; only ACL_RT_THREAD_LEVEL (0) exists", fn,
+                                 (int)level));
+    aclError e = t_last_error;
+    if (clear)
+        t_last_error = ACL_SUCCESS;
+    return e;
+}
+
+ACL_API aclError aclrtGetLastError(aclrtLastErrLevel level) { return last_error(level, 1, __func__); }
+
+ACL_API aclError aclrtPeekAtLastError(aclrtLastErrLevel level) { return last_error(level, 0, __func__); }

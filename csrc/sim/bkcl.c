@@ -162,6 +162,43 @@ BKCL_API BKCLResult_t bkcl_all_to_all(BKCLContext_t ctx, const void *sendbuf, si
     return st ? code(st) : submit(ctx, &o, stream, "bkcl_all_to_all");
 }
 
+/* The counts and displacements (elements) lie in device memory, one size_t per rank, as
+ * Paddle's AllToAllUnequalSplit passes them; they are read when the call is made, after the
+ * stream's queued work (so the call waits for the stream). */
+BKCL_API BKCLResult_t bkcl_all_to_all_v(BKCLContext_t ctx, const void *sendbuf, const size_t *send_counts,
+                                        const size_t *send_displs, BKCLDataType send_type, void *recvbuf,
+                                        const size_t *recv_counts, const size_t *recv_displs,
+                                        BKCLDataType recv_type, XPUStream stream)
+{
+    const char *fn = "bkcl_all_to_all_v";
+    sc_comm *c = (sc_comm *)ctx;
+    sc_op t = {0}, r = {0};
+    sc_status st = sc_comm_check(c, fn);
+    if (st == SC_OK)
+        st = types(&t, 1, send_type, 0, 0, fn);
+    if (st == SC_OK)
+        st = types(&r, 1, recv_type, 0, 0, fn);
+    int n = st == SC_OK ? sc_comm_size(c) : 0;
+    uint64_t w[4 * CCL_MAX_RANKS];
+    const void *arrays[4] = {send_counts, send_displs, recv_counts, recv_displs};
+    static const char *const names[4] = {"send_counts", "send_displs", "recv_counts", "recv_displs"};
+    _Static_assert(sizeof(size_t) == sizeof(uint64_t), "size_t counts are 64-bit words");
+    if (st == SC_OK)
+        st = sc_device_words(c, stream, arrays, names, 4, n, w, fn);
+    if (st != SC_OK)
+        return code(st);
+    const uint64_t *sc = w, *sd = w + n, *rc = w + 2 * n, *rd = w + 3 * n;
+    sc_op ops[2 * CCL_MAX_RANKS];
+    int k = 0;
+    for (int j = 0; j < n; j++) {
+        ops[k++] = (sc_op){.kind = CCL_SEND, .dtype = CCL_UINT8, .redop = -1, .root = j, .count = sc[j] * t.count,
+                           .send = (const char *)sendbuf + sd[j] * t.count};
+        ops[k++] = (sc_op){.kind = CCL_RECV, .dtype = CCL_UINT8, .redop = -1, .root = j, .count = rc[j] * r.count,
+                           .recv = (char *)recvbuf + rd[j] * r.count};
+    }
+    return code(sc_submit_many(c, ops, k, stream, fn));
+}
+
 BKCL_API BKCLResult_t bkcl_send(BKCLContext_t ctx, const void *sendbuf, size_t count, int peer,
                                 BKCLDataType datatype, XPUStream stream)
 {

@@ -34,6 +34,7 @@ struct sc_comm {
     pthread_cond_t idle;
     int pending;                      /* tasks enqueued and not finished */
     int abandoned;                    /* aborted: the last task to finish frees it */
+    unsigned splits;                  /* splits made of it (every rank counts alike) */
     _Atomic int async_status;         /* sc_status of the first failed task */
     char async_msg[512];
 };
@@ -220,7 +221,22 @@ static int is_live(const sc_comm *c)
     return live;
 }
 
+static sc_status comm_init_on(const char *vendor, const void *id, size_t size, int nranks, int rank, int phys,
+                              sc_comm **out);
+
 sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nranks, int rank, sc_comm **out)
+{
+    int phys = -1;
+    if (out && id) {
+        sim_status s = sim_current_phys(&phys);
+        if (s != SIM_OK)
+            return sc_fail(SC_RUNTIME, "%s communicator init: no current device (%s)", vendor, sim_last_message());
+    }
+    return comm_init_on(vendor, id, size, nranks, rank, phys, out);
+}
+
+static sc_status comm_init_on(const char *vendor, const void *id, size_t size, int nranks, int rank, int phys,
+                              sc_comm **out)
 {
     if (!out || !id)
         return sc_fail(SC_NULL, "%s communicator init: %s is NULL", vendor, out ? "the unique id" : "comm");
@@ -236,10 +252,7 @@ sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nran
                        nranks, CCL_MAX_RANKS);
     if (rank < 0 || rank >= nranks)
         return sc_fail(SC_INVALID, "%s communicator init: rank=%d is outside 0..%d", vendor, rank, nranks - 1);
-    int phys;
-    sim_status s = sim_current_phys(&phys);
-    if (s != SIM_OK)
-        return sc_fail(SC_RUNTIME, "%s communicator init: no current device (%s)", vendor, sim_last_message());
+    sim_status s;
     sc_comm *c = calloc(1, sizeof *c);
     if (!c)
         return sc_fail(SC_OOM, "out of host memory");
@@ -572,49 +585,168 @@ static op_spans spans_of(const sc_comm *c, const sc_op *op, uint64_t n)
     return s;
 }
 
-/* Inside a group: keep the op for sc_group_end. */
-static sc_status defer(sc_comm *c, void *stream, const ccl_op *o, const char *fn)
+/* Check `op` and turn it into the engine's op; *skip is set for an op that moves nothing. */
+static sc_status prepare(sc_comm *c, const sc_op *op, ccl_op *o, int *skip, const char *fn)
 {
-    if (t_nops == t_cap) {
-        int cap = t_cap ? 2 * t_cap : 16;
-        pending_op *p = realloc(t_ops, (size_t)cap * sizeof *p);
-        if (!p)
-            return sc_fail(SC_OOM, "%s: out of host memory", fn);
-        t_ops = p;
-        t_cap = cap;
-    }
-    t_ops[t_nops++] = (pending_op){c, stream, *o};
-    return SC_OK;
-}
-
-sc_status sc_submit(sc_comm *c, const sc_op *op, void *stream, const char *fn)
-{
-    sc_status st = sc_comm_check(c, fn);
-    if (st == SC_OK)
-        st = check_op(c, op, fn);
+    sc_status st = check_op(c, op, fn);
     if (st != SC_OK)
         return st;
     int kind = op->kind;
-    if (op->count == 0 && kind != CCL_BARRIER)
-        return SC_OK; /* nothing moves; every rank skips it alike */
+    *skip = op->count == 0 && kind != CCL_BARRIER; /* nothing moves; every rank skips it alike */
+    if (*skip)
+        return SC_OK;
     uint64_t n = op->count * ccl_dtype_size(op->dtype);
     op_spans s = spans_of(c, op, n);
     /* zero-copy: the peers read this rank's buffers in place (not for point-to-point ops) */
     int share = kind != CCL_SEND && kind != CCL_RECV && kind != CCL_BARRIER && kind != CCL_ALL_TO_ALL &&
                 n >= c->zc_min;
-    ccl_op o;
-    memset(&o, 0, sizeof o);
-    o.kind = kind;
-    o.dtype = op->dtype;
-    o.redop = is_reducing(kind) ? op->redop : CCL_SUM;
-    o.root = is_rooted(kind) ? op->root : -1;
-    o.count = op->count;
-    if ((st = describe(c, s.send, s.send_bytes, share, &o.send, fn, "the send buffer")) != SC_OK ||
-        (st = describe(c, s.recv, s.recv_bytes, share, &o.recv, fn, "the receive buffer")) != SC_OK)
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    o->dtype = op->dtype;
+    o->redop = is_reducing(kind) ? op->redop : CCL_SUM;
+    o->root = is_rooted(kind) ? op->root : -1;
+    o->count = op->count;
+    if ((st = describe(c, s.send, s.send_bytes, share, &o->send, fn, "the send buffer")) != SC_OK ||
+        (st = describe(c, s.recv, s.recv_bytes, share, &o->recv, fn, "the receive buffer")) != SC_OK)
         return st;
-    if (t_depth > 0)
-        return defer(c, stream, &o, fn);
-    return enqueue(c, &o, 1, stream, NULL, 0, fn);
+    return SC_OK;
+}
+
+sc_status sc_submit(sc_comm *c, const sc_op *op, void *stream, const char *fn)
+{
+    return sc_submit_many(c, op, 1, stream, fn);
+}
+
+sc_status sc_submit_many(sc_comm *c, const sc_op *ops, int n, void *stream, const char *fn)
+{
+    sc_status st = sc_comm_check(c, fn);
+    if (st != SC_OK)
+        return st;
+    ccl_op one, *v = n > 1 ? malloc((size_t)n * sizeof *v) : &one;
+    if (!v)
+        return sc_fail(SC_OOM, "%s: out of host memory", fn);
+    int k = 0;
+    for (int i = 0; i < n && st == SC_OK; i++) {
+        int skip = 0;
+        st = prepare(c, &ops[i], &v[k], &skip, fn);
+        if (st == SC_OK && !skip)
+            k++;
+    }
+    if (st == SC_OK && k > 0 && t_depth > 0 && t_nops + k > t_cap) {
+        int cap = t_cap ? t_cap : 16;
+        while (cap < t_nops + k)
+            cap *= 2;
+        pending_op *p = realloc(t_ops, (size_t)cap * sizeof *p);
+        if (!p)
+            st = sc_fail(SC_OOM, "%s: out of host memory", fn);
+        else
+            t_ops = p, t_cap = cap;
+    }
+    if (st == SC_OK && k > 0) {
+        if (t_depth > 0)      /* inside a group: kept for sc_group_end (room was made above) */
+            for (int i = 0; i < k; i++)
+                t_ops[t_nops++] = (pending_op){c, stream, v[i]};
+        else
+            st = enqueue(c, v, k, stream, NULL, 0, fn);
+    }
+    if (v != &one)
+        free(v);
+    return st;
+}
+
+/* ---- splitting a communicator ---------------------------------------------------------- */
+
+sc_status sc_comm_split(sc_comm *c, int color, int key, sc_comm **out, const char *fn)
+{
+    sc_status st = sc_comm_check(c, fn);
+    if (st != SC_OK)
+        return st;
+    if (!out)
+        return sc_fail(SC_NULL, "%s: newcomm is NULL", fn);
+    *out = NULL;
+    if (color < -1)
+        return sc_fail(SC_INVALID, "%s: color %d; a color is >= 0, or NCCL_SPLIT_NOCOLOR (-1)", fn, color);
+    const char *amsg;
+    if ((st = sc_comm_async_error(c, &amsg)) != SC_OK)
+        return sc_fail(st, "%s: the communicator failed earlier: %s", fn, amsg);
+    /* every rank's (color, key), gathered on the calling thread once the communicator's
+     * queued work has run (the lock keeps new work out meanwhile) */
+    int32_t mine[2] = {color, key}, *all = malloc((size_t)c->nranks * sizeof mine);
+    if (!all)
+        return sc_fail(SC_OOM, "%s: out of host memory", fn);
+    ccl_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = CCL_ALL_GATHER;
+    op.dtype = CCL_INT32;
+    op.redop = CCL_SUM;
+    op.root = -1;
+    op.count = 2;
+    op.send.ptr = mine;
+    op.recv.ptr = all;
+    pthread_mutex_lock(&c->lock);
+    while (c->pending > 0)
+        pthread_cond_wait(&c->idle, &c->lock);
+    int e = ccl_run(c->engine, &op, 1);
+    unsigned gen = c->splits++;
+    if (e != CCL_OK && atomic_load(&c->async_status) == SC_OK) {
+        snprintf(c->async_msg, sizeof c->async_msg, "%s", ccl_comm_error(c->engine));
+        atomic_store(&c->async_status, from_ccl(e));
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (e != CCL_OK) {
+        free(all);
+        return sc_fail(from_ccl(e), "%s: exchanging colors and keys failed: %s", fn, ccl_comm_error(c->engine));
+    }
+    if (color == -1) {            /* NCCL_SPLIT_NOCOLOR: takes part, joins nothing */
+        free(all);
+        return SC_OK;
+    }
+    /* the new ranks: the members of `color` ordered by key, then by rank in the parent */
+    int n = 0, rank = 0;
+    for (int r = 0; r < c->nranks; r++) {
+        if (all[2 * r] != color)
+            continue;
+        n++;
+        int k = all[2 * r + 1];
+        if (k < key || (k == key && r < c->rank))
+            rank++;
+    }
+    free(all);
+    char id[128];
+    memset(id, 0, sizeof id);
+    uint64_t h = 1469598103934665603ull;      /* the parent's name, hashed: names stay short */
+    for (const char *p = c->name; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    snprintf(id, sizeof id, "%s%s-split-%016llx-%u-%d", ID_MAGIC, c->vendor, (unsigned long long)h, gen, color);
+    return comm_init_on(c->vendor, id, sizeof id, n, rank, c->phys, out);
+}
+
+/* ---- arrays an op reads from device memory ------------------------------------------- */
+
+sc_status sc_device_words(sc_comm *c, void *stream, const void *const *arrays, const char *const *names, int narrays,
+                          int n, uint64_t *out, const char *fn)
+{
+    for (int a = 0; a < narrays; a++) {
+        const char *p = arrays[a];
+        if (!p)
+            return sc_fail(SC_NULL, "%s: %s is NULL", fn, names[a]);
+        size_t bytes = (size_t)n * sizeof(uint64_t);
+        int dev = sim_device_of(p);
+        if (dev < 0 || sim_device_of(p + bytes - 1) != dev)
+            return sc_fail(SC_INVALID, "%s: %s %p is not %zu bytes of device memory (%d 64-bit counts); the "
+                           "library reads it on the device", fn, names[a], (const void *)p, bytes, n);
+        if (dev != c->phys)
+            return sc_fail(SC_INVALID, "%s: %s %p is memory of device %d; the communicator works on device %d", fn,
+                           names[a], (const void *)p, sim_phys_to_logical(dev), c->logical);
+    }
+    /* what the stream's queued work writes into the arrays is there once it has run */
+    sim_status ss = sim_stream_synchronize(stream);
+    if (ss != SIM_OK)
+        return sc_fail(ss == SIM_E_INVALID_STREAM ? SC_INVALID : SC_RUNTIME, "%s: the stream: %s", fn,
+                       sim_last_message());
+    for (int a = 0; a < narrays; a++)
+        memcpy(out + (size_t)a * (size_t)n, arrays[a], (size_t)n * sizeof(uint64_t));
+    return SC_OK;
 }
 
 /* ---- several communicators at once (single-process multi-device init) -------------------- */

@@ -68,6 +68,10 @@ typedef struct sc_init_req {
     sc_comm **out;
 } sc_init_req;
 SIM_HIDDEN sc_status sc_comm_init_many(const char *vendor, const sc_init_req *reqs, int n);
+/* Split `c` as ncclCommSplit does: every rank of `c` calls it (blocking); ranks of one
+ * color >= 0 form a communicator on the parent's device, ranked by key, then by their
+ * rank in `c`; color -1 takes part and gets *out = NULL. */
+SIM_HIDDEN sc_status sc_comm_split(sc_comm *c, int color, int key, sc_comm **out, const char *fn);
 /* Wait for the communicator's enqueued work, then free it. */
 SIM_HIDDEN sc_status sc_comm_destroy(sc_comm *c);
 /* Fail every rank's pending and future ops and return at once (the handle is dead; the
@@ -102,6 +106,16 @@ typedef struct sc_op {
  * device's default stream), or add it to the calling thread's group. `fn` names the
  * vendor call for messages. */
 SIM_HIDDEN sc_status sc_submit(sc_comm *c, const sc_op *op, void *stream, const char *fn);
+/* Several ops as one: all are checked before any is enqueued, then they run as one engine
+ * task (a group: point-to-point ops progress together, collectives in order); ops of
+ * count 0 are left out. The v-variants (all-to-all-v, all-gather-v, ...) are built so. */
+SIM_HIDDEN sc_status sc_submit_many(sc_comm *c, const sc_op *ops, int n, void *stream, const char *fn);
+
+/* Read `narrays` arrays of `n` 64-bit words that lie in the communicator's device memory
+ * (the count arrays a library reads on the device) into out[a * n ...], once the work
+ * queued on `stream` before the call has run (so values it writes are seen). */
+SIM_HIDDEN sc_status sc_device_words(sc_comm *c, void *stream, const void *const *arrays, const char *const *names,
+                                     int narrays, int n, uint64_t *out, const char *fn);
 
 SIM_HIDDEN sc_status sc_group_start(void);
 SIM_HIDDEN sc_status sc_group_end(void);

@@ -99,6 +99,10 @@ typedef void (*sim_host_fn)(void *);
 SIM_HIDDEN void sim_core_init(const char *visible, int rule);
 /* ACL needs an explicit aclrtSetDevice; HIP and XPU default to device 0. */
 SIM_HIDDEN void sim_set_require_current(int yes);
+/* Whether the synchronous copies and memsets (sim_memcpy_sync, sim_memset_sync) first wait
+ * for the current device's default stream (the default; CANN's aclrtMemcpy waits for no
+ * stream, so the ACL front end turns it off). */
+SIM_HIDDEN void sim_set_sync_waits_default(int yes);
 
 /* why the visibility variable rejected every device (SIM_VIS_ACL), or NULL */
 SIM_HIDDEN const char *sim_visibility_error(void);

@@ -4,14 +4,21 @@
  *
  * Types: reductions work on int8, int16, uint8, int32, uint32, int64, uint64, fp16,
  * bf16, fp32, fp64; PROD of int16 is HCCL_E_NOT_SUPPORT (as on 910B / 910_93; they also
- * refuse bf16 PROD, which the simulator reduces), and so are uint16 and the 8-bit float types. Data movement (broadcast, all-gather,
- * all-to-all, send / recv) takes every type but the reserved INT128. An unknown type or
+ * refuse bf16 PROD, which the simulator reduces), and so are uint16 and the 8-bit float
+ * types. Data movement (broadcast, all-gather, all-to-all, send / recv) takes every type
+ * but the reserved INT128. An unknown type or
  * op is HCCL_E_NOT_SUPPORT; an op of count 0 returns HCCL_SUCCESS before any check.
- * HCCL has no average op. Failures of enqueued work are reported by
- * HcclGetCommAsyncError and by every later call on the communicator.
+ * HCCL has no average op. Every op needs a stream (NULL is HCCL_E_PTR, as CANN's
+ * HcomCheckOpParam answers). The v-variants and HcclBatchSendRecv are built of the engine's
+ * point-to-point ops and one rooted collective per rank, submitted together. Failures of
+ * enqueued work are reported by HcclGetCommAsyncError and by every later call on the
+ * communicator.
  */
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "acl/acl.h"
 #include "collective.h"
@@ -84,9 +91,26 @@ static sc_status types(sc_op *o, uint64_t count, HcclDataType t, int reducing, H
     return SC_OK;
 }
 
+/* CANN refuses a NULL stream (HCCL_E_PTR: param_check.cc, HcomCheckOpParam); HCCL has no
+ * default stream. */
+static sc_status need_stream(aclrtStream stream, const char *fn)
+{
+    if (!stream)
+        return sc_fail(SC_NULL, "%s: stream is NULL; HCCL ops run on a stream the caller created "
+                       "(aclrtCreateStream)", fn);
+    return SC_OK;
+}
+
 static HcclResult submit(HcclComm comm, sc_op *o, aclrtStream stream, const char *fn)
 {
-    return code(sc_submit((sc_comm *)comm, o, stream, fn));
+    sc_status st = need_stream(stream, fn);
+    return code(st ? st : sc_submit((sc_comm *)comm, o, stream, fn));
+}
+
+static HcclResult submit_many(HcclComm comm, sc_op *ops, int n, aclrtStream stream, const char *fn)
+{
+    sc_status st = need_stream(stream, fn);
+    return code(st ? st : sc_submit_many((sc_comm *)comm, ops, n, stream, fn));
 }
 
 HCCL_API HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo)
@@ -105,6 +129,253 @@ HCCL_API HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *ro
     if (nRanks > INT32_MAX || rank > INT32_MAX)
         return code(sc_fail(SC_INVALID, "HcclCommInitRootInfo: nRanks=%u, rank=%u out of range", nRanks, rank));
     return code(sc_comm_init("hccl", rootInfo, sizeof *rootInfo, (int)nRanks, (int)rank, (sc_comm **)comm));
+}
+
+/* ---- rank table files (HcclCommInitClusterInfo) ------------------------------------------
+ * CANN's rank table (version 1.0 / 1.2): {"server_list": [{"server_id": ..., "device": [
+ * {"device_id": "0", "device_ip": ..., "rank_id": "0"}, ...]}, ...], ...}. The simulator reads
+ * every object that has a "rank_id" (with its "device_id"); the ranks must be 0..n-1, each
+ * once. Values may be strings (as CANN writes them) or numbers. */
+
+typedef struct rt_rank { long rank, device; } rt_rank;
+typedef struct rt_parse {
+    const char *p, *end;
+    rt_rank ranks[CCL_MAX_RANKS];
+    int n;
+    int overflow;
+    char err[160];
+} rt_parse;
+
+static void rt_ws(rt_parse *x)
+{
+    while (x->p < x->end && (*x->p == ' ' || *x->p == '\t' || *x->p == '\n' || *x->p == '\r'))
+        x->p++;
+}
+
+static int rt_error(rt_parse *x, const char *what)
+{
+    if (!x->err[0])
+        snprintf(x->err, sizeof x->err, "%s at byte %ld", what, (long)(x->end - x->p));
+    return -1;
+}
+
+/* a string's contents into buf (escapes kept as written; rank tables hold plain text) */
+static int rt_string(rt_parse *x, char *buf, size_t cap)
+{
+    if (x->p >= x->end || *x->p != '"')
+        return rt_error(x, "expected a string");
+    x->p++;
+    size_t n = 0;
+    while (x->p < x->end && *x->p != '"') {
+        if (*x->p == '\\' && x->p + 1 < x->end)
+            x->p++;
+        if (buf && n + 1 < cap)
+            buf[n++] = *x->p;
+        x->p++;
+    }
+    if (x->p >= x->end)
+        return rt_error(x, "unterminated string");
+    x->p++;
+    if (buf)
+        buf[n] = 0;
+    return 0;
+}
+
+static int rt_value(rt_parse *x, char *scalar, size_t cap, int depth);
+
+static int rt_object(rt_parse *x, int depth)
+{
+    long rank = -1, device = -1;
+    int has_rank = 0;
+    x->p++;
+    rt_ws(x);
+    if (x->p < x->end && *x->p == '}')
+        return x->p++, 0;
+    for (;;) {
+        char key[32], val[64];
+        rt_ws(x);
+        if (rt_string(x, key, sizeof key))
+            return -1;
+        rt_ws(x);
+        if (x->p >= x->end || *x->p != ':')
+            return rt_error(x, "expected ':'");
+        x->p++;
+        val[0] = 0;
+        if (rt_value(x, val, sizeof val, depth + 1))
+            return -1;
+        char *e;
+        if (!strcmp(key, "rank_id")) {
+            rank = strtol(val, &e, 10);
+            has_rank = 1;
+            if (!val[0] || *e || rank < 0)
+                return rt_error(x, "a rank_id is not a number >= 0");
+        } else if (!strcmp(key, "device_id")) {
+            device = strtol(val, &e, 10);
+            if (!val[0] || *e || device < 0)
+                return rt_error(x, "a device_id is not a number >= 0");
+        }
+        rt_ws(x);
+        if (x->p < x->end && *x->p == ',') {
+            x->p++;
+            continue;
+        }
+        if (x->p < x->end && *x->p == '}') {
+            x->p++;
+            break;
+        }
+        return rt_error(x, "expected ',' or '}'");
+    }
+    if (has_rank) {
+        if (x->n == CCL_MAX_RANKS)
+            x->overflow = 1;
+        else
+            x->ranks[x->n++] = (rt_rank){rank, device};
+    }
+    return 0;
+}
+
+static int rt_value(rt_parse *x, char *scalar, size_t cap, int depth)
+{
+    rt_ws(x);
+    if (x->p >= x->end)
+        return rt_error(x, "unexpected end");
+    if (depth > 16)
+        return rt_error(x, "nested too deeply");
+    char c = *x->p;
+    if (c == '{')
+        return rt_object(x, depth);
+    if (c == '[') {
+        x->p++;
+        rt_ws(x);
+        if (x->p < x->end && *x->p == ']')
+            return x->p++, 0;
+        for (;;) {
+            if (rt_value(x, NULL, 0, depth + 1))
+                return -1;
+            rt_ws(x);
+            if (x->p < x->end && *x->p == ',') {
+                x->p++;
+                continue;
+            }
+            if (x->p < x->end && *x->p == ']')
+                return x->p++, 0;
+            return rt_error(x, "expected ',' or ']'");
+        }
+    }
+    if (c == '"')
+        return rt_string(x, scalar, cap);
+    size_t n = 0;   /* number, true, false, null */
+    while (x->p < x->end && *x->p != ',' && *x->p != '}' && *x->p != ']' && *x->p != ' ' && *x->p != '\n' &&
+           *x->p != '\r' && *x->p != '\t') {
+        if (scalar && n + 1 < cap)
+            scalar[n++] = *x->p;
+        x->p++;
+    }
+    if (scalar)
+        scalar[n] = 0;
+    return n ? 0 : rt_error(x, "expected a value");
+}
+
+static uint64_t fnv1a(const char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
+    return h;
+}
+
+HCCL_API HcclResult HcclCommInitClusterInfo(const char *clusterInfo, uint32_t rank, HcclComm *comm)
+{
+    const char *fn = "HcclCommInitClusterInfo";
+    if (!clusterInfo || !comm)
+        return code(sc_fail(SC_NULL, "%s: %s is NULL", fn, clusterInfo ? "comm" : "clusterInfo"));
+    int phys;
+    int32_t dev;
+    if (aclrtGetDevice(&dev) != 0 || sim_current_phys(&phys) != SIM_OK)
+        return code(sc_fail(SC_RUNTIME, "%s: no current device; call aclrtSetDevice first", fn));
+    FILE *f = fopen(clusterInfo, "rb");
+    if (!f) {
+        sc_fail(SC_INVALID, "%s: cannot open the rank table file %s", fn, clusterInfo);
+        return HCCL_E_OPEN_FILE_FAILURE;
+    }
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 > cap) {
+            char *t = realloc(text, cap = cap ? 2 * cap : 8192);
+            if (!t) {
+                free(text);
+                fclose(f);
+                return code(sc_fail(SC_OOM, "%s: out of host memory", fn));
+            }
+            text = t;
+        }
+        size_t got = fread(text + len, 1, cap - len, f);
+        len += got;
+        if (got == 0 || len > (1u << 24))
+            break;
+    }
+    fclose(f);
+    rt_parse *x = calloc(1, sizeof *x);
+    if (!x) {
+        free(text);
+        return code(sc_fail(SC_OOM, "%s: out of host memory", fn));
+    }
+    x->p = text;
+    x->end = text + len;
+    sc_status st = SC_OK;
+    if (rt_value(x, NULL, 0, 0))
+        st = sc_fail(SC_INVALID, "%s: %s is not a JSON rank table: %s", fn, clusterInfo, x->err);
+    else if (x->overflow)
+        st = sc_fail(SC_INVALID, "%s: %s lists more than %d ranks (the simulator's limit)", fn, clusterInfo,
+                     CCL_MAX_RANKS);
+    else if (x->n == 0)
+        st = sc_fail(SC_INVALID, "%s: %s lists no device with a rank_id (server_list[].device[])", fn, clusterInfo);
+    int nranks = x->n;
+    long mine = -1;
+    for (int i = 0; st == SC_OK && i < nranks; i++) {
+        int seen = 0;
+        for (int k = 0; k < nranks; k++)
+            if (x->ranks[k].rank == i) {
+                seen++;
+                if (i == (long)rank)
+                    mine = x->ranks[k].device;
+            }
+        if (seen != 1)
+            st = sc_fail(SC_INVALID, "%s: %s lists rank_id %d %s; the %d ranks must be 0..%d, each once", fn,
+                         clusterInfo, i, seen ? "more than once" : "not at all", nranks, nranks - 1);
+    }
+    if (st == SC_OK && rank >= (uint32_t)nranks)
+        st = sc_fail(SC_INVALID, "%s: rank %u is not in %s (ranks 0..%d)", fn, rank, clusterInfo, nranks - 1);
+    /* inferred: a rank runs on the device its entry names (the device set with aclrtSetDevice) */
+    if (st == SC_OK && mine >= 0 && mine != phys)
+        st = sc_fail(SC_INVALID, "%s: rank %u's device_id in %s is %ld but the current device is %d (physical %d); "
+                     "call aclrtSetDevice with that rank's device first", fn, rank, clusterInfo, mine, (int)dev, phys);
+    if (st == SC_OK) {
+        /* every rank reads the same file: its contents name the communicator; the n-th
+         * init from one table in a process is the n-th in every rank */
+        static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        static struct { uint64_t hash; unsigned count; } seen[64];
+        static int nseen;
+        uint64_t h = fnv1a(text, len);
+        unsigned gen = 0;
+        pthread_mutex_lock(&lock);
+        int i = 0;
+        while (i < nseen && seen[i].hash != h)
+            i++;
+        if (i == nseen && nseen < 64)
+            seen[nseen++].hash = h;
+        if (i < 64)
+            gen = seen[i].count++;
+        pthread_mutex_unlock(&lock);
+        HcclRootInfo id;
+        memset(&id, 0, sizeof id);
+        snprintf(id.internal, sizeof id.internal, "anychip-ccl:hccl-rt-%016llx-%u", (unsigned long long)h, gen);
+        st = sc_comm_init("hccl", &id, sizeof id, nranks, (int)rank, (sc_comm **)comm);
+    }
+    free(x);
+    free(text);
+    return code(st);
 }
 
 HCCL_API HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *comms)
@@ -306,3 +577,144 @@ HCCL_API HcclResult HcclBarrier(HcclComm comm, aclrtStream stream)
 HCCL_API HcclResult HcclGroupStart(void) { return code(sc_group_start()); }
 
 HCCL_API HcclResult HcclGroupEnd(void) { return code(sc_group_end()); }
+
+/* ---- v-variants and batches: built of the engine's point-to-point ops and of one rooted
+ * collective per rank, submitted together (one engine task, or part of the caller's group) ---- */
+
+/* The communicator's size for a v-variant (its arrays have one entry per rank). */
+static sc_status v_size(HcclComm comm, const char *fn, int *n, int *rank)
+{
+    sc_status st = sc_comm_check((sc_comm *)comm, fn);
+    if (st == SC_OK) {
+        *n = sc_comm_size((sc_comm *)comm);
+        *rank = sc_comm_rank((sc_comm *)comm);
+    }
+    return st;
+}
+
+static sc_status v_arrays(const void *a, const void *b, const char *na, const char *nb, const char *fn)
+{
+    if (!a || !b)
+        return sc_fail(SC_NULL, "%s: %s is NULL", fn, !a ? na : nb);
+    return SC_OK;
+}
+
+static const char *at(const void *base, uint64_t elems, uint64_t size)
+{
+    return (const char *)base + elems * size;
+}
+
+HCCL_API HcclResult HcclAlltoAllV(const void *sendBuf, const void *sendCounts, const void *sdispls,
+                                  HcclDataType sendType, const void *recvBuf, const void *recvCounts,
+                                  const void *rdispls, HcclDataType recvType, HcclComm comm, aclrtStream stream)
+{
+    const char *fn = "HcclAlltoAllV";
+    int n = 0, rank = 0;
+    sc_op t = {0}, r = {0};
+    sc_status st = v_size(comm, fn, &n, &rank);
+    if (st == SC_OK)
+        st = v_arrays(sendCounts, sdispls, "sendCounts", "sdispls", fn);
+    if (st == SC_OK)
+        st = v_arrays(recvCounts, rdispls, "recvCounts", "rdispls", fn);
+    if (st == SC_OK)
+        st = types(&t, 1, sendType, 0, 0, fn);
+    if (st == SC_OK)
+        st = types(&r, 1, recvType, 0, 0, fn);
+    if (st != SC_OK)
+        return code(st);
+    const uint64_t *sc = sendCounts, *sd = sdispls, *rc = recvCounts, *rd = rdispls;
+    sc_op ops[2 * CCL_MAX_RANKS];
+    int k = 0;
+    for (int j = 0; j < n; j++) {
+        ops[k++] = (sc_op){.kind = CCL_SEND, .dtype = CCL_UINT8, .redop = -1, .root = j, .count = sc[j] * t.count,
+                           .send = at(sendBuf, sd[j], t.count)};
+        ops[k++] = (sc_op){.kind = CCL_RECV, .dtype = CCL_UINT8, .redop = -1, .root = j, .count = rc[j] * r.count,
+                           .recv = (void *)at(recvBuf, rd[j], r.count)};
+    }
+    return submit_many(comm, ops, k, stream, fn);
+}
+
+HCCL_API HcclResult HcclAllGatherV(void *sendBuf, uint64_t sendCount, void *recvBuf, const void *recvCounts,
+                                   const void *recvDispls, HcclDataType dataType, HcclComm comm, aclrtStream stream)
+{
+    const char *fn = "HcclAllGatherV";
+    int n = 0, rank = 0;
+    sc_op t = {0};
+    sc_status st = v_size(comm, fn, &n, &rank);
+    if (st == SC_OK)
+        st = v_arrays(recvCounts, recvDispls, "recvCounts", "recvDispls", fn);
+    if (st == SC_OK)
+        st = types(&t, 1, dataType, 0, 0, fn);
+    const uint64_t *rc = recvCounts, *rd = recvDispls;
+    if (st == SC_OK && rc[rank] != sendCount)
+        st = sc_fail(SC_INVALID, "%s: rank %d sends %llu elements but recvCounts[%d] is %llu; they must match", fn,
+                     rank, (unsigned long long)sendCount, rank, (unsigned long long)rc[rank]);
+    if (st != SC_OK)
+        return code(st);
+    /* one broadcast per rank: rank i's block goes from its sendBuf to recvBuf + recvDispls[i] everywhere */
+    sc_op ops[CCL_MAX_RANKS];
+    for (int i = 0; i < n; i++) {
+        void *dst = (void *)at(recvBuf, rd[i], t.count);
+        ops[i] = (sc_op){.kind = CCL_BROADCAST, .dtype = CCL_UINT8, .redop = -1, .root = i, .count = rc[i] * t.count,
+                         .send = i == rank ? sendBuf : dst, .recv = dst};
+    }
+    return submit_many(comm, ops, n, stream, fn);
+}
+
+HCCL_API HcclResult HcclReduceScatterV(void *sendBuf, const void *sendCounts, const void *sendDispls, void *recvBuf,
+                                       uint64_t recvCount, HcclDataType dataType, HcclReduceOp op, HcclComm comm,
+                                       aclrtStream stream)
+{
+    const char *fn = "HcclReduceScatterV";
+    int n = 0, rank = 0;
+    sc_op t = {0};
+    sc_status st = v_size(comm, fn, &n, &rank);
+    if (st == SC_OK)
+        st = v_arrays(sendCounts, sendDispls, "sendCounts", "sendDispls", fn);
+    if (st == SC_OK)
+        st = types(&t, 1, dataType, 1, op, fn);
+    const uint64_t *sc = sendCounts, *sd = sendDispls;
+    if (st == SC_OK && sc[rank] != recvCount)
+        st = sc_fail(SC_INVALID, "%s: rank %d receives %llu elements but sendCounts[%d] is %llu; they must match", fn,
+                     rank, (unsigned long long)recvCount, rank, (unsigned long long)sc[rank]);
+    if (st != SC_OK)
+        return code(st);
+    /* one reduce per rank: block i of every rank's sendBuf is reduced into rank i's recvBuf */
+    size_t size = ccl_dtype_size(t.dtype);
+    sc_op ops[CCL_MAX_RANKS];
+    for (int i = 0; i < n; i++) {
+        const char *src = at(sendBuf, sd[i], size);
+        ops[i] = (sc_op){.kind = CCL_REDUCE, .dtype = t.dtype, .redop = t.redop, .root = i, .count = sc[i],
+                         .send = src, .recv = i == rank ? recvBuf : (void *)src};
+    }
+    return submit_many(comm, ops, n, stream, fn);
+}
+
+HCCL_API HcclResult HcclBatchSendRecv(HcclSendRecvItem *sendRecvInfo, uint32_t itemNum, HcclComm comm,
+                                      aclrtStream stream)
+{
+    const char *fn = "HcclBatchSendRecv";
+    sc_status st = sc_comm_check((sc_comm *)comm, fn);
+    if (st == SC_OK && itemNum && !sendRecvInfo)
+        st = sc_fail(SC_NULL, "%s: sendRecvInfo is NULL", fn);
+    if (st == SC_OK && itemNum > 256)
+        st = sc_fail(SC_INVALID, "%s: itemNum=%u; the simulator runs at most 256 items at once", fn, itemNum);
+    sc_op ops[256];
+    for (uint32_t i = 0; st == SC_OK && i < itemNum; i++) {
+        const HcclSendRecvItem *it = &sendRecvInfo[i];
+        if (it->sendRecvType != HCCL_SEND && it->sendRecvType != HCCL_RECV) {
+            st = sc_fail(SC_INVALID, "%s: item %u: sendRecvType %d is neither HCCL_SEND (0) nor HCCL_RECV (1)", fn, i,
+                         (int)it->sendRecvType);
+            break;
+        }
+        int send = it->sendRecvType == HCCL_SEND;
+        ops[i] = (sc_op){.kind = send ? CCL_SEND : CCL_RECV, .root = it->remoteRank > INT32_MAX ? INT32_MAX
+                                                                                                 : (int)it->remoteRank};
+        st = types(&ops[i], it->count, it->dataType, 0, 0, fn);
+        if (send)
+            ops[i].send = it->buf;
+        else
+            ops[i].recv = it->buf;
+    }
+    return st ? code(st) : submit_many(comm, ops, (int)itemNum, stream, fn);
+}

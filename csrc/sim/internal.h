@@ -141,6 +141,7 @@ typedef struct sim_globals {
     uint64_t spin_ns;             /* a stream worker's spin for its next op */
     uint64_t wait_spin_ns;        /* a synchronizing thread's spin (SIM_WAIT_SPIN_FACTOR x spin_ns) */
     int require_current;
+    int sync_no_default_wait;     /* synchronous copies / memsets skip the default stream (ACL) */
     sim_device dev[SIM_MAX_DEVICES];
     pthread_rwlock_t exec;        /* read: an op touches memory; write: memory is freed or unmapped */
     pthread_mutex_t default_lock; /* creation of default streams */

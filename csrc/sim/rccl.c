@@ -4,10 +4,14 @@
  *
  * Types: reductions work on int8, uint8, int32, uint32, int64, uint64, float16,
  * bfloat16, float32, float64 with every op (integer avg: the sum divided by the rank
- * count); reductions of the fp8 types return ncclInvalidArgument (RCCL reduces them). Data movement takes every type. Failures of
- * enqueued work are reported by ncclCommGetAsyncError (and ncclGetLastError) and by
- * every later call on the communicator.
+ * count); reductions of the fp8 types return ncclInvalidArgument (RCCL reduces them).
+ * Data movement takes every type. Failures of enqueued work are reported by
+ * ncclCommGetAsyncError (and ncclGetLastError) and by every later call on the
+ * communicator. Differences kept on purpose (nonblocking configs made at once,
+ * ncclCommSplit not deferred by groups, ...) are listed in docs/simulator.md.
  */
+#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +140,107 @@ NCCL_API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueI
         .id = commId, .req = {.size = sizeof commId, .nranks = nranks, .rank = rank, .logical = dev,
                               .out = (sc_comm **)comm}};
     return ncclSuccess;
+}
+
+/* NCCL's parseCommConfig: the config must come from NCCL_CONFIG_INITIALIZER (magic,
+ * version) and blocking is 0, 1 or undefined; the tuning fields mean nothing here. */
+static sc_status check_config(const ncclConfig_t *config, const char *fn)
+{
+    if (!config)
+        return SC_OK;
+    if (config->magic != 0xcafebeefu || config->size < offsetof(ncclConfig_t, netName))
+        return sc_fail(SC_INVALID, "%s: the config was not initialized with NCCL_CONFIG_INITIALIZER (magic 0x%x, "
+                       "size %zu)", fn, config->magic, config->size);
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
+        return sc_fail(SC_INVALID, "%s: config->blocking is %d; it is 0 or 1", fn, config->blocking);
+    return SC_OK;
+}
+
+NCCL_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                             ncclConfig_t *config)
+{
+    /* a nonblocking communicator (blocking = 0) is made before the call returns, as a blocking
+     * one: ncclCommGetAsyncError then reports ncclSuccess at once (docs/simulator.md) */
+    sc_status st = check_config(config, "ncclCommInitRankConfig");
+    return st ? code(st) : ncclCommInitRank(comm, nranks, commId, rank);
+}
+
+/* Splits called inside a group run at its outermost ncclGroupEnd, one thread each (as
+ * NCCL defers them), so one thread can split the communicators of several devices. */
+typedef struct deferred_split {
+    sc_comm *parent;
+    int color, key;
+    sc_comm **out;
+    sc_status st;
+    char msg[480];
+} deferred_split;
+
+static __thread deferred_split *t_splits;
+static __thread int t_nsplits, t_cap_splits;
+
+NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    const char *fn = "ncclCommSplit";
+    sc_status st = check_config(config, fn);
+    if (st != SC_OK || t_group == 0)
+        return code(st ? st : sc_comm_split((sc_comm *)comm, color, key, (sc_comm **)newcomm, fn));
+    if ((st = sc_comm_check((sc_comm *)comm, fn)) != SC_OK)
+        return code(st);
+    if (!newcomm)
+        return code(sc_fail(SC_NULL, "%s: newcomm is NULL", fn));
+    if (color < NCCL_SPLIT_NOCOLOR)
+        return code(sc_fail(SC_INVALID, "%s: color %d; a color is >= 0, or NCCL_SPLIT_NOCOLOR (-1)", fn, color));
+    if (t_nsplits == t_cap_splits) {
+        int cap = t_cap_splits ? 2 * t_cap_splits : 8;
+        deferred_split *p = realloc(t_splits, (size_t)cap * sizeof *p);
+        if (!p)
+            return code(sc_fail(SC_OOM, "%s: out of host memory", fn));
+        t_splits = p;
+        t_cap_splits = cap;
+    }
+    *newcomm = NULL;                           /* made by the group's end */
+    t_splits[t_nsplits++] = (deferred_split){.parent = (sc_comm *)comm, .color = color, .key = key,
+                                             .out = (sc_comm **)newcomm};
+    return ncclSuccess;
+}
+
+static void *split_one(void *arg)
+{
+    deferred_split *d = arg;
+    d->st = sc_comm_split(d->parent, d->color, d->key, d->out, "ncclCommSplit");
+    if (d->st != SC_OK)
+        snprintf(d->msg, sizeof d->msg, "%s", sc_last_message());
+    return NULL;
+}
+
+/* Make the splits deferred by this thread's group, together. */
+static sc_status run_deferred_splits(void)
+{
+    int n = t_nsplits, started = 0;
+    sc_status first = SC_OK;
+    pthread_t *threads = n > 1 ? malloc((size_t)n * sizeof *threads) : NULL;
+    if (n == 1)
+        split_one(&t_splits[0]);
+    else if (n > 1 && !threads)
+        first = sc_fail(SC_OOM, "ncclGroupEnd: out of host memory");
+    for (; threads && started < n; started++)
+        if (pthread_create(&threads[started], NULL, split_one, &t_splits[started]) != 0) {
+            first = sc_fail(SC_SYSTEM, "ncclGroupEnd: cannot start a thread for a split");
+            break;
+        }
+    for (int i = 0; threads && i < started; i++)
+        pthread_join(threads[i], NULL);
+    const char *msg = NULL;
+    for (int i = 0; i < (n == 1 ? 1 : started) && first == SC_OK; i++)
+        if (t_splits[i].st != SC_OK)
+            first = t_splits[i].st, msg = t_splits[i].msg;
+    if (msg)
+        sc_fail(first, "%s", msg);
+    free(threads);
+    free(t_splits);
+    t_splits = NULL;
+    t_nsplits = t_cap_splits = 0;
+    return first;
 }
 
 /* Make the inits deferred by this thread's group. */
@@ -361,8 +466,12 @@ NCCL_API ncclResult_t ncclGroupEnd(void)
     if (t_group == 0)
         return code(sc_group_end());           /* unbalanced: ncclInvalidUsage */
     sc_status st = SC_OK;
-    if (--t_group == 0)
+    if (--t_group == 0) {
         st = run_deferred_inits();             /* before the group's ops */
+        sc_status sp = run_deferred_splits();
+        if (st == SC_OK)
+            st = sp;
+    }
     sc_status ops = sc_group_end();
     return code(st != SC_OK ? st : ops);
 }

@@ -557,6 +557,8 @@ sim_status sim_enqueue_host_fn(void *stream, sim_host_fn fn, void *arg)
 /* wait for the current device's default stream (when it exists) */
 static sim_status drain_default(void)
 {
+    if (G.sync_no_default_wait)
+        return SIM_OK;
     int phys = -1;
     sim_status st = sim_current_phys(&phys);
     if (st != SIM_OK)

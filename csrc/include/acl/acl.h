@@ -27,6 +27,7 @@ typedef void *aclrtStream;
 typedef void *aclrtEvent;
 typedef void *aclrtContext;
 typedef void (*aclrtCallback)(void *userData);
+typedef void (*aclrtHostFunc)(void *args);
 
 /* acl_base_rt.h */
 #define ACL_ERROR_NONE 0
@@ -146,10 +147,28 @@ typedef enum aclrtMemAttr {
     ACL_MEM_P2P_HUGE1G = 17
 } aclrtMemAttr;
 
+typedef enum aclrtDevAttr {
+    ACL_DEV_ATTR_AICPU_CORE_NUM = 1,
+    ACL_DEV_ATTR_AICORE_CORE_NUM = 101,
+    ACL_DEV_ATTR_CUBE_CORE_NUM = 102,
+    ACL_DEV_ATTR_VECTOR_CORE_NUM = 201,
+    ACL_DEV_ATTR_WARP_SIZE = 202,
+    ACL_DEV_ATTR_MAX_THREAD_PER_VECTOR_CORE = 203,
+    ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE = 301,
+    ACL_DEV_ATTR_L2_CACHE_SIZE = 302
+} aclrtDevAttr;
+
+typedef enum aclrtLastErrLevel {
+    ACL_RT_THREAD_LEVEL = 0
+} aclrtLastErrLevel;
+
 /* init and errors */
 aclError aclInit(const char *configPath);
 aclError aclFinalize(void);
 const char *aclGetRecentErrMsg(void);
+/* the calling thread's last error code: Get clears it, Peek leaves it */
+aclError aclrtGetLastError(aclrtLastErrLevel level);
+aclError aclrtPeekAtLastError(aclrtLastErrLevel level);
 const char *aclrtGetSocName(void);
 
 /* devices and contexts */
@@ -157,6 +176,7 @@ aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtResetDevice(int32_t deviceId);
 aclError aclrtGetDevice(int32_t *deviceId);
 aclError aclrtGetDeviceCount(uint32_t *count);
+aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr attr, int64_t *value);
 aclError aclrtSynchronizeDevice(void);
 aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId);
 aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags);
@@ -189,6 +209,8 @@ aclError aclrtSubscribeReport(uint64_t threadId, aclrtStream stream);
 aclError aclrtLaunchCallback(aclrtCallback fn, void *userData, aclrtCallbackBlockType blockType,
                              aclrtStream stream);
 aclError aclrtProcessReport(int32_t timeout);
+/* a host function in stream order, run by the runtime itself (no subscription needed) */
+aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args);
 aclError aclrtUnSubscribeReport(uint64_t threadId, aclrtStream stream);
 
 /* events */

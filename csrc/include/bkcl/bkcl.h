@@ -74,6 +74,12 @@ BKCLResult_t bkcl_reduce_scatter(BKCLContext_t ctx, const void *sendbuf, void *r
                                  BKCLDataType datatype, BKCLOp op, XPUStream stream);
 BKCLResult_t bkcl_all_to_all(BKCLContext_t ctx, const void *sendbuf, size_t count, void *recvbuf,
                              BKCLDataType datatype, XPUStream stream);
+/* unequal splits: counts and displacements in elements, one size_t per rank, in device
+ * memory (as Paddle's AllToAllUnequalSplit passes them) */
+BKCLResult_t bkcl_all_to_all_v(BKCLContext_t ctx, const void *sendbuf, const size_t *send_counts,
+                               const size_t *send_displs, BKCLDataType send_type, void *recvbuf,
+                               const size_t *recv_counts, const size_t *recv_displs, BKCLDataType recv_type,
+                               XPUStream stream);
 BKCLResult_t bkcl_send(BKCLContext_t ctx, const void *sendbuf, size_t count, int peer, BKCLDataType datatype,
                        XPUStream stream);
 BKCLResult_t bkcl_recv(BKCLContext_t ctx, void *recvbuf, size_t count, int peer, BKCLDataType datatype,

@@ -12,6 +12,7 @@
 #ifndef ANYCHIP_RCCL_H
 #define ANYCHIP_RCCL_H
 
+#include <limits.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -24,6 +25,17 @@ extern "C" {
 #define NCCL_SUFFIX ""
 #define NCCL_VERSION(X, Y, Z) (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
 #define NCCL_VERSION_CODE NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)
+
+#define NCCL_CONFIG_UNDEF_INT INT_MIN
+#define NCCL_CONFIG_UNDEF_PTR NULL
+#define NCCL_SPLIT_NOCOLOR -1
+/* a config must start as this (ncclCommInitRankConfig, ncclCommSplit) */
+#define NCCL_CONFIG_INITIALIZER                                                                            \
+    {                                                                                                      \
+        sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH),                \
+            NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,    \
+            NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT                                                   \
+    }
 
 /* ANYCHIP-CDEF-BEGIN */
 typedef struct ihipStream_t *hipStream_t;
@@ -72,9 +84,27 @@ typedef enum {
     ncclNumTypes = 12
 } ncclDataType_t;
 
+/* communicator configuration (RCCL's ncclConfig_v21700) */
+typedef struct ncclConfig_v21700 {
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    int blocking;
+    int cgaClusterSize;
+    int minCTAs;
+    int maxCTAs;
+    const char *netName;
+    int splitShare;
+} ncclConfig_t;
+
 ncclResult_t ncclGetVersion(int *version);
 ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t *config);
+/* collective over comm's ranks: those of one color >= 0 form *newcomm, ranked by key then by
+ * rank in comm; NCCL_SPLIT_NOCOLOR gets NULL; config NULL: comm's settings */
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
 /* one process, several devices: communicator i on device devlist[i] (or i when devlist is NULL) */
 ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
