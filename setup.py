@@ -128,6 +128,8 @@ class build_clib_as_ext(build_ext):
 
         def compile_source(src):
             args, include_dirs, macros = jobs[src]
+            if src.endswith(".cc"):            # C++ (one file): the C standard flag does not apply
+                args = tuple(a for a in args if not a.startswith("-std=")) + ("-std=c++11",)
             return src, self.compiler.compile([src], output_dir=self.build_temp, macros=list(macros),
                                               include_dirs=list(include_dirs), debug=self.debug,
                                               extra_postargs=list(args))[0]
@@ -161,11 +163,17 @@ ext_modules = [
     )
     for name, (sources, libs) in C_LIBRARIES.items()
 ]
+# With it, the simulated chips' phi kernels (csrc/paddle/kernels_sim.c): written against
+# anychip's copy of Paddle's kernel C API (phi_capi.h) and bound to Paddle's libphi_core at
+# run time, so the library builds, and the install works, with or without Paddle. A kernel
+# that cannot run raises a C++ exception (kernels_throw.cc), so the C is built to unwind.
 ext_modules.append(
-    Extension("paddle_custom_device.libanychip_sim", sources=["csrc/paddle/provider_sim.c"],
-              depends=["csrc/include/anychip/paddle/bridge.c", "csrc/include/anychip/paddle/device_ext.h"],
+    Extension("paddle_custom_device.libanychip_sim",
+              sources=["csrc/paddle/provider_sim.c", "csrc/paddle/kernels_throw.cc"],
+              depends=["csrc/include/anychip/paddle/bridge.c", "csrc/include/anychip/paddle/device_ext.h",
+                       "csrc/include/anychip/paddle/phi_capi.h", "csrc/paddle/kernels_sim.c", "csrc/sim/kernels.h"],
               include_dirs=["csrc/include", "csrc"], libraries=["pthread", "dl"],
-              extra_compile_args=[*COMMON_FLAGS, f'-DANYCHIP_EXT_SUFFIX="{_SUFFIX}"']))
+              extra_compile_args=[*COMMON_FLAGS, "-fexceptions", f'-DANYCHIP_EXT_SUFFIX="{_SUFFIX}"']))
 # CPython's method signatures fix parameters (self, args, closure) a function may not use
 PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]
 ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"], depends=["csrc/alloc/stats.h"],

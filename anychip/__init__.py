@@ -104,10 +104,20 @@ from .tensor import (  # noqa: E402  (isort: skip)
     uint8,
     arange,
     as_tensor,
+    cast,
     empty,
+    erf,
+    exp,
     from_dlpack,
     full,
+    log,
+    matmul,
+    maximum,
+    minimum,
     ones,
+    relu,
+    sqrt,
+    tanh,
     tensor,
     zeros,
 )
@@ -125,6 +135,7 @@ __all__ = [
     "PluginError", "SelectionError", "CollectiveError", "CollectiveTimeout",
     # tensors
     "Tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange", "from_dlpack", "DLPackError",
+    "matmul", "maximum", "minimum", "cast", "relu", "exp", "log", "tanh", "sqrt", "erf",
     "DType", "bool_", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64",
     # plugin authors
     "get_include",

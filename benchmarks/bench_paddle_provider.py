@@ -1,11 +1,12 @@
 """PaddlePaddle on anychip's simulated Ascend (the Paddle provider, docs/paddle.md), each
 figure against its peer in the same run:
 
-    python benchmarks/bench_paddle_provider.py [--parts fallback,step,fence,allreduce]
+    python benchmarks/bench_paddle_provider.py [--parts ops,fence,allreduce]
 
-fallback   time per eager op on anychip_ascend:0 (Paddle's CPU kernel between a D2H and an
-           H2D copy through the bridge) against the same op on Paddle's CPU place;
-step       one AdamW training step of an MLP, anychip_ascend:0 against Paddle-CPU;
+ops        time per eager op and per AdamW training step of an MLP on anychip_ascend:0 with
+           the device's kernels, on the same chip without them (ANYCHIP_PADDLE_KERNELS=0:
+           Paddle's CPU kernel between a D2H and an H2D copy through the bridge), and on
+           Paddle's CPU place, each in a process of its own;
 fence      the bridge's synchronous-copy fence, timed in C through the bridge's own
            entry points: a 4-byte D2H copy with nothing pending, after async work on one
            stream (the fence synchronizes it), and after a whole-device synchronize (the
@@ -55,50 +56,77 @@ def _best(fn, repeat: int, number: int) -> float:
     return best
 
 
-def part_fallback() -> None:
+OPS = ("add", "matmul", "relu")
+MODELS = ((32, 64), (1024, 64))
+
+
+def _time_ops_and_steps(dev: str) -> dict[str, float]:
+    """Seconds per eager op and per AdamW step on `dev` (this process's Paddle)."""
     import paddle
-    print("fallback: time per eager op, us (best of 5)")
-    print(f"{'op':<22}{'anychip_ascend':>16}{'cpu':>10}{'ratio':>8}")
+    paddle.set_device(dev)
+    out: dict[str, float] = {}
     for n in (1 << 10, 1 << 20):
-        for name in ("add", "matmul", "relu"):
-            row = {}
-            for dev in ("anychip_ascend:0", "cpu"):
-                paddle.set_device(dev)
-                side = int(round(n ** 0.5))
-                a = paddle.to_tensor(np.ones((side, side) if name == "matmul" else n, np.float32))
-                op = {"add": lambda a: a + a, "matmul": lambda a: paddle.matmul(a, a),
-                      "relu": paddle.nn.functional.relu}[name]
-                op(a)
-                row[dev] = _best(lambda op=op, a=a: op(a), 5, 200 if n <= 1 << 10 else 10)
-            dev_t, cpu_t = row["anychip_ascend:0"], row["cpu"]
+        for name in OPS:
+            side = int(round(n ** 0.5))
+            a = paddle.to_tensor(np.ones((side, side) if name == "matmul" else n, np.float32))
+            op = {"add": lambda a: a + a, "matmul": lambda a: paddle.matmul(a, a),
+                  "relu": paddle.nn.functional.relu}[name]
+            op(a)
+            small = n <= 1 << 10
+            number, t = (200 if small else 3), float("inf")
+            for _ in range(5 if small else 2):         # the best round, each ending when the device is done
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    op(a)
+                if dev != "cpu":
+                    paddle.device.synchronize()
+                t = min(t, (time.perf_counter() - t0) / number)
+            out[f"{name} {n}"] = t
+    for width, batch in MODELS:
+        paddle.seed(1)
+        model = paddle.nn.Sequential(paddle.nn.Linear(width, width), paddle.nn.ReLU(), paddle.nn.Linear(width, 4))
+        opt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
+        x = paddle.to_tensor(np.random.RandomState(0).randn(batch, width).astype("float32"))
+        target = paddle.to_tensor(np.zeros((batch, 4), np.float32))
+
+        def step(model=model, opt=opt, x=x, target=target) -> None:
+            loss = paddle.nn.functional.mse_loss(model(x), target)
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            float(loss.numpy())            # the loss read back: the step is complete
+        step()
+        out[f"step {width}"] = _best(step, 3, 10 if width <= 32 else 3)
+    return out
+
+
+def _child(mode: str) -> dict[str, float]:
+    """The timings of one mode in a process of its own: the device's kernels (anychip_ascend:0),
+    the same chip with no kernels registered (ANYCHIP_PADDLE_KERNELS=0: Paddle's CPU fallback), or
+    Paddle's CPU place."""
+    env = _env(**({"ANYCHIP_PADDLE_KERNELS": "0"} if mode == "fallback" else {}))
+    r = subprocess.run([sys.executable, __file__, "--child", "cpu" if mode == "cpu" else "anychip_ascend:0"],
+                       env=env, capture_output=True, text=True, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def part_ops_and_steps() -> None:
+    rows = {mode: _child(mode) for mode in ("kernels", "fallback", "cpu")}
+    k, f, c = rows["kernels"], rows["fallback"], rows["cpu"]
+    print("ops: time per eager op, us (best of 5 x 200; of 2 x 3 for 1M elements); anychip_ascend:0 with "
+          "its kernels, the same without them (Paddle's CPU fallback), Paddle's CPU place")
+    print(f"{'op':<22}{'kernels':>12}{'fallback':>12}{'cpu':>10}")
+    for n in (1 << 10, 1 << 20):
+        for name in OPS:
+            key = f"{name} {n}"
             label = f"{name} {n:,} el." if name != "matmul" else f"matmul {int(n ** 0.5)}^2"
-            print(f"{label:<22}{dev_t * 1e6:>16.1f}{cpu_t * 1e6:>10.1f}{dev_t / cpu_t:>8.1f}")
-
-
-def part_step() -> None:
-    import paddle
-    print("\nstep: one AdamW training step, ms (best of 3 x 10 steps)")
-    print(f"{'model':<26}{'anychip_ascend':>16}{'cpu':>10}{'ratio':>8}")
-    for width, batch in ((32, 64), (1024, 64)):
-        row = {}
-        for dev in ("anychip_ascend:0", "cpu"):
-            paddle.set_device(dev)
-            paddle.seed(1)
-            model = paddle.nn.Sequential(paddle.nn.Linear(width, width), paddle.nn.ReLU(), paddle.nn.Linear(width, 4))
-            opt = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=model.parameters())
-            x = paddle.to_tensor(np.random.RandomState(0).randn(batch, width).astype("float32"))
-            t = paddle.to_tensor(np.zeros((batch, 4), np.float32))
-
-            def step(model=model, opt=opt, x=x, t=t) -> None:
-                loss = paddle.nn.functional.mse_loss(model(x), t)
-                loss.backward()
-                opt.step()
-                opt.clear_grad()
-                float(loss.numpy())
-            step()
-            row[dev] = _best(step, 3, 10)
-        d, c = row["anychip_ascend:0"], row["cpu"]
-        print(f"{f'MLP {width}-{width}-4, batch {batch}':<26}{d * 1e3:>16.2f}{c * 1e3:>10.2f}{d / c:>8.1f}")
+            print(f"{label:<22}{k[key] * 1e6:>12.1f}{f[key] * 1e6:>12.1f}{c[key] * 1e6:>10.1f}")
+    print("\nstep: one AdamW training step (forward, backward, update, loss read back), ms (best of 3)")
+    print(f"{'model':<26}{'kernels':>12}{'fallback':>12}{'cpu':>10}")
+    for width, batch in MODELS:
+        key = f"step {width}"
+        print(f"{f'MLP {width}-{width}-4, batch {batch}':<26}{k[key] * 1e3:>12.2f}{f[key] * 1e3:>12.2f}"
+              f"{c[key] * 1e3:>10.2f}")
 
 
 FENCE_C = r"""
@@ -224,48 +252,65 @@ def _result(text: str) -> dict[int, float]:
     raise SystemExit(f"no RESULT line in the job's output:\n{text[-3000:]}")
 
 
-def part_allreduce(repeat: int) -> None:
+def part_allreduce(repeat: int, before: str | None) -> None:
+    """Paddle's all_reduce through the bridge against anychip's API, rounds interleaved; with
+    `before` (a paddle_custom_device directory of another build, its anychip/_lib beside it as
+    an installed tree has it) that build's Paddle job runs in each round too."""
     sizes = json.dumps(SIZES)
-    best_p: dict[int, float] = {}
-    best_a: dict[int, float] = {}
+    roots = {"paddle": None, **({"before": before} if before else {})}
+    best: dict[str, dict[int, float]] = {name: {} for name in (*roots, "anychip")}
     with tempfile.TemporaryDirectory() as tmp:
         pscript, ascript = Path(tmp) / "paddle_ar.py", Path(tmp) / "anychip_ar.py"
         pscript.write_text(PADDLE_AR)
         ascript.write_text(ANYCHIP_AR)
-        for _ in range(repeat):
-            logs = Path(tmp) / "logs"
-            subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(logs), "--devices",
-                            "0,1", str(pscript), sizes], env=_env(), cwd=tmp, capture_output=True, check=True)
-            for k, v in _result((logs / "workerlog.0").read_text()).items():
-                best_p[k] = min(v, best_p.get(k, v))
+        for i in range(repeat):
+            for name, root in roots.items():
+                logs = Path(tmp) / f"logs-{name}-{i}"      # a directory per job: the launcher appends
+                env = _env(**({"CUSTOM_DEVICE_ROOT": root} if root else {}))
+                subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(logs),
+                                "--devices", "0,1", str(pscript), sizes], env=env, cwd=tmp, capture_output=True,
+                               check=True)
+                for k, v in _result((logs / "workerlog.0").read_text()).items():
+                    best[name][k] = min(v, best[name].get(k, v))
             r = subprocess.run([sys.executable, "-m", "anychip.cli", "launch", "-n", "2", "--device", "ascend",
                                 str(ascript), sizes], env=_env(ANYCHIP_COLLECTIVE_TRANSPORT="native"),
                                capture_output=True, text=True, check=True)
             for k, v in _result(r.stdout).items():
-                best_a[k] = min(v, best_a.get(k, v))
-    print(f"\nallreduce: float32, 2 ranks on the simulated Ascend (HCCL), best of {repeat}; busbw GB/s")
-    print(f"{'size':>8}{'paddle us':>12}{'busbw':>8}{'anychip us':>12}{'busbw':>8}{'ratio':>8}")
+                best["anychip"][k] = min(v, best["anychip"].get(k, v))
+    print(f"\nallreduce: float32, 2 ranks on the simulated Ascend (HCCL), best of {repeat}; busbw GB/s "
+          "(2(n-1)/n = 1); ratio = Paddle's busbw / anychip's")
+    head = f"{'size':>8}{'paddle us':>12}{'busbw':>8}{'ratio':>7}"
+    if before:
+        head += f"{'before us':>12}{'busbw':>8}{'ratio':>7}"
+    print(head + f"{'anychip us':>12}{'busbw':>8}")
     for s in SIZES:
-        p, a = best_p[s], best_a[s]
-        bp, ba = s / p / 1e9, s / a / 1e9            # 2(n-1)/n = 1 for 2 ranks
-        print(f"{s:>8}{p * 1e6:>12.1f}{bp:>8.2f}{a * 1e6:>12.1f}{ba:>8.2f}{bp / ba:>8.2f}")
+        a = best["anychip"][s]
+        row = f"{s:>8}"
+        for name in roots:
+            p = best[name][s]
+            row += f"{p * 1e6:>12.1f}{s / p / 1e9:>8.2f}{a / p:>7.2f}"
+        print(row + f"{a * 1e6:>12.1f}{s / a / 1e9:>8.2f}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--parts", default="fallback,step,fence,allreduce")
+    ap.add_argument("--parts", default="ops,fence,allreduce")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=2, help="rounds of the all_reduce jobs (the best is kept)")
+    ap.add_argument("--before", metavar="DIR", help="also time Paddle's all_reduce with the bridge in DIR "
+                    "(the paddle_custom_device directory of another build), in the same rounds")
     args = ap.parse_args()
+    if args.child:
+        print(json.dumps(_time_ops_and_steps(args.child)))
+        return 0
     parts = args.parts.split(",")
     os.environ.update({k: v for k, v in _env().items() if k in ("CUSTOM_DEVICE_ROOT", "GLOG_minloglevel")})
-    if "fallback" in parts:
-        part_fallback()
-    if "step" in parts:
-        part_step()
+    if "ops" in parts:
+        part_ops_and_steps()
     if "fence" in parts:
         part_fence()
     if "allreduce" in parts:
-        part_allreduce(args.repeat)
+        part_allreduce(args.repeat, args.before)
     return 0
 
 

@@ -1,9 +1,10 @@
-"""Step time of examples/auto_parallel.py: 4 ranks on a 2 x 2 mesh against the same step in
-one process, and the share of the distributed step spent in collectives.
+"""Step time of examples/auto_parallel.py (``--model mlp``) or examples/transformer_parallel.py
+(``--model transformer``): 4 ranks on a 2 x 2 mesh against the same step in one process, and the
+share of the distributed step spent in collectives.
 
-    python benchmarks/bench_parallel.py [--device ascend] [--steps 5] [--small]
+    python benchmarks/bench_parallel.py [--model mlp|transformer] [--device ascend] [--steps 5] [--small] [--zero]
 
-Launches ``anychip launch -n 4 --device DEVICE examples/auto_parallel.py --json``. Rank 0
+Launches ``anychip launch -n 4 --device DEVICE examples/<example>.py --json``. Rank 0
 reports its step times on the mesh, then the same model's step times on a one-rank mesh
 (the same code on one device, run while the other ranks are idle), and the seconds rank 0
 spent in reshard's collectives (issue to completion, so waiting for a slower peer counts).
@@ -22,7 +23,8 @@ import sys
 from anychip._spawn import python_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLE = os.path.join(os.path.dirname(HERE), "examples", "auto_parallel.py")
+EXAMPLES = {"mlp": os.path.join(os.path.dirname(HERE), "examples", "auto_parallel.py"),
+            "transformer": os.path.join(os.path.dirname(HERE), "examples", "transformer_parallel.py")}
 
 
 def main() -> int:
@@ -30,10 +32,20 @@ def main() -> int:
     ap.add_argument("--device", default="ascend")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--model", choices=sorted(EXAMPLES), default="mlp")
+    ap.add_argument("--zero", action="store_true", help="transformer: ZeRO stage 1 on dp")
+    ap.add_argument("--blas-threads", type=int, default=None,
+                    help="OPENBLAS_NUM_THREADS and OMP_NUM_THREADS for the job (default: the environment's; four "
+                         "ranks each with a BLAS thread per core oversubscribe a small machine, which is why "
+                         "torchrun sets OMP_NUM_THREADS=1 for its workers)")
     args = ap.parse_args()
-    cmd = [*python_command(["-m", "anychip", "launch"]), "-n", "4", "--device", args.device, EXAMPLE, "--json",
-           "--steps", str(args.steps)] + (["--small"] if args.small else [])
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if args.blas_threads is not None:
+        env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = str(args.blas_threads)
+    cmd = [*python_command(["-m", "anychip", "launch"]), "-n", "4", "--device", args.device, EXAMPLES[args.model],
+           "--json", "--steps", str(args.steps)] + (["--small"] if args.small else []) + \
+        (["--zero"] if args.zero and args.model == "transformer" else [])
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         print(p.stdout + p.stderr, file=sys.stderr)
         return p.returncode
@@ -42,8 +54,13 @@ def main() -> int:
     dist, single = r["dist_step_s"], r["single_step_s"]
     d, s = statistics.median(dist[1:] or dist), statistics.median(single[1:] or single)
     coll = sum(r["collective_s"].values())
-    b, di, h, do = r["sizes"]
-    print(f"MLP {di}x{h}x{do}, batch {b}, float32, {args.device}; {len(dist)} AdamW steps; "
+    if "sizes" in r:
+        b, di, h, do = r["sizes"]
+        model = f"MLP {di}x{h}x{do}, batch {b}"
+    else:
+        model = r["model"] + (", ZeRO 1" if args.zero else "")
+    threads = f"; BLAS threads {args.blas_threads}" if args.blas_threads is not None else ""
+    print(f"{model}, float32, {args.device}{threads}; {len(dist)} AdamW steps; "
           f"first step: {dist[0] * 1e3:.0f} ms on the mesh, {single[0] * 1e3:.0f} ms on one device")
     print("| | step time (median) | one process / this | step time (mean) | in collectives (rank 0, mean) "
           "| share of step |")

@@ -7,7 +7,7 @@ parallel), the two [4096, 4096] weights on "y" (tensor parallel, Megatron style)
 column-parallel ([Replicate(), Shard(1)]), the second row-parallel ([Replicate(), Shard(0)]).
 The model code never calls a collective: matmul propagates placements, the row-parallel output
 comes out Partial and is reduced where the loss needs it, and each weight's gradient (Partial
-on "x", since the batch is split there) is all-reduced by reshard to the weight's placement.
+on "x", since the batch is split there) stays Partial until AdamW's step all-reduces it.
 
 Rank 0 then trains the same model, from the same initial weights and data, on a one-rank mesh
 on its own device and prints both loss curves side by side; they must agree to 1e-5 relative.
@@ -52,7 +52,7 @@ def train(mesh: dist.ProcessMesh, sizes: tuple[int, int, int, int], steps: int, 
     teacher = rng.standard_normal((d_in, d_out)).astype(np.float32) / np.sqrt(d_in)
     target = np.tanh(x @ teacher).astype(np.float32)
     model = dist.shard_layer(MLP(d_in, hidden, d_out), mesh, shard_fn)
-    opt = dist.AdamW(model.parameters(), learning_rate=lr, weight_decay=0.01)
+    opt = dist.AdamW(learning_rate=lr, parameters=model.parameters(), weight_decay=0.01)
     X = dist.shard_tensor(x, mesh, [Shard(0), Replicate()])
     T = dist.shard_tensor(target, mesh, [Shard(0), Replicate()])
     losses, times = [], []

@@ -447,3 +447,88 @@ def test_reductions_of_an_empty_tensor(device: anychip.Device, dtype: str) -> No
     assert z.sum(axis=1).shape == (0,)
     with pytest.raises(anychip.InvalidArgumentError, match="there is no maximum of zero elements"):
         e.max()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "float16"])
+def test_matmul_with_an_empty_dimension(device: anychip.Device, dtype: str) -> None:
+    # an empty inner dimension gives zeros, as NumPy (the chips' GEMM kernels refuse k = 0)
+    for m, k, n in ((3, 0, 2), (1, 0, 1), (0, 4, 2), (3, 4, 0)):
+        a, b = np.ones((m, k), dtype), np.ones((k, n), dtype)
+        got = (anychip.tensor(a, device=device) @ anychip.tensor(b, device=device)).numpy()
+        assert got.dtype == dtype and got.shape == (m, n) and np.array_equal(got, a @ b)
+    v = anychip.tensor(np.ones(0, dtype), device=device)
+    assert (v @ v).numpy().tolist() == 0
+    assert (anychip.tensor(np.ones((2, 0), dtype), device=device) @ v).numpy().tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_comparing_int8_with_uint8(device: anychip.Device, op: str) -> None:
+    # NumPy compares them as int16, which tensors do not have: exact in int32, bool as NumPy
+    a = np.array([-128, -1, 0, 1, 127, 5], np.int8)
+    b = np.array([255, 255, 0, 1, 128, 5], np.uint8)
+    ta, tb = anychip.tensor(a, device=device), anychip.tensor(b, device=device)
+    fn = getattr(np, {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
+                      "ge": "greater_equal"}[op])
+    for x, y, tx, ty in ((a, b, ta, tb), (b, a, tb, ta), (a[:, None], b, ta[:, None], tb)):
+        got = getattr(tx, f"__{op}__")(ty).numpy()
+        assert got.dtype == np.bool_ and np.array_equal(got, fn(x, y))
+
+
+def test_arithmetic_without_a_result_dtype_is_refused(device: anychip.Device) -> None:
+    a, b = anychip.tensor(np.ones(2, np.int8), device=device), anychip.tensor(np.ones(2, np.uint8), device=device)
+    with pytest.raises(anychip.UnsupportedError, match=r"int8 \+ uint8 gives int16 in NumPy, which anychip "
+                       r"tensors do not support"):
+        a + b
+    with pytest.raises(anychip.UnsupportedError, match=r"matmul of int8 and uint8 gives int16 in NumPy, which "
+                       r"anychip tensors do not support; cast one operand \(e.g. to int32\) first"):
+        a @ b
+
+
+def test_the_spellings_in_the_tensor_docs_exist() -> None:
+    # every anychip.<name>[.<name>...] that docs/tensor.md writes is reachable from `import anychip`
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "tensor.md").read_text()
+    for module in re.findall(r"^import (anychip\.\w+)", text, re.M):      # what its snippets import
+        __import__(module)
+    names = sorted(set(re.findall(r"\banychip(?:\.[A-Za-z_]\w*)+", text)))
+    assert "anychip.maximum" in names and "anychip.matmul" in names
+    missing = []
+    for name in names:
+        obj: object = anychip
+        for part in name.split(".")[1:]:
+            if not hasattr(obj, part):
+                missing.append(name)
+                break
+            obj = getattr(obj, part)
+    assert missing == [], f"docs/tensor.md names what does not exist: {missing}"
+    from anychip.tensor import matmul, maximum
+    assert anychip.maximum is maximum and anychip.matmul is matmul
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_tanh_sqrt_erf_and_pow(device: anychip.Device, dtype: str) -> None:
+    import math
+    x = _data(dtype, (3, 4), 9, positive=True)
+    t = anychip.tensor(x, device=device)
+    _close(t.tanh().numpy(), np.tanh(x))
+    _close(anychip.sqrt(t).numpy(), np.sqrt(x))
+    want = np.array([math.erf(v) for v in x.astype(np.float64).ravel()]).reshape(x.shape).astype(np.tanh(x).dtype)
+    _close(t.erf().numpy(), want)
+    _close((t ** 2).numpy(), x ** 2)
+    _close((2 ** t).numpy(), 2 ** x)
+    _close((t ** t).numpy(), x ** x)
+    if dtype == "int32":
+        with pytest.raises(anychip.InvalidArgumentError, match=r"\*\*: Integers to negative integer powers"):
+            t ** -t
+
+
+def test_float32_erf_is_within_one_ulp() -> None:
+    import math
+    x = np.concatenate([np.linspace(-6, 6, 20001), np.logspace(-30, 1, 2000), -np.logspace(-30, 1, 2000),
+                        [0.0, 0.5, -0.5, np.inf, -np.inf]]).astype(np.float32)
+    got = anychip.tensor(x, device="cpu").erf().numpy().astype(np.float64)
+    want = np.array([math.erf(float(v)) for v in x])
+    ulps = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    assert ulps.max() <= 1.0 and got[-2:].tolist() == [1.0, -1.0]
+    assert np.isnan(anychip.tensor([np.nan], device="cpu").erf().item())

@@ -9,11 +9,61 @@ Names follow Paddle's auto-parallel API (``paddle.distributed``). See docs/paral
 """
 from __future__ import annotations
 
-from .dtensor import DistTensor, dtensor_from_local, matmul, mean, no_grad, relu, reshard, shard_tensor, transpose
-from .mesh import ProcessMesh, world
-from .nn import AdamW, Layer, Linear, Parameter, shard_layer
-from .placement import Partial, Placement, Replicate, Shard
+from . import _ops, dtensor
+from ._ops import (
+    cross_entropy,
+    embedding,
+    exp,
+    gelu,
+    layer_norm,
+    matmul,
+    mean,
+    relu,
+    reshape,
+    softmax,
+    sum,
+    tanh,
+    transpose,
+)
+from .dtensor import (
+    DistTensor,
+    dtensor_from_fn,
+    dtensor_from_local,
+    dtensor_to_local,
+    no_grad,
+    reshard,
+    shard_tensor,
+    unshard_dtensor,
+)
+from .mesh import ProcessMesh, get_mesh, set_mesh, world
+from .nn import (
+    Constant,
+    Embedding,
+    Layer,
+    LayerNorm,
+    Linear,
+    Normal,
+    Parameter,
+    Uniform,
+    XavierUniform,
+    seed,
+    shard_layer,
+)
+from .optimizer import AdamW, ShardingStage1, ShardingStage2, ShardingStage3, shard_optimizer
+from .placement import Partial, Placement, ReduceType, Replicate, Shard
 
-__all__ = ["ProcessMesh", "world", "Placement", "Shard", "Replicate", "Partial", "DistTensor",
-           "shard_tensor", "reshard", "dtensor_from_local", "matmul", "transpose", "relu", "mean", "no_grad",
-           "Layer", "Linear", "Parameter", "shard_layer", "AdamW"]
+dtensor.install(_ops)     # DistTensor's operator methods (see dtensor.py)
+
+__all__ = [
+    # meshes and placements
+    "ProcessMesh", "world", "set_mesh", "get_mesh", "Placement", "Shard", "Replicate", "Partial", "ReduceType",
+    # distributed tensors
+    "DistTensor", "shard_tensor", "reshard", "dtensor_from_local", "dtensor_to_local", "dtensor_from_fn",
+    "unshard_dtensor", "no_grad",
+    # ops
+    "matmul", "transpose", "reshape", "relu", "exp", "tanh", "gelu", "softmax", "layer_norm", "sum", "mean",
+    "embedding", "cross_entropy",
+    # layers and optimizers
+    "Layer", "Linear", "LayerNorm", "Embedding", "Parameter", "Constant", "Normal", "Uniform", "XavierUniform",
+    "seed", "shard_layer", "AdamW", "shard_optimizer", "ShardingStage1", "ShardingStage2", "ShardingStage3",
+]

@@ -7,6 +7,7 @@ runs the collective on device copies of it.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,8 @@ from ..tensor import zeros as _zeros
 
 def upload(arr: Any, device: Any) -> Tensor:
     """A new contiguous tensor on ``device`` holding ``arr`` (its dtype kept)."""
-    return _tensor(np.ascontiguousarray(arr), device=device)
+    a = np.asarray(arr)            # (np.ascontiguousarray would make a 0-d array 1-d)
+    return _tensor(a if a.flags.c_contiguous else a.copy(order="C"), device=device)
 
 
 def empty(shape: tuple[int, ...], dtype: Any, device: Any) -> Tensor:
@@ -39,11 +41,11 @@ def whole(t: Tensor) -> Any:
 
 
 def matmul(a: Any, b: Any) -> Tensor:
-    """``a @ b`` of 2-D blocks; an empty block (a short last chunk) gives zeros or an empty
-    result here, since a chip's GEMM kernel may refuse zero-sized operands."""
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    if m * k * n == 0:
-        return _zeros((m, n), dtype=a.dtype, device=a.device)
+    """``a @ b`` of blocks (batched as NumPy's matmul). A batch of matrices times one matrix
+    runs as one 2-D product (the device's GEMM) over the rows of every batch."""
+    if a.ndim > 2 and b.ndim == 2:
+        rows = a.contiguous().reshape(math.prod(a.shape[:-1]), a.shape[-1])
+        return (rows @ b).reshape(*a.shape[:-1], b.shape[-1])
     return a @ b
 
 

@@ -23,6 +23,23 @@ counts: dict[str, int] = {}
 seconds: dict[str, float] = {}
 
 
+#: the collective's reduction of a Partial op (any / all of 0 / 1 values are max / min)
+COLLECTIVE_OP = {"any": "max", "all": "min"}
+
+
+def collective_op(op: str) -> str:
+    return COLLECTIVE_OP.get(op, op)
+
+
+def to_partial_block(x: np.ndarray, op: str, first: bool) -> np.ndarray:
+    """This rank's part of a replicated value made Partial(op): the rank at coordinate 0 keeps
+    the value; the others hold the op's identity for sum (0) and prod (1), the value itself for
+    avg, max, min, any and all (reducing copies of it gives it back)."""
+    if first or op not in ("sum", "prod"):
+        return x
+    return np.zeros_like(x) if op == "sum" else np.ones_like(x)
+
+
 def _pad(x: np.ndarray, dim: int, length: int) -> np.ndarray:
     if x.shape[dim] == length:
         return x
@@ -61,7 +78,7 @@ def all_reduce_in_place(steps: Sequence[Step], local: Any, mesh: ProcessMesh) ->
             continue
         src: Any = step.src                          # a Partial: all_reduce steps start from one
         t0 = time.perf_counter()
-        comm.all_reduce(whole(out), count=out.size, dtype=out.dtype.name, op=src.op).wait()
+        comm.all_reduce(whole(out), count=out.size, dtype=out.dtype.name, op=collective_op(src.op)).wait()
         seconds["all_reduce"] = seconds.get("all_reduce", 0.0) + time.perf_counter() - t0
         counts["all_reduce"] = counts.get("all_reduce", 0) + 1
     return out
@@ -80,12 +97,11 @@ def run_step(step: Step, x: np.ndarray, shape: Sequence[int], cur: Sequence[Plac
     parent = local_box(shape, cur[:a], mesh.shape[:a], coord[:a])[1]
     comm = mesh.axis_comm(a)
     if step.kind == "to_partial":
-        keep = i == 0 or dst.op != "sum"        # max / min / avg: every rank may keep the value
-        return x if keep else np.zeros_like(x)
+        return to_partial_block(x, dst.op, i == 0)
     if k == 1 or comm is None:                        # an axis of one rank moves nothing
         return x
     if step.kind == "all_reduce":
-        return _run("all_reduce", comm, x, x.shape, op=src.op)
+        return _run("all_reduce", comm, x, x.shape, op=collective_op(src.op))
     if step.kind == "slice":
         d = dst.dim
         off, size = chunk(parent[d], k, i)
@@ -103,7 +119,7 @@ def run_step(step: Step, x: np.ndarray, shape: Sequence[int], cur: Sequence[Plac
         send = np.moveaxis(_pad(x, d, k * c), d, 0)
         rest = send.shape[1:]
         out = _run("reduce_scatter", comm, send, (c, *rest), count=c * int(np.prod(rest)),
-                   extra={"op": src.op})
+                   extra={"op": collective_op(src.op)})
         return np.ascontiguousarray(np.moveaxis(out[:chunk(n, k, i)[1]], 0, d))
     if step.kind == "all_to_all":
         return _all_to_all(comm, x, src.dim, dst.dim, parent, k, i)

@@ -1,8 +1,12 @@
-"""DistTensor: a global tensor laid out over a ProcessMesh, with placement propagation
-and a minimal reverse-mode autograd whose gradient communication follows placements."""
+"""DistTensor: a global tensor laid out over a ProcessMesh, reshard, and a reverse-mode
+autograd whose gradient communication follows placements.
+
+The ops (matmul, elementwise, reductions, softmax, ...) live in ``_ops.py``, which imports
+this module; DistTensor's operator methods reach them through ``install`` (the package
+calls it once when it loads), as the tensor layer's Tensor does with its ops.
+"""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,17 +14,23 @@ import numpy as np
 
 from ..runtime.errors import InvalidArgumentError, UnsupportedError
 from ..tensor import Tensor
-from ..tensor import full as _full
-from ..tensor import zeros as _zeros
 from . import _reshard
-from ._local import apply, host, upload
-from ._local import matmul as _lmatmul
+from ._local import host, upload
 from ._plan import plan
 from ._sharding import local_box, normalize
 from .mesh import ProcessMesh
 from .placement import Partial, Placement, Replicate, Shard
 
-__all__ = ["Parameter", "DistTensor", "shard_tensor", "reshard", "dtensor_from_local", "no_grad"]
+__all__ = ["Parameter", "DistTensor", "shard_tensor", "reshard", "dtensor_from_local", "dtensor_to_local",
+           "dtensor_from_fn", "unshard_dtensor", "no_grad"]
+
+_ops: Any = None
+
+
+def install(ops: Any) -> None:
+    """Give DistTensor's operator methods the ops module (the package does, once)."""
+    global _ops
+    _ops = ops
 
 _grad_enabled = True
 
@@ -47,6 +57,15 @@ class Parameter:
     @property
     def shape(self) -> tuple[int, ...]:
         return self.data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def stop_gradient(self) -> bool:
+        """False: a parameter is trained (Paddle's flag)."""
+        return False
 
     def numpy(self) -> np.ndarray:
         return self.data
@@ -80,6 +99,23 @@ class DistTensor:
     def ndim(self) -> int:
         return len(self.shape)
 
+    @property
+    def process_mesh(self) -> ProcessMesh:
+        """The mesh (Paddle's name; ``mesh`` is the same)."""
+        return self.mesh
+
+    @property
+    def stop_gradient(self) -> bool:
+        """Paddle's flag: the opposite of ``requires_grad``."""
+        return not self.requires_grad
+
+    @stop_gradient.setter
+    def stop_gradient(self, value: bool) -> None:
+        self.requires_grad = not value
+
+    def is_dist(self) -> bool:
+        return True
+
     def local_tensor(self) -> Tensor:
         """This rank's block (device memory)."""
         return self._local
@@ -106,8 +142,11 @@ class DistTensor:
 
     # -- autograd ------------------------------------------------------------------
     def backward(self, grad: DistTensor | None = None) -> None:
-        """Reverse-mode gradients of this tensor (a scalar unless ``grad`` is given) into the
-        ``.grad`` of every leaf that requires one, resharded to the leaf's placements."""
+        """Reverse-mode gradients of this tensor (a scalar unless ``grad`` is given), added to the
+        ``.grad`` of every leaf that requires one. A gradient keeps its Partial(sum) axes (data
+        parallelism's gradients stay unreduced until the optimizer reshards them, once per step
+        however many backward passes were accumulated); its other axes are resharded to the
+        leaf's placements."""
         if grad is None:
             if self.shape != ():
                 raise InvalidArgumentError(f"backward: {list(self.shape)}-shaped tensor; call it on a scalar "
@@ -123,7 +162,7 @@ class DistTensor:
                     continue
                 if t._ctx is None:
                     if t.requires_grad:
-                        g = reshard(g, t.mesh, t.placements)
+                        g = reshard(g, t.mesh, leaf_grad_placements(g, t.placements))
                         t.grad = g if t.grad is None else t.grad + g
                     continue
                 parents, fn = t._ctx
@@ -135,43 +174,72 @@ class DistTensor:
     def detach(self) -> DistTensor:
         return DistTensor(self._local, self.shape, self.mesh, self.placements)
 
-    # -- operators -------------------------------------------------------------------
-    def __matmul__(self, other: DistTensor) -> DistTensor:
-        return matmul(self, other)
+    # -- operators (see _ops) ---------------------------------------------------------
+    __array_ufunc__ = None          # NumPy defers: ``array @ dt`` and ``array + dt`` reach __rmatmul__ / __radd__
+
+    def __matmul__(self, other: Any) -> DistTensor:
+        return _ops.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> DistTensor:
+        return _ops.matmul(other, self)
+
+    def matmul(self, other: Any, transpose_x: bool = False, transpose_y: bool = False) -> DistTensor:
+        return _ops.matmul(self, other, transpose_x, transpose_y)
 
     def __add__(self, other: Any) -> DistTensor:
-        return _binary("add", self, other)
+        return _ops.binary("add", self, other)
 
     def __radd__(self, other: Any) -> DistTensor:
-        return _binary("add", other, self)
+        return _ops.binary("add", other, self)
 
     def __sub__(self, other: Any) -> DistTensor:
-        return _binary("sub", self, other)
+        return _ops.binary("sub", self, other)
 
     def __rsub__(self, other: Any) -> DistTensor:
-        return _binary("sub", other, self)
+        return _ops.binary("sub", other, self)
 
     def __mul__(self, other: Any) -> DistTensor:
-        return _binary("mul", self, other)
+        return _ops.binary("mul", self, other)
 
     def __rmul__(self, other: Any) -> DistTensor:
-        return _binary("mul", other, self)
+        return _ops.binary("mul", other, self)
+
+    def __truediv__(self, other: Any) -> DistTensor:
+        return _ops.binary("div", self, other)
+
+    def __rtruediv__(self, other: Any) -> DistTensor:
+        return _ops.binary("div", other, self)
+
+    def __neg__(self) -> DistTensor:
+        return _ops.neg(self)
+
+    def __pow__(self, exponent: Any) -> DistTensor:
+        return _ops.pow(self, exponent)
 
     def relu(self) -> DistTensor:
-        return relu(self)
+        return _ops.relu(self)
 
-    def mean(self) -> DistTensor:
-        return mean(self)
+    def exp(self) -> DistTensor:
+        return _ops.exp(self)
 
-    def sum(self, axis: int) -> DistTensor:
-        return sum_axis(self, axis)
+    def tanh(self) -> DistTensor:
+        return _ops.tanh(self)
 
-    def transpose(self) -> DistTensor:
-        return transpose(self)
+    def sum(self, axis: int | None = None, keepdim: bool = False) -> DistTensor:
+        return _ops.sum(self, axis, keepdim)
+
+    def mean(self, axis: int | None = None, keepdim: bool = False) -> DistTensor:
+        return _ops.mean(self, axis, keepdim)
+
+    def reshape(self, *shape: Any) -> DistTensor:
+        return _ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape)
+
+    def transpose(self, perm: Sequence[int] | None = None) -> DistTensor:
+        return _ops.transpose(self, perm)
 
     @property
     def T(self) -> DistTensor:       # noqa: N802  (the NumPy name)
-        return transpose(self)
+        return _ops.transpose(self)
 
 
 def _topological(root: DistTensor) -> list[DistTensor]:
@@ -208,38 +276,90 @@ def _check_member(mesh: ProcessMesh, what: str) -> tuple[int, ...]:
     return mesh.coordinate
 
 
-def shard_tensor(data: Any, mesh: ProcessMesh, placements: Sequence[Placement], *, dtype: Any = None,
-                 requires_grad: bool = False) -> DistTensor:
+def shard_tensor(data: Any, mesh: ProcessMesh, placements: Sequence[Placement], dtype: Any = None,
+                 place: Any = None, stop_gradient: bool | None = None, *,
+                 requires_grad: bool | None = None) -> DistTensor:
     """A DistTensor of the global ``data`` (the same array on every rank): this rank keeps
     its block. ``Partial(op)``: the rank at coordinate 0 of that axis keeps the value and
-    the others hold zeros (sum) or the value too (avg, max, min)."""
+    the others hold the op's identity (sum: zeros, prod: ones) or the value too (avg, max,
+    min, any, all). Paddle's signature: ``stop_gradient=False`` (or ``requires_grad=True``)
+    makes a leaf that gets a gradient; a ``Parameter`` always does. ``place`` is accepted
+    and must be None: the block lives on the mesh's device."""
     coord = _check_member(mesh, "shard_tensor")
     if isinstance(data, DistTensor):
         raise InvalidArgumentError("shard_tensor: data is already a DistTensor; use reshard to move it")
-    if isinstance(data, Parameter):
-        requires_grad = True
+    if place is not None:
+        raise InvalidArgumentError(f"shard_tensor: place={place!r}; the block lives on the mesh's device "
+                                   f"({mesh.device}), pass place=None")
+    if stop_gradient is not None and requires_grad is not None and stop_gradient == requires_grad:
+        raise InvalidArgumentError(f"shard_tensor: stop_gradient={stop_gradient} contradicts "
+                                   f"requires_grad={requires_grad}; give one of them")
+    wants = bool(requires_grad) if requires_grad is not None else stop_gradient is False
+    requires_grad = wants or isinstance(data, Parameter)
     arr = np.asarray(data.numpy() if hasattr(data, "numpy") else data, dtype=dtype)
     if arr.dtype == object:
         raise InvalidArgumentError("shard_tensor: data must be a numeric array-like")
     pl = normalize(placements, arr.ndim, mesh.ndim, "shard_tensor")
     off, size = local_box(arr.shape, pl, mesh.shape, coord)
     block = arr[tuple(slice(o, o + s) for o, s in zip(off, size, strict=True))]
-    if any(isinstance(p, Partial) and p.op == "sum" and coord[a] != 0 for a, p in enumerate(pl)):
-        block = np.zeros_like(block)
+    for a, p in enumerate(pl):
+        if isinstance(p, Partial):
+            block = _reshard.to_partial_block(block, p.op, coord[a] == 0)
     return DistTensor(upload(block, mesh.device), arr.shape, mesh, pl, requires_grad=requires_grad)
 
 
 def dtensor_from_local(local: Any, mesh: ProcessMesh, placements: Sequence[Placement],
-                       shape: Sequence[int]) -> DistTensor:
-    """A DistTensor of global ``shape`` whose block on this rank is ``local`` (no communication)."""
+                       shape: Sequence[int] | None = None) -> DistTensor:
+    """A DistTensor whose block on this rank is ``local`` (no communication). The global
+    ``shape`` is, when not given, the block's with each sharded dimension times the ranks
+    on the axes that shard it (Paddle's rule: even shards); give ``shape`` for uneven ones."""
     coord = _check_member(mesh, "dtensor_from_local")
     arr = np.asarray(local.numpy() if isinstance(local, Tensor) else local)
-    pl = normalize(placements, len(shape), mesh.ndim, "dtensor_from_local")
+    pl = normalize(placements, arr.ndim, mesh.ndim, "dtensor_from_local")
+    if shape is None:
+        dims = list(arr.shape)
+        for a, p in enumerate(pl):
+            if isinstance(p, Shard):
+                dims[p.dim] *= mesh.shape[a]
+        shape = dims
+    elif len(shape) != arr.ndim:
+        raise InvalidArgumentError(f"dtensor_from_local: a {list(shape)} tensor has {len(shape)} dimensions, "
+                                   f"the block {list(arr.shape)} has {arr.ndim}")
     want = tuple(local_box(shape, pl, mesh.shape, coord)[1])
     if arr.shape != want:
         raise InvalidArgumentError(f"dtensor_from_local: rank {mesh.rank}'s block of a {list(shape)} tensor "
                                    f"placed {list(pl)} is {list(want)}, got {list(arr.shape)}")
     return DistTensor(upload(arr, mesh.device), shape, mesh, pl)
+
+
+def dtensor_from_fn(fn: Callable[..., Any], mesh: ProcessMesh, placements: Sequence[Placement], *args: Any,
+                    **kwargs: Any) -> DistTensor:
+    """``shard_tensor(fn(*args, **kwargs), mesh, placements)`` (Paddle's ``dist.dtensor_from_fn``,
+    e.g. ``dtensor_from_fn(np.ones, mesh, [Shard(0)], (4, 2))``)."""
+    return shard_tensor(fn(*args, **kwargs), mesh, placements)
+
+
+def dtensor_to_local(dist_tensor: DistTensor, mesh: ProcessMesh | None = None,
+                     placements: Sequence[Placement] | None = None) -> Tensor:
+    """This rank's block (Paddle's name; the same as ``local_tensor()``). ``mesh`` and
+    ``placements``, when given, must be the tensor's own."""
+    if not isinstance(dist_tensor, DistTensor):
+        raise InvalidArgumentError(f"dtensor_to_local: expected a DistTensor, got {type(dist_tensor).__name__}")
+    if mesh is not None and mesh != dist_tensor.mesh or placements is not None and \
+            normalize(placements, dist_tensor.ndim, dist_tensor.mesh.ndim, "dtensor_to_local") != \
+            dist_tensor.placements:
+        raise InvalidArgumentError(f"dtensor_to_local: the tensor is placed {list(dist_tensor.placements)} on "
+                                   f"{dist_tensor.mesh}; reshard it first to take another block")
+    return dist_tensor.local_tensor()
+
+
+def unshard_dtensor(dist_tensor: DistTensor) -> Tensor:
+    """The whole tensor as a dense ``anychip.tensor.Tensor`` on this rank's device (collective:
+    gathers and reduces what the placements split)."""
+    if not isinstance(dist_tensor, DistTensor):
+        raise InvalidArgumentError(f"unshard_dtensor: expected a DistTensor, got {type(dist_tensor).__name__}")
+    whole = reshard(dist_tensor, dist_tensor.mesh, [Replicate()] * dist_tensor.mesh.ndim)
+    return whole.local_tensor()
 
 
 def reshard(dt: DistTensor, mesh: ProcessMesh, placements: Sequence[Placement]) -> DistTensor:
@@ -267,6 +387,13 @@ def reshard(dt: DistTensor, mesh: ProcessMesh, placements: Sequence[Placement]) 
     return _record(out, [dt], lambda g: [_back_to(g, src)])
 
 
+def leaf_grad_placements(g: DistTensor, placements: Sequence[Placement]) -> list[Placement]:
+    """Where a leaf's gradient is kept: Partial(sum) axes as they come (reduced by the
+    optimizer), every other axis as the leaf is placed."""
+    return [gp if isinstance(gp, Partial) and gp.op == "sum" else p for p, gp in zip(placements, g.placements,
+                                                                                    strict=True)]
+
+
 def _back_to(g: DistTensor, src: Sequence[Placement]) -> DistTensor:
     """The gradient of a reshard's input: Shard axes as the input was; Replicate and Partial
     axes take the gradient as it comes (Replicate, or Partial(sum) left for later)."""
@@ -280,236 +407,3 @@ def _back_to(g: DistTensor, src: Sequence[Placement]) -> DistTensor:
     return reshard(g, g.mesh, want)
 
 
-# -- ops ---------------------------------------------------------------------------------------
-
-def _as_dist(x: Any, like: DistTensor) -> DistTensor:
-    if isinstance(x, DistTensor):
-        if x.mesh != like.mesh:
-            raise UnsupportedError(f"operands on different meshes: {x.mesh} and {like.mesh}")
-        return x
-    arr = np.asarray(x, dtype=like._npdtype)
-    return shard_tensor(arr, like.mesh, [Replicate()] * like.mesh.ndim)
-
-
-def _reduce_partial(x: DistTensor, axes: Sequence[int]) -> DistTensor:
-    pl = list(x.placements)
-    for a in axes:
-        pl[a] = Replicate()
-    return reshard(x, x.mesh, pl)
-
-
-def matmul(a: DistTensor, b: DistTensor) -> DistTensor:
-    """2-D ``a @ b`` with placement propagation, per mesh axis:
-    (Shard(0), R) -> Shard(0); (R, Shard(1)) -> Shard(1) (column parallel);
-    (Shard(1), Shard(0)) -> Partial(sum) (row parallel); (Partial, R) / (R, Partial) -> Partial.
-    Other pairs are first resharded to the nearest of these (a local slice where one suffices)."""
-    return _matmul(a, _as_dist(b, a), False, False)
-
-
-def _swap(pl: Sequence[Placement], flip: bool) -> list[Placement]:
-    """Placements of a 2-D tensor seen transposed (when ``flip``)."""
-    return [Shard(1 - p.dim) if flip and isinstance(p, Shard) else p for p in pl]
-
-
-def _matmul(a: DistTensor, b: DistTensor, ta: bool, tb: bool) -> DistTensor:
-    """``op(a) @ op(b)``, op = transpose where ``ta`` / ``tb``, without materialising a transpose."""
-    if a.ndim != 2 or b.ndim != 2:
-        raise UnsupportedError(f"matmul: 2-D operands only, got {list(a.shape)} @ {list(b.shape)}")
-    sa, sb = a.shape[::-1] if ta else a.shape, b.shape[::-1] if tb else b.shape
-    if sa[1] != sb[0]:
-        raise InvalidArgumentError(f"matmul: shapes {list(sa)} and {list(sb)} do not fit ({sa[1]} != {sb[0]})")
-    pa, pb, out = [], [], []
-    for x, y in zip(_swap(a.placements, ta), _swap(b.placements, tb), strict=True):
-        nx, ny, o = _matmul_axis(x, y)
-        pa.append(nx)
-        pb.append(ny)
-        out.append(o)
-    a2, b2 = reshard(a, a.mesh, _swap(pa, ta)), reshard(b, b.mesh, _swap(pb, tb))
-    la, lb = a2._local, b2._local
-    res = a._wrap(_lmatmul(la.T if ta else la, lb.T if tb else lb), (sa[0], sb[1]), out)
-
-    def back(g: DistTensor) -> list[DistTensor | None]:
-        # d(op(a)) = g @ op(b).T, d(op(b)) = op(a).T @ g; transposed back where op transposed
-        ga = (_matmul(b2, g, tb, True) if ta else _matmul(g, b2, False, not tb)) if _needs(a) else None
-        gb = (_matmul(g, a2, True, ta) if tb else _matmul(a2, g, not ta, False)) if _needs(b) else None
-        return [ga, gb]
-    return _record(res, [a2, b2], back)
-
-
-def _needs(t: DistTensor) -> bool:
-    return t.requires_grad or t._ctx is not None
-
-
-def _matmul_axis(x: Placement, y: Placement) -> tuple[Placement, Placement, Placement]:
-    r = Replicate()
-    if isinstance(x, Partial) and (x.op != "sum" or not isinstance(y, Replicate)):
-        x = r
-    if isinstance(y, Partial) and (y.op != "sum" or not isinstance(x, Replicate)):
-        y = r
-    table: dict[tuple, tuple[Placement, Placement, Placement]] = {
-        (r, r): (r, r, r),
-        (Shard(0), r): (Shard(0), r, Shard(0)),
-        (r, Shard(1)): (r, Shard(1), Shard(1)),
-        (Shard(1), Shard(0)): (Shard(1), Shard(0), Partial()),
-        (Shard(1), r): (Shard(1), Shard(0), Partial()),        # slice b's rows locally
-        (r, Shard(0)): (Shard(1), Shard(0), Partial()),        # slice a's columns locally
-        (Shard(0), Shard(0)): (Shard(0), r, Shard(0)),         # gather b
-        (Shard(0), Shard(1)): (Shard(0), r, Shard(0)),
-        (Shard(1), Shard(1)): (r, Shard(1), Shard(1)),         # gather a
-    }
-    if isinstance(x, Partial):
-        return (x, y, Partial())
-    if isinstance(y, Partial):
-        return (x, y, Partial())
-    return table[(x, y)]
-
-
-def transpose(x: DistTensor) -> DistTensor:
-    """2-D transpose: Shard(0) and Shard(1) swap."""
-    if x.ndim != 2:
-        raise UnsupportedError(f"transpose: 2-D tensors only, got {list(x.shape)}")
-    pl = [Shard(1 - p.dim) if isinstance(p, Shard) else p for p in x.placements]
-    lshape = x._local.shape[::-1]
-    out = x._wrap(apply(lambda t: t.T.contiguous(), lshape, x._local), (x.shape[1], x.shape[0]), pl)
-    return _record(out, [x], lambda g: [transpose(g)])
-
-
-_LINEAR_IN_PARTIAL = {"add": "both", "sub": "both", "mul": "one", "relu_grad": "second"}
-
-
-def _binary(op: str, a: Any, b: Any) -> DistTensor:
-    """Elementwise ``op`` with NumPy broadcasting; operands are resharded to one placement per
-    mesh axis first (a Replicate operand is sliced locally to match a Shard one; Partial(sum)
-    stays where the op is linear in it, else it is reduced)."""
-    like = a if isinstance(a, DistTensor) else b
-    a, b = _as_dist(a, like), _as_dist(b, like)
-    try:
-        shape = tuple(np.broadcast_shapes(a.shape, b.shape))
-    except ValueError:
-        raise InvalidArgumentError(f"{op}: shapes {list(a.shape)} and {list(b.shape)} do not broadcast") from None
-    pa, pb, out = list(a.placements), list(b.placements), []
-    for ax in range(a.mesh.ndim):
-        na, nb, o = _binary_axis(op, pa[ax], pb[ax], a, b, shape)
-        pa[ax], pb[ax] = na, nb
-        out.append(o)
-    a2, b2 = reshard(a, a.mesh, pa), reshard(b, b.mesh, pb)
-    fns: dict[str, Callable[[Any, Any], Any]] = {
-        "add": lambda p, q: p + q, "sub": lambda p, q: p - q, "mul": lambda p, q: p * q,
-        "relu_grad": lambda m, g: g * (m > 0).cast(g.dtype)}
-    local = np.broadcast_shapes(a2._local.shape, b2._local.shape)
-    res = a._wrap(apply(fns[op], local, a2._local, b2._local), shape, out)
-
-    def back(g: DistTensor) -> list[DistTensor | None]:
-        if op == "add":
-            return [_unbroadcast(g, a2.shape), _unbroadcast(g, b2.shape)]
-        if op == "sub":
-            return [_unbroadcast(g, a2.shape), _unbroadcast(g * -1.0, b2.shape)]
-        if op == "mul":
-            return [_unbroadcast(g * b2.detach(), a2.shape), _unbroadcast(g * a2.detach(), b2.shape)]
-        return [None, _binary("relu_grad", a2.detach(), g)]
-    return _record(res, [a2, b2], back)
-
-
-def _operand_dim(t: DistTensor, out_dim: int, shape: Sequence[int]) -> int | None:
-    """The dimension of ``t`` that output dimension ``out_dim`` reads, None when broadcast."""
-    d = out_dim - (len(shape) - t.ndim)
-    if d < 0 or (t.shape[d] == 1 and shape[out_dim] != 1):
-        return None
-    return d
-
-
-def _binary_axis(op: str, x: Placement, y: Placement, a: DistTensor, b: DistTensor,
-                 shape: Sequence[int]) -> tuple[Placement, Placement, Placement]:
-    r = Replicate()
-    off_a, off_b = len(shape) - a.ndim, len(shape) - b.ndim
-    # a Shard of a broadcast dimension cannot be kept: gather it
-    if isinstance(x, Shard) and _operand_dim(a, x.dim + off_a, shape) is None:
-        x = r
-    if isinstance(y, Shard) and _operand_dim(b, y.dim + off_b, shape) is None:
-        y = r
-    px, py = isinstance(x, Partial) and x.op == "sum", isinstance(y, Partial) and y.op == "sum"
-    linear = _LINEAR_IN_PARTIAL[op]
-    if px and py and linear == "both":
-        return x, y, Partial()
-    if (px and isinstance(y, Replicate) and linear in ("one",)) or \
-            (py and isinstance(x, Replicate) and linear in ("one", "second")):
-        return x, y, Partial()
-    if isinstance(x, Partial):
-        x = r
-    if isinstance(y, Partial):
-        y = r
-    if isinstance(x, Shard):
-        out_dim = x.dim + off_a
-    elif isinstance(y, Shard):
-        out_dim = y.dim + off_b
-    else:
-        return r, r, r
-    da, db = _operand_dim(a, out_dim, shape), _operand_dim(b, out_dim, shape)
-    nx = Shard(da) if da is not None else r
-    ny = Shard(db) if db is not None else r
-    return nx, ny, Shard(out_dim)
-
-
-def _unbroadcast(g: DistTensor, shape: Sequence[int]) -> DistTensor:
-    """Sum a gradient over the dimensions its operand was broadcast along."""
-    while g.ndim > len(shape):
-        g = sum_axis(g, 0)
-    for d, n in enumerate(shape):
-        if n == 1 and g.shape[d] != 1:
-            raise UnsupportedError("elementwise ops: the gradient of an operand broadcast along a size-1 "
-                                   "dimension is not supported; broadcast along leading dimensions")
-    return g
-
-
-def relu(x: DistTensor) -> DistTensor:
-    x = _reduce_partial(x, [a for a, p in enumerate(x.placements) if isinstance(p, Partial)])
-    out = x._wrap(apply(lambda t: t.relu(), x._local.shape, x._local), x.shape, x.placements)
-    return _record(out, [x], lambda g: [_binary("relu_grad", x.detach(), g)])
-
-
-def sum_axis(x: DistTensor, axis: int) -> DistTensor:
-    """Sum over one dimension; a dimension sharded on a mesh axis becomes Partial(sum) there."""
-    if not -x.ndim <= axis < x.ndim:
-        raise InvalidArgumentError(f"sum: axis {axis} is out of range for a {x.ndim}-d tensor")
-    axis %= x.ndim
-    x = _reduce_partial(x, [a for a, p in enumerate(x.placements) if isinstance(p, Partial) and p.op != "sum"])
-    pl: list[Placement] = []
-    for p in x.placements:
-        if isinstance(p, Shard) and p.dim == axis:
-            pl.append(Partial())
-        elif isinstance(p, Shard) and p.dim > axis:
-            pl.append(Shard(p.dim - 1))
-        else:
-            pl.append(p)
-    shape = x.shape[:axis] + x.shape[axis + 1:]
-    lshape = x._local.shape[:axis] + x._local.shape[axis + 1:]
-    out = x._wrap(apply(lambda t: t.sum(axis=axis), lshape, x._local), shape, pl)
-
-    def back(g: DistTensor) -> list[DistTensor]:
-        # the summed dimension comes back whole on the axes that sharded it
-        g = _reduce_partial(g, [a for a, p in enumerate(x.placements)
-                                if p == Shard(axis) and isinstance(g.placements[a], Partial)])
-        want = [p if isinstance(p, Shard) else g.placements[a] for a, p in enumerate(x.placements)]
-        lg: Any = g._local
-        full = _zeros(x._local.shape, dtype=lg.dtype, device=lg.device) + \
-            lg.reshape(*lg.shape[:axis], 1, *lg.shape[axis:])
-        return [g._wrap(full, x.shape, want)]
-    return _record(out, [x], back)
-
-
-def mean(x: DistTensor) -> DistTensor:
-    """Mean of every element: a scalar, Partial(sum) on the mesh axes that shard ``x``."""
-    x = _reduce_partial(x, [a for a, p in enumerate(x.placements) if isinstance(p, Partial) and p.op != "sum"])
-    n = math.prod(x.shape)
-    pl = [Partial() if isinstance(p, Shard) else p for p in x.placements]
-    out = x._wrap(apply(lambda t: t.sum() * (1.0 / n), (), x._local), (), pl)
-
-    def back(g: DistTensor) -> list[DistTensor]:
-        # Shard axes need the whole scalar; Replicate / Partial axes take it as it is
-        g = _reduce_partial(g, [a for a, p in enumerate(x.placements)
-                                if isinstance(p, Shard) and isinstance(g.placements[a], Partial)])
-        want = [p if isinstance(p, Shard) else g.placements[a] for a, p in enumerate(x.placements)]
-        box = x._local.shape
-        value = g._np().item() / n          # this rank's part: g may still be Partial on some axes
-        return [g._wrap(_full(box, value, dtype=x.dtype, device=x.mesh.device), x.shape, want)]
-    return _record(out, [x], back)

@@ -10,9 +10,23 @@ from .. import collectives
 from ..collectives import Communicator
 from ..runtime.errors import InvalidArgumentError
 
-__all__ = ["ProcessMesh", "world"]
+__all__ = ["ProcessMesh", "world", "set_mesh", "get_mesh"]
 
 _world: Communicator | None = None
+_mesh: ProcessMesh | None = None
+
+
+def set_mesh(mesh: ProcessMesh) -> None:
+    """Remember ``mesh`` as the job's mesh (Paddle's ``dist.set_mesh``); ``get_mesh()`` returns it."""
+    global _mesh
+    if not isinstance(mesh, ProcessMesh):
+        raise InvalidArgumentError(f"set_mesh: expected a ProcessMesh, got {type(mesh).__name__}")
+    _mesh = mesh
+
+
+def get_mesh() -> ProcessMesh | None:
+    """The mesh given to ``set_mesh`` (None before)."""
+    return _mesh
 
 
 def world() -> Communicator:

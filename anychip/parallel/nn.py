@@ -1,20 +1,93 @@
-"""A minimal layer container, ``Linear``, ``shard_layer`` and ``AdamW`` over DistTensors."""
+"""Layers (``Layer``, ``Linear``, ``LayerNorm``, ``Embedding``), initializers and ``shard_layer``
+over DistTensors, with Paddle's signatures (``paddle.nn``)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..runtime.errors import InvalidArgumentError
-from ..tensor import Tensor
-from ._local import upload
+from ._ops import embedding, layer_norm, matmul
 from .dtensor import DistTensor, Parameter, shard_tensor
 from .mesh import ProcessMesh
 from .placement import Replicate
 
-__all__ = ["Parameter", "Layer", "Linear", "shard_layer", "AdamW"]
+__all__ = ["Parameter", "Layer", "Linear", "LayerNorm", "Embedding", "Constant", "Normal", "Uniform",
+           "XavierUniform", "shard_layer", "seed"]
+
+#: draws the initial values of parameters made without a seed of their own: every rank makes
+#: the same layers in the same order, so every rank draws the same values
+_generator = np.random.default_rng(0)
+
+
+def seed(value: int) -> None:
+    """Restart the generator that initializes parameters made without a seed of their own
+    (Paddle's ``paddle.seed``)."""
+    global _generator
+    _generator = np.random.default_rng(value)
+
+
+# -- initializers (Paddle's paddle.nn.initializer names) -------------------------------------------
+
+class Constant:
+    """Every element ``value``."""
+
+    def __init__(self, value: float = 0.0) -> None:
+        self.value = value
+
+    def __call__(self, shape: Sequence[int], dtype: Any, rng: np.random.Generator) -> np.ndarray:
+        return np.full(tuple(shape), self.value, dtype=dtype)
+
+
+class Normal:
+    """Normally distributed with ``mean`` and ``std``."""
+
+    def __init__(self, mean: float = 0.0, std: float = 1.0) -> None:
+        self.mean, self.std = mean, std
+
+    def __call__(self, shape: Sequence[int], dtype: Any, rng: np.random.Generator) -> np.ndarray:
+        return rng.normal(self.mean, self.std, tuple(shape)).astype(dtype)
+
+
+class Uniform:
+    """Uniform in [low, high)."""
+
+    def __init__(self, low: float = -1.0, high: float = 1.0) -> None:
+        self.low, self.high = low, high
+
+    def __call__(self, shape: Sequence[int], dtype: Any, rng: np.random.Generator) -> np.ndarray:
+        return rng.uniform(self.low, self.high, tuple(shape)).astype(dtype)
+
+
+class XavierUniform:
+    """Uniform in ±sqrt(6 / (fan_in + fan_out)); for a [in, out] weight fan_in = in, fan_out = out
+    (Paddle's default for weights)."""
+
+    def __init__(self, fan_in: float | None = None, fan_out: float | None = None) -> None:
+        self.fan_in, self.fan_out = fan_in, fan_out
+
+    def __call__(self, shape: Sequence[int], dtype: Any, rng: np.random.Generator) -> np.ndarray:
+        dims = tuple(shape)
+        fan_in = self.fan_in if self.fan_in is not None else (dims[0] if dims else 1)
+        fan_out = self.fan_out if self.fan_out is not None else (dims[1] if len(dims) > 1 else fan_in)
+        limit = math.sqrt(6.0 / (fan_in + fan_out))
+        return rng.uniform(-limit, limit, dims).astype(dtype)
+
+
+def _initializer(attr: Any, default: Any, what: str) -> Any:
+    """The initializer of a Paddle ``weight_attr`` / ``bias_attr``: None (the default), an
+    initializer, or an object with an ``initializer`` attribute (Paddle's ParamAttr)."""
+    if attr is None:
+        return default
+    init = getattr(attr, "initializer", attr)
+    if init is None:
+        return default
+    if not callable(init):
+        raise InvalidArgumentError(f"{what}: expected an initializer (Constant, Normal, Uniform, XavierUniform, or "
+                                   f"a callable (shape, dtype, rng) -> array), got {attr!r}")
+    return init
 
 
 class Layer:
@@ -50,39 +123,109 @@ class Layer:
     def parameters(self) -> list[Any]:
         return [p for _, p in self.named_parameters()]
 
+    def create_parameter(self, shape: Sequence[int], dtype: Any = None, default_initializer: Any = None,
+                         is_bias: bool = False, attr: Any = None) -> Parameter:
+        """A new host ``Parameter`` of ``shape`` (Paddle's signature): ``default_initializer``, or
+        zeros for a bias and XavierUniform for a weight; ``attr`` may carry an initializer. Assign
+        it to an attribute to register it; ``shard_layer`` places it."""
+        try:
+            dims = [int(d) for d in shape]
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"create_parameter: shape must be a list of ints, got {shape!r}") from None
+        if any(d < 0 for d in dims):
+            raise InvalidArgumentError(f"create_parameter: shape {dims} has a negative dimension")
+        init = _initializer(attr, default_initializer or (Constant(0.0) if is_bias else XavierUniform()),
+                            "create_parameter")
+        return Parameter(np.asarray(init(dims, np.dtype(dtype or "float32"), _generator),
+                                    dtype=np.dtype(dtype or "float32")))
+
     def forward(self, *args: Any) -> Any:
         raise NotImplementedError
 
     def __call__(self, *args: Any) -> Any:
-        return self.forward(*args)
+        fns = self.__dict__.get("_shard_io")
+        if fns is not None and fns[0] is not None:
+            args = fns[0](args, fns[2])
+            args = args if isinstance(args, tuple) else (args,)
+        out = self.forward(*args)
+        if fns is not None and fns[1] is not None:
+            out = fns[1](out, fns[2])
+        return out
 
 
 class Linear(Layer):
-    """``y = x @ weight + bias`` with ``weight`` of shape [in_features, out_features] (Paddle's
-    layout), initialised uniformly in ±1/sqrt(in_features) from ``seed``."""
+    """``y = x @ weight + bias`` with ``weight`` of shape [in_features, out_features] (Paddle's layout
+    and signature). ``weight_attr`` / ``bias_attr``: None (weight XavierUniform, bias zeros, as
+    Paddle), an initializer, or a ParamAttr-like object with ``initializer``; ``bias_attr=False``:
+    no bias. ``seed``: draw from a generator of this seed instead of the module's."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, seed: int = 0,
-                 dtype: Any = np.float32) -> None:
+    def __init__(self, in_features: int, out_features: int, weight_attr: Any = None, bias_attr: Any = None,
+                 name: str | None = None, *, seed: int | None = None, dtype: Any = "float32") -> None:
         super().__init__()
-        rng = np.random.default_rng(seed)
-        bound = 1.0 / math.sqrt(in_features)
-        self.weight = Parameter(rng.uniform(-bound, bound, (in_features, out_features)).astype(dtype))
-        self.bias = Parameter(rng.uniform(-bound, bound, (out_features,)).astype(dtype)) if bias else None
+        rng = _generator if seed is None else np.random.default_rng(seed)
+        dt = np.dtype(dtype)
+        w_init = _initializer(weight_attr, XavierUniform(), "Linear weight_attr")
+        self.weight = Parameter(np.asarray(w_init([in_features, out_features], dt, rng), dtype=dt))
+        if bias_attr is False:
+            self.bias = None
+        else:
+            b_init = _initializer(bias_attr, Constant(0.0), "Linear bias_attr")
+            self.bias = Parameter(np.asarray(b_init([out_features], dt, rng), dtype=dt))
 
-    def forward(self, x: DistTensor) -> DistTensor:
+    def forward(self, x: Any) -> DistTensor:
         if isinstance(self.weight, Parameter):
             raise InvalidArgumentError("Linear: its parameters are not placed on a mesh yet; call "
                                        "shard_layer(layer, mesh) first")
-        y = x @ self.weight
+        y = matmul(x, self.weight)
         return y if self.bias is None else y + self.bias
 
 
+class LayerNorm(Layer):
+    """Paddle's ``nn.LayerNorm`` over the last dimension: weight ones, bias zeros."""
+
+    def __init__(self, normalized_shape: int | Sequence[int], epsilon: float = 1e-05, weight_attr: Any = None,
+                 bias_attr: Any = None, name: str | None = None) -> None:
+        super().__init__()
+        n = normalized_shape if isinstance(normalized_shape, int) else list(normalized_shape)[-1]
+        self.normalized_shape, self.epsilon = normalized_shape, epsilon
+        self.weight = None if weight_attr is False else \
+            self.create_parameter([n], default_initializer=Constant(1.0), attr=weight_attr)
+        self.bias = None if bias_attr is False else self.create_parameter([n], is_bias=True, attr=bias_attr)
+
+    def forward(self, x: DistTensor) -> DistTensor:
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.epsilon)
+
+
+class Embedding(Layer):
+    """Paddle's ``nn.Embedding``: a [num_embeddings, embedding_dim] weight (XavierUniform)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 sparse: bool = False, weight_attr: Any = None, name: str | None = None) -> None:
+        super().__init__()
+        self.padding_idx = padding_idx
+        self.weight = self.create_parameter([num_embeddings, embedding_dim], attr=weight_attr)
+        if padding_idx is not None:
+            self.weight.data[padding_idx] = 0
+
+    def forward(self, x: Any) -> DistTensor:
+        if isinstance(self.weight, Parameter):
+            raise InvalidArgumentError("Embedding: its weight is not placed on a mesh yet; call "
+                                       "shard_layer(layer, mesh) first")
+        return embedding(x, self.weight, self.padding_idx)
+
+
 def shard_layer(layer: Layer, mesh: ProcessMesh,
-                shard_fn: Callable[[str, Layer, ProcessMesh], None] | None = None) -> Layer:
-    """Place every parameter of ``layer`` on ``mesh``: ``shard_fn(name, sublayer, mesh)`` is called for
-    each sub-layer and may set its parameters to ``shard_tensor(...)``; the rest are replicated."""
+                shard_fn: Callable[[str, Layer, ProcessMesh], None] | None = None,
+                input_fn: Callable[[Any, ProcessMesh], Any] | None = None,
+                output_fn: Callable[[Any, ProcessMesh], Any] | None = None) -> Layer:
+    """Place every parameter of ``layer`` on ``mesh`` (Paddle's signature): ``shard_fn(name,
+    sublayer, mesh)`` is called for each sub-layer and may set its parameters to
+    ``shard_tensor(...)``; the rest are replicated. ``input_fn(inputs, mesh)`` /
+    ``output_fn(outputs, mesh)``, when given, run before / after ``layer``'s forward."""
     if not isinstance(layer, Layer):
         raise InvalidArgumentError(f"shard_layer: expected a Layer, got {type(layer).__name__}")
+    if not isinstance(mesh, ProcessMesh):
+        raise InvalidArgumentError(f"shard_layer: mesh must be a ProcessMesh, got {type(mesh).__name__}")
     for name, sub in list(layer.named_sublayers()):
         if shard_fn is not None:
             shard_fn(name, sub, mesh)
@@ -91,52 +234,6 @@ def shard_layer(layer: Layer, mesh: ProcessMesh,
                 setattr(sub, pname, shard_tensor(p.data, mesh, [Replicate()] * mesh.ndim, requires_grad=True))
             elif isinstance(p, DistTensor):
                 p.requires_grad = True
+    if input_fn is not None or output_fn is not None:
+        object.__setattr__(layer, "_shard_io", (input_fn, output_fn, mesh))
     return layer
-
-
-class AdamW:
-    """Adam with decoupled weight decay (Paddle's ``AdamW``: p -= lr * weight_decay * p, then the
-    Adam step). Each rank updates its own block; the states have the parameter's placements."""
-
-    def __init__(self, parameters: Any, learning_rate: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
-                 epsilon: float = 1e-8, weight_decay: float = 0.01) -> None:
-        self.params = [p for p in parameters]
-        for p in self.params:
-            if not isinstance(p, DistTensor):
-                raise InvalidArgumentError(f"AdamW: parameters must be DistTensors placed on a mesh "
-                                           f"(shard_layer), got {type(p).__name__}")
-        self.lr, self.beta1, self.beta2, self.eps, self.wd = learning_rate, beta1, beta2, epsilon, weight_decay
-        self._t = 0
-        self._state: dict[int, tuple[Tensor, Tensor]] = {}
-
-    def step(self) -> None:
-        self._t += 1
-        b1, b2, t = self.beta1, self.beta2, self._t
-        for p in self.params:
-            if p.grad is None:
-                continue
-            if p.grad.placements != p.placements:
-                raise InvalidArgumentError(f"AdamW: a gradient placed {list(p.grad.placements)} for a parameter "
-                                           f"placed {list(p.placements)}")
-            local = p.local_tensor()
-            w, g = np.array(local.numpy()), p.grad.local_tensor().numpy()
-            if id(p) not in self._state:
-                zeros = np.zeros_like(w)
-                self._state[id(p)] = (upload(zeros, local.device), upload(zeros, local.device))
-            ms, vs = self._state[id(p)]
-            m, v = np.array(ms.numpy()), np.array(vs.numpy())
-            m *= b1
-            m += (1 - b1) * g
-            v *= b2
-            v += (1 - b2) * (g * g)
-            w *= 1 - self.lr * self.wd
-            denom = np.sqrt(v / (1 - b2 ** t))
-            denom += self.eps
-            w -= (self.lr / (1 - b1 ** t)) * m / denom
-            for dst, val in ((local, w), (ms, m), (vs, v)):
-                if val.size:
-                    dst.buffer.copy_from(np.ascontiguousarray(val).reshape(-1).view(np.uint8), offset=dst.offset)
-
-    def clear_grad(self) -> None:
-        for p in self.params:
-            p.grad = None

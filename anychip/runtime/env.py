@@ -33,6 +33,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                        "directory is read too, see docs/paddle.md)"),
     "ANYCHIP_PADDLE": ("ascend", "the simulated chip Paddle sees as its device anychip_<chip>: ascend, kunlun, "
                                  "hygon or none (Paddle's launcher takes one device type; docs/paddle.md)"),
+    "ANYCHIP_PADDLE_KERNELS": ("1", "0 = the simulated chips' Paddle bridge registers none of its device kernels "
+                                    "(every op then takes Paddle's CPU fallback; docs/paddle.md)"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
                                       "garbage_collection_threshold:F, or backend:native to turn caching off"),
     "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers before it raises "
@@ -217,6 +219,7 @@ _CHECKS: dict[str, Callable[[str], str | None]] = {
     "ANYCHIP_SIM_MEMORY": _sim_memory,
     "ANYCHIP_SIM_SPIN_US": _sim_spin,
     "ANYCHIP_PADDLE": _paddle,
+    "ANYCHIP_PADDLE_KERNELS": _choice("0", "1"),
     "ANYCHIP_ALLOC_CONF": _alloc_conf,
     "ANYCHIP_LOG_LEVEL": _log_level,
 }

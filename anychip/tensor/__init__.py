@@ -26,14 +26,14 @@ from ._dtype import (
     int64,
     uint8,
 )
-from ._ops import cast, exp, log, matmul, maximum, minimum, relu
+from ._ops import cast, erf, exp, log, matmul, maximum, minimum, relu, sqrt, tanh
 from ._tensor import Tensor, arange, as_tensor, empty, full, ones, tensor, zeros
 
 _tensor.install(_ops, _dlpack)     # Tensor's op and DLPack methods (see _tensor.py)
 
 __all__ = [
     "Tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange", "from_dlpack", "DLPackError",
-    "matmul", "cast", "relu", "exp", "log", "maximum", "minimum",
+    "matmul", "cast", "relu", "exp", "log", "tanh", "sqrt", "erf", "maximum", "minimum",
     "DType", "dtype", "DTYPES", "bool_", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32",
     "float64",
 ]

@@ -25,16 +25,49 @@ from ._dtype import DType
 from ._tensor import Tensor, _axis, _host_values, _new, empty, tensor
 
 # (binary, unary, reduce, copy, fill and where_kernels serve Tensor's methods and operators)
-__all__ = ["matmul", "cast", "relu", "exp", "log", "maximum", "minimum"]
+__all__ = ["matmul", "cast", "relu", "exp", "log", "tanh", "sqrt", "erf", "maximum", "minimum"]
 
 BINARY: dict[str, Any] = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
           "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-          "ge": np.greater_equal, "maximum": np.maximum, "minimum": np.minimum}
+          "ge": np.greater_equal, "maximum": np.maximum, "minimum": np.minimum, "pow": np.power}
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
-           "gt": ">", "ge": ">="}
+           "gt": ">", "ge": ">=", "pow": "**"}
+_erf64 = np.frompyfunc(math.erf, 1, 1)
+#: Chebyshev-fitted erfc(z) = t * exp(-z*z + P(t)), t = 1 / (1 + z / 2), fractional error below
+#: 1.2e-7 (Press et al., Numerical Recipes, "erfcc"): P's coefficients, constant term first
+_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+         -0.82215223, 0.17087277)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """The error function elementwise, in NumPy's result type of a float function of ``x``
+    (integers give float64). float64: the C library's erf, element by element. float32 and
+    narrower: computed in double precision, Taylor's series below 0.5 and 1 - erfc above,
+    within 1 ulp of float32 (checked against math.erf), and vectorized."""
+    out_type = np.sin(np.ones(1, x.dtype)).dtype
+    if out_type == np.float64:
+        return np.asarray(_erf64(x.astype(np.float64)), dtype=np.float64)
+    v = x.astype(np.float64)
+    out = np.empty_like(v)
+    small = np.abs(v) < 0.5
+    xs = v[small]
+    term, total, x2 = xs.copy(), xs.copy(), xs * xs
+    for n in range(1, 10):            # 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1)); the 10th term < 1e-12
+        term *= -x2 / n
+        total += term / (2 * n + 1)
+    out[small] = total * (2 / math.sqrt(math.pi))
+    z = np.abs(v[~small])
+    t = 1 / (1 + 0.5 * z)
+    poly = np.full_like(t, _ERFC[-1])
+    for c in _ERFC[-2::-1]:
+        poly = poly * t + c
+    out[~small] = np.sign(v[~small]) * (1 - t * np.exp(-z * z + poly))
+    return out.astype(out_type)
+
+
 UNARY: dict[str, Any] = {"relu": lambda x: np.maximum(x, x.dtype.type(0)), "exp": np.exp, "log": np.log,
-                         "neg": np.negative}
+                         "neg": np.negative, "tanh": np.tanh, "sqrt": np.sqrt, "erf": _erf}
 
 
 # -- kernels ------------------------------------------------------------------------
@@ -139,16 +172,31 @@ def _binary_types_of(op: str, a: DType, b: DType | type) -> tuple[DType, DType]:
                   "float32" if b is dt.bfloat16 else bname)
     result = _numpy_dtype(name, f"{a.name} {_SYMBOL.get(op, op)} {b if isinstance(b, DType) else b.__name__}")
     if op in COMPARISONS:
-        compute = dt.result_type(a, b) if isinstance(b, DType) else dt.result_type(a, b(0))
-        return compute, result
+        return _compare_type(a, b), result
     return result, result
+
+
+def _compare_type(a: DType, b: DType | type) -> DType:
+    """The dtype both sides of a comparison are cast to: their promoted type, or, where NumPy
+    promotes to a type tensors do not have (int8 with uint8 gives int16), the narrowest
+    supported type that holds both exactly. A comparison's result is bool either way."""
+    if not isinstance(b, DType):
+        return dt.result_type(a, b(0))
+    promoted = np.result_type(dt._np_for_promotion(a), dt._np_for_promotion(b))
+    if promoted.name in dt.DTYPES:
+        return dt.result_type(a, b)
+    for wider in (dt.int32, dt.int64, dt.float64):
+        if np.can_cast(a.storage, wider.storage) and np.can_cast(b.storage, wider.storage):
+            return wider
+    raise UnsupportedError(f"comparing {a.name} with {b.name} needs {promoted.name}, which anychip tensors do not "
+                           "support; cast one operand first")
 
 
 # -- elementwise ---------------------------------------------------------------------
 
 def binary(op: str, a: Any, b: Any) -> Tensor:
     """``a <op> b`` elementwise with NumPy's broadcasting and type promotion; op is one of
-    add, sub, mul, div (true division), eq, ne, lt, le, gt, ge, maximum, minimum."""
+    add, sub, mul, div (true division), eq, ne, lt, le, gt, ge, maximum, minimum, pow."""
     first = a if isinstance(a, Tensor) else b
     dev = first.device
     a = _as_operand(a, dev, op)
@@ -183,6 +231,8 @@ def binary(op: str, a: Any, b: Any) -> Tensor:
             values = BINARY[op](_host_operand(a), _host_operand(b))
     except TypeError as exc:
         raise UnsupportedError(f"{sym} is not defined for these types ({exc})") from None
+    except ValueError as exc:          # NumPy: integers to negative integer powers
+        raise InvalidArgumentError(f"{sym}: {exc}") from None
     return _result(values, result, dev)
 
 
@@ -239,7 +289,8 @@ def minimum(a: Any, b: Any) -> Tensor:
 
 
 def unary(op: str, x: Tensor) -> Tensor:
-    """relu, exp, log or neg of every element (exp / log of integers give floats, as in NumPy)."""
+    """relu, exp, log, neg, tanh, sqrt or erf of every element (the float functions of integers
+    give floats, as in NumPy)."""
     if not isinstance(x, Tensor):
         raise InvalidArgumentError(f"{op} needs a Tensor, got {type(x).__name__}")
     if x.dtype is dt.bfloat16:
@@ -274,6 +325,19 @@ def exp(x: Tensor) -> Tensor:
 
 def log(x: Tensor) -> Tensor:
     return unary("log", x)
+
+
+def tanh(x: Tensor) -> Tensor:
+    return unary("tanh", x)
+
+
+def sqrt(x: Tensor) -> Tensor:
+    return unary("sqrt", x)
+
+
+def erf(x: Tensor) -> Tensor:
+    """The error function (as ``math.erf`` / ``scipy.special.erf``)."""
+    return unary("erf", x)
 
 
 def cast(x: Tensor, dtype: Any) -> Tensor:
@@ -394,7 +458,12 @@ def matmul(a: Any, b: Any) -> Tensor:
         raise InvalidArgumentError(f"matmul: shapes {a.shape} and {b.shape} do not match: the last dimension of "
                                    f"the first ({ka}) must equal the {'second-to-last' if b.ndim >= 2 else 'only'} "
                                    f"dimension of the second ({kb})")
-    result = dt.result_type(a.dtype, b.dtype)
+    try:
+        result = dt.result_type(a.dtype, b.dtype)
+    except UnsupportedError:
+        raise UnsupportedError(f"matmul of {a.dtype.name} and {b.dtype.name} gives "
+                               f"{np.result_type(a.dtype.storage, b.dtype.storage).name} in NumPy, which anychip "
+                               "tensors do not support; cast one operand (e.g. to int32) first") from None
     if a.ndim <= 2 and b.ndim <= 2:
         k = where_kernels(dev, "matmul", result)
         if k is not None:
@@ -407,7 +476,9 @@ def matmul(a: Any, b: Any) -> Tensor:
     except ValueError:
         raise InvalidArgumentError(f"matmul: the batch dimensions of {a.shape} and {b.shape} cannot be "
                                    "broadcast together") from None
-    va, vb = _values(a), _values(b)
+    # contiguous operands: NumPy's matmul takes its BLAS path only for those (a transposed view
+    # of a batch falls to a loop many times slower)
+    va, vb = np.ascontiguousarray(_values(a)), np.ascontiguousarray(_values(b))
     if result in (dt.float16, dt.bfloat16):
         va, vb = va.astype(np.float32), vb.astype(np.float32)
     elif result.kind != "b":
@@ -425,6 +496,9 @@ def _gemm(k: Any, a: Tensor, b: Tensor, result: DType) -> Tensor:
     shape = (m, n) if a.ndim == 2 and b.ndim == 2 else (n,) if a.ndim == 1 and b.ndim == 2 else \
         (m,) if b.ndim == 1 and a.ndim == 2 else ()
     out = _new(shape, result, dev)
-    if out.size:
+    if out.size and kk == 0:
+        # a product over an empty inner dimension is all zeros (NumPy); there is nothing for a GEMM to read
+        out.buffer.memset(0, stream=dev.current_stream())
+    elif out.size:
         k.gemm(dev.index, _out(out), _operand(a2), _operand(b2), m, kk, n, result.name, dev.current_stream())
     return out

@@ -402,6 +402,15 @@ class Tensor:
     def log(self) -> Tensor:
         return _ops.unary("log", self)
 
+    def tanh(self) -> Tensor:
+        return _ops.unary("tanh", self)
+
+    def sqrt(self) -> Tensor:
+        return _ops.unary("sqrt", self)
+
+    def erf(self) -> Tensor:
+        return _ops.unary("erf", self)
+
     def matmul(self, other: Any) -> Tensor:
         return _ops.matmul(self, other)
 
@@ -432,7 +441,7 @@ def _binary_method(op: str, reflected: bool = False) -> Any:
     return method
 
 
-for _name, _op in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div")):
+for _name, _op in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"), ("pow", "pow")):
     setattr(Tensor, f"__{_name}__", _binary_method(_op))
     setattr(Tensor, f"__r{_name}__", _binary_method(_op, reflected=True))
 for _name in ("eq", "ne", "lt", "le", "gt", "ge"):

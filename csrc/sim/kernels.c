@@ -118,6 +118,7 @@ static inline kval apply_unary(int op, int dt, kval v)
             case U_EXP: v.d = exp(v.d); break;
             case U_LOG: v.d = log(v.d); break;
             case U_NEG: v.d = -v.d; break;
+            case U_SQRT: v.d = sqrt(v.d); break;
             default: break;
             }
         } else {
@@ -127,6 +128,7 @@ static inline kval apply_unary(int op, int dt, kval v)
             case U_EXP: f = k_expf(f); break;
             case U_LOG: f = logf(f); break;
             case U_NEG: f = -f; break;
+            case U_SQRT: f = sqrtf(f); break;
             default: break;
             }
             v.d = f;
@@ -161,6 +163,8 @@ static inline kval apply_unary(int op, int dt, kval v)
         case U_EXP: UNARY_LOOP(N, SA, o_[i] = EXP(x_[k_])); break;                           \
         case U_LOG: UNARY_LOOP(N, SA, o_[i] = LOG(x_[k_])); break;                           \
         case U_NEG: UNARY_LOOP(N, SA, o_[i] = -x_[k_]); break;                               \
+        /* in double, then rounded once: the correctly rounded root for float too */         \
+        case U_SQRT: UNARY_LOOP(N, SA, o_[i] = (T)sqrt((double)x_[k_])); break;               \
         default: break;                                                                      \
         }                                                                                    \
     } while (0)
@@ -585,6 +589,57 @@ SIM_EXPORT int anychip_simk_gemm(void *stream, int dtype, int64_t m, int64_t k, 
     *j = (gemm_job){.dtype = dtype, .m = m, .k = k, .n = n, .as0 = as0, .as1 = as1, .bs0 = bs0, .bs1 = bs1,
                     .out = out, .a = a, .b = b};
     return enqueue(stream, run_gemm, j);
+}
+
+/* ---- fill -------------------------------------------------------------------------------- */
+
+typedef struct {
+    int dtype, from_float;
+    int64_t n;
+    kval v;
+    char *out;
+} fill_job;
+
+static void run_fill(void *arg)
+{
+    fill_job *j = arg;
+    int sz = ITEMSIZE[j->dtype];
+    if (j->n > 0) {
+        store(j->out, j->dtype, j->v, j->from_float);
+        int64_t done = 1;                   /* double the filled prefix until it covers n */
+        while (done < j->n) {
+            int64_t step = done < j->n - done ? done : j->n - done;
+            memcpy(j->out + done * sz, j->out, (size_t)(step * sz));
+            done += step;
+        }
+    }
+    free(j);
+}
+
+/* out[0:n] = the value, converted to dtype as a cast would: `fvalue` for float dtypes, or
+ * when from_float is set; `ivalue` (exact to 64 bits) otherwise */
+SIM_EXPORT int anychip_simk_fill(void *stream, int dtype, int64_t n, void *out, double fvalue, int64_t ivalue,
+                                 int from_float)
+{
+    if (bad_dtype(dtype) || n < 0 || !out)
+        return sim_fail(SIM_E_INVALID_VALUE, "fill kernel: bad dtype %d, size %lld or NULL output", dtype,
+                        (long long)n);
+    int64_t shape[1] = {n}, one[1] = {1};
+    int st = check_span(out, ITEMSIZE[dtype], 1, shape, one, "fill output");
+    if (st != SIM_OK)
+        return st;
+    fill_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return sim_fail(SIM_E_HOST_ALLOC, "fill kernel: out of host memory");
+    j->dtype = dtype;
+    j->n = n;
+    j->out = out;
+    j->from_float = from_float || is_float(dtype);
+    if (j->from_float)
+        j->v.d = fvalue;
+    else
+        j->v.i = ivalue;
+    return enqueue(stream, run_fill, j);
 }
 
 SIM_EXPORT void anychip_simk_set_blas(void *sgemm, void *dgemm)

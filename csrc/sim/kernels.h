@@ -15,7 +15,7 @@ enum { K_BOOL, K_I8, K_U8, K_I32, K_I64, K_F16, K_BF16, K_F32, K_F64, K_NDTYPES 
 /* elementwise ops */
 enum { E_ADD, E_SUB, E_MUL, E_DIV, E_EQ, E_NE, E_LT, E_LE, E_GT, E_GE, E_MAX, E_MIN, E_NOPS };
 /* unary ops */
-enum { U_COPY, U_RELU, U_EXP, U_LOG, U_NEG, U_NOPS };
+enum { U_COPY, U_RELU, U_EXP, U_LOG, U_NEG, U_SQRT, U_NOPS };
 /* reductions */
 enum { R_SUM, R_MEAN, R_MAX, R_NOPS };
 

@@ -28,6 +28,7 @@ hipError_t hipStreamSynchronize(hipStream_t stream);
 
 static int failures;
 static int release[2]; /* rank 0 -> the others: the abort is done */
+static int ready[2];   /* the other ranks are done with the communicator's work: rank 0 may abort it */
 #define CHECK(cond, ...)                                                   \
     do {                                                                   \
         if (!(cond)) {                                                     \
@@ -241,8 +242,12 @@ static int run(int rank, int nranks, ncclUniqueId id)
 
     /* ncclCommAbort returns without waiting for the communicator's work: rank 0's op is
      * queued behind a held stream (and no other rank joins it); once the stream runs it,
-     * it fails at once instead of waiting for the peers */
+     * it fails at once instead of waiting for the peers. Rank 0 aborts only once the others
+     * have finished the ops above (an abort while a peer is still in one fails that peer). */
     if (rank == 0) {
+        char c;
+        for (int r = 1; r < nranks; r++)
+            CHECK(read(ready[0], &c, 1) == 1, "wait for the others' ops");
         CHECK(anychip_sim_stream_hold(stream) == 0, "hold");
         NCCL(ncclAllReduce(send, recv, 1000, ncclFloat32, ncclSum, comm, stream));
         NCCL(ncclCommAbort(comm));
@@ -252,6 +257,7 @@ static int run(int rank, int nranks, ncclUniqueId id)
             CHECK(write(release[1], "x", 1) == 1, "release the others");
     } else {
         char c;
+        CHECK(write(ready[1], "x", 1) == 1, "tell rank 0");
         CHECK(read(release[0], &c, 1) == 1, "wait for rank 0's abort");
         NCCL(ncclCommDestroy(comm));
         CHECK(ncclCommCount(comm, &count) == ncclInvalidArgument, "destroyed comm");
@@ -276,7 +282,7 @@ int main(int argc, char **argv)
         return 1;
     }
     ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess || pipe(release) != 0)
+    if (ncclGetUniqueId(&id) != ncclSuccess || pipe(release) != 0 || pipe(ready) != 0)
         return 1;
     for (int r = 0; r < nranks; r++) {
         pid_t pid = fork();

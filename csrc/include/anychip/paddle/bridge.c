@@ -57,6 +57,7 @@
 static anychip_plugin P;
 static char g_type[ANYCHIP_DEVICE_TYPE_MAX + 16];
 static char g_target[PATH_MAX];
+static void *g_lib;                       /* the plugin.h library */
 static int g_count;
 static __thread int t_device;
 
@@ -1301,6 +1302,7 @@ static int load_target(void)
         say("cannot load the anychip plugin %s: %s", g_target, dlerror());
         return -1;
     }
+    g_lib = lib;
     anychip_plugin_init_fn init = (anychip_plugin_init_fn)dlsym(lib, ANYCHIP_PLUGIN_INIT_SYMBOL);
     if (!init) {
         say("%s exports no %s (not an anychip/plugin.h library)", g_target, ANYCHIP_PLUGIN_INIT_SYMBOL);
@@ -1374,6 +1376,10 @@ static void fill_collectives(C_DeviceInterface *i)
     i->xccl_all_to_all = xccl_all_to_all;
 }
 
+#ifdef ANYCHIP_PADDLE_KERNELS
+static void register_kernels(void *target);
+#endif
+
 EXPORT void InitPlugin(struct CustomRuntimeParams *params)
 {
     if (!params || params->size < sizeof *params || !params->interface ||
@@ -1428,4 +1434,7 @@ EXPORT void InitPlugin(struct CustomRuntimeParams *params)
     i->is_float16_supported = bool_true;
     i->is_bfloat16_supported = bool_true;
     fill_collectives(i);
+#ifdef ANYCHIP_PADDLE_KERNELS
+    register_kernels(g_lib);              /* the device's phi kernels (a file included after this one) */
+#endif
 }

@@ -1,0 +1,1367 @@
+/*
+ * Paddle phi kernels of the simulated chips: the ops a training step spends its time in,
+ * registered for the bridge's device type through Paddle's kernel C API (phi_capi.h) and
+ * run by the simulator's own tensor kernels (csrc/sim/kernels.c: elementwise, unary and
+ * cast, one-axis reductions, GEMM, fill) on the stream Paddle gives the op, over device
+ * memory: no copy to the host. Included by provider_sim.c after the bridge, whose streams
+ * (stream_rec) and fence flags the kernels use.
+ *
+ * Each kernel has two entries, as Paddle calls both: fn(PD_KernelContext *), used by
+ * Paddle's executors, and the "variadic" one, which eager Paddle calls with the C++
+ * kernel's own arguments (const phi::DeviceContext &, const phi::DenseTensor &, attributes
+ * by value, DenseTensor * outputs): references and pointers arrive as the C API's handles,
+ * a DataType attribute as a phi::DataType value.
+ *
+ * Composite ops (softmax, the gradients) are sequences of those kernels on the one stream,
+ * with temporaries from Paddle's allocator for the device (freed when the op returns: the
+ * next user of that memory is ordered after this op on the stream, as with any caching
+ * allocator). The formulas are Paddle's CPU kernels', in the same order, so results agree
+ * with Paddle-CPU to the rounding of each step.
+ */
+#include "anychip/paddle/phi_capi.h"
+
+#include <link.h>
+
+#include "sim/kernels.h"
+
+static anychip_phi_api PD;
+
+/* the simulator's kernel entry points (anychip_simk_*, csrc/sim/kernels.c) */
+static struct {
+    int (*elementwise)(void *, int, int, int, const int64_t *, void *, const void *, const int64_t *, const void *,
+                       const int64_t *);
+    int (*unary)(void *, int, int, int, int, const int64_t *, void *, const void *, const int64_t *);
+    int (*reduce)(void *, int, int, int, int64_t, int64_t, int64_t, void *, const void *);
+    int (*gemm)(void *, int, int64_t, int64_t, int64_t, void *, const void *, int64_t, int64_t, const void *,
+                int64_t, int64_t);
+    int (*fill)(void *, int, int64_t, void *, double, int64_t, int);
+    const char *(*last_error)(void);
+} SK;
+
+/* raise a C++ exception with the message (kernels_throw.cc): Paddle reports it as the op's error */
+void anychip_paddle_raise(const char *msg) __attribute__((noreturn));
+
+static void fail(const char *op, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
+static void fail(const char *op, const char *fmt, ...)
+{
+    char msg[768], line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(line, sizeof line, "%s kernel of %s: %s", op, g_type, msg);
+    anychip_paddle_raise(line);
+}
+
+/* ---- tensors -------------------------------------------------------------------------------- */
+
+typedef struct {
+    void *p;
+    int nd, dt;                           /* dt: the simulator's dtype code */
+    C_DataType cdt;
+    int64_t dim[K_MAXDIM], n;
+} tview;
+
+static int sim_dtype(C_DataType t)
+{
+    switch (t) {
+    case BOOL: return K_BOOL;
+    case INT8: return K_I8;
+    case UINT8: return K_U8;
+    case INT32: return K_I32;
+    case INT64: return K_I64;
+    case FLOAT16: return K_F16;
+    case BFLOAT16: return K_BF16;
+    case FLOAT32: return K_F32;
+    case FLOAT64: return K_F64;
+    default: return -1;
+    }
+}
+
+static C_DataType from_phi(int t)
+{
+    static const C_DataType MAP[] = {
+        [PHI_UNDEFINED] = UNDEFINED, [PHI_BOOL] = BOOL,       [PHI_UINT8] = UINT8,     [PHI_INT8] = INT8,
+        [PHI_UINT16] = UINT16,       [PHI_INT16] = INT16,     [PHI_UINT32] = UINT32,   [PHI_INT32] = INT32,
+        [PHI_UINT64] = UINT64,       [PHI_INT64] = INT64,     [PHI_FLOAT32] = FLOAT32, [PHI_FLOAT64] = FLOAT64,
+        [PHI_COMPLEX64] = COMPLEX64, [PHI_COMPLEX128] = COMPLEX128, [PHI_PSTRING] = UNDEFINED,
+        [PHI_FLOAT16] = FLOAT16,     [PHI_BFLOAT16] = BFLOAT16,
+    };
+    return t >= 0 && (size_t)t < sizeof MAP / sizeof *MAP ? MAP[t] : UNDEFINED;
+}
+
+/* dims and dtype of a tensor (its data pointer when it has memory) */
+static void shape_of(const char *op, const PD_Tensor *t, tview *v)
+{
+    C_Status st = C_SUCCESS;
+    int64_t nd = PD.PD_TensorGetNumDims(t, &st);
+    if (st != C_SUCCESS || nd < 0 || nd > K_MAXDIM)
+        fail(op, "a tensor of %lld dimensions (the device's kernels take up to %d)", (long long)nd, K_MAXDIM);
+    v->nd = (int)nd;
+    v->n = 1;
+    for (int d = 0; d < v->nd; d++) {
+        v->dim[d] = PD.PD_TensorGetDim(t, (size_t)d, &st);
+        v->n *= v->dim[d];
+    }
+    v->cdt = PD.PD_TensorGetPDDataType(t, &st);
+    v->dt = sim_dtype(v->cdt);
+    if (v->dt < 0)
+        fail(op, "data type %d is not one of the device's (bool, int8, uint8, int32, int64, float16, bfloat16, "
+             "float32, float64)", (int)v->cdt);
+    v->p = NULL;
+}
+
+/* an input: contiguous (Paddle hands non-stride kernels contiguous tensors) */
+static void input(const char *op, const PD_Tensor *t, tview *v)
+{
+    shape_of(op, t, v);
+    C_Status st = C_SUCCESS;
+    int64_t ns = PD.PD_TensorGetNumStrides(t, &st);
+    int64_t want = 1;
+    for (int d = v->nd - 1; d >= 0 && ns == v->nd; d--) {
+        if (v->dim[d] != 1 && PD.PD_TensorGetStride(t, (size_t)d, &st) != want)
+            fail(op, "an input is not contiguous (dimension %d)", d);
+        want *= v->dim[d];
+    }
+    v->p = v->n ? PD.PD_TensorGetDataPointer(t, &st) : NULL;
+}
+
+/* an output, allocated with the dims InferMeta gave it, of dtype cdt */
+static void output(const char *op, const PD_DeviceContext *ctx, PD_Tensor *t, C_DataType cdt, tview *v)
+{
+    shape_of(op, t, v);
+    C_Status st = C_SUCCESS;
+    v->cdt = cdt;
+    v->dt = sim_dtype(cdt);
+    v->p = PD.PD_DeviceContextAllocateTensor(ctx, t, 0, cdt, &st);
+    if (st != C_SUCCESS || (!v->p && v->n))
+        fail(op, "allocating the output (%lld elements) failed", (long long)v->n);
+}
+
+/* temporaries of one op, freed when it returns */
+typedef struct {
+    const PD_DeviceContext *ctx;
+    const char *op;
+    PD_Tensor *t[24];
+    int n;
+} temps;
+
+static void *temp(temps *T, int nd, const int64_t *dim, C_DataType cdt)
+{
+    static const int ITEM[] = {1, 1, 1, 4, 8, 2, 2, 4, 8};
+    if (T->n == (int)(sizeof T->t / sizeof *T->t))
+        fail(T->op, "more than %d temporaries", (int)(sizeof T->t / sizeof *T->t));
+    int64_t n = 1, one = 1;
+    for (int d = 0; d < nd; d++)
+        n *= dim[d];
+    PD_Tensor *t = PD.PD_NewTensor();
+    C_Status st = C_SUCCESS;
+    PD.PD_TensorSetDims(t, nd ? nd : 1, nd ? dim : &one, &st);
+    void *p = PD.PD_DeviceContextAllocateTensor(T->ctx, t, (size_t)(n ? n : 1) * (size_t)ITEM[sim_dtype(cdt)], cdt,
+                                                &st);
+    if (st != C_SUCCESS || !p) {
+        PD.PD_DeleteTensor(t);
+        fail(T->op, "allocating a temporary of %lld elements failed", (long long)n);
+    }
+    T->t[T->n++] = t;
+    return p;
+}
+
+static void temps_free(temps *T)
+{
+    for (int i = 0; i < T->n; i++)
+        PD.PD_DeleteTensor(T->t[i]);
+    T->n = 0;
+}
+
+static void *stream_of(const char *op, const PD_DeviceContext *ctx)
+{
+    C_Status st = C_SUCCESS;
+    C_Stream s = PD.PD_DeviceContextGetStream(ctx, &st);
+    if (st != C_SUCCESS || !s)
+        fail(op, "the device context has no stream");
+    atomic_store(&REC(s)->pending, 1);    /* the copy fence sees the kernel */
+    return REC(s)->s;
+}
+
+static void sim_check(const char *op, int rc)
+{
+    if (rc)
+        fail(op, "%s", SK.last_error ? SK.last_error() : "the simulator refused the kernel");
+}
+
+/* ---- building blocks -------------------------------------------------------------------------- */
+
+static void contiguous_strides(int nd, const int64_t *dim, int64_t *st)
+{
+    int64_t acc = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        st[d] = acc;
+        acc *= dim[d];
+    }
+}
+
+/* the strides that broadcast `v` to the nd-dim shape `dim`: its dims aligned at `off`
+ * (Paddle's axis; the trailing alignment when -1), 0 where it has 1 or no dimension */
+static void broadcast_strides(const char *op, const tview *v, int nd, const int64_t *dim, int axis, int64_t *st)
+{
+    int off = (axis < 0 || v->nd == nd) ? nd - v->nd : axis;
+    if (off < 0 || off + v->nd > nd)
+        fail(op, "cannot broadcast a %d-d operand to %d dimensions at axis %d", v->nd, nd, axis);
+    int64_t own[K_MAXDIM];
+    contiguous_strides(v->nd, v->dim, own);
+    for (int d = 0; d < nd; d++) {
+        int k = d - off;
+        if (k < 0 || k >= v->nd || v->dim[k] == 1)
+            st[d] = 0;
+        else if (v->dim[k] == dim[d])
+            st[d] = own[k];
+        else
+            fail(op, "dimension %d of an operand is %lld, the output's is %lld", k, (long long)v->dim[k],
+                 (long long)dim[d]);
+    }
+}
+
+/* out[dim] = a <e> b, a and b broadcast (strides as, bs) */
+static void ew(const char *op, void *s, int e, int dt, int nd, const int64_t *dim, void *out, const void *a,
+               const int64_t *as, const void *b, const int64_t *bs)
+{
+    static const int64_t ONE[1] = {1};
+    if (numel(nd, dim) == 0)
+        return;
+    sim_check(op, SK.elementwise(s, e, dt, nd, nd ? dim : ONE, out, a, nd ? as : ONE, b, nd ? bs : ONE));
+}
+
+static void un(const char *op, void *s, int u, int out_dt, int in_dt, int64_t n, void *out, const void *x)
+{
+    int64_t one = 1;
+    if (n == 0)
+        return;
+    sim_check(op, SK.unary(s, u, out_dt, in_dt, 1, &n, out, x, &one));
+}
+
+/* a device constant of one element (broadcast with stride 0) */
+static void *constant(temps *T, void *s, C_DataType cdt, double v)
+{
+    void *p = temp(T, 0, NULL, cdt);
+    sim_check(T->op, SK.fill(s, sim_dtype(cdt), 1, p, v, (int64_t)v, 1));
+    return p;
+}
+
+/* out = x reduced (R_SUM / R_MEAN) over the dims flagged in `red`, x contiguous of `dim`;
+ * out has the kept dims' elements, of out_dt. A mean over several runs of dimensions is a
+ * sum divided by the count, as Paddle's CPU kernel computes it. */
+static void reduce_dims(temps *T, void *s, int op, int nd, const int64_t *dim, const int *red, const void *x, int in_dt,
+                        C_DataType out_cdt, void *out)
+{
+    int out_dt = sim_dtype(out_cdt);
+    int64_t size[K_MAXDIM];
+    int flag[K_MAXDIM], runs = 0, reduced = 0;
+    int64_t count = 1, total = 1;
+    for (int d = 0; d < nd; d++) {
+        total *= dim[d];
+        if (dim[d] == 1)
+            continue;
+        if (red[d])
+            count *= dim[d];
+        if (runs && flag[runs - 1] == red[d])
+            size[runs - 1] *= dim[d];
+        else {
+            size[runs] = dim[d];
+            flag[runs++] = red[d];
+        }
+        reduced += red[d];
+    }
+    if (total == 0) {
+        int64_t kept = 1;
+        for (int d = 0; d < nd; d++)
+            kept *= red[d] ? 1 : dim[d];
+        if (kept)
+            sim_check(T->op, SK.fill(s, out_dt, kept, out, op == R_MEAN ? NAN : 0.0, 0, op == R_MEAN));
+        return;
+    }
+    if (!reduced) {
+        un(T->op, s, U_COPY, out_dt, in_dt, total, out, x);
+        return;
+    }
+    int nred = 0;
+    for (int r = 0; r < runs; r++)
+        nred += flag[r];
+    int one_step_mean = op == R_MEAN && nred == 1;
+    const void *cur = x;
+    int cur_dt = in_dt;
+    for (int done = 0; done < nred; done++) {
+        int r = runs - 1;
+        while (!flag[r])
+            r--;
+        int64_t outer = 1, inner = 1;
+        for (int k = 0; k < r; k++)
+            outer *= size[k];
+        for (int k = r + 1; k < runs; k++)
+            inner *= size[k];
+        int last = done == nred - 1;
+        int64_t kept_dims[1] = {outer * inner};
+        void *dst = last && (op == R_SUM || one_step_mean) ? out : temp(T, 1, kept_dims, out_cdt);
+        sim_check(T->op, SK.reduce(s, one_step_mean ? R_MEAN : R_SUM, out_dt, cur_dt, outer, size[r], inner, dst, cur));
+        cur = dst;
+        cur_dt = out_dt;
+        /* drop the run; merge its neighbours when both are kept */
+        for (int k = r; k + 1 < runs; k++) {
+            size[k] = size[k + 1];
+            flag[k] = flag[k + 1];
+        }
+        runs--;
+        if (r > 0 && r < runs && !flag[r - 1] && !flag[r]) {
+            size[r - 1] *= size[r];
+            for (int k = r; k + 1 < runs; k++) {
+                size[k] = size[k + 1];
+                flag[k] = flag[k + 1];
+            }
+            runs--;
+        }
+    }
+    if (op == R_MEAN && !one_step_mean) {
+        int64_t kept = total / count, zero = 0;
+        void *c = constant(T, s, out_cdt, (double)count);
+        ew(T->op, s, E_DIV, out_dt, 1, &kept, out, cur, (int64_t[]){1}, c, &zero);
+    }
+}
+
+/* dx = dout summed over the dims x was broadcast along (dout's shape is the output's) */
+static void unbroadcast(temps *T, void *s, const tview *dout, const void *src, const tview *x, int axis, void *dx)
+{
+    int nd = dout->nd, red[K_MAXDIM];
+    int64_t st[K_MAXDIM];
+    broadcast_strides(T->op, x, nd, dout->dim, axis, st);
+    for (int d = 0; d < nd; d++)
+        red[d] = st[d] == 0 && dout->dim[d] != 1;
+    reduce_dims(T, s, R_SUM, nd, dout->dim, red, src, dout->dt, x->cdt, dx);
+}
+
+/* ---- elementwise ---------------------------------------------------------------------------- */
+
+static void binary(const char *op, int e, PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_Tensor *out)
+{
+    tview a, b, o;
+    input(op, x, &a);
+    input(op, y, &b);
+    if (a.cdt != b.cdt)
+        fail(op, "operands of data types %d and %d (Paddle casts them to one first)", (int)a.cdt, (int)b.cdt);
+    void *s = stream_of(op, ctx);
+    output(op, ctx, out, a.cdt, &o);
+    int64_t as[K_MAXDIM], bs[K_MAXDIM];
+    broadcast_strides(op, &a, o.nd, o.dim, -1, as);
+    broadcast_strides(op, &b, o.nd, o.dim, -1, bs);
+    ew(op, s, e, o.dt, o.nd, o.dim, o.p, a.p, as, b.p, bs);
+}
+
+#define BINARY(fn, name, e)                                                                 \
+    static void fn(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tensor *o) { binary(name, e, c, x, y, o); }
+BINARY(k_add, "add", E_ADD)
+BINARY(k_sub, "subtract", E_SUB)
+BINARY(k_mul, "multiply", E_MUL)
+BINARY(k_div, "divide", E_DIV)
+BINARY(k_max, "maximum", E_MAX)
+BINARY(k_min, "minimum", E_MIN)
+
+/* dx, dy of add (sign 1) and subtract (sign -1): dout summed to each operand's shape */
+static void add_sub_grad(const char *op, int sign, PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y,
+                         PD_Tensor *dout, int axis, PD_Tensor *dx, PD_Tensor *dy)
+{
+    tview a, b, g, o;
+    shape_of(op, x, &a);                  /* x and y: their shapes only (Paddle may pass no memory) */
+    shape_of(op, y, &b);
+    input(op, dout, &g);
+    void *s = stream_of(op, ctx);
+    temps T = {ctx, op, {0}, 0};
+    if (dx) {
+        output(op, ctx, dx, a.cdt, &o);
+        unbroadcast(&T, s, &g, g.p, &a, axis, o.p);
+    }
+    if (dy) {
+        output(op, ctx, dy, b.cdt, &o);
+        if (sign > 0)
+            unbroadcast(&T, s, &g, g.p, &b, axis, o.p);
+        else {
+            void *neg = temp(&T, g.nd, g.dim, g.cdt);
+            un(op, s, U_NEG, g.dt, g.dt, g.n, neg, g.p);
+            unbroadcast(&T, s, &g, neg, &b, axis, o.p);
+        }
+    }
+    temps_free(&T);
+}
+
+static void k_add_grad(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tensor *g, int axis, PD_Tensor *dx,
+                       PD_Tensor *dy)
+{
+    add_sub_grad("add_grad", 1, c, x, y, g, axis, dx, dy);
+}
+
+static void k_sub_grad(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tensor *g, int axis, PD_Tensor *dx,
+                       PD_Tensor *dy)
+{
+    add_sub_grad("subtract_grad", -1, c, x, y, g, axis, dx, dy);
+}
+
+/* t = dout <e> other (other broadcast to dout's shape), then summed to `to`'s shape into out */
+static void grad_term(temps *T, void *s, int e, const tview *g, const tview *other, const void *other_p, int axis,
+                      const tview *to, void *out)
+{
+    int64_t gs[K_MAXDIM], os[K_MAXDIM];
+    contiguous_strides(g->nd, g->dim, gs);
+    broadcast_strides(T->op, other, g->nd, g->dim, axis, os);
+    void *t = temp(T, g->nd, g->dim, g->cdt);
+    ew(T->op, s, e, g->dt, g->nd, g->dim, t, g->p, gs, other_p, os);
+    unbroadcast(T, s, g, t, to, axis, out);
+}
+
+static void k_mul_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_Tensor *dout, int axis, PD_Tensor *dx,
+                       PD_Tensor *dy)
+{
+    const char *op = "multiply_grad";
+    tview a, b, g, o;
+    input(op, x, &a);
+    input(op, y, &b);
+    input(op, dout, &g);
+    void *s = stream_of(op, ctx);
+    temps T = {ctx, op, {0}, 0};
+    if (dx) {
+        output(op, ctx, dx, a.cdt, &o);
+        grad_term(&T, s, E_MUL, &g, &b, b.p, axis, &a, o.p);              /* dout * y */
+    }
+    if (dy) {
+        output(op, ctx, dy, b.cdt, &o);
+        grad_term(&T, s, E_MUL, &g, &a, a.p, axis, &b, o.p);              /* dout * x */
+    }
+    temps_free(&T);
+}
+
+static void k_div_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_Tensor *out, PD_Tensor *dout, int axis,
+                       PD_Tensor *dx, PD_Tensor *dy)
+{
+    const char *op = "divide_grad";
+    tview a, b, q, g, o;
+    input(op, x, &a);
+    input(op, y, &b);
+    input(op, out, &q);
+    input(op, dout, &g);
+    void *s = stream_of(op, ctx);
+    temps T = {ctx, op, {0}, 0};
+    if (dx) {
+        output(op, ctx, dx, a.cdt, &o);
+        grad_term(&T, s, E_DIV, &g, &b, b.p, axis, &a, o.p);              /* dout / y */
+    }
+    if (dy) {                                                             /* -(dout * out / y) */
+        output(op, ctx, dy, b.cdt, &o);
+        int64_t gs[K_MAXDIM], ys[K_MAXDIM];
+        contiguous_strides(g.nd, g.dim, gs);
+        broadcast_strides(op, &b, g.nd, g.dim, axis, ys);
+        void *t = temp(&T, g.nd, g.dim, g.cdt);
+        ew(op, s, E_MUL, g.dt, g.nd, g.dim, t, g.p, gs, q.p, gs);
+        ew(op, s, E_DIV, g.dt, g.nd, g.dim, t, t, gs, b.p, ys);
+        un(op, s, U_NEG, g.dt, g.dt, g.n, t, t);
+        unbroadcast(&T, s, &g, t, &b, axis, o.p);
+    }
+    temps_free(&T);
+}
+
+/* ---- unary ---------------------------------------------------------------------------------- */
+
+static void unary_op(const char *op, int u, PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *out)
+{
+    tview a, o;
+    input(op, x, &a);
+    void *s = stream_of(op, ctx);
+    output(op, ctx, out, a.cdt, &o);
+    un(op, s, u, o.dt, a.dt, a.n, o.p, a.p);
+}
+
+static void k_relu(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *o) { unary_op("relu", U_RELU, c, x, o); }
+static void k_exp(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *o) { unary_op("exp", U_EXP, c, x, o); }
+static void k_log(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *o) { unary_op("log", U_LOG, c, x, o); }
+
+static void k_square(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *out)
+{
+    tview a, o;
+    input("square", x, &a);
+    void *s = stream_of("square", ctx);
+    output("square", ctx, out, a.cdt, &o);
+    int64_t one = 1;
+    ew("square", s, E_MUL, o.dt, 1, &a.n, o.p, a.p, &one, a.p, &one);
+}
+
+/* dx = dout <e> v (same shapes) */
+static void same_shape_grad(const char *op, int e, PD_DeviceContext *ctx, PD_Tensor *v, PD_Tensor *dout, PD_Tensor *dx)
+{
+    tview a, g, o;
+    input(op, v, &a);
+    input(op, dout, &g);
+    void *s = stream_of(op, ctx);
+    output(op, ctx, dx, g.cdt, &o);
+    int64_t one = 1;
+    ew(op, s, e, o.dt, 1, &g.n, o.p, g.p, &one, a.p, &one);
+}
+
+static void k_exp_grad(PD_DeviceContext *c, PD_Tensor *out, PD_Tensor *g, PD_Tensor *dx)
+{
+    same_shape_grad("exp_grad", E_MUL, c, out, g, dx);                    /* dout * out */
+}
+
+static void k_log_grad(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *g, PD_Tensor *dx)
+{
+    same_shape_grad("log_grad", E_DIV, c, x, g, dx);                      /* dout / x */
+}
+
+/* dx = dout * (out > 0), as Paddle's CPU kernel computes it */
+static void k_relu_grad(PD_DeviceContext *ctx, PD_Tensor *out, PD_Tensor *dout, PD_Tensor *dx)
+{
+    const char *op = "relu_grad";
+    tview a, g, o;
+    input(op, out, &a);
+    input(op, dout, &g);
+    void *s = stream_of(op, ctx);
+    output(op, ctx, dx, g.cdt, &o);
+    temps T = {ctx, op, {0}, 0};
+    int64_t one = 1, zero = 0;
+    void *z = constant(&T, s, a.cdt, 0.0);
+    void *mask = temp(&T, 1, &g.n, BOOL);
+    void *maskf = temp(&T, 1, &g.n, g.cdt);
+    ew(op, s, E_GT, a.dt, 1, &a.n, mask, a.p, &one, z, &zero);
+    un(op, s, U_COPY, g.dt, K_BOOL, g.n, maskf, mask);
+    ew(op, s, E_MUL, g.dt, 1, &g.n, o.p, g.p, &one, maskf, &one);
+    temps_free(&T);
+}
+
+/* dx = dout * 2 * x */
+static void k_square_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *dout, PD_Tensor *dx)
+{
+    const char *op = "square_grad";
+    tview a, g, o;
+    input(op, x, &a);
+    input(op, dout, &g);
+    void *s = stream_of(op, ctx);
+    output(op, ctx, dx, g.cdt, &o);
+    int64_t one = 1;
+    ew(op, s, E_ADD, g.dt, 1, &g.n, o.p, g.p, &one, g.p, &one);
+    ew(op, s, E_MUL, g.dt, 1, &g.n, o.p, o.p, &one, a.p, &one);
+}
+
+static void cast_to(PD_DeviceContext *ctx, PD_Tensor *x, C_DataType to, PD_Tensor *out)
+{
+    tview a, o;
+    input("cast", x, &a);
+    if (sim_dtype(to) < 0)
+        fail("cast", "to data type %d, which is not one of the device's", (int)to);
+    void *s = stream_of("cast", ctx);
+    output("cast", ctx, out, to, &o);
+    un("cast", s, U_COPY, o.dt, a.dt, a.n, o.p, a.p);
+}
+
+static void k_cast(PD_DeviceContext *c, PD_Tensor *x, int phi_dtype, PD_Tensor *o)
+{
+    cast_to(c, x, from_phi(phi_dtype), o);
+}
+
+/* out = scale * x + bias, or scale * (x + bias) */
+static void k_scale(PD_DeviceContext *ctx, PD_Tensor *x, PD_Scalar *scale, PD_Scalar *bias, bool after, PD_Tensor *out)
+{
+    const char *op = "scale";
+    tview a, o;
+    input(op, x, &a);
+    void *s = stream_of(op, ctx);
+    output(op, ctx, out, a.cdt, &o);
+    temps T = {ctx, op, {0}, 0};
+    void *k = constant(&T, s, a.cdt, PD.PD_ScalarGetFloat64Data(scale));
+    void *c = constant(&T, s, a.cdt, PD.PD_ScalarGetFloat64Data(bias));
+    int64_t one = 1, zero = 0;
+    if (after) {
+        ew(op, s, E_MUL, a.dt, 1, &a.n, o.p, a.p, &one, k, &zero);
+        ew(op, s, E_ADD, a.dt, 1, &a.n, o.p, o.p, &one, c, &zero);
+    } else {
+        ew(op, s, E_ADD, a.dt, 1, &a.n, o.p, a.p, &one, c, &zero);
+        ew(op, s, E_MUL, a.dt, 1, &a.n, o.p, o.p, &one, k, &zero);
+    }
+    temps_free(&T);
+}
+
+/* ---- fill ------------------------------------------------------------------------------------- */
+
+static void fill_value(const char *op, PD_DeviceContext *ctx, PD_Scalar *val, C_DataType cdt, PD_Tensor *out)
+{
+    tview o;
+    if (sim_dtype(cdt) < 0)
+        fail(op, "data type %d is not one of the device's", (int)cdt);
+    void *s = stream_of(op, ctx);
+    output(op, ctx, out, cdt, &o);
+    int is_f = cdt == FLOAT16 || cdt == BFLOAT16 || cdt == FLOAT32 || cdt == FLOAT64;
+    if (o.n)
+        sim_check(op, SK.fill(s, o.dt, o.n, o.p, is_f ? PD.PD_ScalarGetFloat64Data(val) : 0.0,
+                              is_f ? 0 : PD.PD_ScalarGetInt64Data(val), 0));
+}
+
+static void k_full(PD_DeviceContext *c, PD_IntArray *shape, PD_Scalar *v, int phi_dtype, PD_Tensor *o)
+{
+    (void)shape;                          /* InferMeta set the output's dims from it */
+    fill_value("full", c, v, from_phi(phi_dtype), o);
+}
+
+static void k_full_like(PD_DeviceContext *c, PD_Tensor *x, PD_Scalar *v, int phi_dtype, PD_Tensor *o)
+{
+    (void)x;
+    C_DataType t = from_phi(phi_dtype);
+    C_Status st = C_SUCCESS;
+    fill_value("full_like", c, v, t == UNDEFINED ? PD.PD_TensorGetPDDataType(x, &st) : t, o);
+}
+
+/* ---- reductions --------------------------------------------------------------------------------- */
+
+/* which of x's dims the IntArray names (all when empty or reduce_all), negatives from the end */
+static void reduced_dims(const char *op, PD_IntArray *dims, int reduce_all, const tview *x, int *red)
+{
+    size_t n = PD.PD_IntArrayGetElementCount(dims);
+    PD_List l = PD.PD_IntArrayGetDataPointer(dims);
+    const int64_t *d = l.data;
+    for (int k = 0; k < x->nd; k++)
+        red[k] = reduce_all || n == 0 || (size_t)x->nd == 0;
+    for (size_t i = 0; i < n && !reduce_all; i++) {
+        int64_t a = d[i] < 0 ? d[i] + x->nd : d[i];
+        if (x->nd == 0 && (d[i] == 0 || d[i] == -1))
+            continue;
+        if (a < 0 || a >= x->nd)
+            fail(op, "axis %lld is out of range for a %d-d tensor", (long long)d[i], x->nd);
+        red[a] = 1;
+    }
+}
+
+static void reduce_op(const char *op, int r, PD_DeviceContext *ctx, PD_Tensor *x, PD_IntArray *dims, C_DataType to,
+                      PD_Tensor *out)
+{
+    tview a, o;
+    input(op, x, &a);
+    int red[K_MAXDIM];
+    reduced_dims(op, dims, 0, &a, red);
+    void *s = stream_of(op, ctx);
+    if (to == UNDEFINED) {                /* no dtype attribute: the one InferMeta gave the output */
+        C_Status st = C_SUCCESS;
+        to = PD.PD_TensorGetPDDataType(out, &st);
+        if (st != C_SUCCESS || sim_dtype(to) < 0)
+            to = a.cdt;
+    }
+    output(op, ctx, out, to, &o);
+    temps T = {ctx, op, {0}, 0};
+    if (a.nd == 0)
+        un(op, s, U_COPY, o.dt, a.dt, 1, o.p, a.p);
+    else
+        reduce_dims(&T, s, r, a.nd, a.dim, red, a.p, a.dt, o.cdt, o.p);
+    temps_free(&T);
+}
+
+static void k_sum(PD_DeviceContext *c, PD_Tensor *x, PD_IntArray *dims, int phi_dtype, bool keep, PD_Tensor *o)
+{
+    (void)keep;
+    reduce_op("sum", R_SUM, c, x, dims, from_phi(phi_dtype), o);
+}
+
+static void k_mean(PD_DeviceContext *c, PD_Tensor *x, PD_IntArray *dims, bool keep, PD_Tensor *o)
+{
+    (void)keep;
+    reduce_op("mean", R_MEAN, c, x, dims, UNDEFINED, o);
+}
+
+static void k_mean_all(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *out)
+{
+    tview a, o;
+    input("mean_all", x, &a);
+    void *s = stream_of("mean_all", ctx);
+    output("mean_all", ctx, out, a.cdt, &o);
+    temps T = {ctx, "mean_all", {0}, 0};
+    int64_t n = a.n;
+    int red = 1;
+    reduce_dims(&T, s, R_MEAN, 1, &n, &red, a.p, a.dt, a.cdt, o.p);
+    temps_free(&T);
+}
+
+/* dx = dout broadcast back over the reduced dims (divided by their count for a mean) */
+static void reduce_grad(const char *op, int mean, PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *dout,
+                        PD_IntArray *dims, int reduce_all, PD_Tensor *dx)
+{
+    tview a, g, o;
+    shape_of(op, x, &a);                  /* x: its shape only */
+    input(op, dout, &g);
+    int red[K_MAXDIM];
+    if (dims)
+        reduced_dims(op, dims, reduce_all, &a, red);
+    else
+        for (int k = 0; k < a.nd; k++)
+            red[k] = 1;
+    void *s = stream_of(op, ctx);
+    output(op, ctx, dx, a.cdt, &o);
+    if (!o.n)
+        return;
+    /* dout has x's dims with the reduced ones removed or kept as 1: strides over x's dims */
+    int64_t gs[K_MAXDIM], acc = 1, count = 1;
+    for (int d = a.nd - 1; d >= 0; d--) {
+        gs[d] = red[d] ? 0 : acc;
+        acc *= red[d] ? 1 : a.dim[d];
+        count *= red[d] ? a.dim[d] : 1;
+    }
+    temps T = {ctx, op, {0}, 0};
+    void *c = constant(&T, s, g.cdt, mean ? (double)count : 0.0);
+    if (a.nd == 0) {
+        int64_t one = 1, zero = 0;
+        ew(op, s, mean ? E_DIV : E_ADD, o.dt, 1, &one, o.p, g.p, &one, c, &zero);
+    } else {
+        int64_t zeros[K_MAXDIM] = {0};
+        ew(op, s, mean ? E_DIV : E_ADD, o.dt, a.nd, a.dim, o.p, g.p, gs, c, zeros);
+    }
+    temps_free(&T);
+}
+
+static void k_sum_grad(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *g, PD_IntArray *dims, bool keep, bool all,
+                       PD_Tensor *dx)
+{
+    (void)keep;
+    reduce_grad("sum_grad", 0, c, x, g, dims, all, dx);
+}
+
+static void k_mean_grad(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *g, PD_IntArray *dims, bool keep, bool all,
+                        PD_Tensor *dx)
+{
+    (void)keep;
+    reduce_grad("mean_grad", 1, c, x, g, dims, all, dx);
+}
+
+static void k_mean_all_grad(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *g, PD_Tensor *dx)
+{
+    reduce_grad("mean_all_grad", 1, c, x, g, NULL, 1, dx);
+}
+
+/* ---- softmax ------------------------------------------------------------------------------------ */
+
+static void axis_split(const char *op, const tview *v, int axis, int64_t *outer, int64_t *n, int64_t *inner)
+{
+    int nd = v->nd ? v->nd : 1;
+    int a = axis < 0 ? axis + nd : axis;
+    if (a < 0 || a >= nd)
+        fail(op, "axis %d is out of range for a %d-d tensor", axis, v->nd);
+    *outer = 1;
+    *inner = 1;
+    *n = v->nd ? v->dim[a] : 1;
+    for (int d = 0; d < a; d++)
+        *outer *= v->dim[d];
+    for (int d = a + 1; d < v->nd; d++)
+        *inner *= v->dim[d];
+}
+
+/* out = exp(x - max) / sum(exp(x - max)) along the axis */
+static void k_softmax(PD_DeviceContext *ctx, PD_Tensor *x, int axis, PD_Tensor *out)
+{
+    const char *op = "softmax";
+    tview a, o;
+    input(op, x, &a);
+    int64_t outer, n, inner;
+    axis_split(op, &a, axis, &outer, &n, &inner);
+    void *s = stream_of(op, ctx);
+    output(op, ctx, out, a.cdt, &o);
+    if (!a.n)
+        return;
+    temps T = {ctx, op, {0}, 0};
+    int64_t dim[3] = {outer, n, inner}, full[3] = {n * inner, inner, 1}, bc[3] = {inner, 0, 1}, rows = outer * inner;
+    void *m = temp(&T, 1, &rows, a.cdt), *sum = temp(&T, 1, &rows, a.cdt);
+    sim_check(op, SK.reduce(s, R_MAX, a.dt, a.dt, outer, n, inner, m, a.p));
+    ew(op, s, E_SUB, a.dt, 3, dim, o.p, a.p, full, m, bc);
+    un(op, s, U_EXP, a.dt, a.dt, a.n, o.p, o.p);
+    sim_check(op, SK.reduce(s, R_SUM, a.dt, a.dt, outer, n, inner, sum, o.p));
+    ew(op, s, E_DIV, a.dt, 3, dim, o.p, o.p, full, sum, bc);
+    temps_free(&T);
+}
+
+/* dx = out * (dout - sum(dout * out) along the axis) */
+static void k_softmax_grad(PD_DeviceContext *ctx, PD_Tensor *out, PD_Tensor *dout, int axis, PD_Tensor *dx)
+{
+    const char *op = "softmax_grad";
+    tview y, g, o;
+    input(op, out, &y);
+    input(op, dout, &g);
+    int64_t outer, n, inner;
+    axis_split(op, &y, axis, &outer, &n, &inner);
+    void *s = stream_of(op, ctx);
+    output(op, ctx, dx, y.cdt, &o);
+    if (!y.n)
+        return;
+    temps T = {ctx, op, {0}, 0};
+    int64_t dim[3] = {outer, n, inner}, full[3] = {n * inner, inner, 1}, bc[3] = {inner, 0, 1}, rows = outer * inner;
+    int64_t one = 1;
+    void *t = temp(&T, 1, &y.n, y.cdt), *sum = temp(&T, 1, &rows, y.cdt);
+    ew(op, s, E_MUL, y.dt, 1, &y.n, t, g.p, &one, y.p, &one);
+    sim_check(op, SK.reduce(s, R_SUM, y.dt, y.dt, outer, n, inner, sum, t));
+    ew(op, s, E_SUB, y.dt, 3, dim, t, g.p, full, sum, bc);
+    ew(op, s, E_MUL, y.dt, 1, &y.n, o.p, y.p, &one, t, &one);
+    temps_free(&T);
+}
+
+/* ---- matmul ------------------------------------------------------------------------------------- */
+
+/* a matrix operand: rows x cols with element strides */
+typedef struct {
+    const char *p;
+    int64_t rows, cols, s0, s1;
+} mat;
+
+/* the logical [rows, cols] of the last two dims of v, transposed when t */
+static mat as_mat(const tview *v, int t)
+{
+    int64_t r = v->nd >= 2 ? v->dim[v->nd - 2] : 1, c = v->nd >= 1 ? v->dim[v->nd - 1] : 1;
+    mat m = {v->p, r, c, c, 1};
+    if (t)
+        m = (mat){v->p, c, r, 1, c};
+    return m;
+}
+
+static const int ITEMSZ[] = {1, 1, 1, 4, 8, 2, 2, 4, 8};
+
+static void gemm(const char *op, void *s, int dt, void *out, mat a, mat b)
+{
+    if (a.rows == 0 || b.cols == 0)
+        return;
+    if (a.cols == 0) {
+        sim_check(op, SK.fill(s, dt, a.rows * b.cols, out, 0.0, 0, 1));
+        return;
+    }
+    sim_check(op, SK.gemm(s, dt, a.rows, a.cols, b.cols, out, a.p, a.s0, a.s1, b.p, b.s0, b.s1));
+}
+
+/* batch geometry of a matmul: the broadcast batch dims of x and y (all but the last two) */
+typedef struct {
+    int nb;
+    int64_t bdim[K_MAXDIM], xb[K_MAXDIM], yb[K_MAXDIM], count;
+} batches;
+
+static void batch_of(const char *op, const tview *x, const tview *y, batches *B)
+{
+    int xn = x->nd > 2 ? x->nd - 2 : 0, yn = y->nd > 2 ? y->nd - 2 : 0;
+    B->nb = xn > yn ? xn : yn;
+    B->count = 1;
+    int64_t xm = x->nd >= 2 ? x->dim[x->nd - 2] * x->dim[x->nd - 1] : x->n;
+    int64_t ym = y->nd >= 2 ? y->dim[y->nd - 2] * y->dim[y->nd - 1] : y->n;
+    int64_t xs = xm, ys = ym;
+    for (int d = B->nb - 1; d >= 0; d--) {
+        int kx = d - (B->nb - xn), ky = d - (B->nb - yn);
+        int64_t dx = kx >= 0 ? x->dim[kx] : 1, dy = ky >= 0 ? y->dim[ky] : 1;
+        if (dx != dy && dx != 1 && dy != 1)
+            fail(op, "batch dimensions %lld and %lld do not broadcast", (long long)dx, (long long)dy);
+        B->bdim[d] = dx > dy ? dx : dy;
+        B->xb[d] = dx == 1 ? 0 : xs;
+        B->yb[d] = dy == 1 ? 0 : ys;
+        xs *= dx;
+        ys *= dy;
+        B->count *= B->bdim[d];
+    }
+}
+
+/* the element offsets of batch `i` in x and y */
+static void batch_offsets(const batches *B, int64_t i, int64_t *xo, int64_t *yo)
+{
+    *xo = *yo = 0;
+    for (int d = B->nb - 1; d >= 0; d--) {
+        int64_t k = i % B->bdim[d];
+        i /= B->bdim[d];
+        *xo += k * B->xb[d];
+        *yo += k * B->yb[d];
+    }
+}
+
+static mat at(mat m, int64_t off, int item)
+{
+    m.p += off * item;
+    return m;
+}
+
+/* The simulator's GEMM calls a CBLAS when given one, as a chip's runtime links its BLAS; in
+ * anychip's own processes the Python side hands over NumPy's OpenBLAS. Paddle imports NumPy,
+ * so its OpenBLAS is loaded here too: found among the loaded objects at the first matmul. */
+static int find_numpy_blas(struct dl_phdr_info *info, size_t size, void *path)
+{
+    (void)size;
+    if (!info->dlpi_name || !strstr(info->dlpi_name, "libscipy_openblas64_"))
+        return 0;
+    snprintf(path, PATH_MAX, "%s", info->dlpi_name);
+    return 1;
+}
+
+static void give_blas(void)
+{
+    static atomic_int given;
+    if (atomic_exchange(&given, 1))
+        return;
+    char path[PATH_MAX] = "";
+    dl_iterate_phdr(find_numpy_blas, path);
+    void *blas = path[0] ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    void (*set)(void *, void *) = (void (*)(void *, void *))dlsym(g_lib, "anychip_simk_set_blas");
+    void *sgemm = blas ? dlsym(blas, "scipy_cblas_sgemm64_") : NULL;
+    void *dgemm = blas ? dlsym(blas, "scipy_cblas_dgemm64_") : NULL;
+    if (set && sgemm && dgemm)
+        set(sgemm, dgemm);
+}
+
+static void k_matmul(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, bool tx, bool ty, PD_Tensor *out)
+{
+    give_blas();
+    const char *op = "matmul";
+    tview a, b, o;
+    input(op, x, &a);
+    input(op, y, &b);
+    if (a.cdt != b.cdt)
+        fail(op, "operands of data types %d and %d", (int)a.cdt, (int)b.cdt);
+    void *s = stream_of(op, ctx);
+    output(op, ctx, out, a.cdt, &o);
+    /* a 1-d x is a row, a 1-d y a column (Paddle's rule); their transposes do not apply */
+    mat A = as_mat(&a, a.nd >= 2 && tx), Bm = as_mat(&b, b.nd >= 2 && ty);
+    if (b.nd == 1)
+        Bm = (mat){b.p, b.dim[0], 1, 1, 1};
+    if (A.cols != Bm.rows)
+        fail(op, "inner dimensions %lld and %lld differ", (long long)A.cols, (long long)Bm.rows);
+    batches B;
+    batch_of(op, &a, &b, &B);
+    int item = ITEMSZ[a.dt];
+    int64_t per = A.rows * Bm.cols;
+    for (int64_t i = 0; i < B.count; i++) {
+        int64_t xo, yo;
+        batch_offsets(&B, i, &xo, &yo);
+        gemm(op, s, a.dt, (char *)o.p + i * per * item, at(A, xo, item), at(Bm, yo, item));
+    }
+}
+
+/* gradient of one operand: per output batch, the product `l @ r` (views chosen by the
+ * caller), summed over the batches the operand was broadcast along */
+static void matmul_grad_term(temps *T, void *s, const tview *self, const batches *B, int is_x, const tview *g,
+                             mat (*pick)(const mat *, const mat *, const mat *, int), const mat *X, const mat *Y,
+                             const mat *G, void *out)
+{
+    int item = ITEMSZ[g->dt];
+    int64_t per = self->dim[self->nd - 2] * self->dim[self->nd - 1];
+    int own_batches = 1;
+    for (int d = 0; d < B->nb; d++)
+        own_batches &= (is_x ? B->xb[d] : B->yb[d]) != 0 || B->bdim[d] == 1;
+    own_batches &= (self->nd > 2 ? self->nd - 2 : 0) == B->nb;
+    char *dst = own_batches ? out : temp(T, 1, (int64_t[]){B->count * per}, g->cdt);
+    int64_t gper = g->dim[g->nd - 2] * g->dim[g->nd - 1];
+    for (int64_t i = 0; i < B->count; i++) {
+        int64_t xo, yo;
+        batch_offsets(B, i, &xo, &yo);
+        mat x = at(*X, xo, item), y = at(*Y, yo, item), gg = at(*G, i * gper, item);
+        mat l = pick(&x, &y, &gg, 0), r = pick(&x, &y, &gg, 1);
+        gemm(T->op, s, g->dt, dst + i * per * item, l, r);
+    }
+    if (own_batches)
+        return;
+    /* sum the per-batch results over the broadcast batch dims */
+    int64_t dim[K_MAXDIM + 1];
+    int red[K_MAXDIM + 1], nd = 0;
+    for (int d = 0; d < B->nb; d++) {
+        dim[nd] = B->bdim[d];
+        red[nd++] = (is_x ? B->xb[d] : B->yb[d]) == 0;
+    }
+    dim[nd] = per;
+    red[nd++] = 0;
+    reduce_dims(T, s, R_SUM, nd, dim, red, dst, g->dt, g->cdt, out);
+}
+
+static mat tr(mat m) { return (mat){m.p, m.cols, m.rows, m.s1, m.s0}; }
+
+/* out = x' @ y' (x' = x or x^T per tx, likewise y):
+ *   dx' = dout @ y'^T, so dx = dout @ y'^T, or (dout @ y'^T)^T = y' @ dout^T when tx;
+ *   dy' = x'^T @ dout, so dy = x'^T @ dout, or dout^T @ x' when ty. */
+static __thread int t_tx, t_ty;          /* the op's flags, for the pickers */
+
+static mat pick_dx(const mat *x, const mat *y, const mat *g, int right)
+{
+    (void)x;
+    if (!t_tx)
+        return right ? tr(*y) : *g;       /* dout @ y'^T */
+    return right ? tr(*g) : *y;           /* y' @ dout^T */
+}
+
+static mat pick_dy(const mat *x, const mat *y, const mat *g, int right)
+{
+    (void)y;
+    if (!t_ty)
+        return right ? *g : tr(*x);       /* x'^T @ dout */
+    return right ? *x : tr(*g);           /* dout^T @ x' */
+}
+
+static void k_matmul_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_Tensor *dout, bool tx, bool ty,
+                          PD_Tensor *dx, PD_Tensor *dy)
+{
+    const char *op = "matmul_grad";
+    give_blas();
+    tview a, b, g, o;
+    input(op, x, &a);
+    input(op, y, &b);
+    input(op, dout, &g);
+    /* a 1-d x is the row [1, K], a 1-d y the column [K, 1] (their transposes do not apply), and
+     * dout gets back the dimension of 1 the product dropped: all contiguous, so only dims change */
+    tview a2 = a, b2 = b;
+    if (a.nd == 1) {
+        a2.nd = 2;
+        a2.dim[0] = 1;
+        a2.dim[1] = a.dim[0];
+        tx = 0;
+    }
+    if (b.nd == 1) {
+        b2.nd = 2;
+        b2.dim[0] = b.dim[0];
+        b2.dim[1] = 1;
+        ty = 0;
+    }
+    if (a.nd == 0 || b.nd == 0)
+        fail(op, "a 0-d operand");
+    void *s = stream_of(op, ctx);
+    batches B;
+    batch_of(op, &a2, &b2, &B);
+    tview g2 = g;
+    g2.nd = B.nb + 2;
+    for (int d = 0; d < B.nb; d++)
+        g2.dim[d] = B.bdim[d];
+    g2.dim[B.nb] = tx ? a2.dim[a2.nd - 1] : a2.dim[a2.nd - 2];
+    g2.dim[B.nb + 1] = ty ? b2.dim[b2.nd - 2] : b2.dim[b2.nd - 1];
+    a = a2;
+    b = b2;
+    g = g2;
+    mat X = as_mat(&a, tx), Y = as_mat(&b, ty);
+    mat G = {g.p, X.rows, Y.cols, Y.cols, 1};
+    t_tx = tx;
+    t_ty = ty;
+    temps T = {ctx, op, {0}, 0};
+    if (dx) {
+        output(op, ctx, dx, a.cdt, &o);
+        matmul_grad_term(&T, s, &a, &B, 1, &g, pick_dx, &X, &Y, &G, o.p);
+    }
+    if (dy) {
+        output(op, ctx, dy, b.cdt, &o);
+        matmul_grad_term(&T, s, &b, &B, 0, &g, pick_dy, &X, &Y, &G, o.p);
+    }
+    temps_free(&T);
+}
+
+/* ---- AdamW ---------------------------------------------------------------------------------------- */
+
+/* Paddle's CPU AdamW, in its order: the decay p -= lr * lr_ratio * coeff * p, then Adam:
+ *   m1 = b1 m1 + (1 - b1) g,  m2 = b2 m2 + (1 - b2) g g,
+ *   p -= lr sqrt(1 - b2^t) / (1 - b1^t) * m1 / (sqrt(m2) + eps sqrt(1 - b2^t)),
+ *   b1^t *= b1, b2^t *= b2 (unless the beta powers are global).
+ * The scalars stay on the device (one-element tensors broadcast), so the update is queued
+ * like any kernel. Outputs alias their inputs (Paddle's adamw_ is in place). */
+static void adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *lr, PD_Tensor *m1,
+                  PD_Tensor *m2, PD_Tensor *m2max, PD_Tensor *b1p, PD_Tensor *b2p, PD_Tensor *master,
+                  PD_Tensor *skip, double beta1, double beta2, double eps, float lr_ratio, float coeff,
+                  bool with_decay, bool multi_precision, bool use_global_beta_pow, bool amsgrad, PD_Tensor *param_out,
+                  PD_Tensor *m1_out, PD_Tensor *m2_out, PD_Tensor *b1p_out, PD_Tensor *b2p_out)
+{
+    const char *op = "adamw";
+    (void)m2max;
+    if (amsgrad)
+        fail(op, "amsgrad=True is not implemented on this device (set FLAGS_enable_api_kernel_fallback and "
+             "leave the kernel unregistered with ANYCHIP_PADDLE_KERNELS=0 to run it on Paddle's CPU)");
+    if (multi_precision && master)
+        fail(op, "multi_precision with master weights is not implemented on this device");
+    tview p, g, l, a1, a2, q1, q2;
+    input(op, param, &p);
+    input(op, grad, &g);
+    input(op, lr, &l);
+    input(op, m1, &a1);
+    input(op, m2, &a2);
+    input(op, b1p, &q1);
+    input(op, b2p, &q2);
+    if (g.n != p.n || a1.n != p.n || a2.n != p.n || l.n != 1 || q1.n != 1 || q2.n != 1)
+        fail(op, "param, grad and moments of %lld, %lld, %lld, %lld elements; learning rate and beta powers "
+             "of %lld, %lld, %lld (want equal sizes, and one element each)", (long long)p.n, (long long)g.n,
+             (long long)a1.n, (long long)a2.n, (long long)l.n, (long long)q1.n, (long long)q2.n);
+    if (g.cdt != p.cdt || l.cdt != p.cdt || a1.cdt != p.cdt || a2.cdt != p.cdt || q1.cdt != p.cdt || q2.cdt != p.cdt)
+        fail(op, "tensors of different data types (this device's AdamW takes one)");
+    void *s = stream_of(op, ctx);
+    if (skip) {
+        tview k;
+        input(op, skip, &k);
+        unsigned char flag = 0;
+        if (k.n && (sync_copy(t_device, &flag, k.p, 1, ANYCHIP_COPY_D2H) != C_SUCCESS))
+            fail(op, "reading skip_update failed");
+        if (flag)
+            return;                       /* in place: the outputs are the inputs, unchanged */
+    }
+    tview po, o1, o2;
+    output(op, ctx, param_out, p.cdt, &po);
+    output(op, ctx, m1_out, p.cdt, &o1);
+    output(op, ctx, m2_out, p.cdt, &o2);
+    temps T = {ctx, op, {0}, 0};
+    int dt = p.dt;
+    C_DataType c = p.cdt;
+    int64_t n = p.n, one = 1, zero = 0, unit = 1;
+    double b1 = c == FLOAT32 ? (double)(float)beta1 : beta1, b2 = c == FLOAT32 ? (double)(float)beta2 : beta2;
+    double e = c == FLOAT32 ? (double)(float)eps : eps;
+    void *t1 = temp(&T, 1, &n, c), *t2 = temp(&T, 1, &n, c);
+    void *sc = temp(&T, 0, NULL, c), *sq = temp(&T, 0, NULL, c), *sd = temp(&T, 0, NULL, c);
+    void *slr = temp(&T, 0, NULL, c), *seps = temp(&T, 0, NULL, c);
+    const void *pin = p.p;
+    if (with_decay) {                     /* p -= ((lr * lr_ratio) * coeff) * p */
+        ew(op, s, E_MUL, dt, 1, &unit, sc, l.p, &zero, constant(&T, s, c, lr_ratio), &zero);
+        ew(op, s, E_MUL, dt, 1, &unit, sc, sc, &zero, constant(&T, s, c, coeff), &zero);
+        ew(op, s, E_MUL, dt, 1, &n, t1, sc, &zero, pin, &one);
+        ew(op, s, E_SUB, dt, 1, &n, po.p, pin, &one, t1, &one);
+        pin = po.p;
+    }
+    void *kb1 = constant(&T, s, c, b1), *kb2 = constant(&T, s, c, b2);
+    ew(op, s, E_MUL, dt, 1, &n, t1, kb1, &zero, a1.p, &one);                       /* m1 */
+    ew(op, s, E_MUL, dt, 1, &n, t2, constant(&T, s, c, 1.0 - b1), &zero, g.p, &one);
+    ew(op, s, E_ADD, dt, 1, &n, o1.p, t1, &one, t2, &one);
+    ew(op, s, E_MUL, dt, 1, &n, t1, kb2, &zero, a2.p, &one);                       /* m2 */
+    ew(op, s, E_MUL, dt, 1, &n, t2, constant(&T, s, c, 1.0 - b2), &zero, g.p, &one);
+    ew(op, s, E_MUL, dt, 1, &n, t2, t2, &one, g.p, &one);
+    ew(op, s, E_ADD, dt, 1, &n, o2.p, t1, &one, t2, &one);
+    void *k1 = constant(&T, s, c, 1.0);                                             /* the scalars */
+    ew(op, s, E_SUB, dt, 1, &unit, sq, k1, &zero, q2.p, &zero);
+    un(op, s, U_SQRT, dt, dt, 1, sq, sq);                                          /* sqrt(1 - b2^t) */
+    ew(op, s, E_SUB, dt, 1, &unit, sd, k1, &zero, q1.p, &zero);                    /* 1 - b1^t */
+    ew(op, s, E_DIV, dt, 1, &unit, sd, sq, &zero, sd, &zero);
+    ew(op, s, E_MUL, dt, 1, &unit, slr, l.p, &zero, sd, &zero);
+    ew(op, s, E_MUL, dt, 1, &unit, seps, constant(&T, s, c, e), &zero, sq, &zero);
+    un(op, s, U_SQRT, dt, dt, n, t1, o2.p);                                        /* the update */
+    ew(op, s, E_ADD, dt, 1, &n, t1, t1, &one, seps, &zero);
+    ew(op, s, E_DIV, dt, 1, &n, t1, o1.p, &one, t1, &one);
+    ew(op, s, E_MUL, dt, 1, &n, t1, slr, &zero, t1, &one);
+    ew(op, s, E_SUB, dt, 1, &n, po.p, pin, &one, t1, &one);
+    if (!use_global_beta_pow) {
+        tview r1, r2;
+        output(op, ctx, b1p_out, c, &r1);
+        output(op, ctx, b2p_out, c, &r2);
+        ew(op, s, E_MUL, dt, 1, &unit, r1.p, q1.p, &zero, kb1, &zero);
+        ew(op, s, E_MUL, dt, 1, &unit, r2.p, q2.p, &zero, kb2, &zero);
+    }
+    temps_free(&T);
+}
+
+static void k_adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *lr, PD_Tensor *m1,
+                    PD_Tensor *m2, PD_Tensor *m2max, PD_Tensor *b1p, PD_Tensor *b2p, PD_Tensor *master,
+                    PD_Tensor *skip, PD_Scalar *beta1, PD_Scalar *beta2, PD_Scalar *eps, float lr_ratio, float coeff,
+                    bool with_decay, bool lazy_mode, int64_t min_row, bool multi_precision, bool use_global_beta_pow,
+                    bool amsgrad, PD_Tensor *param_out, PD_Tensor *m1_out, PD_Tensor *m2_out, PD_Tensor *m2max_out,
+                    PD_Tensor *b1p_out, PD_Tensor *b2p_out, PD_Tensor *master_out)
+{
+    (void)lazy_mode;                      /* dense gradients: lazy mode changes nothing */
+    (void)min_row;
+    (void)m2max_out;
+    (void)master_out;
+    /* the optional inputs arrive as paddle::optional objects: their tensor, or NULL */
+    adamw(ctx, param, grad, lr, m1, m2, PD.PD_OptionalTensorGetPointer(m2max), b1p, b2p,
+          PD.PD_OptionalTensorGetPointer(master), PD.PD_OptionalTensorGetPointer(skip),
+          PD.PD_ScalarGetFloat64Data(beta1), PD.PD_ScalarGetFloat64Data(beta2), PD.PD_ScalarGetFloat64Data(eps),
+          lr_ratio, coeff, with_decay, multi_precision, use_global_beta_pow, amsgrad, param_out, m1_out, m2_out,
+          b1p_out, b2p_out);
+}
+
+/* ---- the executors' entries (PD_KernelContext) ----------------------------------------------------- */
+
+#define IN(i) PD.PD_KernelContextInputAt(c, i)
+#define OUT(i) PD.PD_KernelContextOutputAt(c, i)
+#define CTX PD.PD_KernelContextGetDeviceContext(c)
+#define BOOLA(i) PD.PD_KernelContextBoolAttrAt(c, i)
+#define INTA(i) PD.PD_KernelContextInt32AttrAt(c, i)
+#define ARR(i) PD.PD_KernelContextIntArrayAttrAt(c, i)
+#define SCAL(i) PD.PD_KernelContextScalarAttrAt(c, i)
+#define DTYPE(i) PD.PD_KernelContextDataTypeAttrAt(c, i)
+
+static void c_add(PD_KernelContext *c) { k_add(CTX, IN(0), IN(1), OUT(0)); }
+static void c_sub(PD_KernelContext *c) { k_sub(CTX, IN(0), IN(1), OUT(0)); }
+static void c_mul(PD_KernelContext *c) { k_mul(CTX, IN(0), IN(1), OUT(0)); }
+static void c_div(PD_KernelContext *c) { k_div(CTX, IN(0), IN(1), OUT(0)); }
+static void c_max(PD_KernelContext *c) { k_max(CTX, IN(0), IN(1), OUT(0)); }
+static void c_min(PD_KernelContext *c) { k_min(CTX, IN(0), IN(1), OUT(0)); }
+static void c_add_grad(PD_KernelContext *c) { k_add_grad(CTX, IN(0), IN(1), IN(2), INTA(0), OUT(0), OUT(1)); }
+static void c_sub_grad(PD_KernelContext *c) { k_sub_grad(CTX, IN(0), IN(1), IN(2), INTA(0), OUT(0), OUT(1)); }
+static void c_mul_grad(PD_KernelContext *c) { k_mul_grad(CTX, IN(0), IN(1), IN(2), INTA(0), OUT(0), OUT(1)); }
+static void c_div_grad(PD_KernelContext *c) { k_div_grad(CTX, IN(0), IN(1), IN(2), IN(3), INTA(0), OUT(0), OUT(1)); }
+static void c_relu(PD_KernelContext *c) { k_relu(CTX, IN(0), OUT(0)); }
+static void c_exp(PD_KernelContext *c) { k_exp(CTX, IN(0), OUT(0)); }
+static void c_log(PD_KernelContext *c) { k_log(CTX, IN(0), OUT(0)); }
+static void c_square(PD_KernelContext *c) { k_square(CTX, IN(0), OUT(0)); }
+static void c_relu_grad(PD_KernelContext *c) { k_relu_grad(CTX, IN(0), IN(1), OUT(0)); }
+static void c_exp_grad(PD_KernelContext *c) { k_exp_grad(CTX, IN(0), IN(1), OUT(0)); }
+static void c_log_grad(PD_KernelContext *c) { k_log_grad(CTX, IN(0), IN(1), OUT(0)); }
+static void c_square_grad(PD_KernelContext *c) { k_square_grad(CTX, IN(0), IN(1), OUT(0)); }
+static void c_cast(PD_KernelContext *c) { cast_to(CTX, IN(0), DTYPE(0), OUT(0)); }
+static void c_scale(PD_KernelContext *c) { k_scale(CTX, IN(0), SCAL(0), SCAL(1), BOOLA(2), OUT(0)); }
+static void c_full(PD_KernelContext *c) { fill_value("full", CTX, SCAL(1), DTYPE(2), OUT(0)); }
+static void c_full_like(PD_KernelContext *c)
+{
+    C_DataType t = DTYPE(1);
+    C_Status st = C_SUCCESS;
+    fill_value("full_like", CTX, SCAL(0), t == UNDEFINED ? PD.PD_TensorGetPDDataType(IN(0), &st) : t, OUT(0));
+}
+static void c_sum(PD_KernelContext *c) { reduce_op("sum", R_SUM, CTX, IN(0), ARR(0), DTYPE(1), OUT(0)); }
+static void c_mean(PD_KernelContext *c) { reduce_op("mean", R_MEAN, CTX, IN(0), ARR(0), UNDEFINED, OUT(0)); }
+static void c_mean_all(PD_KernelContext *c) { k_mean_all(CTX, IN(0), OUT(0)); }
+static void c_sum_grad(PD_KernelContext *c) { reduce_grad("sum_grad", 0, CTX, IN(0), IN(1), ARR(0), BOOLA(2), OUT(0)); }
+static void c_mean_grad(PD_KernelContext *c)
+{
+    reduce_grad("mean_grad", 1, CTX, IN(0), IN(1), ARR(0), BOOLA(2), OUT(0));
+}
+static void c_mean_all_grad(PD_KernelContext *c) { k_mean_all_grad(CTX, IN(0), IN(1), OUT(0)); }
+static void c_softmax(PD_KernelContext *c) { k_softmax(CTX, IN(0), INTA(0), OUT(0)); }
+static void c_softmax_grad(PD_KernelContext *c) { k_softmax_grad(CTX, IN(0), IN(1), INTA(0), OUT(0)); }
+static void c_matmul(PD_KernelContext *c) { k_matmul(CTX, IN(0), IN(1), BOOLA(0), BOOLA(1), OUT(0)); }
+static void c_adamw(PD_KernelContext *c)
+{
+    adamw(CTX, IN(0), IN(1), IN(2), IN(3), IN(4), IN(5), IN(6), IN(7), IN(8), IN(9),
+          PD.PD_ScalarGetFloat64Data(SCAL(0)), PD.PD_ScalarGetFloat64Data(SCAL(1)), PD.PD_ScalarGetFloat64Data(SCAL(2)),
+          PD.PD_KernelContextFloatAttrAt(c, 3), PD.PD_KernelContextFloatAttrAt(c, 4), BOOLA(5), BOOLA(8), BOOLA(9),
+          BOOLA(10), OUT(0), OUT(1), OUT(2), OUT(4), OUT(5));
+}
+static void c_matmul_grad(PD_KernelContext *c)
+{
+    k_matmul_grad(CTX, IN(0), IN(1), IN(2), BOOLA(0), BOOLA(1), OUT(0), OUT(1));
+}
+
+/* ---- registration --------------------------------------------------------------------------------- */
+
+#define T_ PD_ARG_TYPE_TENSOR
+#define B_ PD_ARG_TYPE_BOOL
+#define I_ PD_ARG_TYPE_INT32
+#define A_ PD_ARG_TYPE_INT_ARRAY
+#define S_ PD_ARG_TYPE_SCALAR
+#define D_ PD_ARG_TYPE_DATA_TYPE
+
+enum { FLOATS = 1, INTS = 2, ALL = FLOATS | INTS, ADAMW_TYPES = 4 };
+
+typedef struct {
+    const char *name;
+    int types;                            /* FLOATS, INTS */
+    int nin, nattr, nout;
+    PD_KernelArgumentType attr[12];
+    void (*fn)(PD_KernelContext *);
+    void *variadic;
+    int out_any_dtype;                    /* the output's dtype is an attribute's, not the key's */
+    const PD_KernelArgumentType *in;      /* the inputs' types; NULL: all tensors */
+} kernel_def;
+
+#define O_ PD_ARG_TYPE_OPTIONAL_TENSOR
+#define F32_ PD_ARG_TYPE_FLOAT32
+#define I64_ PD_ARG_TYPE_INT64
+static const PD_KernelArgumentType ADAMW_IN[] = {T_, T_, T_, T_, T_, O_, T_, T_, O_, O_};
+
+#define V(f) ((void *)(f))
+static const kernel_def KERNELS[] = {
+    {"add", ALL, 2, 0, 1, {0}, c_add, V(k_add), 0, NULL},
+    {"subtract", ALL, 2, 0, 1, {0}, c_sub, V(k_sub), 0, NULL},
+    {"multiply", ALL, 2, 0, 1, {0}, c_mul, V(k_mul), 0, NULL},
+    {"divide", FLOATS, 2, 0, 1, {0}, c_div, V(k_div), 0, NULL},
+    {"maximum", ALL, 2, 0, 1, {0}, c_max, V(k_max), 0, NULL},
+    {"minimum", ALL, 2, 0, 1, {0}, c_min, V(k_min), 0, NULL},
+    {"add_grad", ALL, 3, 1, 2, {I_}, c_add_grad, V(k_add_grad), 0, NULL},
+    {"subtract_grad", ALL, 3, 1, 2, {I_}, c_sub_grad, V(k_sub_grad), 0, NULL},
+    {"multiply_grad", ALL, 3, 1, 2, {I_}, c_mul_grad, V(k_mul_grad), 0, NULL},
+    {"divide_grad", FLOATS, 4, 1, 2, {I_}, c_div_grad, V(k_div_grad), 0, NULL},
+    {"relu", FLOATS, 1, 0, 1, {0}, c_relu, V(k_relu), 0, NULL},
+    {"exp", FLOATS, 1, 0, 1, {0}, c_exp, V(k_exp), 0, NULL},
+    {"log", FLOATS, 1, 0, 1, {0}, c_log, V(k_log), 0, NULL},
+    {"square", ALL, 1, 0, 1, {0}, c_square, V(k_square), 0, NULL},
+    {"relu_grad", FLOATS, 2, 0, 1, {0}, c_relu_grad, V(k_relu_grad), 0, NULL},
+    {"exp_grad", FLOATS, 2, 0, 1, {0}, c_exp_grad, V(k_exp_grad), 0, NULL},
+    {"log_grad", FLOATS, 2, 0, 1, {0}, c_log_grad, V(k_log_grad), 0, NULL},
+    {"square_grad", ALL, 2, 0, 1, {0}, c_square_grad, V(k_square_grad), 0, NULL},
+    {"cast", ALL, 1, 1, 1, {D_}, c_cast, V(k_cast), 1, NULL},
+    {"scale", ALL, 1, 3, 1, {S_, S_, B_}, c_scale, V(k_scale), 0, NULL},
+    {"full", ALL, 0, 3, 1, {A_, S_, D_}, c_full, V(k_full), 0, NULL},
+    {"full_like", ALL, 1, 2, 1, {S_, D_}, c_full_like, V(k_full_like), 0, NULL},
+    {"sum", ALL, 1, 3, 1, {A_, D_, B_}, c_sum, V(k_sum), 1, NULL},
+    {"mean", FLOATS, 1, 2, 1, {A_, B_}, c_mean, V(k_mean), 0, NULL},
+    {"mean_all", FLOATS, 1, 0, 1, {0}, c_mean_all, V(k_mean_all), 0, NULL},
+    {"sum_grad", ALL, 2, 3, 1, {A_, B_, B_}, c_sum_grad, V(k_sum_grad), 0, NULL},
+    {"mean_grad", FLOATS, 2, 3, 1, {A_, B_, B_}, c_mean_grad, V(k_mean_grad), 0, NULL},
+    {"mean_all_grad", FLOATS, 2, 0, 1, {0}, c_mean_all_grad, V(k_mean_all_grad), 0, NULL},
+    {"softmax", FLOATS, 1, 1, 1, {I_}, c_softmax, V(k_softmax), 0, NULL},
+    {"softmax_grad", FLOATS, 2, 1, 1, {I_}, c_softmax_grad, V(k_softmax_grad), 0, NULL},
+    {"matmul", FLOATS, 2, 2, 1, {B_, B_}, c_matmul, V(k_matmul), 0, NULL},
+    {"matmul_grad", FLOATS, 3, 2, 2, {B_, B_}, c_matmul_grad, V(k_matmul_grad), 0, NULL},
+    {"adamw", ADAMW_TYPES, 10, 11, 7, {S_, S_, S_, F32_, F32_, B_, B_, I64_, B_, B_, B_}, c_adamw, V(k_adamw), 0,
+     ADAMW_IN},
+};
+
+static const C_DataType FLOAT_TYPES[] = {FLOAT32, FLOAT64, FLOAT16, BFLOAT16};
+static const C_DataType INT_TYPES[] = {INT32, INT64};
+static const C_DataType ADAMW_DTYPES[] = {FLOAT32, FLOAT64};
+
+/* outputs whose dtype an attribute sets accept any dtype (Paddle's cast / sum kernels do this) */
+static void any_output_dtype(const PD_KernelKey *key, PD_Kernel *kernel)
+{
+    (void)key;
+    C_Status st = C_SUCCESS;
+    PD_KernelArgsDef *def = PD.PD_KernelGetArgsDef(kernel, &st);
+    PD_List outs = PD.PD_KernelArgsDefGetOutputArgDefs(def, &st);
+    for (size_t i = 0; i < outs.size; i++)
+        PD.PD_TensorArgDefSetDataType(((PD_TensorArgDef **)outs.data)[i], UNDEFINED, &st);
+    PD.PD_DeletePointerList(outs);
+}
+
+static void no_arg_changes(const PD_KernelKey *key, PD_Kernel *kernel)
+{
+    (void)key;
+    (void)kernel;
+}
+
+/* the names of the registered kernels, for `anychip info` and the tests */
+static char g_kernel_names[1024];
+
+EXPORT const char *anychip_paddle_kernels(void) { return g_kernel_names; }
+
+/* ANYCHIP_PADDLE_KERNELS=0 registers none (every op then takes Paddle's CPU fallback) */
+static void register_kernels(void *target)
+{
+    const char *off = getenv("ANYCHIP_PADDLE_KERNELS");
+    if (off && strcmp(off, "0") == 0)
+        return;
+    void *phi = dlopen("libphi_core.so", RTLD_NOW | RTLD_NOLOAD);
+    if (!phi)
+        return;                           /* not inside Paddle (a tool probing the bridge) */
+#define LOOKUP(ret, name, args) *(void **)&PD.name = dlsym(phi, #name);
+    ANYCHIP_PHI_FUNCTIONS(LOOKUP)
+#undef LOOKUP
+#define CHECK(ret, name, args)                                                                 \
+    if (!PD.name) {                                                                            \
+        say("Paddle's libphi_core.so lacks %s: the device's kernels are not registered (every " \
+            "op runs through Paddle's CPU fallback)", #name);                                  \
+        return;                                                                                \
+    }
+    ANYCHIP_PHI_FUNCTIONS(CHECK)
+#undef CHECK
+    *(void **)&SK.elementwise = dlsym(target, "anychip_simk_elementwise");
+    *(void **)&SK.unary = dlsym(target, "anychip_simk_unary");
+    *(void **)&SK.reduce = dlsym(target, "anychip_simk_reduce");
+    *(void **)&SK.gemm = dlsym(target, "anychip_simk_gemm");
+    *(void **)&SK.fill = dlsym(target, "anychip_simk_fill");
+    *(void **)&SK.last_error = dlsym(target, "anychip_sim_last_error");
+    if (!SK.elementwise || !SK.unary || !SK.reduce || !SK.gemm || !SK.fill)
+        return;                           /* a library without the simulator's kernels */
+    PD_KernelArgumentType tensors[12] = {T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_};
+    size_t used = 0;
+    for (size_t k = 0; k < sizeof KERNELS / sizeof *KERNELS; k++) {
+        const kernel_def *d = &KERNELS[k];
+        PD_KernelArgumentType attrs[12], ins[12];
+        memcpy(attrs, d->attr, sizeof attrs);
+        memcpy(ins, d->in ? d->in : tensors, sizeof ins[0] * (size_t)d->nin);
+        for (int fam = 0; fam < 3; fam++) {
+            static const int FAMILY[] = {FLOATS, INTS, ADAMW_TYPES};
+            if (!(d->types & FAMILY[fam]))
+                continue;
+            const C_DataType *ts = fam == 1 ? INT_TYPES : fam == 2 ? ADAMW_DTYPES : FLOAT_TYPES;
+            size_t nt = fam == 1   ? sizeof INT_TYPES / sizeof *INT_TYPES
+                        : fam == 2 ? sizeof ADAMW_DTYPES / sizeof *ADAMW_DTYPES
+                                   : sizeof FLOAT_TYPES / sizeof *FLOAT_TYPES;
+            for (size_t i = 0; i < nt; i++)
+                PD.PD_RegisterPhiKernel(d->name, g_type, ts[i], ANYCHIP_PD_LAYOUT_ANY, (size_t)d->nin, ins,
+                                        (size_t)d->nattr, attrs, (size_t)d->nout, tensors,
+                                        d->out_any_dtype ? any_output_dtype : no_arg_changes, d->fn, d->variadic);
+        }
+        used += (size_t)snprintf(g_kernel_names + used, sizeof g_kernel_names - used, "%s%s", k ? " " : "",
+                                 d->name);
+    }
+}
