@@ -98,3 +98,18 @@ def test_a_rank_that_never_joins_is_a_timeout_naming_it():
     assert r1.returncode == 0
     assert _shm() - before == set()
     assert sys.executable
+
+
+def test_conformance_framework_torch_prints_tables_and_passes():
+    env = {k: v for k, v in os.environ.items() if k != "ANYCHIP_TORCH"}
+    done = subprocess.run(python_command(["-m", "anychip", "conformance", "--framework", "torch", "--device",
+                                          "ascend", "-n", "2"]), capture_output=True, text=True, env=env,
+                          timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for op in ("all_reduce", "all_gather", "broadcast", "reduce_scatter"):
+        assert f"# {op} (torch.distributed), float32, sum" in done.stdout
+    assert re.search(r"# (\d+) value checks, 0 failed", done.stdout)
+    assert int(re.search(r"# (\d+) value checks", done.stdout).group(1)) > 300
+    assert "conformance (torch): PASS" in done.stdout
+    rows = re.findall(r"^ +(\d+) +(\d+) +[\d.]+ +[\d.]+ +[\d.]+ +(\d+)$", done.stdout, flags=re.M)
+    assert len(rows) >= 4 * 7 and all(wrong == "0" for _, _, wrong in rows)
