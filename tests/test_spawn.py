@@ -138,3 +138,14 @@ def test_python_dash_m_anychip_is_the_anychip_command(tmp_path: Path):
                        text=True, timeout=120)
     assert r.returncode == 2
     assert r.stderr.splitlines()[0].startswith("usage: anychip ")
+
+
+@pytest.mark.parametrize("given", [None, "3"])
+def test_launched_ranks_get_their_share_of_the_cpus_unless_told(tmp_path: Path, capfd, given: str | None):
+    (tmp_path / "threads.py").write_text("import os; print('T', os.environ['OMP_NUM_THREADS'])\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if given is not None:
+        env["OMP_NUM_THREADS"] = given
+    assert launch(2, [str(tmp_path / "threads.py")], env=env) == 0
+    share = given or str(max(1, (os.cpu_count() or 1) // 2))
+    assert sorted(capfd.readouterr().out.splitlines()) == [f"[0] T {share}", f"[1] T {share}"]

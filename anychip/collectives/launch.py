@@ -7,7 +7,10 @@ whatever the current directory holds (see :mod:`anychip._spawn`), with ``ANYCHIP
 ``--device``, ``ANYCHIP_LAUNCH_DEVICE`` (so :func:`anychip.collectives.init` puts rank r on
 ``BACKEND:r``); torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
 ``MASTER_ADDR`` and ``MASTER_PORT`` (a free port) too, so that ``torch.distributed``'s
-``init_process_group`` finds its rendezvous. Every line a rank prints is prefixed with ``[r]``. When a rank fails, the
+``init_process_group`` finds its rendezvous. Unless the environment sets it,
+``OMP_NUM_THREADS`` is the ranks' share of the CPUs (CPUs // N, at least 1), which
+OpenBLAS, OpenMP and torch read: N ranks each starting a BLAS thread per CPU slow a job
+down severalfold (torchrun sets it to 1). Every line a rank prints is prefixed with ``[r]``. When a rank fails, the
 others are stopped (SIGTERM, then SIGKILL after ``--grace`` seconds) and the launcher exits
 with the first failing rank's exit code (128 + signal number for a signal), as torchrun does.
 
@@ -139,8 +142,10 @@ def _start(nprocs: int, argv: Sequence[str], device: str | None, base: dict[str,
     preexec = _die_with_launcher(os.getpid())
     cmd = python_command(argv) if argv[0].endswith(".py") or argv[0] in ("-c", "-m") else list(argv)
     port = _free_port()
+    threads = {} if "OMP_NUM_THREADS" in base else {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nprocs))}
     for r in range(nprocs):
         e = dict(base)
+        e.update(threads)
         e.update(ANYCHIP_RANK=str(r), ANYCHIP_WORLD_SIZE=str(nprocs), ANYCHIP_LOCAL_RANK=str(r),
                  ANYCHIP_LOCAL_SIZE=str(nprocs), ANYCHIP_JOB_ID=job, PYTHONUNBUFFERED="1")
         # torch.distributed's env:// rendezvous (rank 0 serves its store on the port)
