@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from anychip._spawn import python_command
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SIZES = [1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 26]
@@ -272,8 +274,8 @@ def part_allreduce(repeat: int, before: str | None) -> None:
                                check=True)
                 for k, v in _result((logs / "workerlog.0").read_text()).items():
                     best[name][k] = min(v, best[name].get(k, v))
-            r = subprocess.run([sys.executable, "-m", "anychip.cli", "launch", "-n", "2", "--device", "ascend",
-                                str(ascript), sizes], env=_env(ANYCHIP_COLLECTIVE_TRANSPORT="native"),
+            r = subprocess.run(python_command(["-m", "anychip", "launch", "-n", "2", "--device", "ascend",
+                                               str(ascript), sizes]), env=_env(ANYCHIP_COLLECTIVE_TRANSPORT="native"),
                                capture_output=True, text=True, check=True)
             for k, v in _result(r.stdout).items():
                 best["anychip"][k] = min(v, best["anychip"].get(k, v))
