@@ -74,6 +74,9 @@ def _end_abandoned(MPI: Any) -> None:
                          f"incomplete ({stuck[0]}): MPI cannot finalize with them pending, so it aborts the job "
                          "(MPI_Abort)\n")
         sys.stderr.flush()
+        # mpiexec's proxy forwards a rank's output from a pipe it polls, and MPI_Abort tears
+        # the job down at once: give it a moment to read the line, or the reason is lost
+        time.sleep(0.25)
         MPI.COMM_WORLD.Abort(1)
 
 
