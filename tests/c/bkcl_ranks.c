@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bkcl/bkcl.h"
+#include "ranks.h"
 
 typedef enum { XPU_DEVICE_TO_HOST = 0, XPU_HOST_TO_DEVICE = 1, XPU_DEVICE_TO_DEVICE = 2 } XPUMemcpyKind;
 typedef enum { XPU_MEM_HBM = 0 } XPUMemoryKind;
@@ -22,16 +23,6 @@ int xpu_stream_create(XPUStream *pstream);
 int xpu_stream_destroy(XPUStream stream);
 int xpu_wait(XPUStream stream);
 
-static int failures;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "rank %d line %d: ", rank, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
 #define BKCL(call)                                                                        \
     do {                                                                                  \
         BKCLResult_t r_ = (call);                                                         \

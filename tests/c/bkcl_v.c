@@ -13,17 +13,8 @@
 
 #include "bkcl/bkcl.h"
 #include "xpu/runtime.h"
+#include "ranks.h"
 
-static int failures, rank;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "rank %d line %d: ", rank, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
 #define BKCL(call)                                                                        \
     do {                                                                                  \
         BKCLResult_t r_ = (call);                                                         \
@@ -44,8 +35,9 @@ static void *dev_alloc(size_t n)
 /* rank r sends (2 r + j) % 5 elements to rank j (0 included: some pairs move nothing) */
 static size_t count_of(int from, int to) { return (size_t)((2 * from + to) % 5); }
 
-static int run(int nranks, const BKCLUniqueId *uid)
+static int run(int nranks, void *arg)
 {
+    const BKCLUniqueId *uid = arg;
     CHECK(xpu_set_device(rank) == 0, "set device");
     BKCLContext_t ctx;
     BKCL(bkcl_init_rank(&ctx, rank, nranks, uid));
@@ -91,6 +83,7 @@ static int run(int nranks, const BKCLUniqueId *uid)
     BKCLResult_t async = BKCL_INTERNAL_ERROR;
     BKCL(anychip_sim_bkcl_async_error(ctx, &async));
     CHECK(async == BKCL_SUCCESS, "async error %d", (int)async);
+    ranks_barrier();                   /* no rank leaves while a peer is still in the op */
     BKCL(bkcl_destroy_context(ctx));
     xpu_stream_destroy(stream);
     xpu_free(send);
@@ -109,18 +102,5 @@ int main(int argc, char **argv)
     BKCLUniqueId uid;
     if (bkcl_get_unique_id(&uid) != BKCL_SUCCESS)
         return 1;
-    for (int r = 0; r < nranks; r++) {
-        if (fork() == 0) {
-            rank = r;
-            int rc = run(nranks, &uid);
-            fflush(stdout);
-            fflush(stderr);
-            _exit(rc);
-        }
-    }
-    int failed = 0, status;
-    while (wait(&status) > 0)
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            failed++;
-    return failed ? 1 : 0;
+    return run_ranks(nranks, run, &uid) ? 1 : 0;
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "hccl/hccl.h"
+#include "ranks.h"
 
 typedef int aclError;
 typedef enum { ACL_MEMCPY_HOST_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST,
@@ -26,16 +27,6 @@ aclError aclrtCreateStream(aclrtStream *stream);
 aclError aclrtDestroyStream(aclrtStream stream);
 aclError aclrtSynchronizeStream(aclrtStream stream);
 
-static int failures;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "rank %d line %d: ", rank, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
 #define HCCL(call)                                                                                      \
     do {                                                                                                \
         HcclResult r_ = (call);                                                                         \

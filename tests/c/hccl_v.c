@@ -16,17 +16,8 @@
 
 #include "acl/acl.h"
 #include "hccl/hccl.h"
+#include "ranks.h"
 
-static int failures, rank;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "rank %d line %d: ", rank, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
 #define HCCL(call)                                                                                      \
     do {                                                                                                \
         HcclResult r_ = (call);                                                                         \
@@ -189,8 +180,9 @@ static void batch_send_recv(HcclComm comm, aclrtStream stream, int n)
     aclrtFree(recv);
 }
 
-static int run(int nranks, const char *table, const char *bad_table)
+static int run(int nranks, void *arg)
 {
+    const char *table = ((const char *const *)arg)[0], *bad_table = ((const char *const *)arg)[1];
     CHECK(aclInit(NULL) == ACL_SUCCESS, "aclInit");
     HcclComm comm = NULL;
     /* a rank must run on the device its entry names */
@@ -259,19 +251,8 @@ int main(int argc, char **argv)
     char table[] = "/tmp/anychip-hccl-table-XXXXXX", bad[] = "/tmp/anychip-hccl-table-XXXXXX";
     if (write_table(table, nranks, 0) || write_table(bad, nranks, 1))
         return 1;
-    for (int r = 0; r < nranks; r++) {
-        if (fork() == 0) {
-            rank = r;
-            int rc = run(nranks, table, bad);
-            fflush(stdout);
-            fflush(stderr);
-            _exit(rc);
-        }
-    }
-    int failed = 0, status;
-    while (wait(&status) > 0)
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            failed++;
+    const char *tables[2] = {table, bad};
+    int failed = run_ranks(nranks, run, tables);
     unlink(table);
     unlink(bad);
     return failed ? 1 : 0;

@@ -14,6 +14,7 @@
 
 #include "anychip/sim.h"
 #include "rccl/rccl.h"
+#include "ranks.h"
 
 typedef int hipError_t;
 typedef enum { hipMemcpyHostToHost, hipMemcpyHostToDevice, hipMemcpyDeviceToHost, hipMemcpyDeviceToDevice,
@@ -26,18 +27,8 @@ hipError_t hipStreamCreate(hipStream_t *stream);
 hipError_t hipStreamDestroy(hipStream_t stream);
 hipError_t hipStreamSynchronize(hipStream_t stream);
 
-static int failures;
 static int release[2]; /* rank 0 -> the others: the abort is done */
 static int ready[2];   /* the other ranks are done with the communicator's work: rank 0 may abort it */
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "rank %d line %d: ", rank, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
 #define NCCL(call)                                                                                        \
     do {                                                                                                  \
         ncclResult_t r_ = (call);                                                                         \

@@ -14,17 +14,8 @@
 
 #include "hip/hip_runtime_api.h"
 #include "rccl/rccl.h"
+#include "ranks.h"
 
-static int failures, rank;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "rank %d line %d: ", rank, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
 #define NCCL(call)                                                                                         \
     do {                                                                                                   \
         ncclResult_t r_ = (call);                                                                          \
@@ -47,8 +38,9 @@ static void all_reduce_ranks(ncclComm_t comm, hipStream_t stream, int want)
     hipFree(d);
 }
 
-static int run(int nranks, ncclUniqueId id)
+static int run(int nranks, void *arg)
 {
+    ncclUniqueId id = *(const ncclUniqueId *)arg;
     CHECK(hipSetDevice(rank % 4) == hipSuccess, "set device");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     CHECK(config.magic == 0xcafebeef && config.blocking == NCCL_CONFIG_UNDEF_INT && config.netName == NULL,
@@ -162,18 +154,5 @@ int main(int argc, char **argv)
     ncclUniqueId id;
     if (ncclGetUniqueId(&id) != ncclSuccess)
         return 1;
-    for (int r = 0; r < nranks; r++) {
-        if (fork() == 0) {
-            rank = r;
-            int rc = run(nranks, id);
-            fflush(stdout);
-            fflush(stderr);
-            _exit(rc);
-        }
-    }
-    int failed = 0, status;
-    while (wait(&status) > 0)
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            failed++;
-    return failed ? 1 : 0;
+    return run_ranks(nranks, run, &id) ? 1 : 0;
 }
