@@ -23,6 +23,9 @@ from pathlib import Path
 
 from anychip._spawn import python_command
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_paddle_provider import _result  # noqa: E402  (rank 0's RESULT line, read the same way)
+
 SIZES = [1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 26]
 
 
@@ -106,15 +109,6 @@ if comm.rank == 0:
     print("RESULT " + json.dumps(out), flush=True)
 comm.destroy()
 """
-
-
-def _result(text: str) -> dict[int, float]:
-    """The RESULT line of rank 0 (`anychip launch` prefixes each line with "[rank] ")."""
-    for line in text.splitlines():
-        line = line[4:] if line.startswith("[0] ") else line
-        if line.startswith("RESULT "):
-            return {int(k): v for k, v in json.loads(line[7:]).items()}
-    raise SystemExit(f"no RESULT line in the job's output:\n{text[-3000:]}")
 
 
 def _job(script: Path, sizes: str) -> dict[int, float]:
