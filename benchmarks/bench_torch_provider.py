@@ -59,29 +59,54 @@ def part_ops() -> None:
 
 
 TORCH_AR = r"""
-import json, sys, time, torch, torch.distributed as dist
+import json, sys, time, numpy as np, torch, torch.distributed as dist
 import anychip.torch, anychip.torch.distributed
+from anychip import collectives
 dist.init_process_group("anychip")
+comm = collectives.init()          # anychip's own API in the same job: its own communicator, same chip and library
+groups = [None]
+if len(sys.argv) > 3:              # another build's process group (--before), registered under another name
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("anychip.torch._before", sys.argv[3])
+    before = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(before)
+    groups.append(dist.new_group(backend="anychip_before"))
 r = dist.get_rank()
 dev = torch.device("anychip", torch.accelerator.current_device_index())
+stream = anychip.torch.anychip_stream()
+rounds = int(sys.argv[2])
 out = {}
 for size in json.loads(sys.argv[1]):
-    x = torch.full((size // 4,), float(r + 1), device=dev)
+    count = size // 4
+    x = torch.full((count,), float(r + 1), device=dev)
+    buf = comm.device.alloc(size).copy_from(np.full(count, r + 1, np.float32))
     iters = max(5, min(200, (1 << 26) // size))
-    for _ in range(3):
-        dist.all_reduce(x)
-    anychip.torch.synchronize()
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        w = dist.all_reduce(x, async_op=True)
-    w.wait()
-    anychip.torch.synchronize()
-    t = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=dev)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    out[size] = t.item()
+
+    def c10d(group=None):
+        for _ in range(iters):
+            w = dist.all_reduce(x, group=group, async_op=True)
+        w.wait()
+
+    def api():
+        for _ in range(iters):
+            w = comm.all_reduce(buf, count=count, stream=stream)
+        w.wait()
+
+    fns = [c10d, api] + [lambda g=g: c10d(g) for g in groups[1:]]
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):            # interleaved: all see the same machine
+        for i, fn in enumerate(fns):
+            fn()
+            anychip.torch.synchronize()
+            comm.barrier().wait()
+            t0 = time.perf_counter()
+            fn()
+            anychip.torch.synchronize()
+            best[i] = min(best[i], max(comm.exchange((time.perf_counter() - t0) / iters)))
+    out[size] = best
 if r == 0:
     print("RESULT " + json.dumps(out), flush=True)
+comm.destroy()
 dist.destroy_process_group()
 """
 
@@ -91,66 +116,96 @@ from anychip import collectives
 comm = collectives.init()
 dev = comm.device
 stream = dev.current_stream()
+rounds = int(sys.argv[2])
 out = {}
 for size in json.loads(sys.argv[1]):
     count = size // 4
     buf = dev.alloc(size).copy_from(np.full(count, comm.rank + 1, np.float32))
     iters = max(5, min(200, (1 << 26) // size))
-    for _ in range(3):
-        comm.all_reduce(buf, count=count).wait()
-    comm.barrier().wait()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        last = comm.all_reduce(buf, count=count)
-    last.wait()
-    stream.synchronize()
-    out[size] = max(comm.exchange((time.perf_counter() - t0) / iters))
+    best = float("inf")
+    for _ in range(rounds):
+        for _ in range(iters):
+            comm.all_reduce(buf, count=count)
+        stream.synchronize()
+        comm.barrier().wait()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            last = comm.all_reduce(buf, count=count)
+        last.wait()
+        stream.synchronize()
+        best = min(best, max(comm.exchange((time.perf_counter() - t0) / iters)))
+    out[size] = [best]
 if comm.rank == 0:
     print("RESULT " + json.dumps(out), flush=True)
 comm.destroy()
 """
 
 
-def _job(script: Path, sizes: str) -> dict[int, float]:
+def _job(script: Path, sizes: str, rounds: int, *extra: str) -> dict[int, list[float]]:
     env = {**os.environ, "ANYCHIP_COLLECTIVE_TRANSPORT": "native", "ANYCHIP_TORCH": "ascend"}
     done = subprocess.run(python_command(["-m", "anychip", "launch", "-n", "2", "--device", "ascend", str(script),
-                                          sizes]), env=env, capture_output=True, text=True)
+                                          sizes, str(rounds), *extra]), env=env, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{script.name} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    return _result(done.stdout)
+    return _result(done.stdout)  # type: ignore[return-value]  # (lists of seconds here)
 
 
-def part_allreduce(repeat: int) -> None:
+def part_allreduce(repeat: int, rounds: int, before: str | None) -> None:
+    """c10d against anychip's API in the same job and in a plain one; with ``before`` (the
+    distributed.py of another build) that build's process group runs in the same job too."""
     sizes = json.dumps(SIZES)
-    best_t: dict[int, float] = {}
-    best_a: dict[int, float] = {}
+    extra: list[str] = []
+    runs: list[tuple[dict[int, list[float]], dict[int, list[float]]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         tscript, ascript = Path(tmp) / "torch_ar.py", Path(tmp) / "anychip_ar.py"
         tscript.write_text(TORCH_AR)
         ascript.write_text(ANYCHIP_AR)
-        for _ in range(repeat):         # interleaved, so that both see the same machine
-            for k, v in _job(tscript, sizes).items():
-                best_t[k] = min(v, best_t.get(k, v))
-            for k, v in _job(ascript, sizes).items():
-                best_a[k] = min(v, best_a.get(k, v))
-    print(f"\nallreduce: float32, in place, 2 ranks on the simulated Ascend (HCCL), best of {repeat}; busbw GB/s")
-    print(f"{'size':>9}{'c10d us':>12}{'busbw':>8}{'anychip us':>12}{'busbw':>8}{'ratio':>8}")
+        if before is not None:
+            old = Path(tmp) / "before.py"
+            source = Path(before).read_text()
+            old.write_text(source.replace("register_backend(BACKEND,", 'register_backend("anychip_before",'))
+            extra.append(str(old))
+        for _ in range(repeat):         # the jobs interleaved too
+            runs.append((_job(tscript, sizes, rounds, *extra), _job(ascript, sizes, rounds)))
+    print(f"\nallreduce: float32, in place, 2 ranks on the simulated Ascend (HCCL); busbw GB/s. c10d and anychip's API "
+          f"in the same job, {rounds} rounds interleaved, best of each; a plain anychip job (no torch) after it; "
+          f"{repeat} jobs: the best, and the range of the jobs' ratios")
+    print(f"{'size':>9}{'c10d us':>10}{'busbw':>7}{'api us':>10}{'busbw':>7}{'ratio':>7}{'range':>12}"
+          f"{'plain us':>10}{'ratio':>7}{'range':>12}")
     for s in SIZES:
-        t, a = best_t[s], best_a[s]
-        bt, ba = s / t / 1e9, s / a / 1e9
-        print(f"{s:>9}{t * 1e6:>12.1f}{bt:>8.2f}{a * 1e6:>12.1f}{ba:>8.2f}{bt / ba:>8.2f}")
+        t = min(j[0][s][0] for j in runs)
+        a = min(j[0][s][1] for j in runs)
+        p = min(j[1][s][0] for j in runs)
+        same = [j[0][s][1] / j[0][s][0] for j in runs]
+        plain = [j[1][s][0] / j[0][s][0] for j in runs]
+        print(f"{s:>9}{t * 1e6:>10.1f}{s / t / 1e9:>7.2f}{a * 1e6:>10.1f}{s / a / 1e9:>7.2f}{a / t:>7.2f}"
+              f"{f'{min(same):.2f}-{max(same):.2f}':>12}{p * 1e6:>10.1f}{p / t:>7.2f}"
+              f"{f'{min(plain):.2f}-{max(plain):.2f}':>12}")
+    if before is not None:
+        print(f"\nthe same jobs, the process group of {before} (before) against this one, busbw ratio to the API "
+              "in the same job")
+        print(f"{'size':>9}{'before us':>11}{'ratio':>7}{'range':>12}{'now us':>10}{'ratio':>7}{'range':>12}")
+        for s in SIZES:
+            b, t = min(j[0][s][2] for j in runs), min(j[0][s][0] for j in runs)
+            a = min(j[0][s][1] for j in runs)
+            rb = [j[0][s][1] / j[0][s][2] for j in runs]
+            rt = [j[0][s][1] / j[0][s][0] for j in runs]
+            print(f"{s:>9}{b * 1e6:>11.1f}{a / b:>7.2f}{f'{min(rb):.2f}-{max(rb):.2f}':>12}{t * 1e6:>10.1f}"
+                  f"{a / t:>7.2f}{f'{min(rt):.2f}-{max(rt):.2f}':>12}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", default="ops,allreduce")
-    ap.add_argument("--repeat", type=int, default=3, help="rounds of the all_reduce jobs (the best is kept)")
+    ap.add_argument("--repeat", type=int, default=3, help="all_reduce jobs of each kind")
+    ap.add_argument("--rounds", type=int, default=5, help="timed rounds of each method in one job")
+    ap.add_argument("--before", help="anychip/torch/distributed.py of another build, measured in the same jobs")
     args = ap.parse_args()
     parts = args.parts.split(",")
     if "ops" in parts:
         part_ops()
     if "allreduce" in parts:
-        part_allreduce(args.repeat)
+        part_allreduce(args.repeat, args.rounds, args.before)
     return 0
 
 

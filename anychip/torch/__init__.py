@@ -228,6 +228,12 @@ def buffer_of(tensor: torch.Tensor) -> Any:
     return buf.view(offset, tensor.numel() * tensor.element_size())
 
 
+def _storage_buffer(tensor: torch.Tensor) -> tuple[Any, int]:
+    """(the anychip Buffer of a device tensor's storage, the tensor's byte offset in it)."""
+    buf, offset = _C.buffer_of(tensor)
+    return buf, int(offset)
+
+
 def memory_stats(device: Any = None) -> dict[str, int]:
     """anychip's allocator statistics, with PyTorch's names (``allocated_bytes.all.current``...)."""
     return _state.devices[_index(device)].memory_stats()

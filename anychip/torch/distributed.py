@@ -23,6 +23,7 @@ import functools
 import os
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -36,8 +37,8 @@ from ..collectives import Communicator, World
 from ..collectives.host import host_transport
 from ..collectives.native import make_transport
 from ..collectives.transport import TIMEOUT_ENV
-from ..runtime.errors import AnychipError
-from . import NAME, anychip_device, anychip_stream, buffer_of, device_count
+from ..runtime.errors import AnychipError, CollectiveTimeout
+from . import NAME, _storage_buffer, anychip_device, anychip_stream, device_count
 
 __all__ = ["BACKEND", "ProcessGroupAnychip", "WorkAnychip"]
 
@@ -63,12 +64,17 @@ def _local_rank() -> int:
 
 
 class WorkAnychip(dist.Work):
-    """The Work of one c10d op: anychip Works, then an event after the op's trailing copies."""
+    """The Work of one c10d op: anychip Works, then an event after the op's trailing copies.
+
+    ``wait(timeout)`` blocks at most ``timeout`` (a ``timedelta``; None or zero: no limit, as
+    c10d's ``kNoTimeout``) and raises ``DistBackendError`` naming the op, the rank and the
+    group when the op is still running then (the op stays pending: a later ``wait`` may
+    still see it complete) or when it failed."""
 
     def __init__(self, pg: ProcessGroupAnychip, what: str, works: Sequence[Any], result: Any,
                  after: Callable[[], None] | None = None, trailing: bool = False) -> None:
         super().__init__()
-        self._pg, self._what, self._works, self._result, self._after = pg, what, list(works), result, after
+        self._pg, self._what, self._works, self._result, self._after = pg, what, works, result, after
         self._event: torch.Event | None = None
         if trailing:        # device work enqueued after the collectives (copies out): an event after it
             self._event = torch.Event(device=pg.device)
@@ -77,29 +83,58 @@ class WorkAnychip(dist.Work):
         self._done = False
         self._lock = threading.Lock()
 
-    def _error(self, exc: BaseException) -> BaseException:
+    def _error(self, exc: BaseException | str) -> dist.DistBackendError:
         err = dist.DistBackendError(f"anychip c10d {self._what} (rank {self._pg.rank()} of {self._pg.size()}, "
                                     f"group {self._pg._name}): {exc}")
-        err.__cause__ = exc
+        if isinstance(exc, BaseException):
+            err.__cause__ = exc
         return err
 
-    def _finish(self) -> None:
-        with self._lock:
+    def _finish(self, deadline: float | None = None) -> bool:
+        """Wait for the op (until ``deadline``, a time.monotonic(); None: no limit) and settle
+        it; False when the deadline passed first."""
+        if self._done:
+            return True
+        if not self._lock.acquire(timeout=-1 if deadline is None else max(deadline - time.monotonic(), 0)):
+            return False
+        try:
             if self._done:
-                return
+                return True
             try:
                 for w in self._works:
-                    w.wait()
+                    if deadline is None:
+                        w.wait()
+                    elif not _wait_until(w, deadline):
+                        return False
                 if self._event is not None:
-                    self._event.synchronize()
+                    if deadline is None:
+                        self._event.synchronize()
+                    else:
+                        while not self._event.query():
+                            if time.monotonic() >= deadline:
+                                return False
+                            time.sleep(0.0005)
                 if self._after is not None:
                     self._after()
             except (AnychipError, RuntimeError) as exc:
                 self._exc = self._error(exc)
             self._done = True
+            return True
+        finally:
+            self._lock.release()
 
     def wait(self, timeout: timedelta | None = None) -> bool:
-        self._finish()
+        deadline = None
+        if timeout is not None:
+            if not isinstance(timeout, timedelta) or timeout < timedelta(0):
+                raise ValueError(f"anychip c10d Work.wait: timeout must be a datetime.timedelta >= 0 or None, "
+                                 f"got {timeout!r}")
+            if timeout > timedelta(0):          # zero is c10d's kNoTimeout
+                deadline = time.monotonic() + timeout.total_seconds()
+        if not self._finish(deadline):
+            assert timeout is not None
+            raise self._error(f"Work.wait timed out after {timeout.total_seconds():g} s; the op has not "
+                              "completed (it is still pending)")
         if self._exc is not None:
             raise self._exc
         return True
@@ -108,8 +143,7 @@ class WorkAnychip(dist.Work):
         if self._done:
             return True
         if all(w.is_completed() for w in self._works) and (self._event is None or self._event.query()):
-            self._finish()
-            return True
+            return self._finish()
         return False
 
     def is_success(self) -> bool:
@@ -129,6 +163,17 @@ class WorkAnychip(dist.Work):
         else:
             self._pg._completions().put((self, fut))
         return fut
+
+
+def _wait_until(work: Any, deadline: float) -> bool:
+    """Wait for an anychip Work until ``deadline``: False when it is still running then (its
+    own failure, a peer's timeout included, is raised)."""
+    try:
+        return work.wait(max(deadline - time.monotonic(), 0.0))
+    except CollectiveTimeout:
+        if work.is_completed():
+            raise                          # the op failed: a peer did not join in time
+        return False
 
 
 def _settle(work: WorkAnychip, fut: Future) -> None:
@@ -226,7 +271,11 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         if not t.is_contiguous():
             raise ValueError(f"anychip c10d {what}: tensors must be contiguous (got shape {tuple(t.shape)}, "
                              f"strides {t.stride()}); call .contiguous()")
-        return buffer_of(t)
+        # the storage's own Buffer, the same object at every call, so that the communicator
+        # reuses the checked, prepared form of a repeated op (counts are passed explicitly); a
+        # view only for a tensor that starts inside its storage
+        buf, offset = _storage_buffer(t)
+        return buf if offset == 0 else buf.view(offset, t.numel() * t.element_size())
 
     def _stage(self, tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], Callable[[], None] | None]:
         """Device tensors for the op; CPU tensors are copied to the device and back afterwards."""
@@ -275,7 +324,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
             t.copy_(functools.reduce(bitwise, gathered.unbind(0)))    # after the gather, on the same stream
             self._trail = True
             return [w]
-        return [self.comm.all_reduce(self._buf(t, "all_reduce"), dtype=self._dtype(t, "all_reduce"),
+        return [self.comm.all_reduce(self._buf(t, "all_reduce"), count=t.numel(), dtype=self._dtype(t, "all_reduce"),
                                      op=self._redop(op, t, "all_reduce"), stream=stream)]
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> WorkAnychip:
@@ -320,7 +369,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
                         t.copy_(keep)
                         self._trail = True
                     continue
-                works.append(self.comm.reduce(self._buf(t, "reduce"), dtype=self._dtype(t, "reduce"),
+                works.append(self.comm.reduce(self._buf(t, "reduce"), count=t.numel(), dtype=self._dtype(t, "reduce"),
                                               op=self._redop(op, t, "reduce"), root=root, stream=stream))
             return works
         return self._run("reduce", tensors, issue, tensors)
@@ -395,7 +444,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
             self._trail = True
             return works
         return [self.comm.reduce_scatter(self._buf(inp, "reduce_scatter"), self._buf(out, "reduce_scatter"),
-                                         dtype=self._dtype(out, "reduce_scatter"),
+                                         count=out.numel(), dtype=self._dtype(out, "reduce_scatter"),
                                          op=self._redop(op, out, "reduce_scatter"), stream=stream)]
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> WorkAnychip:
