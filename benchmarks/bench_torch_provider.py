@@ -80,7 +80,7 @@ for size in json.loads(sys.argv[1]):
     count = size // 4
     x = torch.full((count,), float(r + 1), device=dev)
     buf = comm.device.alloc(size).copy_from(np.full(count, r + 1, np.float32))
-    iters = max(5, min(200, (1 << 26) // size))
+    iters = max(20, min(200, (1 << 28) // size))
 
     def c10d(group=None):
         for _ in range(iters):
@@ -94,8 +94,10 @@ for size in json.loads(sys.argv[1]):
 
     fns = [c10d, api] + [lambda g=g: c10d(g) for g in groups[1:]]
     best = [float("inf")] * len(fns)
-    for _ in range(rounds):            # interleaved: all see the same machine
-        for i, fn in enumerate(fns):
+    for k in range(rounds):            # interleaved, in turn first: all see the same machine
+        for i in range(k % len(fns), k % len(fns) + len(fns)):
+            i %= len(fns)
+            fn = fns[i]
             fn()
             anychip.torch.synchronize()
             comm.barrier().wait()
@@ -121,7 +123,7 @@ out = {}
 for size in json.loads(sys.argv[1]):
     count = size // 4
     buf = dev.alloc(size).copy_from(np.full(count, comm.rank + 1, np.float32))
-    iters = max(5, min(200, (1 << 26) // size))
+    iters = max(20, min(200, (1 << 28) // size))
     best = float("inf")
     for _ in range(rounds):
         for _ in range(iters):

@@ -1,4 +1,5 @@
-"""A c10d fault on the anychip backend: `kill` (rank 1 dies by SIGKILL) or `timeout` (rank 1 never joins)."""
+"""A c10d fault on the anychip backend: `kill` (rank 1 dies by SIGKILL), `timeout` (rank 1 never
+joins) or `late` (rank 1 joins 1.5 s late: rank 0's Work.wait(timeout=0.3 s) runs out first)."""
 import os
 import signal
 import sys
@@ -19,13 +20,35 @@ dist.all_reduce(t)                       # both ranks are up
 if rank == 1:
     if fault == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if fault == "late":
+        time.sleep(1.5)
+        dist.all_reduce(t)
+        dist.destroy_process_group()
+        sys.exit(0)
     time.sleep(float(sys.argv[2]) * 3)     # never joins the next op
     sys.exit(0)
 work = dist.all_reduce(t, async_op=True)
+fut = work.get_future()
+if fault == "late":
+    try:
+        work.wait(timeout=timedelta(seconds=0.3))
+    except dist.DistBackendError as exc:
+        print(f"WAIT {type(exc).__name__}: {exc}", flush=True)
+    print(f"PENDING completed={work.is_completed()} exception={work.exception()} future_done={fut.done()}",
+          flush=True)
+    work.wait()                          # no limit: rank 1 joins
+    print(f"DONE completed={work.is_completed()} exception={work.exception()} value={t[0].item()} "
+          f"future={fut.wait()[0][0].item()}", flush=True)
+    dist.destroy_process_group()
+    sys.exit(0)
 try:
     work.wait()
 except dist.DistBackendError as exc:
     print(f"ERROR {type(exc).__name__}: {exc}", flush=True)
     assert work.is_completed() and work.exception() is not None
+    try:
+        fut.wait()
+    except dist.DistBackendError as fexc:
+        print(f"FUTURE {type(fexc).__name__}: {fexc}", flush=True)
     sys.exit(3)
 print("no error", flush=True)
