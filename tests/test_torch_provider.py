@@ -195,6 +195,46 @@ def test_record_stream_keeps_the_block_from_reuse_until_the_stream_is_done(at):
     assert torch.empty(n, device=d).data_ptr() == ptr     # s is done: the block is free again
 
 
+def test_pinned_memory_and_non_blocking_copies_ordered_on_the_stream(at):
+    import threading
+    d = torch.device("anychip:0")
+    n = 1 << 14
+    assert torch.empty(8, pin_memory=True).is_pinned() and not torch.empty(8).is_pinned()
+    src = torch.arange(n, dtype=torch.float32).pin_memory()
+    assert src.is_pinned() and src[1:].is_pinned()               # any address inside the block
+    out = torch.zeros(n, pin_memory=True)
+    x = torch.empty(n, device=d)
+    s = torch.Stream(device=d)
+    s.wait_stream(torch.accelerator.current_stream(0))
+    release = _held(at, s)
+    freed = threading.Event()
+    try:
+        with s:
+            x.copy_(src, non_blocking=True)       # pinned host to device: enqueued, not waited for
+            out.copy_(x, non_blocking=True)       # device to pinned host: after it, on the same stream
+        assert not s.query()
+        assert out.equal(torch.zeros(n))          # nothing has run yet
+        src_ref = [src]
+        del src
+
+        def drop():
+            src_ref.clear()                       # the last reference: its deleter waits for the copy
+            freed.set()
+        dropper = threading.Thread(target=drop)
+        dropper.start()
+        dropper.join(0.5)
+        assert not freed.is_set()                 # held until the copy reading it has run
+    finally:
+        release()
+    dropper.join()
+    s.synchronize()
+    assert freed.is_set()
+    assert out.equal(torch.arange(n, dtype=torch.float32)) and x.cpu().equal(out)
+    pageable = torch.arange(n, dtype=torch.float32) * 2
+    x.copy_(pageable, non_blocking=True)          # pageable memory: copied before the call returns
+    assert x.cpu().equal(pageable)
+
+
 @pytest.mark.filterwarnings("error")
 def test_autograd_linear_sgd_matches_the_cpu_exactly(at):
     torch.manual_seed(0)

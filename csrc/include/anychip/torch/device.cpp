@@ -12,8 +12,11 @@
 // Compute ops run on the CPU through at::native::cpu_fallback: the inputs are copied to
 // the host, the CPU kernel runs, the outputs are copied back.
 #include <dlfcn.h>
+#include <sys/mman.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <map>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -287,6 +290,118 @@ struct AnychipAllocator final : c10::DeviceAllocator {
 
 AnychipAllocator g_allocator;
 
+// ---- pinned host memory ---------------------------------------------------------------------
+// plugin.h has no host-allocation entry, so pinned memory is the extension's own: page-aligned
+// host memory, page-locked with mlock where RLIMIT_MEMLOCK allows. A non_blocking copy between
+// it and the device is enqueued on the current stream and not waited for; an event recorded
+// after it keeps the block from being freed (its deleter waits) before the copy is done.
+
+struct PinnedBlock {
+    size_t nbytes;
+    bool locked;
+    std::vector<std::pair<int, anychip_event>> uses;    // (device, event after a copy)
+};
+
+std::mutex g_pinned_mutex;
+std::map<uintptr_t, PinnedBlock> g_pinned;               // start address -> block
+
+// the block holding ptr (g_pinned_mutex held), or end()
+std::map<uintptr_t, PinnedBlock>::iterator pinned_block(const void *ptr)
+{
+    auto p = reinterpret_cast<uintptr_t>(ptr);
+    auto it = g_pinned.upper_bound(p);
+    if (it == g_pinned.begin())
+        return g_pinned.end();
+    --it;
+    return p < it->first + it->second.nbytes ? it : g_pinned.end();
+}
+
+bool is_pinned(const void *ptr)
+{
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    return pinned_block(ptr) != g_pinned.end();
+}
+
+void free_pinned(void *ptr)
+{
+    PinnedBlock block{0, false, {}};
+    {
+        std::lock_guard<std::mutex> lock(g_pinned_mutex);
+        auto it = g_pinned.find(reinterpret_cast<uintptr_t>(ptr));
+        if (it == g_pinned.end())
+            return;
+        block = std::move(it->second);
+        g_pinned.erase(it);
+    }
+    for (auto &[device, event] : block.uses) {      // copies still reading or writing it
+        (void)g_plugin.event_synchronize(device, event);
+        (void)g_plugin.event_destroy(device, event);
+    }
+    if (block.locked)
+        munlock(ptr, block.nbytes);
+    std::free(ptr);
+}
+
+struct PinnedAllocator final : c10::Allocator {
+    c10::DataPtr allocate(size_t nbytes) override
+    {
+        if (nbytes == 0)
+            return {nullptr, nullptr, &c10::detail::deleteNothing, c10::Device(c10::kCPU)};
+        constexpr size_t page = 4096;
+        size_t size = (nbytes + page - 1) / page * page;
+        void *ptr = nullptr;
+        TORCH_CHECK_WITH(OutOfMemoryError, posix_memalign(&ptr, page, size) == 0,
+                         "anychip pinned memory: cannot allocate ", nbytes, " bytes of host memory");
+        bool locked = mlock(ptr, size) == 0;
+        {
+            std::lock_guard<std::mutex> lock(g_pinned_mutex);
+            g_pinned[reinterpret_cast<uintptr_t>(ptr)] = PinnedBlock{size, locked, {}};
+        }
+        return {ptr, ptr, &free_pinned, c10::Device(c10::kCPU)};
+    }
+
+    c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+
+    void copy_data(void *dest, const void *src, std::size_t count) const override { std::memcpy(dest, src, count); }
+};
+
+PinnedAllocator g_pinned_allocator;
+
+bool can_record() { return g_plugin.copy_async && g_plugin.event_create && g_plugin.event_record &&
+                           g_plugin.event_synchronize && g_plugin.event_destroy; }
+
+// a copy touching the pinned block at host was enqueued on stream: an event after it (the
+// block's completed uses are dropped meanwhile)
+void record_pinned_use(const void *host, int device, void *stream)
+{
+    anychip_event event = nullptr;
+    check(g_plugin.event_create(device, &event), "event_create", device);
+    anychip_status st = g_plugin.event_record(device, event, static_cast<anychip_stream>(stream));
+    if (st != 0) {
+        (void)g_plugin.event_destroy(device, event);
+        check(st, "event_record", device);
+    }
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    auto it = pinned_block(host);
+    if (it == g_pinned.end()) {     // (freed meanwhile by another thread: nothing to keep)
+        (void)g_plugin.event_synchronize(device, event);
+        (void)g_plugin.event_destroy(device, event);
+        return;
+    }
+    auto &uses = it->second.uses;
+    if (g_plugin.event_query) {
+        std::vector<std::pair<int, anychip_event>> pending;
+        for (auto &use : uses) {
+            if (g_plugin.event_query(use.first, use.second) == 0)
+                (void)g_plugin.event_destroy(use.first, use.second);
+            else
+                pending.push_back(use);
+        }
+        uses.swap(pending);
+    }
+    uses.emplace_back(device, event);
+}
+
 // ---- copies ----------------------------------------------------------------------------
 
 void sync_stream(int device, void *stream)
@@ -311,6 +426,21 @@ void raw_copy(int device, void *dst, const void *src, size_t nbytes, anychip_cop
         sync_stream(device, s);
         check(g_plugin.copy(device, dst, src, nbytes, kind), what, device);
     }
+}
+
+// a copy between the host and the device: with non_blocking and pinned host memory, enqueued
+// on the current stream and not waited for (ordered with the stream's work); else raw_copy
+void host_copy(int device, void *dst, const void *src, size_t nbytes, anychip_copy_kind kind, bool non_blocking)
+{
+    const void *host = kind == ANYCHIP_COPY_H2D ? src : dst;
+    if (!non_blocking || nbytes == 0 || !can_record() || !is_pinned(host)) {
+        raw_copy(device, dst, src, nbytes, kind);
+        return;
+    }
+    void *s = current_stream(device);
+    check(g_plugin.copy_async(device, dst, src, nbytes, kind, static_cast<anychip_stream>(s)),
+          kind == ANYCHIP_COPY_H2D ? "copy (pinned host to device)" : "copy (device to pinned host)", device);
+    record_pinned_use(host, device, s);
 }
 
 int dev_index(const at::Tensor &t) { return t.device().index() < 0 ? t_device : t.device().index(); }
@@ -370,7 +500,7 @@ bool same_layout(const at::Tensor &a, const at::Tensor &b)
            a.is_conj() == b.is_conj() && a.is_neg() == b.is_neg();
 }
 
-at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool /*non_blocking*/)
+at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking)
 {
     require_ready();
     // (a source of another shape broadcasts: it goes through the host, where copy_ expands it)
@@ -400,8 +530,8 @@ at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool /*non_b
     }
     if (from_dev) {        // device -> host
         if (same_layout(self, dst)) {
-            raw_copy(dev_index(self), dst.data_ptr(), self.data_ptr(), self.numel() * self.element_size(),
-                     ANYCHIP_COPY_D2H);
+            host_copy(dev_index(self), dst.data_ptr(), self.data_ptr(), self.numel() * self.element_size(),
+                      ANYCHIP_COPY_D2H, non_blocking);
         } else {
             dst.copy_(download(self));
         }
@@ -409,8 +539,8 @@ at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool /*non_b
     }
     TORCH_CHECK(to_dev, "_copy_from on the anychip device got ", self.device(), " -> ", dst.device());
     if (same_layout(self, dst)) {          // host -> device
-        raw_copy(dev_index(dst), dst.data_ptr(), self.data_ptr(), self.numel() * self.element_size(),
-                 ANYCHIP_COPY_H2D);
+        host_copy(dev_index(dst), dst.data_ptr(), self.data_ptr(), self.numel() * self.element_size(),
+                  ANYCHIP_COPY_H2D, non_blocking);
     } else {
         upload(dst, self);
     }
@@ -838,6 +968,8 @@ struct Hooks final : at::PrivateUse1HooksInterface {
         (void)data;
         return at::Device(kType, static_cast<c10::DeviceIndex>(t_device));
     }
+    bool isPinnedPtr(const void *data) const override { return is_pinned(data); }
+    c10::Allocator *getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
     void resizePrivateUse1Bytes(const c10::Storage &storage, size_t newsize) const override
     {
         resize_bytes(storage.unsafeGetStorageImpl(), newsize);
