@@ -235,6 +235,46 @@ def test_pinned_memory_and_non_blocking_copies_ordered_on_the_stream(at):
     assert x.cpu().equal(pageable)
 
 
+def test_add_sub_mul_run_the_chips_kernels_where_they_fit_else_the_cpus(at):
+    launches = lambda: at._C.kernel_launches()[0]       # noqa: E731
+    assert at._C.kernel_launches()[1] is True             # the simulated Ascend has them
+    d = torch.device("anychip:0")
+    g = torch.Generator().manual_seed(0)
+    kernel = 0
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8,
+                  torch.uint8):
+        a = (torch.randn(5, 1, 7, generator=g) * 50).to(dtype)
+        b = (torch.randn(3, 7, generator=g) * 50).to(dtype)      # broadcast to (5, 3, 7)
+        for f in (torch.add, torch.sub, torch.mul):
+            before = launches()
+            got = f(a.to(d), b.to(d))
+            assert launches() == before + 1, (dtype, f)
+            assert got.cpu().equal(f(a, b)), (dtype, f)
+            kernel += 1
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    xd = x.to(d)
+    before = launches()
+    for got, want in (((xd + 2).cpu(), x + 2),                    # a CPU scalar: the CPU's kernel
+                      (torch.add(xd, xd, alpha=3).cpu(), torch.add(x, x, alpha=3)),
+                      ((xd * xd.to(torch.float64)).cpu(), x * x.to(torch.float64)),   # promotion
+                      ((xd.t() * xd.t()).cpu(), x.t() * x.t()),                       # not contiguous
+                      ((xd.bool() * xd.bool()).cpu(), x.bool() * x.bool())):          # bool
+        assert got.equal(want) and got.dtype == want.dtype
+    assert launches() == before
+    s = torch.Stream(device=d)
+    y = torch.full((6,), 1.5, device=d)
+    s.wait_stream(torch.accelerator.current_stream(0))
+    release = _held(at, s)
+    try:
+        with s:
+            z = torch.add(y, y)              # the kernel is enqueued on s, behind the hold
+        assert not s.query()
+    finally:
+        release()
+    s.synchronize()
+    assert z.cpu().equal(torch.full((6,), 3.0)) and kernel == 24
+
+
 @pytest.mark.filterwarnings("error")
 def test_autograd_linear_sgd_matches_the_cpu_exactly(at):
     torch.manual_seed(0)

@@ -745,6 +745,95 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
     at::native::cpu_fallback(op, stack);
 }
 
+// ---- the chip's own kernels ------------------------------------------------------------------
+// The simulated chips' libraries export their tensor kernels (csrc/sim/kernels.c: enqueued on
+// a stream, run by its worker over device memory); plugin.h has no kernel interface, so C
+// plugins and chips without the symbols take the CPU fallback. ANYCHIP_TORCH_KERNELS=0 turns
+// the kernels off.
+
+using simk_elementwise_fn = int (*)(void *stream, int op, int dtype, int ndim, const int64_t *shape, void *out,
+                                    const void *a, const int64_t *as, const void *b, const int64_t *bs);
+simk_elementwise_fn g_simk_elementwise = nullptr;
+const char *(*g_sim_last_error)(void) = nullptr;
+std::atomic<int64_t> g_kernel_launches{0};
+enum { SIMK_ADD = 0, SIMK_SUB = 1, SIMK_MUL = 2 };      // csrc/sim/kernels.h's E_ADD, E_SUB, E_MUL
+
+int simk_dtype(at::ScalarType t)        // csrc/sim/kernels.h's K_* codes; -1: none
+{
+    switch (t) {
+    case at::kChar: return 1;
+    case at::kByte: return 2;
+    case at::kInt: return 3;
+    case at::kLong: return 4;
+    case at::kHalf: return 5;
+    case at::kBFloat16: return 6;
+    case at::kFloat: return 7;
+    case at::kDouble: return 8;
+    default: return -1;
+    }
+}
+
+// a <op> b by the chip's kernel, on the current stream, where the operands fit it: both on one
+// anychip device, one dtype and no promotion, C-contiguous (broadcasting included), no lazy
+// conjugate / negative bits; else an undefined tensor (the caller takes the CPU fallback)
+at::Tensor device_binary(int op, const at::Tensor &a, const at::Tensor &b)
+{
+    if (!g_simk_elementwise || a.device() != b.device() || a.device().type() != kType)
+        return {};
+    at::ScalarType dt = a.scalar_type();
+    if (b.scalar_type() != dt || simk_dtype(dt) < 0 || a.is_conj() || b.is_conj() || a.is_neg() || b.is_neg() ||
+        !a.is_contiguous() || !b.is_contiguous())
+        return {};
+    c10::DimVector shape = at::infer_size_dimvector(a.sizes(), b.sizes());
+    if (shape.size() > 16)
+        return {};
+    c10::DeviceGuard guard(a.device());
+    at::Tensor out = at::empty(shape, a.options());
+    if (out.numel() == 0)
+        return out;
+    at::Tensor ea = a.expand(shape), eb = b.expand(shape);
+    int device = dev_index(a);
+    if (g_plugin.set_device)
+        check(g_plugin.set_device(device), "set_device", device);
+    const int64_t one = 1;
+    int nd = static_cast<int>(shape.size());
+    int rc = g_simk_elementwise(current_stream(device), op, simk_dtype(dt), nd ? nd : 1, nd ? shape.data() : &one,
+                                out.data_ptr(), ea.data_ptr(), nd ? ea.strides().data() : &one, eb.data_ptr(),
+                                nd ? eb.strides().data() : &one);
+    TORCH_CHECK(rc == 0, "anychip ", g_backend, ":", device, ": elementwise kernel failed: ",
+                g_sim_last_error ? g_sim_last_error() : "status " + std::to_string(rc));
+    ++g_kernel_launches;
+    return out;
+}
+
+at::Tensor add_tensor(const at::Tensor &self, const at::Tensor &other, const at::Scalar &alpha)
+{
+    if (alpha.equal(1)) {
+        at::Tensor out = device_binary(SIMK_ADD, self, other);
+        if (out.defined())
+            return out;
+    }
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::add_Tensor>::call(self, other, alpha);
+}
+
+at::Tensor sub_tensor(const at::Tensor &self, const at::Tensor &other, const at::Scalar &alpha)
+{
+    if (alpha.equal(1)) {
+        at::Tensor out = device_binary(SIMK_SUB, self, other);
+        if (out.defined())
+            return out;
+    }
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::sub_Tensor>::call(self, other, alpha);
+}
+
+at::Tensor mul_tensor(const at::Tensor &self, const at::Tensor &other)
+{
+    at::Tensor out = device_binary(SIMK_MUL, self, other);
+    if (out.defined())
+        return out;
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::mul_Tensor>::call(self, other);
+}
+
 // ---- the device guard ----------------------------------------------------------------------
 
 struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
@@ -1009,6 +1098,11 @@ void init(const std::string &library, const std::string &backend, int count, py:
     g_record = record.release().ptr();
     g_new_stream = make_stream.release().ptr();
     g_stats = stats.release().ptr();
+    const char *kernels = std::getenv("ANYCHIP_TORCH_KERNELS");
+    if ((g_plugin.flags & ANYCHIP_PLUGIN_SIMULATED) && !(kernels && std::string(kernels) == "0")) {
+        g_simk_elementwise = reinterpret_cast<simk_elementwise_fn>(dlsym(lib, "anychip_simk_elementwise"));
+        g_sim_last_error = reinterpret_cast<const char *(*)(void)>(dlsym(lib, "anychip_sim_last_error"));
+    }
     c10::SetAllocator(kType, &g_allocator);
     at::RegisterPrivateUse1HooksInterface(&g_hooks);
     g_ready = true;
@@ -1028,6 +1122,9 @@ py::tuple buffer_of(const at::Tensor &t)
 int current_device() { return t_device; }
 
 int64_t current_stream_id(int device) { return current_id(device); }
+
+// kernel launches of the chip's own kernels so far, and whether the chip has them
+py::tuple kernel_launches() { return py::make_tuple(g_kernel_launches.load(), g_simk_elementwise != nullptr); }
 
 }  // namespace
 
@@ -1049,6 +1146,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
     m.impl("fill_.Scalar", fill_scalar);
     m.impl("zero_", zero);
     m.impl("record_stream", record_stream);
+    m.impl("add.Tensor", add_tensor);
+    m.impl("sub.Tensor", sub_tensor);
+    m.impl("mul.Tensor", mul_tensor);
     // ops with a CompositeExplicitAutograd decomposition that backends without a kernel get:
     // the CPU kernel instead, through the fallback, so that the values are the CPU's bit for bit
     // (mse_loss and smooth_l1_loss: their generic kernel writes a reduced loss into an output the
@@ -1085,4 +1185,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("buffer_of", &buffer_of);
     m.def("current_device", &current_device);
     m.def("current_stream_id", &current_stream_id);
+    m.def("kernel_launches", &kernel_launches);
 }
