@@ -50,6 +50,13 @@ _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "f
            torch.uint8: "uint8", torch.bool: "uint8"}
 _REDUCE = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MIN: "min",
            dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg"}
+def _op_code(op: Any) -> int:
+    """c10d's RedOpType code of a ReduceOp (or of a RedOpType, which dist.ReduceOp.SUM is)."""
+    return int(getattr(op, "op", op).value)
+
+
+#: the native reductions by c10d's RedOpType code
+_NATIVE: dict[int, str] = {_op_code(k): v for k, v in _REDUCE.items()}
 #: bitwise reductions: anychip's collectives have none; they run as an all_gather and a local reduction
 _BITWISE = {dist.ReduceOp.BAND: torch.bitwise_and, dist.ReduceOp.BOR: torch.bitwise_or,
             dist.ReduceOp.BXOR: torch.bitwise_xor}
@@ -330,6 +337,18 @@ class ProcessGroupAnychip(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> WorkAnychip:
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         tensors = _as_list(tensors)
+        red = _NATIVE.get(_op_code(op)) if len(tensors) == 1 else None
+        t = tensors[0] if red is not None else None
+        if t is not None and red is not None and not t.is_cpu and t.dtype is not torch.bool and t.numel():
+            # the common case (DDP's buckets, a training loop's all_reduce): one device tensor and
+            # a reduction the collectives have, issued without the general path's staging
+            buf, dtype = self._buf(t, "all_reduce"), self._dtype(t, "all_reduce")
+            try:
+                w = self.comm.all_reduce(buf, count=t.numel(), dtype=dtype, op=red, stream=anychip_stream())
+            except (AnychipError, RuntimeError) as exc:
+                raise dist.DistBackendError(f"anychip c10d all_reduce (rank {self.rank()} of {self.size()}, group "
+                                            f"{self._name}): {exc}") from exc
+            return WorkAnychip(self, "all_reduce", [w], tensors)
 
         def issue(ts: list[torch.Tensor], stream: Any) -> list:
             works: list = []
