@@ -3,12 +3,16 @@ its peer in the same run:
 
     python benchmarks/bench_torch_provider.py [--parts ops,allreduce] [--repeat 3]
 
-ops        time per eager op on anychip:0 (the CPU kernel between device-to-host and
-           host-to-device copies, through the fallback) against the same op on torch's CPU;
+ops        time per eager op on anychip:0 (add on the chip's own kernel; the others: the CPU
+           kernel between device-to-host and host-to-device copies, through the fallback)
+           against the same op on torch's CPU;
 allreduce  float32 all_reduce on 2 ranks, in place: torch.distributed on the ``anychip`` c10d
            backend against anychip's own collectives API on the same chip and library
            (``anychip launch``, native transport = the simulator's HCCL, both); busbw with
-           nccl-tests' factor 2(n-1)/n (= 1 for 2 ranks). The best of --repeat rounds of each.
+           nccl-tests' factor 2(n-1)/n (= 1 for 2 ranks). In each of --repeat jobs both run
+           --rounds times, interleaved (the best of each counts); a plain anychip job (no
+           torch) runs beside; --before FILE also runs another build's process group (its
+           anychip/torch/distributed.py) in the same jobs, for before / after figures.
 """
 from __future__ import annotations
 
@@ -29,12 +33,13 @@ from bench_paddle_provider import _result  # noqa: E402  (rank 0's RESULT line, 
 SIZES = [1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 26]
 
 
-def _best(fn, repeat: int, number: int) -> float:
+def _best(fn, repeat: int, number: int, sync=lambda: None) -> float:
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
         for _ in range(number):
             fn()
+        sync()                  # (the device's kernels are asynchronous: their completion counts)
         best = min(best, (time.perf_counter() - t0) / number)
     return best
 
@@ -43,7 +48,8 @@ def part_ops() -> None:
     import torch
 
     import anychip.torch as at
-    print(f"\nops: one eager op, anychip:0 ({at.backend()}) against torch's CPU, us (best of 5)")
+    print(f"\nops: one eager op, anychip:0 ({at.backend()}; add on the chip's kernel, the others through the CPU "
+          "fallback) against torch's CPU, us (best of 5, until the device is done)")
     print(f"{'op':<28}{'anychip':>12}{'cpu':>12}")
     for label, shape, fn in (("add, 1,024 elements", (1024,), lambda x: x + x),
                              ("relu, 1,024 elements", (1024,), torch.relu),
@@ -53,7 +59,7 @@ def part_ops() -> None:
         cpu = torch.randn(*shape)
         dev = cpu.to("anychip")
         n = 200 if cpu.numel() <= 4096 else 10
-        t_dev = _best(lambda dev=dev, fn=fn: fn(dev), 5, n)
+        t_dev = _best(lambda dev=dev, fn=fn: fn(dev), 5, n, at.synchronize)
         t_cpu = _best(lambda cpu=cpu, fn=fn: fn(cpu), 5, n)
         print(f"{label:<28}{t_dev * 1e6:>12.1f}{t_cpu * 1e6:>12.1f}")
 

@@ -233,6 +233,9 @@ def test_pinned_memory_and_non_blocking_copies_ordered_on_the_stream(at):
     pageable = torch.arange(n, dtype=torch.float32) * 2
     x.copy_(pageable, non_blocking=True)          # pageable memory: copied before the call returns
     assert x.cpu().equal(pageable)
+    from torch.utils.data import DataLoader, TensorDataset
+    batch = next(iter(DataLoader(TensorDataset(torch.arange(8.0)), batch_size=4, pin_memory=True)))[0]
+    assert batch.is_pinned() and batch.equal(torch.arange(4.0))
 
 
 def test_add_sub_mul_run_the_chips_kernels_where_they_fit_else_the_cpus(at):
