@@ -6,10 +6,26 @@ backend (``ANYCHIP_DEVICES`` narrows it, e.g. ``ANYCHIP_DEVICES=opencl:0 ci/test
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 import anychip
+
+TESTS = Path(__file__).resolve().parent       # tests/, laid out like the package: runtime/, devices/, ...
+ROOT = TESTS.parent
+
+# The one timeout policy. pytest-timeout ends a test after TEST_SECONDS (pyproject.toml's
+# `timeout`; ci/test does not override it). A test that waits for a child process gives it
+# CHILD_SECONDS, less than its own limit, so that the child's timeout fires first and the
+# failure shows the child's output. The few tests that run whole suites or compile a framework
+# extension are marked `pytest.mark.timeout(LONG_TEST_SECONDS)` and give their children
+# LONG_CHILD_SECONDS. A shorter bound written in a test is part of what it asserts (a fault
+# ends in bounded time), not a policy.
+TEST_SECONDS = 300
+CHILD_SECONDS = 240
+LONG_TEST_SECONDS = 900
+LONG_CHILD_SECONDS = 840
 
 
 def _first_device_of_each_backend() -> list[str]:
