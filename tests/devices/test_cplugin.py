@@ -136,6 +136,21 @@ def test_device_api(libs: dict[str, Path], plugin_path, variant: str) -> None:
     assert total == 1 << 30 and free <= total - 2 * 4096
 
 
+@pytest.mark.parametrize("variant", ["GOOD", "MINIMAL"])
+def test_generic_device_suite_passes_on_the_plugin(libs: dict[str, Path], variant: str) -> None:
+    """The backend-agnostic device tests (tests/runtime/test_device_api.py, the body every
+    backend runs) on the plugin's devices, with its own entries and with the core's fallbacks."""
+    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(libs[variant]), "ANYCHIP_DEVICES": f"{VARIANTS[variant]}:*"}
+    root = HERE.parent.parent
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                        str(root / "tests" / "runtime" / "test_device_api.py")],
+                       capture_output=True, text=True, timeout=CHILD_SECONDS, env=env, cwd=root)
+    assert p.returncode == 0, f"{variant}\n{p.stdout[-4000:]}\n{p.stderr[-2000:]}"
+    passed = re.search(r"(\d+) passed", p.stdout)
+    assert passed and int(passed.group(1)) >= 27, p.stdout[-2000:]            # two devices: nothing skipped
+    assert " failed" not in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
+
+
 def test_out_of_memory_then_recovery_and_bad_free(libs: dict[str, Path], plugin_path) -> None:
     plugin_path(libs["GOOD"])
     dev = anychip.device("tgood:0")
