@@ -133,7 +133,9 @@ test_torch_c10d.py::test_ddp_losses_equal_one_devices
 test_torch_c10d.py::test_every_op_by_value_on_two_ranks
 test_torch_opinfo.py::test_opinfo_every_float32_op_agrees_with_the_cpu
 test_torch_provider.py::test_the_other_simulated_chips_serve_the_device
+test_twohost.py::test_a_hosts_ranks_killed_end_the_job_naming_the_host
 test_twohost.py::test_hierarchical_all_reduce_of_two_by_two_ranks_across_namespaces
+test_twohost.py::test_the_link_going_down_mid_collective_is_a_timeout_on_every_rank_of_the_host
 """.split())
 
 

@@ -21,7 +21,8 @@ twohost = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(twohost)
 
 
-def test_hierarchical_all_reduce_of_two_by_two_ranks_across_namespaces() -> None:
+def _bed() -> tuple[str, dict]:
+    """mpiexec and a clean environment for a job on the test bed; skips where it cannot run."""
     ok, why = twohost.available()
     if not ok:
         pytest.skip(f"two-host test bed unavailable: {why}")
@@ -31,6 +32,19 @@ def test_hierarchical_all_reduce_of_two_by_two_ranks_across_namespaces() -> None
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PMI_", "MPI_", "ANYCHIP_RANK", "ANYCHIP_WORLD", "ANYCHIP_LOCAL", "ANYCHIP_JOB",
                                 "ANYCHIP_HOST"))}
+    return mpiexec, env
+
+
+def _nothing_left(ns: tuple[str, str], shm_before: set[str]) -> None:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(n in listed for n in ns), listed
+    assert not any((Path("/etc/netns") / n).exists() for n in ns)
+    # what appeared in /dev/shm meanwhile and no live process uses (another job's may be running)
+    assert sorted(set(os.listdir("/dev/shm")) - shm_before - twohost._in_use_shm()) == []
+
+
+def test_hierarchical_all_reduce_of_two_by_two_ranks_across_namespaces() -> None:
+    mpiexec, env = _bed()
     with twohost.TwoHosts(rate="10gbit") as bed:
         ns = bed.ns
         before = bed.link_bytes()
@@ -48,3 +62,37 @@ def test_hierarchical_all_reduce_of_two_by_two_ranks_across_namespaces() -> None
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(n in listed for n in ns), listed
     assert not any((Path("/etc/netns") / n).exists() for n in ns)
+
+
+def test_the_link_going_down_mid_collective_is_a_timeout_on_every_rank_of_the_host() -> None:
+    """hosta's ranks, cut off from hostb in the middle of their all_reduces, each raise
+    CollectiveTimeout within ANYCHIP_COLLECTIVE_TIMEOUT; the job ends, nothing is left."""
+    mpiexec, env = _bed()
+    env["ANYCHIP_COLLECTIVE_TIMEOUT"] = "5"
+    shm = set(os.listdir("/dev/shm"))
+    with twohost.TwoHosts(rate="10gbit") as bed:
+        res = bed.run(mpiexec, 2, [sys.executable, str(HERE / "twohost_worker.py"), "loop", "90"],
+                      timeout=CHILD_SECONDS, env=env, link_down_after=8)
+        ns = bed.ns
+    assert res.returncode != 0, res.stdout + res.stderr
+    errors = sorted(re.findall(r"RANK (\d) HOST hosta AFTER (\d+) ERROR (\w+):", res.stdout))
+    assert [(r, cls) for r, _, cls in errors] == [("0", "CollectiveTimeout"), ("1", "CollectiveTimeout")], res.stdout
+    assert all(int(n) > 0 for _, n, _ in errors), errors            # the fault came mid-loop, not in init
+    assert bed.link_down_s is not None and bed.link_down_s < 5 + 10, bed.link_down_s
+    _nothing_left(ns, shm)
+
+
+def test_a_hosts_ranks_killed_end_the_job_naming_the_host() -> None:
+    """hostb's ranks SIGKILLed mid-collective: MPICH's launcher ends the whole job at once and
+    names the host; nothing is left on either host nor in /dev/shm."""
+    mpiexec, env = _bed()
+    shm = set(os.listdir("/dev/shm"))
+    with twohost.TwoHosts(rate="10gbit") as bed:
+        res = bed.run(mpiexec, 2, [sys.executable, str(HERE / "twohost_worker.py"), "loop", "90"],
+                      timeout=CHILD_SECONDS, env=env, kill_host_after=8)
+        ns = bed.ns
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert "BAD TERMINATION" in res.stdout + res.stderr and "RUNNING AT hostb" in res.stdout + res.stderr, res.stderr
+    assert "NO FAULT" not in res.stdout
+    assert bed.link_down_s is not None and bed.link_down_s < 10, bed.link_down_s
+    _nothing_left(ns, shm)
