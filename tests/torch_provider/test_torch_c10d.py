@@ -1,0 +1,161 @@
+"""The c10d backend `anychip` (anychip.torch.distributed, docs/torch.md): every op by value,
+DistributedDataParallel against one device, a killed rank and a timeout."""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed (pip install 'anychip[torch]')")
+
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS
+
+from anychip._spawn import python_command  # noqa: E402
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+
+
+def _launch(n: int, *argv: str, timeout: float = CHILD_SECONDS) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH",)}
+    cmd = python_command(["-m", "anychip", "launch", "-n", str(n), "--device", "ascend", *argv])
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+
+
+def _shm() -> set[str]:
+    """anychip's segments in /dev/shm (other programs on the machine, MPI's among them, make their own)."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith("anychip-ccl-")} if os.path.isdir("/dev/shm") else set()
+
+
+def _every_op(n: int) -> tuple[str, dict[int, int]]:
+    """The worker's output on n ranks, and each rank's count of passed checks: per dtype (4
+    float, 4 integer) 4 all_reduce ops, AVG or the 3 bitwise ones, n broadcast and n reduce
+    roots, n + 1 all_gather blocks, 2 reduce_scatter, 2 all_to_all_single, n all_to_all
+    blocks, 1 send/recv ring (rank 1: also the plain recv from rank 0); then bool, async,
+    future, scatter and the refusal, and on rank 0 the n gathered blocks."""
+    done = _launch(n, str(ROOT / "anychip" / "conformance" / "torch_worker.py"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.findall(r"CHECK \S+ FAIL.*", done.stdout) == []
+    counts = {int(r): int(c) for r, c in re.findall(r"DONE (\d) failures=0 checks=(\d+)", done.stdout)}
+    assert sorted(counts) == list(range(n)), done.stdout[-2000:]
+    return done.stdout, counts
+
+
+def _want_checks(n: int, rank: int) -> int:
+    per_dtype = 4 * (4 + 1 + 4 * n + 1 + 2 + 2 + 1) + 4 * (4 + 3 + 4 * n + 1 + 2 + 2 + 1)
+    return per_dtype + 5 + (n if rank == 0 else 0) + (8 if rank == 1 else 0)
+
+
+def test_every_op_by_value_on_two_ranks():
+    out, counts = _every_op(2)
+    assert counts == {0: 167, 1: 173} == {r: _want_checks(2, r) for r in range(2)}
+    done = subprocess.CompletedProcess([], 0, out, "")
+    for op in ("all_reduce.avg.float16", "all_reduce.BXOR.uint8", "all_reduce.PRODUCT.int8", "broadcast.1.bfloat16",
+               "reduce.0.int64", "all_gather_into_tensor.float16", "reduce_scatter.int8",
+               "all_to_all_single.uneven.int64", "all_to_all.1.uint8", "send/recv.float64", "recv.int32", "scatter",
+               "gather.1", "future", "all_reduce.bool.sum", "refuses.non_contiguous"):
+        assert f"[0] CHECK {op} ok" in done.stdout or f"[1] CHECK {op} ok" in done.stdout, op
+
+
+def test_every_op_by_value_on_four_ranks():
+    out, counts = _every_op(4)
+    assert counts == {0: 233, 1: 237, 2: 229, 3: 229} == {r: _want_checks(4, r) for r in range(4)}
+    for r in range(4):      # every rank checked the ops with a root at every rank, and the gathers' every block
+        for op in ("broadcast.3.bfloat16", "reduce.3.int8", "all_gather.3.float16", "all_to_all.3.uint8",
+                   "all_reduce.PRODUCT.int8", "all_reduce.BXOR.int64", "all_to_all_single.uneven.int32",
+                   "reduce_scatter_tensor.float64", "send/recv.bfloat16", "scatter", "future"):
+            assert f"[{r}] CHECK {op} ok" in out, (r, op)
+    assert "[0] CHECK gather.3 ok" in out
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ddp_losses_equal_one_devices(n):
+    done = _launch(n, "examples/torch_ddp.py", "--check", "--steps", "4")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"losses equal one device's (4 steps, {n} ranks on ascend)" in done.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _two_ranks(*argv: str) -> list[subprocess.CompletedProcess | None]:
+    """Two ranks started directly (no launcher stops the survivor): their results, in rank order."""
+    port = _free_port()
+    procs = []
+    for r in range(2):
+        env = {**os.environ, "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "ANYCHIP_LAUNCH_DEVICE": "ascend"}
+        for k in ("ANYCHIP_RANK", "ANYCHIP_WORLD_SIZE", "ANYCHIP_LOCAL_RANK", "ANYCHIP_LOCAL_SIZE", "ANYCHIP_JOB_ID",
+                  "ANYCHIP_TORCH", "ANYCHIP_COLLECTIVE_TIMEOUT"):
+            env.pop(k, None)
+        procs.append(subprocess.Popen(python_command([str(HERE / "faults.py"), *argv]), env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT))
+    out = []
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=CHILD_SECONDS)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, e = p.communicate()
+        out.append(subprocess.CompletedProcess(p.args, p.returncode, o, e))
+    return out
+
+
+def test_a_killed_rank_fails_the_survivors_op_naming_it():
+    before = _shm()
+    r0, r1 = _two_ranks("kill", "60")
+    assert r1.returncode == -9
+    assert r0.returncode == 3, r0.stdout + r0.stderr[-3000:]
+    line = next(ln for ln in r0.stdout.splitlines() if ln.startswith("ERROR"))
+    assert line.startswith("ERROR DistBackendError: anychip c10d all_reduce (rank 0 of 2, group ")
+    assert re.search(r"missing rank 1 \(pid \d+ died\)", line), line
+    future = next(ln for ln in r0.stdout.splitlines() if ln.startswith("FUTURE"))
+    assert future == "FUTURE DistBackendError: " + line.removeprefix("ERROR DistBackendError: "), future
+    assert _shm() - before == set()
+
+
+def test_a_rank_that_never_joins_is_a_timeout_naming_it():
+    before = _shm()
+    r0, r1 = _two_ranks("timeout", "2")
+    assert r0.returncode == 3, r0.stdout + r0.stderr[-3000:]
+    line = next(ln for ln in r0.stdout.splitlines() if ln.startswith("ERROR"))
+    assert "timed out after 2.0 s on rank 0: waiting for rank 1" in line, line
+    assert r1.returncode == 0
+    assert _shm() - before == set()
+    assert sys.executable
+
+
+def test_conformance_framework_torch_prints_tables_and_passes():
+    env = {k: v for k, v in os.environ.items() if k != "ANYCHIP_TORCH"}
+    done = subprocess.run(python_command(["-m", "anychip", "conformance", "--framework", "torch", "--device",
+                                          "ascend", "-n", "2"]), capture_output=True, text=True, env=env,
+                          timeout=LONG_CHILD_SECONDS, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for op in ("all_reduce", "all_gather", "broadcast", "reduce_scatter"):
+        assert f"# {op} (torch.distributed), float32, sum" in done.stdout
+    assert re.search(r"# (\d+) value checks, 0 failed", done.stdout)
+    assert int(re.search(r"# (\d+) value checks", done.stdout).group(1)) > 300
+    assert "conformance (torch): PASS" in done.stdout
+    rows = re.findall(r"^ +(\d+) +(\d+) +[\d.]+ +[\d.]+ +[\d.]+ +(\d+)$", done.stdout, flags=re.M)
+    assert len(rows) >= 4 * 7 and all(wrong == "0" for _, _, wrong in rows)
+
+
+def test_work_wait_timeout_raises_naming_the_op_and_leaves_it_pending():
+    before = _shm()
+    r0, r1 = _two_ranks("late", "60")
+    assert r0.returncode == 0 and r1.returncode == 0, r0.stdout + r0.stderr[-3000:] + r1.stderr[-3000:]
+    lines = {ln.split(" ", 1)[0]: ln for ln in r0.stdout.splitlines()}
+    assert re.fullmatch(r"WAIT DistBackendError: anychip c10d all_reduce \(rank 0 of 2, group \S+\): Work.wait "
+                        r"timed out after 0.3 s; the op has not completed \(it is still pending\)",
+                        lines["WAIT"]), lines
+    assert lines["PENDING"] == "PENDING completed=False exception=None future_done=False"
+    assert lines["DONE"] == "DONE completed=True exception=None value=4.0 future=4.0"
+    assert _shm() - before == set()
