@@ -241,7 +241,7 @@ def test_pinned_memory_and_non_blocking_copies_ordered_on_the_stream(at):
     assert batch.is_pinned() and batch.equal(torch.arange(4.0))
 
 
-def test_add_sub_mul_run_the_chips_kernels_where_they_fit_else_the_cpus(at):
+def test_add_sub_mul_div_run_the_chips_kernels_where_they_fit_else_the_cpus(at):
     launches = lambda: at._C.kernel_launches()[0]       # noqa: E731
     assert at._C.kernel_launches()[1] is True             # the simulated Ascend has them
     d = torch.device("anychip:0")
@@ -251,7 +251,9 @@ def test_add_sub_mul_run_the_chips_kernels_where_they_fit_else_the_cpus(at):
                   torch.uint8):
         a = (torch.randn(5, 1, 7, generator=g) * 50).to(dtype)
         b = (torch.randn(3, 7, generator=g) * 50).to(dtype)      # broadcast to (5, 3, 7)
-        for f in (torch.add, torch.sub, torch.mul):
+        for f in (torch.add, torch.sub, torch.mul, torch.div):
+            if f is torch.div and not dtype.is_floating_point:
+                continue                          # (true division of integers promotes: below)
             before = launches()
             got = f(a.to(d), b.to(d))
             assert launches() == before + 1, (dtype, f)
@@ -264,7 +266,8 @@ def test_add_sub_mul_run_the_chips_kernels_where_they_fit_else_the_cpus(at):
                       (torch.add(xd, xd, alpha=3).cpu(), torch.add(x, x, alpha=3)),
                       ((xd * xd.to(torch.float64)).cpu(), x * x.to(torch.float64)),   # promotion
                       ((xd.t() * xd.t()).cpu(), x.t() * x.t()),                       # not contiguous
-                      ((xd.bool() * xd.bool()).cpu(), x.bool() * x.bool())):          # bool
+                      ((xd.bool() * xd.bool()).cpu(), x.bool() * x.bool()),           # bool
+                      ((xd.int() / (xd + 1).int()).cpu(), x.int() / (x + 1).int())):  # promotes to float
         assert got.equal(want) and got.dtype == want.dtype
     assert launches() == before
     s = torch.Stream(device=d)
@@ -278,7 +281,7 @@ def test_add_sub_mul_run_the_chips_kernels_where_they_fit_else_the_cpus(at):
     finally:
         release()
     s.synchronize()
-    assert z.cpu().equal(torch.full((6,), 3.0)) and kernel == 24
+    assert z.cpu().equal(torch.full((6,), 3.0)) and kernel == 28
 
 
 @pytest.mark.filterwarnings("error")

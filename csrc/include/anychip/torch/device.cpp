@@ -756,7 +756,7 @@ using simk_elementwise_fn = int (*)(void *stream, int op, int dtype, int ndim, c
 simk_elementwise_fn g_simk_elementwise = nullptr;
 const char *(*g_sim_last_error)(void) = nullptr;
 std::atomic<int64_t> g_kernel_launches{0};
-enum { SIMK_ADD = 0, SIMK_SUB = 1, SIMK_MUL = 2 };      // csrc/sim/kernels.h's E_ADD, E_SUB, E_MUL
+enum { SIMK_ADD = 0, SIMK_SUB = 1, SIMK_MUL = 2, SIMK_DIV = 3 };   // csrc/sim/kernels.h's E_ADD ... E_DIV
 
 int simk_dtype(at::ScalarType t)        // csrc/sim/kernels.h's K_* codes; -1: none
 {
@@ -824,6 +824,17 @@ at::Tensor sub_tensor(const at::Tensor &self, const at::Tensor &other, const at:
             return out;
     }
     return at::native::call_fallback_fn<&cpu_fallback, at::_ops::sub_Tensor>::call(self, other, alpha);
+}
+
+// true division: the kernel's (float types only; integers promote to float, which the CPU does)
+at::Tensor div_tensor(const at::Tensor &self, const at::Tensor &other)
+{
+    if (at::isFloatingType(self.scalar_type())) {
+        at::Tensor out = device_binary(SIMK_DIV, self, other);
+        if (out.defined())
+            return out;
+    }
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::div_Tensor>::call(self, other);
 }
 
 at::Tensor mul_tensor(const at::Tensor &self, const at::Tensor &other)
@@ -1149,6 +1160,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
     m.impl("add.Tensor", add_tensor);
     m.impl("sub.Tensor", sub_tensor);
     m.impl("mul.Tensor", mul_tensor);
+    m.impl("div.Tensor", div_tensor);
     // ops with a CompositeExplicitAutograd decomposition that backends without a kernel get:
     // the CPU kernel instead, through the fallback, so that the values are the CPU's bit for bit
     // (mse_loss and smooth_l1_loss: their generic kernel writes a reduced loss into an output the
