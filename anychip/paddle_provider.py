@@ -211,9 +211,9 @@ def main_info(out: Any = sys.stdout) -> None:
     for t, table in st["kernels"].items():
         key = json.dumps(table, sort_keys=True)
         by_table.setdefault(key, []).append(t)
-    for key, types in by_table.items():
+    for key, same in by_table.items():
         table = json.loads(key)
-        print(f"  kernels       {', '.join(types)}: ", end="", file=out)
+        print(f"  kernels       {', '.join(same)}: ", end="", file=out)
         if not table:
             print("none (a C plugin: plugin.h has no kernel interface); every op takes Paddle's CPU fallback",
                   file=out)
