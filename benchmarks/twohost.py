@@ -44,6 +44,8 @@ HOSTS = ("hosta", "hostb")
 #: link: its TCP transport only, so that what crosses hosts crosses the veth pair.
 NETWORK_ENV = {"UCX_TLS": "tcp,self"}
 ADDRS = ("10.77.0.1", "10.77.0.2")
+SHM = "/dev/shm"
+MPI_SEGMENTS = ("mpich_shm_", "sm_segment.")
 
 _LAUNCHER = """#!/bin/sh
 # Called by MPICH's launcher as an ssh would be: [options] HOST COMMAND...; runs COMMAND on
@@ -88,6 +90,7 @@ class TwoHosts:
         self._tmp: str | None = None
         self.launcher = ""
         self.link_down_s: float | None = None     # after run(link_down_after=...): the job's time after it
+        self._shm_before: set[str] = set()
 
     def __enter__(self) -> TwoHosts:
         try:
@@ -101,6 +104,7 @@ class TwoHosts:
         self.close()
 
     def _create(self) -> None:
+        self._shm_before = set(os.listdir(SHM))
         for ns in self.ns:
             _ip("netns", "add", ns)
         _ip("link", "add", self.dev[0], "type", "veth", "peer", "name", self.dev[1])
@@ -140,13 +144,8 @@ class TwoHosts:
         """SIGKILL every process still in the namespaces. MPICH's proxies and ranks each run in a
         session of their own, so killing the job's process group does not reach them, and a
         host cut off by a fault never hears mpiexec end."""
-        for ns in self.ns:
-            pids = _ip("netns", "pids", ns, check=False).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
+        for index in range(len(self.ns)):
+            self.kill_host(index)
 
     def close(self) -> None:
         """Kill what still runs in the namespaces, then remove them (the veth pair goes with
@@ -155,6 +154,7 @@ class TwoHosts:
         for ns in self.ns:
             _ip("netns", "del", ns, check=False)
             shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
+        _remove_orphaned_mpi_segments(self._shm_before)
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -174,21 +174,38 @@ class TwoHosts:
         return ["ip", "netns", "exec", self.ns[0], "unshare", "--uts", "sh", "-c",
                 f'hostname {HOSTS[0]}; exec "$@"', "sh", *inner]
 
+    def kill_host(self, index: int, ranks_only: bool = False) -> None:
+        """SIGKILL every process of one host (a host lost), or with ``ranks_only`` all but the
+        launcher's proxy (the host's ranks die, the host stays)."""
+        for pid in _ip("netns", "pids", self.ns[index], check=False).stdout.split():
+            if ranks_only and _comm(pid).startswith("hydra_pmi_prox"):
+                continue
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+
     def run(self, mpiexec: str, ppn: int, argv: list[str], timeout: float = 600,
-            env: dict | None = None, link_down_after: float | None = None) -> subprocess.CompletedProcess:
+            env: dict | None = None, link_down_after: float | None = None,
+            kill_host_after: float | None = None) -> subprocess.CompletedProcess:
         """Run the job to its end (its own process group, killed if it outlives ``timeout`` or
-        this call is interrupted); with ``link_down_after``, take the link down that many
-        seconds in (``link_down_s`` then says how long the job ran after it)."""
+        this call is interrupted). A fault across hosts, S seconds in: ``link_down_after`` takes
+        the link down, ``kill_host_after`` kills hostb's processes; ``link_down_s`` then says how
+        long the job ran after it."""
         env = {**(os.environ if env is None else env), **NETWORK_ENV}
         p = subprocess.Popen(self.mpiexec_command(mpiexec, ppn, argv), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
         down_at = None
+        fault_after = link_down_after if link_down_after is not None else kill_host_after
         try:
-            if link_down_after is not None:
+            if fault_after is not None:
                 try:
-                    p.wait(timeout=link_down_after)
+                    p.wait(timeout=fault_after)
                 except subprocess.TimeoutExpired:
-                    _ip("-n", self.ns[0], "link", "set", self.dev[0], "down")
+                    if link_down_after is not None:
+                        _ip("-n", self.ns[0], "link", "set", self.dev[0], "down")
+                    else:
+                        self.kill_host(1, ranks_only=True)
                     down_at = time.monotonic()
             out, err = p.communicate(timeout=timeout)
         except BaseException:
@@ -200,6 +217,50 @@ class TwoHosts:
             raise
         self.link_down_s = None if down_at is None else time.monotonic() - down_at
         return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def _in_use_shm() -> set[str]:
+    """Names under /dev/shm that a live process maps or holds open."""
+    used = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            used.update(line.split(SHM + "/", 1)[1].split()[0]
+                        for line in (proc / "maps").read_text().splitlines() if SHM + "/" in line)
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith(SHM + "/"):
+                    used.add(target[len(SHM) + 1:].split()[0])
+        except OSError:
+            continue
+    return used
+
+
+def _remove_orphaned_mpi_segments(before: set[str]) -> list[str]:
+    """MPI's own shared-memory segments (MPICH's ``mpich_shm_*``, Open MPI's ``sm_segment.*``)
+    stay in /dev/shm when a job is killed or aborts; remove those that appeared since ``before``
+    and that no live process uses."""
+    waited = time.monotonic() + 5.0            # SIGKILLed ranks release their mappings as they exit
+    while True:
+        new = [n for n in set(os.listdir(SHM)) - before if n.startswith(MPI_SEGMENTS)]
+        orphans = [n for n in new if n not in _in_use_shm()]
+        if len(orphans) == len(new) or time.monotonic() > waited:
+            break
+        time.sleep(0.1)
+    for name in orphans:
+        try:
+            os.unlink(os.path.join(SHM, name))
+        except FileNotFoundError:
+            pass
+    return orphans
+
+
+def _comm(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _terminate(signum: int, frame: Any) -> None:
