@@ -231,7 +231,7 @@ def test_static_program_runs_on_the_devices_kernels(chip: str) -> None:
     (scale's and full_like's values and sum's axes arrive from the executor as tensors)."""
     env = _env(ANYCHIP_PADDLE=chip, FLAGS_enable_api_kernel_fallback="0")
     r = subprocess.run([sys.executable, str(WORKERS / "static_graph.py"), f"anychip_{chip}:0"], env=env,
-                       capture_output=True, text=True, timeout=240)
+                       capture_output=True, text=True, timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     report = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
     assert {k: v for k, v in report["checks"].items() if v is not True} == {}
@@ -324,7 +324,7 @@ def test_info_lists_the_kernels_each_device_type_registers(scaffolded: Path) -> 
             "print(json.dumps({n: sorted(k[k.rindex(', ') + 2:-1] for k in v if k.startswith('(' + t + ',')) "
             "for n, v in core._get_registered_phi_kernels('function').items()}))")
     r = subprocess.run([sys.executable, "-c", code], env=_env(ANYCHIP_PADDLE="kunlun"), capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stderr[-2000:]
     registered = {n: v for n, v in json.loads(r.stdout.strip().splitlines()[-1]).items() if v}
     table = paddle_provider.kernel_table()
@@ -339,11 +339,12 @@ def test_info_lists_the_kernels_each_device_type_registers(scaffolded: Path) -> 
     for lib in (BRIDGE, scaffolded / "libanychip_mychip.so"):
         if not (root / lib.name).exists():
             (root / lib.name).symlink_to(lib)
-    r = subprocess.run([*ANYCHIP, "info", "--json"], env=_env(root), capture_output=True, text=True, timeout=120)
+    r = subprocess.run([*ANYCHIP, "info", "--json"], env=_env(root), capture_output=True, text=True,
+                       timeout=CHILD_SECONDS)
     kernels = json.loads(r.stdout)["paddle"]["kernels"]
     assert kernels == {"anychip_ascend": table, "anychip_kunlun": table, "anychip_hygon": table,
                        "anychip_mychip": {}}
-    r = subprocess.run([*ANYCHIP, "info"], env=_env(root), capture_output=True, text=True, timeout=120)
+    r = subprocess.run([*ANYCHIP, "info"], env=_env(root), capture_output=True, text=True, timeout=CHILD_SECONDS)
     lines = r.stdout.splitlines()
     assert ("  kernels       anychip_ascend, anychip_kunlun, anychip_hygon: 34 ops run on the device; every other "
             "op takes Paddle's CPU fallback") in lines
