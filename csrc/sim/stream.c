@@ -376,7 +376,7 @@ static sim_status push_after(sim_stream *s, sim_stream *t)
  * queued before it was queued, so the waits can never form a cycle. */
 sim_status sim_stream_order(sim_stream *s)
 {
-    if (!G.legacy_null_stream || s->nonblocking)
+    if (!ALOAD(&G.legacy_null_stream) || ALOAD(&s->nonblocking))
         return SIM_OK;
     sim_device *d = &G.dev[s->dev];
     if (!s->is_default) {
@@ -386,7 +386,7 @@ sim_status sim_stream_order(sim_stream *s)
     sim_status st = SIM_OK;
     pthread_mutex_lock(&d->streams_lock); /* no one takes it while holding a stream's lock */
     for (sim_stream *t = d->streams; t && st == SIM_OK; t = t->next)
-        if (t != s && !t->nonblocking)
+        if (t != s && !ALOAD(&t->nonblocking))
             st = push_after(s, t);
     pthread_mutex_unlock(&d->streams_lock);
     return st;
@@ -512,7 +512,7 @@ static sim_status device_wait(int phys, int timed, uint64_t deadline_ns)
         /* modes 2 and 3 (drain) pass over held streams and the caller's own worker: nothing
          * would ever let them finish while this thread waits; mode 3 also over non-blocking ones */
         int skip = timed >= 2 && (ALOAD(&list[i]->held) || pthread_equal(pthread_self(), list[i]->thread) ||
-                                  (timed == 3 && list[i]->nonblocking));
+                                  (timed == 3 && ALOAD(&list[i]->nonblocking)));
         if (skip)
             st = SIM_OK;
         else
@@ -542,7 +542,7 @@ sim_status sim_stream_set_nonblocking(void *stream)
     sim_stream *s;
     sim_status st = sim_stream_get(stream, &s);
     if (st == SIM_OK) {
-        s->nonblocking = 1;       /* set before the handle is handed out */
+        ASTORE(&s->nonblocking, 1); /* set before the handle is handed out */
         sim_stream_put(s);
     }
     return st;
@@ -550,7 +550,7 @@ sim_status sim_stream_set_nonblocking(void *stream)
 
 static sim_status get_nonblocking(const sim_stream *s, int *out)
 {
-    *out = s->nonblocking;
+    *out = ALOAD(&s->nonblocking);
     return SIM_OK;
 }
 
