@@ -175,8 +175,9 @@ SIM_HIDDEN sim_status sim_stream_set_nonblocking(void *stream);
 /* whether sim_stream_set_nonblocking marked the stream (0 for a default stream) */
 SIM_HIDDEN sim_status sim_stream_nonblocking(void *stream, int *out);
 /* queue on the stream the legacy null-stream waits an op would get (sim_set_legacy_null_stream),
- * so that a synchronize or query of the null stream covers the blocking streams' work */
-SIM_HIDDEN sim_status sim_stream_join_blocking(void *stream);
+ * so that a synchronize or query of the null stream covers the blocking streams' work;
+ * *queued: whether the stream's queue grew */
+SIM_HIDDEN sim_status sim_stream_join_blocking(void *stream, int *queued);
 
 /* enqueue work; the direction is checked against the allocation table */
 SIM_HIDDEN sim_status sim_memcpy_async(void *dst, const void *src, size_t n, int dir, void *stream);

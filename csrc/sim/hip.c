@@ -875,16 +875,24 @@ HIP_API hipError_t hipStreamSynchronize(hipStream_t stream)
 {
     ENTER();
     void *s = S(stream);
-    sim_status st = s ? SIM_OK : sim_stream_join_blocking(NULL); /* clr: the null stream waits first */
-    return ret(st != SIM_OK ? st : sim_stream_synchronize(s));
+    sim_status st = sim_stream_synchronize(s);
+    int queued = 0;
+    /* clr: the null stream also waits for the blocking streams; joined after its own work,
+     * so that a copy just queued still runs on this thread */
+    if (st == SIM_OK && !s && (st = sim_stream_join_blocking(NULL, &queued)) == SIM_OK && queued)
+        st = sim_stream_synchronize(NULL);
+    return ret(st);
 }
 
 HIP_API hipError_t hipStreamQuery(hipStream_t stream)
 {
     ENTER();
     void *s = S(stream);
-    sim_status st = s ? SIM_OK : sim_stream_join_blocking(NULL);
-    return ret(st != SIM_OK ? st : sim_stream_query(s));
+    sim_status st = sim_stream_query(s);
+    int queued = 0;
+    if (st == SIM_OK && !s && (st = sim_stream_join_blocking(NULL, &queued)) == SIM_OK && queued)
+        st = sim_stream_query(NULL);
+    return ret(st);
 }
 
 HIP_API hipError_t hipStreamGetFlags(hipStream_t stream, unsigned int *flags)

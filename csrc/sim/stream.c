@@ -398,13 +398,15 @@ sim_status sim_stream_push(sim_stream *s, const sim_op *op)
     return st != SIM_OK ? st : sim_stream_push_raw(s, op);
 }
 
-sim_status sim_stream_join_blocking(void *stream)
+sim_status sim_stream_join_blocking(void *stream, int *queued)
 {
     sim_stream *s;
     sim_status st = sim_stream_get(stream, &s);
     if (st != SIM_OK)
         return st;
+    uint64_t tail = ALOAD(&s->tail);
     st = sim_stream_order(s);
+    *queued = ALOAD(&s->tail) != tail; /* (or another thread queued work meanwhile) */
     sim_stream_put(s);
     return st;
 }
