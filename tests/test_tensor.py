@@ -324,7 +324,7 @@ def test_sim_kernel_checks_memory(name: str) -> None:
 @pytest.mark.skipif(not any(d.backend == "opencl" for d in anychip.devices()), reason="no OpenCL platform")
 def test_opencl_runs_its_kernels_where_the_layout_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     dev = anychip.devices("opencl")[0]
-    k = dev.plugin.kernels
+    k = dev.plugin.cl_kernels
     calls: list[str] = []
     for name in ("binary", "matmul", "sum", "cast"):
         real = getattr(k, name)

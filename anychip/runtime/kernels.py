@@ -187,7 +187,7 @@ class Kernels:
                 raise InvalidArgumentError(f"{what} {name}: a buffer of {storage.device}, but the kernel runs on "
                                            f"{self.device}")
             storage._check()
-            limit = storage.nbytes
+            limit: Any = storage.nbytes
         else:
             limit = getattr(storage, "nbytes", None)
             if type(limit) is not int:
