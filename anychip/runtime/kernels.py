@@ -43,6 +43,7 @@ UNARY_OPS = ("copy", "relu", "exp", "log", "neg", "tanh", "sqrt", "erf")
 REDUCE_OPS = ("sum", "mean", "max")
 #: what ``supports`` may be asked: every op above and ``matmul`` (``gemm``)
 OPS = frozenset({*ELEMENTWISE_OPS, *UNARY_OPS, *REDUCE_OPS, "matmul"})
+_DL_CPU, _DL_CUDA_HOST = 1, 3      # DLPack's host memory types: no kernel set runs on them
 #: dtype name -> bytes per element
 DTYPES = {"bool": 1, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2, "float32": 4,
           "float64": 8}
@@ -188,11 +189,15 @@ class Kernels:
                                            f"{self.device}")
             storage._check()
             limit: Any = storage.nbytes
-        else:
+        else:                   # the array of a DLPack import (CuPy's on cuda): device memory of this index
             limit = getattr(storage, "nbytes", None)
-            if type(limit) is not int:
-                raise InvalidArgumentError(f"{what} {name}: storage must be an anychip.Buffer of {self.device}, got "
-                                           f"{type(storage).__name__}")
+            try:
+                kind, index = storage.__dlpack_device__()
+            except Exception:  # noqa: BLE001 - not a DLPack array at all
+                kind = index = None
+            if type(limit) is not int or kind in (None, _DL_CPU, _DL_CUDA_HOST) or index != self.device.index:
+                raise InvalidArgumentError(f"{what} {name}: storage must be an anychip.Buffer of {self.device} or the "
+                                           f"array of a DLPack import on it, got {type(storage).__name__}")
         return non_negative_int(offset, f"{what} {name} offset"), limit
 
     def _out(self, out: Any, nbytes: int, name: str, what: str) -> tuple[Any, int]:
