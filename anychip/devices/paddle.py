@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 
 from ..runtime._libs import copy_pointers, dlopen
-from ..runtime.errors import DeviceError, InvalidArgumentError, OutOfMemoryError, PluginError, UnsupportedError
+from ..runtime.errors import DeviceError, InvalidArgumentError, PluginError, UnsupportedError
 from ..runtime.native_ccl import NativeLibrary
 from ..runtime.plugin import DevicePlugin
+from ..runtime.status import StatusCodes
 from ._headers import cdef_of
 
 __all__ = ["HEADER", "PaddlePlugin", "PaddleXccl", "probe", "root_libraries", "REQUIRED", "RUNTIME_VERSION"]
@@ -88,6 +89,11 @@ def ffi() -> Any:
 
 def status_text(code: int) -> tuple[str, str]:
     return STATUS.get(code, (f"status {code}", "unknown status"))
+
+
+def _returned(code: int) -> str:
+    name, meaning = status_text(code)
+    return f"returned {name} ({meaning})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,6 +270,9 @@ class PaddlePlugin(DevicePlugin):
         self._streams: dict[int, set[_Stream]] = {}
         self._xccl: PaddleXccl | None = None
         self._pid = os.getpid()
+        #: Paddle's C_Status codes (C_WARNING is done, perhaps not as asked): every call's status goes through it
+        self.status = StatusCodes(self.name, name=lambda rc: status_text(rc)[0], text=_returned, success=(0, 1),
+                                  oom_unnamed=True)
         self._ids = self._open()
 
     # -- loading ----------------------------------------------------------------------------
@@ -273,23 +282,16 @@ class PaddlePlugin(DevicePlugin):
     def _open(self) -> list[int]:
         f, iface = self.ffi, self.iface
         if self._has("initialize"):
-            rc = iface.initialize()
-            if rc not in (0, 1):
-                raise PluginError(f"initialize failed: {self._status(rc)}")
+            self.status.check(iface.initialize(), "initialize", failure=PluginError)
         count = f.new("size_t *")
-        rc = iface.get_device_count(count)
-        if rc not in (0, 1):
-            raise PluginError(f"get_device_count failed: {self._status(rc)}")
+        self.status.check(iface.get_device_count(count), "get_device_count", failure=PluginError)
         ids = f.new("size_t[]", max(int(count[0]), 1))
-        rc = iface.get_device_list(ids)
-        if rc not in (0, 1):
-            raise PluginError(f"get_device_list failed: {self._status(rc)}")
+        self.status.check(iface.get_device_list(ids), "get_device_list", failure=PluginError)
         phys = [int(ids[i]) for i in range(int(count[0]))]
         if self._has("init_device"):
             for p in phys:
-                rc = iface.init_device(f.new("struct C_Device_st *", {"id": p}))
-                if rc not in (0, 1):
-                    raise PluginError(f"init_device({p}) failed: {self._status(rc)}")
+                self.status.check(iface.init_device(f.new("struct C_Device_st *", {"id": p})), f"init_device({p})",
+                                  failure=PluginError)
         atexit.register(self._close)
         return phys
 
@@ -350,18 +352,10 @@ class PaddlePlugin(DevicePlugin):
         return props
 
     # -- calling the plugin -------------------------------------------------------------------
-    def _status(self, rc: int) -> str:
-        name, meaning = status_text(rc)
-        return f"returned {name} ({meaning})"
-
-    def _error(self, rc: int, entry: str) -> DeviceError:
-        return DeviceError(f"{entry} failed: {self._status(rc)}", backend=self.name, code=rc,
-                           code_name=status_text(rc)[0])
-
     def _call(self, entry: str, *args: Any) -> None:
         rc = getattr(self.iface, entry)(*args)
         if rc and rc != 1:                      # C_WARNING: done, perhaps not as asked (e.g. synchronously)
-            raise self._error(rc, entry)
+            raise self.status.error(rc, entry)
 
     def _use(self, index: int) -> None:
         if getattr(self._tls, "dev", -1) != index:
@@ -379,14 +373,8 @@ class PaddlePlugin(DevicePlugin):
         n = max(nbytes, 1)
         rc = self.iface.device_memory_allocate(self._dev(index), out, n)
         if rc and rc != 1 or out[0] == self.ffi.NULL:
-            free = total = None
-            try:
-                free, total = self._mem_info(index)
-            except Exception:  # noqa: BLE001 - the allocation failure matters more
-                pass
-            what = f"device_memory_allocate {self._status(rc)}" if rc else "device_memory_allocate gave NULL"
-            raise OutOfMemoryError(nbytes, free, total, backend=self.name, device=f"{self.name}:{index}",
-                                   code=rc, code_name=status_text(rc)[0], detail=what)
+            what = "device_memory_allocate" if rc else "device_memory_allocate gave NULL"
+            raise self.status.oom_error(rc, what, nbytes, f"{self.name}:{index}", lambda: self._mem_info(index))
         ptr = int(self.ffi.cast("uintptr_t", out[0]))
         with self._lock:
             self._sizes[ptr] = n
