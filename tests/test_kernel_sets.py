@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import anychip
-from anychip.devices._cuda_kernels import CudaKernels
+from anychip.devices.cuda.kernels import CudaKernels
 from anychip.devices._sim_kernels import SimKernels
 from anychip.devices.opencl.kernels import OpenCLKernels
 from anychip.runtime import KernelSet, kernels_of

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.buffer import Buffer
+from ...runtime.buffer import Buffer
 
 __all__ = ["CudaKernels"]
 
