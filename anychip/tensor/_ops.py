@@ -22,10 +22,12 @@ import numpy as np
 
 from ..runtime import InvalidArgumentError, UnsupportedError, kernels_of
 from . import _dtype as dt
-from ._dtype import DType
-from ._tensor import Tensor, _axis, _host_values, _new, empty, tensor
+from ._dtype import DType, _host_values
+from ._factories import full, tensor
+from ._layout import _axis
+from ._tensor import Tensor, _new, empty
 
-# (binary, unary, reduce, copy, fill and where_kernels serve Tensor's methods and operators)
+# (binary, unary, reduce, copy and where_kernels serve Tensor's methods and operators)
 __all__ = ["matmul", "cast", "relu", "exp", "log", "tanh", "sqrt", "erf", "maximum", "minimum"]
 
 BINARY: dict[str, Any] = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
@@ -260,7 +262,6 @@ def _prepare(x: Any, dtype: DType, dev: Any) -> Tensor:
 
 
 def full_like_scalar(value: Any, dtype: DType, dev: Any) -> Tensor:
-    from ._tensor import full
     return full((), value, dtype=dtype, device=dev)
 
 
@@ -362,18 +363,6 @@ def _convert(x: Tensor, d: DType) -> Tensor:
     values = x._read() if d is x.dtype else _values(x)
     with np.errstate(all="ignore"):
         return _result(values, d, x.device)
-
-
-def fill(t: Tensor, value: Any) -> None:
-    """Set every element of ``t`` to ``value``."""
-    try:
-        v = _host_values(np.asarray(value), t.dtype)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidArgumentError(f"fill value {value!r} cannot be a {t.dtype.name} ({exc})") from None
-    if v.ndim:
-        raise InvalidArgumentError(f"fill value must be a scalar, got shape {v.shape}")
-    if t.size:
-        t._write(np.broadcast_to(v, t.shape))
 
 
 # -- reductions ---------------------------------------------------------------------
