@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import anychip
-from anychip.devices.cuda.kernels import CudaKernels
 from anychip.devices._sim_kernels import SimKernels
+from anychip.devices.cuda.kernels import CudaKernels
 from anychip.devices.opencl.kernels import OpenCLKernels
 from anychip.runtime import KernelSet, kernels_of
 from anychip.runtime.kernels import ELEMENTWISE_OPS, kernel_set_problem
