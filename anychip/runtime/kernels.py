@@ -108,10 +108,20 @@ def _dtype(dtype: Any, what: str) -> int:
     return item
 
 
+def _count(value: Any, what: str, name: str) -> int:
+    """``value`` as an int >= 0 (the message is only made for a bad one)."""
+    if type(value) is int and value >= 0:
+        return value
+    return non_negative_int(value, f"{what}: {name}" if what else name)
+
+
 def _shape(shape: Any, what: str) -> tuple[int, ...]:
     if not isinstance(shape, tuple):
         raise InvalidArgumentError(f"{what}: shape must be a tuple of ints, got {type(shape).__name__} {shape!r}")
-    return tuple(non_negative_int(n, f"{what}: shape[{i}]") for i, n in enumerate(shape))
+    for n in shape:
+        if type(n) is not int or n < 0:
+            return tuple(_count(n, what, f"shape[{i}]") for i, n in enumerate(shape))
+    return shape
 
 
 class Kernels:
@@ -164,8 +174,7 @@ class Kernels:
         what = "reduce"
         _op(op, REDUCE_OPS, what)
         out_item, item = _dtype(out_dtype, what), _dtype(dtype, what)
-        outer, n, inner = (non_negative_int(v, f"{what}: {name}")
-                           for v, name in ((outer, "outer"), (n, "n"), (inner, "inner")))
+        outer, n, inner = _count(outer, what, "outer"), _count(n, what, "n"), _count(inner, what, "inner")
         out = self._out(out, outer * inner * out_item, "out", what)
         x = self._out(x, outer * n * inner * item, "x", what)
         self.set.reduce(self.device.index, op, out, out_dtype, x, dtype, outer, n, inner,
@@ -174,7 +183,7 @@ class Kernels:
     def gemm(self, out: Any, a: Any, b: Any, m: int, k: int, n: int, dtype: str, stream: Any = None) -> None:
         what = "gemm"
         item = _dtype(dtype, what)
-        m, k, n = (non_negative_int(v, f"{what}: {name}") for v, name in ((m, "m"), (k, "k"), (n, "n")))
+        m, k, n = _count(m, what, "m"), _count(k, what, "k"), _count(n, what, "n")
         out = self._out(out, m * n * item, "out", what)
         a = self._input(a, (m, k), item, "a", what)
         b = self._input(b, (k, n), item, "b", what)
@@ -198,7 +207,7 @@ class Kernels:
             if type(limit) is not int or kind in (None, _DL_CPU, _DL_CUDA_HOST) or index != self.device.index:
                 raise InvalidArgumentError(f"{what} {name}: storage must be an anychip.Buffer of {self.device} or the "
                                            f"array of a DLPack import on it, got {type(storage).__name__}")
-        return non_negative_int(offset, f"{what} {name} offset"), limit
+        return _count(offset, "", f"{what} {name} offset"), limit
 
     def _out(self, out: Any, nbytes: int, name: str, what: str) -> tuple[Any, int]:
         if not isinstance(out, tuple) or len(out) != 2:
@@ -215,13 +224,24 @@ class Kernels:
             raise InvalidArgumentError(f"{what} {name} must be (storage, byte offset, strides), got {x!r}")
         offset, limit = self._storage(x[0], x[1], name, what)
         strides = x[2]
-        if not isinstance(strides, tuple) or len(strides) != len(shape) or \
-                not all(type(s) is int for s in strides):
+        ok = isinstance(strides, tuple) and len(strides) == len(shape)
+        lo = hi = 0
+        empty = False
+        if ok:
+            for d, st in zip(shape, strides, strict=True):      # one pass: the types and the extent read
+                if type(st) is not int:
+                    ok = False
+                    break
+                if d == 0:
+                    empty = True
+                elif st > 0:
+                    hi += (d - 1) * st
+                else:
+                    lo += (d - 1) * st
+        if not ok:
             raise InvalidArgumentError(f"{what} {name}: strides must be a tuple of {len(shape)} ints (one per "
                                        f"dimension of {shape}), got {strides!r}")
-        if all(shape):
-            lo = sum((d - 1) * s for d, s in zip(shape, strides, strict=True) if s < 0)
-            hi = sum((d - 1) * s for d, s in zip(shape, strides, strict=True) if s > 0)
+        if not empty:
             first, end = offset + lo * item, offset + (hi + 1) * item
             if first < 0 or end > limit:
                 raise InvalidArgumentError(f"{what} {name}: shape {shape} with strides {strides} reads bytes "
