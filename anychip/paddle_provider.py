@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -31,7 +32,7 @@ from .runtime._libs import find_library
 from .runtime.errors import AnychipError
 
 __all__ = ["SIMULATED", "PREFIX", "device_type", "bridge_dir", "simulator_bridge", "paddle_dir", "status",
-           "build_bridge"]
+           "build_bridge", "kernel_table"]
 
 #: the simulated chips the bridge serves, in the order ANYCHIP_PADDLE accepts them
 SIMULATED = ("ascend", "kunlun", "hygon")
@@ -85,6 +86,39 @@ def paddle_dir(environ: Any = None) -> tuple[Path | None, str]:
     return site_dir / DIR_NAME, f"the default of Paddle in {site_dir} (CUSTOM_DEVICE_ROOT unset)"
 
 
+def kernel_table(bridge: str | os.PathLike[str] | None = None) -> dict[str, list[str]]:
+    """The phi kernels a bridge registers for its device type, {op: [dtype, ...]}, read from the
+    library without Paddle (the simulated chips' bridge by default). A bridge over a vendor's C
+    plugin registers none (plugin.h has no kernel interface): {} -- every op takes Paddle's CPU
+    fallback there."""
+    import ctypes
+
+    path = Path(bridge) if bridge is not None else simulator_bridge()
+    if path is None:
+        return {}
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise AnychipError(f"cannot load the Paddle bridge {path}: {exc}") from None
+    fn = getattr(lib, "anychip_paddle_kernel_table", None)
+    if fn is None:
+        return {}
+    fn.restype = ctypes.c_char_p
+    table: dict[str, list[str]] = {}
+    for line in (fn() or b"").decode().splitlines():
+        name, _, dtypes = line.partition("\t")
+        table[name] = dtypes.split(",")
+    return table
+
+
+def _plugin_bridges(where: Path | None) -> dict[str, str]:
+    """{Paddle device type: library} of the C-plugin bridges (`anychip plugin paddle`) in `where`."""
+    if where is None or not where.is_dir():
+        return {}
+    return {p.name[len("lib"):].split(".")[0]: str(p) for p in sorted(where.glob(f"lib{PREFIX}*.so"))
+            if not p.name.startswith(f"lib{PREFIX}sim")}
+
+
 def status(environ: Any = None) -> dict[str, Any]:
     """What anychip provides to Paddle and whether Paddle finds it (for ``anychip info`` / ``devices``)."""
     try:
@@ -105,10 +139,14 @@ def status(environ: Any = None) -> dict[str, Any]:
     else:
         why = (f"Paddle reads {where} ({how}), which does not hold this anychip's bridge; an editable install "
                f"keeps it in {bridge_dir()}: set CUSTOM_DEVICE_ROOT={bridge_dir()}")
+    kernels = kernel_table(bridge) if bridge else {}
     return {"paddle": version, "bridge": str(bridge) if bridge else None, "paddle_dir": str(where) if where else None,
             "found": found and version is not None, "status": why,
             "device_type": device_type(chip) if chip else None, "chip": chip,
-            "device_types": {b: device_type(b) for b in SIMULATED}}
+            "device_types": {b: device_type(b) for b in SIMULATED},
+            # per device type: the ops with a device kernel; every other op takes Paddle's CPU fallback
+            "kernels": {**{device_type(b): kernels for b in SIMULATED},
+                        **{t: {} for t in _plugin_bridges(where)}}}
 
 
 def build_bridge(library: str, dest: str | os.PathLike[str] | None = None, cc: str | None = None) -> Path:
@@ -169,3 +207,17 @@ def main_info(out: Any = sys.stdout) -> None:
     print(f"  device types  {types}; this process: {st['device_type'] or 'none'} (ANYCHIP_PADDLE)", file=out)
     print(f"  bridge        {st['bridge'] or '(not built)'}", file=out)
     print(f"  found         {'yes' if st['found'] else 'no'}: {st['status']}", file=out)
+    by_table: dict[str, list[str]] = {}
+    for t, table in st["kernels"].items():
+        key = json.dumps(table, sort_keys=True)
+        by_table.setdefault(key, []).append(t)
+    for key, same in by_table.items():
+        table = json.loads(key)
+        print(f"  kernels       {', '.join(same)}: ", end="", file=out)
+        if not table:
+            print("none (a C plugin: plugin.h has no kernel interface); every op takes Paddle's CPU fallback",
+                  file=out)
+            continue
+        print(f"{len(table)} ops run on the device; every other op takes Paddle's CPU fallback", file=out)
+        for name, dtypes in table.items():
+            print(f"    {name:<16}{', '.join(dtypes)}", file=out)

@@ -14,7 +14,8 @@ fence      the bridge's synchronous-copy fence, timed in C through the bridge's 
 allreduce  float32 all_reduce on 2 ranks: paddle.distributed under Paddle's launcher
            through the bridge (HCCL of the simulator) against anychip's own collectives API
            on the same chip (`anychip launch`, native transport = the same HCCL); busbw with
-           nccl-tests' factor 2(n-1)/n.
+           nccl-tests' factor 2(n-1)/n. Paddle's job also times its use_calc_stream=True form
+           (no collective stream, no events) and, for both, the host's time per call.
 """
 from __future__ import annotations
 
@@ -197,23 +198,32 @@ def part_fence() -> None:
 
 PADDLE_AR = r"""
 import json, sys, time, numpy as np, paddle, paddle.distributed as dist
+from paddle.distributed import stream
 dist.init_parallel_env()
 r, n = dist.get_rank(), dist.get_world_size()
 out = {}
 for size in json.loads(sys.argv[1]):
-    x = paddle.to_tensor(np.full(size // 4, r + 1, np.float32))
-    iters = max(5, min(200, (1 << 26) // size))
-    for _ in range(3):
-        dist.all_reduce(x)
-    paddle.device.synchronize()
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        dist.all_reduce(x)
-    paddle.device.synchronize()
-    t = paddle.to_tensor(np.array([(time.perf_counter() - t0) / iters], np.float64))
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    out[size] = float(t.numpy()[0])
+    for mode in ("comm", "calc"):            # Paddle's default (its collective stream), and use_calc_stream=True
+        x = paddle.to_tensor(np.full(size // 4, r + 1, np.float32))
+        iters = max(5, min(200, (1 << 26) // size))
+        if mode == "comm":
+            op = lambda: dist.all_reduce(x)
+        else:
+            op = lambda: stream.all_reduce(x, sync_op=True, use_calc_stream=True)
+        for _ in range(3):
+            op()
+        paddle.device.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            op()
+        th = time.perf_counter()
+        paddle.device.synchronize()
+        t = paddle.to_tensor(np.array([(time.perf_counter() - t0) / iters, (th - t0) / iters], np.float64))
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        total, host = (float(v) for v in t.numpy())
+        out[size if mode == "comm" else f"calc {size}"] = total
+        out[f"host {size}" if mode == "comm" else f"calc host {size}"] = host
 if r == 0:
     print("RESULT " + json.dumps(out), flush=True)
 """
@@ -245,12 +255,12 @@ comm.destroy()
 """
 
 
-def _result(text: str) -> dict[int, float]:
+def _result(text: str) -> dict[int | str, float]:
     """The RESULT line of rank 0 (`anychip launch` prefixes each line with "[rank] ")."""
     for line in text.splitlines():
         line = line[4:] if line.startswith("[0] ") else line
         if line.startswith("RESULT "):
-            return {int(k): v for k, v in json.loads(line[7:]).items()}
+            return {int(k) if k.isdigit() else k: v for k, v in json.loads(line[7:]).items()}
     raise SystemExit(f"no RESULT line in the job's output:\n{text[-3000:]}")
 
 
@@ -260,7 +270,7 @@ def part_allreduce(repeat: int, before: str | None) -> None:
     an installed tree has it) that build's Paddle job runs in each round too."""
     sizes = json.dumps(SIZES)
     roots = {"paddle": None, **({"before": before} if before else {})}
-    best: dict[str, dict[int, float]] = {name: {} for name in (*roots, "anychip")}
+    best: dict[str, dict[int | str, float]] = {name: {} for name in (*roots, "anychip")}
     with tempfile.TemporaryDirectory() as tmp:
         pscript, ascript = Path(tmp) / "paddle_ar.py", Path(tmp) / "anychip_ar.py"
         pscript.write_text(PADDLE_AR)
@@ -280,18 +290,20 @@ def part_allreduce(repeat: int, before: str | None) -> None:
             for k, v in _result(r.stdout).items():
                 best["anychip"][k] = min(v, best["anychip"].get(k, v))
     print(f"\nallreduce: float32, 2 ranks on the simulated Ascend (HCCL), best of {repeat}; busbw GB/s "
-          "(2(n-1)/n = 1); ratio = Paddle's busbw / anychip's")
-    head = f"{'size':>8}{'paddle us':>12}{'busbw':>8}{'ratio':>7}"
+          "(2(n-1)/n = 1); ratio = Paddle's busbw / anychip's; host = the loop's time before its final "
+          "synchronize, per call")
+    head = f"{'size':>8}{'paddle us':>12}{'busbw':>8}{'ratio':>7}{'host us':>9}"
     if before:
-        head += f"{'before us':>12}{'busbw':>8}{'ratio':>7}"
-    print(head + f"{'anychip us':>12}{'busbw':>8}")
+        head += f"{'before us':>12}{'busbw':>8}{'ratio':>7}{'host us':>9}"
+    print(head + f"{'calc-stream us':>16}{'host us':>9}{'anychip us':>12}{'busbw':>8}")
     for s in SIZES:
         a = best["anychip"][s]
         row = f"{s:>8}"
         for name in roots:
             p = best[name][s]
-            row += f"{p * 1e6:>12.1f}{s / p / 1e9:>8.2f}{a / p:>7.2f}"
-        print(row + f"{a * 1e6:>12.1f}{s / a / 1e9:>8.2f}")
+            row += f"{p * 1e6:>12.1f}{s / p / 1e9:>8.2f}{a / p:>7.2f}{best[name][f'host {s}'] * 1e6:>9.1f}"
+        calc, calc_host = best["paddle"][f"calc {s}"], best["paddle"][f"calc host {s}"]
+        print(row + f"{calc * 1e6:>16.1f}{calc_host * 1e6:>9.1f}{a * 1e6:>12.1f}{s / a / 1e9:>8.2f}")
 
 
 def main() -> int:

@@ -7,7 +7,8 @@ Used between hosts (see :mod:`anychip.collectives.host`) and, with
 Each communicator works on its own duplicate of the MPI communicator, so anychip's
 traffic never matches the application's own MPI messages. Ops are MPI's nonblocking
 collectives, polled until done or until ``ANYCHIP_COLLECTIVE_TIMEOUT``: then every
-waiting rank raises :class:`CollectiveTimeout` and the communicator accepts no more ops
+waiting rank raises :class:`CollectiveTimeout`, naming the ranks that have not called the
+op (they did not answer its question, see ``_who_is_missing``), and the communicator accepts no more ops
 (MPI cannot cancel a started collective). A rank that dies is the launcher's business:
 mpiexec ends the job's other ranks. A rank that hangs is not: MPI_Finalize would wait for
 the abandoned collective forever, so a process that exits with one still incomplete
@@ -40,6 +41,14 @@ if TYPE_CHECKING:
 __all__ = ["MpiTransport", "load_mpi"]
 
 _P2P_TAG = 0x2A17
+#: "I gave up waiting in op #k": sent by a rank that timed out to the op's other ranks
+_GAVE_UP_TAG = 0x2A18
+#: the answer of a rank that is waiting on the same communicator: "I am in op #j"
+_HERE_TAG = 0x2A19
+#: how long a rank that timed out waits for the answers (at most the collective timeout)
+_ANSWER_WAIT_S = 1.0
+#: polls, once a wait yields the CPU, between looks for a peer that gave up
+_POLLS_PER_LOOK = 64
 #: polls before a wait yields the CPU between polls (MPICH's MPIR_CVAR_POLLS_BEFORE_YIELD default)
 _POLLS_BEFORE_YIELD = 1000
 
@@ -129,6 +138,9 @@ class MpiTransport(StagedTransport):
         self.MPI = load_mpi()
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self._opno = 0                              # ops this rank has waited for
+        self._where: dict[int, tuple[int, str]] = {}  # rank -> (op #, op) it said it was in
+        self._sends: list[Any] = []                 # those messages, kept until MPI_Finalize
 
     # -- interface ------------------------------------------------------------
     def exchange(self, obj: Any) -> list[Any]:
@@ -153,9 +165,11 @@ class MpiTransport(StagedTransport):
             raise InvalidArgumentError(f"communicator {self.label} was destroyed")
 
     # -- waiting ----------------------------------------------------------------
-    def _wait(self, reqs: list[Any], what: str) -> None:
+    def _wait(self, reqs: list[Any], what: str, peers: list[int] | None = None) -> None:
         """Poll until done or until the communicator's timeout. MPI progresses only while
-        polled: this spins, then yields the CPU between polls, as MPICH's blocking calls do."""
+        polled: this spins, then yields the CPU between polls, as MPICH's blocking calls do.
+        ``peers``: the ranks the op waits for (default: all)."""
+        self._opno += 1
         Testall = self.MPI.Request.Testall
         if Testall(reqs):
             return
@@ -165,12 +179,61 @@ class MpiTransport(StagedTransport):
             polls += 1
             if polls > _POLLS_BEFORE_YIELD:
                 os.sched_yield()
+                if polls % _POLLS_PER_LOOK == 0:
+                    self._answer(what)
             if time.monotonic() > deadline:
                 self._failed = f"{what} timed out"
                 _abandon(self.MPI, reqs, f"{what} on group {self.label}")
                 raise CollectiveTimeout(
-                    f"{what} on group {self.label} (MPI) did not complete within {self.timeout:g} s "
-                    "(ANYCHIP_COLLECTIVE_TIMEOUT): a rank has not called it, or is stuck")
+                    f"{what} (op #{self._opno}) on group {self.label} (MPI) did not complete within "
+                    f"{self.timeout:g} s on rank {self.rank} (ANYCHIP_COLLECTIVE_TIMEOUT): "
+                    + self._who_is_missing(what, peers))
+
+    # -- naming the missing ranks of a timed-out op ------------------------------------
+    # MPI does not say which rank a collective waits for. A rank that times out tells the
+    # op's other ranks (_GAVE_UP_TAG); every rank still waiting on this communicator answers
+    # where it is (_HERE_TAG), as do the ranks that timed out before (their own message);
+    # the ranks that say nothing within _ANSWER_WAIT_S are not in any op of this communicator.
+    def _send(self, rank: int, tag: int, where: tuple[int, str]) -> None:
+        self._sends.append(self.comm.isend(where, rank, tag))
+
+    def _receive(self, tag: int) -> int | None:
+        """Take one waiting message with ``tag`` into _where; its sender, or None."""
+        status = self.MPI.Status()
+        if not self.comm.Iprobe(self.MPI.ANY_SOURCE, tag, status):
+            return None
+        rank = status.Get_source()
+        self._where[rank] = self.comm.recv(source=rank, tag=tag)
+        return rank
+
+    def _answer(self, what: str) -> None:
+        """Tell each rank that gave up since the last look where this one is."""
+        while (rank := self._receive(_GAVE_UP_TAG)) is not None:
+            self._send(rank, _HERE_TAG, (self._opno, what))
+
+    def _who_is_missing(self, what: str, peers: list[int] | None) -> str:
+        here = (self._opno, what)
+        others = [r for r in (range(self.size) if peers is None else sorted(set(peers))) if r != self.rank]
+        for r in others:
+            self._send(r, _GAVE_UP_TAG, here)
+        wait_s = min(_ANSWER_WAIT_S, self.timeout)
+        end = time.monotonic() + wait_s
+        while any(r not in self._where for r in others) and time.monotonic() < end:
+            if self._receive(_HERE_TAG) is None and self._receive(_GAVE_UP_TAG) is None:
+                time.sleep(0.001)
+        missing = [r for r in others if r not in self._where]
+        parts = []
+        if missing:
+            names = ", ".join(map(str, missing))
+            parts.append(f"rank {names} has not called it" if len(missing) == 1 else
+                         f"ranks {names} have not called it")
+            parts[-1] += f" (no answer in {wait_s:g} s: busy elsewhere, or stuck outside MPI)"
+        for r in others:
+            # (each rank numbers its send/recv groups by its own count: only the kind is compared)
+            if r in self._where and self._where[r] != here and (peers is None or self._where[r][1] != what):
+                opno, op = self._where[r]
+                parts.append(f"rank {r} is in op #{opno} ({op})")
+        return "; ".join(parts) if parts else "every rank is in it: MPI did not complete it"
 
     # -- array-level ops (also the cross-host steps of the hierarchical transport) --------
     def reduce_array(self, buf: np.ndarray, op: str, root: int | None = None) -> None:
@@ -280,4 +343,4 @@ class MpiTransport(StagedTransport):
             else:
                 reqs.append(self.comm.Irecv([it.dst, MPI.BYTE], it.root, _P2P_TAG))
         if reqs:
-            self._wait(reqs, "send/recv")
+            self._wait(reqs, "send/recv", [it.root for it in items if it.count])

@@ -478,9 +478,13 @@ class VendorPlugin(DevicePlugin):
     def _default_stream(self, index: int) -> Any:
         return self.ffi.NULL
 
+    def _new_stream(self) -> Any:
+        """A new stream of the current device (the vendor's STREAM_CREATE)."""
+        return self._out(self.stream_type, self.STREAM_CREATE)
+
     def _stream_create(self, index: int) -> Any:
         self._use(index)
-        stream = self._out(self.stream_type, self.STREAM_CREATE)
+        stream = self._new_stream()
         with self._peer_lock:
             self._streams.setdefault(index, set()).add(stream)
         return stream

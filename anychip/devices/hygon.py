@@ -23,6 +23,7 @@ hipSuccess = 0
 hipErrorNotReady = 600
 hipErrorNoDevice = 100
 hipErrorPeerAccessAlreadyEnabled = 704
+hipStreamNonBlocking = 1
 
 #: hipError_t values (hip/hip_runtime_api.h)
 CODE_NAMES: dict[int, str] = {
@@ -73,7 +74,7 @@ class HygonPlugin(VendorPlugin):
     MALLOC = "hipMalloc"
     FREE = "hipFree"
     MEMCPY_ASYNC = "hipMemcpyAsync"
-    STREAM_CREATE = "hipStreamCreate"
+    STREAM_CREATE = "hipStreamCreateWithFlags"
     STREAM_DESTROY = "hipStreamDestroy"
     STREAM_SYNCHRONIZE = "hipStreamSynchronize"
     EVENT_CREATE = "hipEventCreate"
@@ -99,6 +100,14 @@ class HygonPlugin(VendorPlugin):
         if rc:
             raise self.status.error(rc, "hipGetDeviceCount")
         return int(count[0])
+
+    def _new_stream(self) -> Any:
+        """A ``hipStreamNonBlocking`` stream: anychip orders its streams (the null stream
+        included) only through events and synchronizes, as on CUDA; the legacy null
+        stream's implicit waits on and for blocking streams would only serialize them."""
+        out = self.ffi.new("hipStream_t *")
+        self._call(self.STREAM_CREATE, out, hipStreamNonBlocking)
+        return out[0]
 
     def _vendor_message(self, code: int) -> str:
         p = self.lib.hipGetErrorString(code)

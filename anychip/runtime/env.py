@@ -35,6 +35,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                  "hygon or none (Paddle's launcher takes one device type; docs/paddle.md)"),
     "ANYCHIP_PADDLE_KERNELS": ("1", "0 = the simulated chips' Paddle bridge registers none of its device kernels "
                                     "(every op then takes Paddle's CPU fallback; docs/paddle.md)"),
+    "ANYCHIP_PADDLE_PROFILE": ("0", "1 = the Paddle bridge writes, at exit, the calls and host time of each of its "
+                                    "entries and how many stream waits it elided (docs/paddle.md)"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
                                       "garbage_collection_threshold:F, or backend:native to turn caching off"),
     "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers before it raises "
@@ -220,6 +222,7 @@ _CHECKS: dict[str, Callable[[str], str | None]] = {
     "ANYCHIP_SIM_SPIN_US": _sim_spin,
     "ANYCHIP_PADDLE": _paddle,
     "ANYCHIP_PADDLE_KERNELS": _choice("0", "1"),
+    "ANYCHIP_PADDLE_PROFILE": _choice("0", "1"),
     "ANYCHIP_ALLOC_CONF": _alloc_conf,
     "ANYCHIP_LOG_LEVEL": _log_level,
 }

@@ -174,8 +174,11 @@ static void temps_free(temps *T)
     T->n = 0;
 }
 
+static void count_call(const char *op);
+
 static void *stream_of(const char *op, const PD_DeviceContext *ctx)
 {
+    count_call(op);
     C_Status st = C_SUCCESS;
     C_Stream s = PD.PD_DeviceContextGetStream(ctx, &st);
     if (st != C_SUCCESS || !s)
@@ -562,8 +565,103 @@ static void k_cast(PD_DeviceContext *c, PD_Tensor *x, int phi_dtype, PD_Tensor *
     cast_to(c, x, from_phi(phi_dtype), o);
 }
 
+/* A Scalar attribute's value. Eager mode passes a phi::Scalar; Paddle's executor passes an
+ * attribute computed by the program ("mutable": scale's factor, full_like's value) as a
+ * one-element tensor, which the kernel C API cannot read -- the C++ piece (kernels_throw.cc)
+ * takes it through phi::KernelContext::AttrAt<phi::TensorRef>, and it is read here. */
+typedef struct { double f; int64_t i; } scal_v;
+
+static scal_v scal_of(PD_Scalar *s) { return (scal_v){PD.PD_ScalarGetFloat64Data(s), PD.PD_ScalarGetInt64Data(s)}; }
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023u, bits;
+    if (e == 31)
+        bits = sign | 0x7f800000u | (m << 13);
+    else if (e)
+        bits = sign | ((e + 112) << 23) | (m << 13);
+    else if (!m)
+        bits = sign;
+    else {                                /* subnormal: normalise */
+        e = 113;
+        while (!(m & 1024u)) {
+            m <<= 1;
+            e--;
+        }
+        bits = sign | (e << 23) | ((m & 1023u) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* the elements (at most `max`) of an attribute's tensor into `b`; its data type */
+static C_DataType attr_tensor(const char *op, size_t index, const PD_Tensor *t, unsigned char *b, size_t max,
+                              int64_t *count)
+{
+    C_Status st = C_SUCCESS;
+    int64_t n = PD.PD_TensorGetElementCount(t, &st);
+    C_DataType dt = PD.PD_TensorGetPDDataType(t, &st);
+    const void *p = PD.PD_TensorGetDataPointer(t, &st);
+    size_t size = dt == FLOAT64 || dt == INT64 ? 8 : dt == FLOAT32 || dt == INT32 ? 4
+                  : dt == FLOAT16 || dt == BFLOAT16 ? 2 : dt == BOOL || dt == INT8 || dt == UINT8 ? 1 : 0;
+    if (st != C_SUCCESS || (n && !p) || n < 0)
+        fail(op, "attribute %zu is a tensor Paddle gave no data for", index);
+    if (!size)
+        fail(op, "attribute %zu is a tensor of data type %d, not of numbers", index, (int)dt);
+    if ((size_t)n * size > max)
+        fail(op, "attribute %zu is a tensor of %lld elements; at most %zu", index, (long long)n, max / size);
+    /* on the device: read it after the work queued there (the copy fence); else it is host memory */
+    if (n && (fence(t_device) != C_SUCCESS || P.copy(t_device, b, p, (size_t)n * size, ANYCHIP_COPY_D2H) != 0))
+        memcpy(b, p, (size_t)n * size);
+    *count = n;
+    return dt;
+}
+
+static scal_v scalar_of_tensor(const char *op, size_t index, const PD_Tensor *t)
+{
+    unsigned char b[8] = {0};
+    int64_t n = 0;
+    C_DataType dt = attr_tensor(op, index, t, b, sizeof b, &n);
+    if (n != 1)
+        fail(op, "attribute %zu is a tensor of %lld elements; a scalar attribute's tensor has one", index,
+             (long long)n);
+    scal_v v = {0, 0};
+    switch (dt) {
+    case FLOAT64: { double x; memcpy(&x, b, 8); v.f = x; v.i = (int64_t)x; break; }
+    case FLOAT32: { float x; memcpy(&x, b, 4); v.f = x; v.i = (int64_t)x; break; }
+    case INT64: { int64_t x; memcpy(&x, b, 8); v.f = (double)x; v.i = x; break; }
+    case INT32: { int32_t x; memcpy(&x, b, 4); v.f = x; v.i = x; break; }
+    case FLOAT16: { uint16_t x; memcpy(&x, b, 2); v.f = half_to_float(x); v.i = (int64_t)v.f; break; }
+    case BFLOAT16: {
+        uint16_t x;
+        memcpy(&x, b, 2);
+        uint32_t bits = (uint32_t)x << 16;
+        float f;
+        memcpy(&f, &bits, 4);
+        v.f = f;
+        v.i = (int64_t)f;
+        break;
+    }
+    case INT8: v.i = (int8_t)b[0]; v.f = (double)v.i; break;
+    default: v.i = b[0]; v.f = (double)v.i; break;       /* bool, uint8 */
+    }
+    return v;
+}
+
+const void *anychip_paddle_attr(void *attr_at, const void *tensor_ref_at, void *ctx, size_t index, int *is_tensor);
+static const void *g_tensor_ref_at;       /* phi::KernelContext::AttrAt<phi::TensorRef>, from libphi_core.so */
+
+static scal_v ctx_scalar(const char *op, PD_KernelContext *c, size_t index)
+{
+    int is_tensor = 0;
+    const void *p = anychip_paddle_attr((void *)PD.PD_KernelContextScalarAttrAt, g_tensor_ref_at, c, index, &is_tensor);
+    return is_tensor ? scalar_of_tensor(op, index, p) : scal_of((PD_Scalar *)p);
+}
+
+
 /* out = scale * x + bias, or scale * (x + bias) */
-static void k_scale(PD_DeviceContext *ctx, PD_Tensor *x, PD_Scalar *scale, PD_Scalar *bias, bool after, PD_Tensor *out)
+static void scale_op(PD_DeviceContext *ctx, PD_Tensor *x, double scale, double bias, bool after, PD_Tensor *out)
 {
     const char *op = "scale";
     tview a, o;
@@ -571,8 +669,8 @@ static void k_scale(PD_DeviceContext *ctx, PD_Tensor *x, PD_Scalar *scale, PD_Sc
     void *s = stream_of(op, ctx);
     output(op, ctx, out, a.cdt, &o);
     temps T = {ctx, op, {0}, 0};
-    void *k = constant(&T, s, a.cdt, PD.PD_ScalarGetFloat64Data(scale));
-    void *c = constant(&T, s, a.cdt, PD.PD_ScalarGetFloat64Data(bias));
+    void *k = constant(&T, s, a.cdt, scale);
+    void *c = constant(&T, s, a.cdt, bias);
     int64_t one = 1, zero = 0;
     if (after) {
         ew(op, s, E_MUL, a.dt, 1, &a.n, o.p, a.p, &one, k, &zero);
@@ -584,9 +682,14 @@ static void k_scale(PD_DeviceContext *ctx, PD_Tensor *x, PD_Scalar *scale, PD_Sc
     temps_free(&T);
 }
 
+static void k_scale(PD_DeviceContext *ctx, PD_Tensor *x, PD_Scalar *scale, PD_Scalar *bias, bool after, PD_Tensor *out)
+{
+    scale_op(ctx, x, PD.PD_ScalarGetFloat64Data(scale), PD.PD_ScalarGetFloat64Data(bias), after, out);
+}
+
 /* ---- fill ------------------------------------------------------------------------------------- */
 
-static void fill_value(const char *op, PD_DeviceContext *ctx, PD_Scalar *val, C_DataType cdt, PD_Tensor *out)
+static void fill_value(const char *op, PD_DeviceContext *ctx, scal_v val, C_DataType cdt, PD_Tensor *out)
 {
     tview o;
     if (sim_dtype(cdt) < 0)
@@ -595,14 +698,13 @@ static void fill_value(const char *op, PD_DeviceContext *ctx, PD_Scalar *val, C_
     output(op, ctx, out, cdt, &o);
     int is_f = cdt == FLOAT16 || cdt == BFLOAT16 || cdt == FLOAT32 || cdt == FLOAT64;
     if (o.n)
-        sim_check(op, SK.fill(s, o.dt, o.n, o.p, is_f ? PD.PD_ScalarGetFloat64Data(val) : 0.0,
-                              is_f ? 0 : PD.PD_ScalarGetInt64Data(val), 0));
+        sim_check(op, SK.fill(s, o.dt, o.n, o.p, is_f ? val.f : 0.0, is_f ? 0 : val.i, 0));
 }
 
 static void k_full(PD_DeviceContext *c, PD_IntArray *shape, PD_Scalar *v, int phi_dtype, PD_Tensor *o)
 {
     (void)shape;                          /* InferMeta set the output's dims from it */
-    fill_value("full", c, v, from_phi(phi_dtype), o);
+    fill_value("full", c, scal_of(v), from_phi(phi_dtype), o);
 }
 
 static void k_full_like(PD_DeviceContext *c, PD_Tensor *x, PD_Scalar *v, int phi_dtype, PD_Tensor *o)
@@ -610,17 +712,30 @@ static void k_full_like(PD_DeviceContext *c, PD_Tensor *x, PD_Scalar *v, int phi
     (void)x;
     C_DataType t = from_phi(phi_dtype);
     C_Status st = C_SUCCESS;
-    fill_value("full_like", c, v, t == UNDEFINED ? PD.PD_TensorGetPDDataType(x, &st) : t, o);
+    fill_value("full_like", c, scal_of(v), t == UNDEFINED ? PD.PD_TensorGetPDDataType(x, &st) : t, o);
 }
 
 /* ---- reductions --------------------------------------------------------------------------------- */
 
-/* which of x's dims the IntArray names (all when empty or reduce_all), negatives from the end */
-static void reduced_dims(const char *op, PD_IntArray *dims, int reduce_all, const tview *x, int *red)
+/* the axes of a reduction: an IntArray attribute's values */
+typedef struct { size_t n; int64_t v[2 * K_MAXDIM]; } axes_v;
+
+static axes_v axes_of(const char *op, PD_IntArray *dims)
 {
-    size_t n = PD.PD_IntArrayGetElementCount(dims);
+    axes_v a = {PD.PD_IntArrayGetElementCount(dims), {0}};
+    if (a.n > sizeof a.v / sizeof *a.v)
+        fail(op, "%zu axes; at most %zu", a.n, sizeof a.v / sizeof *a.v);
     PD_List l = PD.PD_IntArrayGetDataPointer(dims);
-    const int64_t *d = l.data;
+    if (a.n)
+        memcpy(a.v, l.data, a.n * sizeof *a.v);
+    return a;
+}
+
+/* which of x's dims the axes name (all when empty or reduce_all), negatives from the end */
+static void reduced_dims(const char *op, const axes_v *dims, int reduce_all, const tview *x, int *red)
+{
+    size_t n = dims->n;
+    const int64_t *d = dims->v;
     for (int k = 0; k < x->nd; k++)
         red[k] = reduce_all || n == 0 || (size_t)x->nd == 0;
     for (size_t i = 0; i < n && !reduce_all; i++) {
@@ -633,7 +748,7 @@ static void reduced_dims(const char *op, PD_IntArray *dims, int reduce_all, cons
     }
 }
 
-static void reduce_op(const char *op, int r, PD_DeviceContext *ctx, PD_Tensor *x, PD_IntArray *dims, C_DataType to,
+static void reduce_op(const char *op, int r, PD_DeviceContext *ctx, PD_Tensor *x, const axes_v *dims, C_DataType to,
                       PD_Tensor *out)
 {
     tview a, o;
@@ -659,13 +774,15 @@ static void reduce_op(const char *op, int r, PD_DeviceContext *ctx, PD_Tensor *x
 static void k_sum(PD_DeviceContext *c, PD_Tensor *x, PD_IntArray *dims, int phi_dtype, bool keep, PD_Tensor *o)
 {
     (void)keep;
-    reduce_op("sum", R_SUM, c, x, dims, from_phi(phi_dtype), o);
+    axes_v a = axes_of("sum", dims);
+    reduce_op("sum", R_SUM, c, x, &a, from_phi(phi_dtype), o);
 }
 
 static void k_mean(PD_DeviceContext *c, PD_Tensor *x, PD_IntArray *dims, bool keep, PD_Tensor *o)
 {
     (void)keep;
-    reduce_op("mean", R_MEAN, c, x, dims, UNDEFINED, o);
+    axes_v a = axes_of("mean", dims);
+    reduce_op("mean", R_MEAN, c, x, &a, UNDEFINED, o);
 }
 
 static void k_mean_all(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *out)
@@ -683,7 +800,7 @@ static void k_mean_all(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *out)
 
 /* dx = dout broadcast back over the reduced dims (divided by their count for a mean) */
 static void reduce_grad(const char *op, int mean, PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *dout,
-                        PD_IntArray *dims, int reduce_all, PD_Tensor *dx)
+                        const axes_v *dims, int reduce_all, PD_Tensor *dx)
 {
     tview a, g, o;
     shape_of(op, x, &a);                  /* x: its shape only */
@@ -721,14 +838,16 @@ static void k_sum_grad(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *g, PD_IntAr
                        PD_Tensor *dx)
 {
     (void)keep;
-    reduce_grad("sum_grad", 0, c, x, g, dims, all, dx);
+    axes_v a = axes_of("sum_grad", dims);
+    reduce_grad("sum_grad", 0, c, x, g, &a, all, dx);
 }
 
 static void k_mean_grad(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *g, PD_IntArray *dims, bool keep, bool all,
                         PD_Tensor *dx)
 {
     (void)keep;
-    reduce_grad("mean_grad", 1, c, x, g, dims, all, dx);
+    axes_v a = axes_of("mean_grad", dims);
+    reduce_grad("mean_grad", 1, c, x, g, &a, all, dx);
 }
 
 static void k_mean_all_grad(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *g, PD_Tensor *dx)
@@ -1140,6 +1259,39 @@ static void adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_T
     temps_free(&T);
 }
 
+/* SGD's update, as Paddle's CPU kernel: param_out = param - lr * grad (in place) */
+static void sgd(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *lr, PD_Tensor *grad, PD_Tensor *master,
+                bool multi_precision, PD_Tensor *param_out)
+{
+    const char *op = "sgd";
+    if (multi_precision && master)
+        fail(op, "multi_precision with master weights is not implemented on this device");
+    tview p, l, g, po;
+    input(op, param, &p);
+    input(op, lr, &l);
+    input(op, grad, &g);
+    if (g.n != p.n || l.n != 1)
+        fail(op, "param and grad of %lld and %lld elements, learning rate of %lld (want equal sizes, and one "
+             "element)", (long long)p.n, (long long)g.n, (long long)l.n);
+    if (g.cdt != p.cdt || l.cdt != p.cdt)
+        fail(op, "param, learning rate and grad of different data types (this device's SGD takes one)");
+    void *s = stream_of(op, ctx);
+    output(op, ctx, param_out, p.cdt, &po);
+    temps T = {ctx, op, {0}, 0};
+    int64_t n = p.n, one = 1, zero = 0;
+    void *t = temp(&T, 1, &n, p.cdt);
+    ew(op, s, E_MUL, p.dt, 1, &n, t, l.p, &zero, g.p, &one);
+    ew(op, s, E_SUB, p.dt, 1, &n, po.p, p.p, &one, t, &one);
+    temps_free(&T);
+}
+
+static void k_sgd(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *lr, PD_Tensor *grad, PD_Tensor *master,
+                  bool multi_precision, PD_Tensor *param_out, PD_Tensor *master_out)
+{
+    (void)master_out;
+    sgd(ctx, param, lr, grad, PD.PD_OptionalTensorGetPointer(master), multi_precision, param_out);
+}
+
 static void k_adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *lr, PD_Tensor *m1,
                     PD_Tensor *m2, PD_Tensor *m2max, PD_Tensor *b1p, PD_Tensor *b2p, PD_Tensor *master,
                     PD_Tensor *skip, PD_Scalar *beta1, PD_Scalar *beta2, PD_Scalar *eps, float lr_ratio, float coeff,
@@ -1161,13 +1313,40 @@ static void k_adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD
 
 /* ---- the executors' entries (PD_KernelContext) ----------------------------------------------------- */
 
+/* an IntArray attribute's values: an IntArray, or a 1-d int32 / int64 tensor in the executor */
+static axes_v ctx_axes(const char *op, PD_KernelContext *c, size_t index)
+{
+    int is_tensor = 0;
+    const void *p = anychip_paddle_attr((void *)PD.PD_KernelContextIntArrayAttrAt, g_tensor_ref_at, c, index,
+                                        &is_tensor);
+    if (!is_tensor)
+        return axes_of(op, (PD_IntArray *)p);
+    axes_v a = {0, {0}};
+    unsigned char b[sizeof a.v];
+    int64_t n = 0;
+    C_DataType dt = attr_tensor(op, index, p, b, sizeof b, &n);
+    if (dt != INT32 && dt != INT64)
+        fail(op, "attribute %zu is a tensor of data type %d; an int array's is int32 or int64", index, (int)dt);
+    a.n = (size_t)n;
+    for (size_t i = 0; i < a.n; i++) {
+        int32_t v32;
+        if (dt == INT64)
+            memcpy(&a.v[i], b + 8 * i, 8);
+        else {
+            memcpy(&v32, b + 4 * i, 4);
+            a.v[i] = v32;
+        }
+    }
+    return a;
+}
+
 #define IN(i) PD.PD_KernelContextInputAt(c, i)
 #define OUT(i) PD.PD_KernelContextOutputAt(c, i)
 #define CTX PD.PD_KernelContextGetDeviceContext(c)
 #define BOOLA(i) PD.PD_KernelContextBoolAttrAt(c, i)
 #define INTA(i) PD.PD_KernelContextInt32AttrAt(c, i)
-#define ARR(i) PD.PD_KernelContextIntArrayAttrAt(c, i)
-#define SCAL(i) PD.PD_KernelContextScalarAttrAt(c, i)
+#define ARR(op, i) ctx_axes(op, c, i)
+#define SCAL(op, i) ctx_scalar(op, c, i)
 #define DTYPE(i) PD.PD_KernelContextDataTypeAttrAt(c, i)
 
 static void c_add(PD_KernelContext *c) { k_add(CTX, IN(0), IN(1), OUT(0)); }
@@ -1189,21 +1368,38 @@ static void c_exp_grad(PD_KernelContext *c) { k_exp_grad(CTX, IN(0), IN(1), OUT(
 static void c_log_grad(PD_KernelContext *c) { k_log_grad(CTX, IN(0), IN(1), OUT(0)); }
 static void c_square_grad(PD_KernelContext *c) { k_square_grad(CTX, IN(0), IN(1), OUT(0)); }
 static void c_cast(PD_KernelContext *c) { cast_to(CTX, IN(0), DTYPE(0), OUT(0)); }
-static void c_scale(PD_KernelContext *c) { k_scale(CTX, IN(0), SCAL(0), SCAL(1), BOOLA(2), OUT(0)); }
-static void c_full(PD_KernelContext *c) { fill_value("full", CTX, SCAL(1), DTYPE(2), OUT(0)); }
+static void c_scale(PD_KernelContext *c)
+{
+    scale_op(CTX, IN(0), SCAL("scale", 0).f, SCAL("scale", 1).f, BOOLA(2), OUT(0));
+}
+static void c_full(PD_KernelContext *c) { fill_value("full", CTX, SCAL("full", 1), DTYPE(2), OUT(0)); }
 static void c_full_like(PD_KernelContext *c)
 {
     C_DataType t = DTYPE(1);
     C_Status st = C_SUCCESS;
-    fill_value("full_like", CTX, SCAL(0), t == UNDEFINED ? PD.PD_TensorGetPDDataType(IN(0), &st) : t, OUT(0));
+    fill_value("full_like", CTX, SCAL("full_like", 0), t == UNDEFINED ? PD.PD_TensorGetPDDataType(IN(0), &st) : t,
+               OUT(0));
 }
-static void c_sum(PD_KernelContext *c) { reduce_op("sum", R_SUM, CTX, IN(0), ARR(0), DTYPE(1), OUT(0)); }
-static void c_mean(PD_KernelContext *c) { reduce_op("mean", R_MEAN, CTX, IN(0), ARR(0), UNDEFINED, OUT(0)); }
+static void c_sum(PD_KernelContext *c)
+{
+    axes_v a = ARR("sum", 0);
+    reduce_op("sum", R_SUM, CTX, IN(0), &a, DTYPE(1), OUT(0));
+}
+static void c_mean(PD_KernelContext *c)
+{
+    axes_v a = ARR("mean", 0);
+    reduce_op("mean", R_MEAN, CTX, IN(0), &a, UNDEFINED, OUT(0));
+}
 static void c_mean_all(PD_KernelContext *c) { k_mean_all(CTX, IN(0), OUT(0)); }
-static void c_sum_grad(PD_KernelContext *c) { reduce_grad("sum_grad", 0, CTX, IN(0), IN(1), ARR(0), BOOLA(2), OUT(0)); }
+static void c_sum_grad(PD_KernelContext *c)
+{
+    axes_v a = ARR("sum_grad", 0);
+    reduce_grad("sum_grad", 0, CTX, IN(0), IN(1), &a, BOOLA(2), OUT(0));
+}
 static void c_mean_grad(PD_KernelContext *c)
 {
-    reduce_grad("mean_grad", 1, CTX, IN(0), IN(1), ARR(0), BOOLA(2), OUT(0));
+    axes_v a = ARR("mean_grad", 0);
+    reduce_grad("mean_grad", 1, CTX, IN(0), IN(1), &a, BOOLA(2), OUT(0));
 }
 static void c_mean_all_grad(PD_KernelContext *c) { k_mean_all_grad(CTX, IN(0), IN(1), OUT(0)); }
 static void c_softmax(PD_KernelContext *c) { k_softmax(CTX, IN(0), INTA(0), OUT(0)); }
@@ -1212,10 +1408,11 @@ static void c_matmul(PD_KernelContext *c) { k_matmul(CTX, IN(0), IN(1), BOOLA(0)
 static void c_adamw(PD_KernelContext *c)
 {
     adamw(CTX, IN(0), IN(1), IN(2), IN(3), IN(4), IN(5), IN(6), IN(7), IN(8), IN(9),
-          PD.PD_ScalarGetFloat64Data(SCAL(0)), PD.PD_ScalarGetFloat64Data(SCAL(1)), PD.PD_ScalarGetFloat64Data(SCAL(2)),
+          SCAL("adamw", 0).f, SCAL("adamw", 1).f, SCAL("adamw", 2).f,
           PD.PD_KernelContextFloatAttrAt(c, 3), PD.PD_KernelContextFloatAttrAt(c, 4), BOOLA(5), BOOLA(8), BOOLA(9),
           BOOLA(10), OUT(0), OUT(1), OUT(2), OUT(4), OUT(5));
 }
+static void c_sgd(PD_KernelContext *c) { sgd(CTX, IN(0), IN(1), IN(2), IN(3), BOOLA(0), OUT(0)); }
 static void c_matmul_grad(PD_KernelContext *c)
 {
     k_matmul_grad(CTX, IN(0), IN(1), IN(2), BOOLA(0), BOOLA(1), OUT(0), OUT(1));
@@ -1247,6 +1444,7 @@ typedef struct {
 #define F32_ PD_ARG_TYPE_FLOAT32
 #define I64_ PD_ARG_TYPE_INT64
 static const PD_KernelArgumentType ADAMW_IN[] = {T_, T_, T_, T_, T_, O_, T_, T_, O_, O_};
+static const PD_KernelArgumentType SGD_IN[] = {T_, T_, T_, O_};
 
 #define V(f) ((void *)(f))
 static const kernel_def KERNELS[] = {
@@ -1284,6 +1482,7 @@ static const kernel_def KERNELS[] = {
     {"matmul_grad", FLOATS, 3, 2, 2, {B_, B_}, c_matmul_grad, V(k_matmul_grad), 0, NULL},
     {"adamw", ADAMW_TYPES, 10, 11, 7, {S_, S_, S_, F32_, F32_, B_, B_, I64_, B_, B_, B_}, c_adamw, V(k_adamw), 0,
      ADAMW_IN},
+    {"sgd", ADAMW_TYPES, 4, 1, 2, {B_}, c_sgd, V(k_sgd), 0, SGD_IN},
 };
 
 static const C_DataType FLOAT_TYPES[] = {FLOAT32, FLOAT64, FLOAT16, BFLOAT16};
@@ -1313,6 +1512,46 @@ static char g_kernel_names[1024];
 
 EXPORT const char *anychip_paddle_kernels(void) { return g_kernel_names; }
 
+/* How many times each kernel ran (its name's entry in KERNELS), for tests and tools that check
+ * where a program's ops ran: anychip_paddle_kernel_calls("matmul"); ~0 for a name not in the table. */
+static atomic_ullong g_calls[sizeof KERNELS / sizeof *KERNELS];
+
+static void count_call(const char *op)
+{
+    for (size_t k = 0; k < sizeof KERNELS / sizeof *KERNELS; k++)
+        if (strcmp(KERNELS[k].name, op) == 0) {
+            atomic_fetch_add(&g_calls[k], 1);
+            return;
+        }
+}
+
+EXPORT unsigned long long anychip_paddle_kernel_calls(const char *name)
+{
+    for (size_t k = 0; k < sizeof KERNELS / sizeof *KERNELS; k++)
+        if (strcmp(KERNELS[k].name, name) == 0)
+            return atomic_load(&g_calls[k]);
+    return ~0ull;
+}
+
+/* The kernel table as text, without registering anything (`anychip info` reads it from the
+ * library, Paddle or not): a line per op, "name<TAB>dtype,dtype,...", in registration order. */
+static char g_kernel_table[4096];
+
+EXPORT const char *anychip_paddle_kernel_table(void)
+{
+    static const char *const FLOAT_NAMES = "float32,float64,float16,bfloat16", *const INT_NAMES = "int32,int64",
+                             *const ADAMW_NAMES = "float32,float64";
+    size_t used = 0;
+    for (size_t k = 0; k < sizeof KERNELS / sizeof *KERNELS && used < sizeof g_kernel_table; k++) {
+        const kernel_def *d = &KERNELS[k];
+        used += (size_t)snprintf(g_kernel_table + used, sizeof g_kernel_table - used, "%s\t%s%s%s\n", d->name,
+                                 d->types & FLOATS ? FLOAT_NAMES : d->types & ADAMW_TYPES ? ADAMW_NAMES : "",
+                                 (d->types & (FLOATS | ADAMW_TYPES)) && (d->types & INTS) ? "," : "",
+                                 d->types & INTS ? INT_NAMES : "");
+    }
+    return g_kernel_table;
+}
+
 /* ANYCHIP_PADDLE_KERNELS=0 registers none (every op then takes Paddle's CPU fallback) */
 static void register_kernels(void *target)
 {
@@ -1333,6 +1572,7 @@ static void register_kernels(void *target)
     }
     ANYCHIP_PHI_FUNCTIONS(CHECK)
 #undef CHECK
+    g_tensor_ref_at = dlsym(phi, "_ZNK3phi13KernelContext6AttrAtINS_9TensorRefEEERKT_m");
     *(void **)&SK.elementwise = dlsym(target, "anychip_simk_elementwise");
     *(void **)&SK.unary = dlsym(target, "anychip_simk_unary");
     *(void **)&SK.reduce = dlsym(target, "anychip_simk_reduce");

@@ -384,6 +384,7 @@ void sim_exec_lock_init(void)
 
 void sim_set_require_current(int yes) { G.require_current = yes; }
 void sim_set_sync_waits_default(int yes) { G.sync_no_default_wait = !yes; }
+void sim_set_legacy_null_stream(int yes) { ASTORE(&G.legacy_null_stream, yes); }
 int sim_visible_count(void) { return G.nvis; }
 int sim_physical_count(void) { return G.nphys; }
 size_t sim_capacity(void) { return G.capacity; }

@@ -103,6 +103,11 @@ SIM_HIDDEN void sim_set_require_current(int yes);
  * for the current device's default stream (the default; CANN's aclrtMemcpy waits for no
  * stream, so the ACL front end turns it off). */
 SIM_HIDDEN void sim_set_sync_waits_default(int yes);
+/* HIP's legacy null stream (clr's WaitActiveStreams): work enqueued on a device's default
+ * stream first waits for the work queued so far on its blocking streams (those not marked
+ * non-blocking), and work enqueued on a blocking stream first waits for the work queued so
+ * far on the default stream. Off unless a front end turns it on. */
+SIM_HIDDEN void sim_set_legacy_null_stream(int yes);
 
 /* why the visibility variable rejected every device (SIM_VIS_ACL), or NULL */
 SIM_HIDDEN const char *sim_visibility_error(void);
@@ -167,6 +172,12 @@ SIM_HIDDEN sim_status sim_device_drain(int phys);
 /* the same, passing over the streams marked non-blocking too (HIP's legacy null stream) */
 SIM_HIDDEN sim_status sim_device_drain_blocking(int phys);
 SIM_HIDDEN sim_status sim_stream_set_nonblocking(void *stream);
+/* whether sim_stream_set_nonblocking marked the stream (0 for a default stream) */
+SIM_HIDDEN sim_status sim_stream_nonblocking(void *stream, int *out);
+/* queue on the stream the legacy null-stream waits an op would get (sim_set_legacy_null_stream),
+ * so that a synchronize or query of the null stream covers the blocking streams' work;
+ * *queued: whether the stream's queue grew */
+SIM_HIDDEN sim_status sim_stream_join_blocking(void *stream, int *queued);
 
 /* enqueue work; the direction is checked against the allocation table */
 SIM_HIDDEN sim_status sim_memcpy_async(void *dst, const void *src, size_t n, int dir, void *stream);

@@ -107,6 +107,9 @@ static uint64_t recorded(sim_event *e)
 
 static sim_status record(sim_event *e, sim_stream *s)
 {
+    sim_status st = sim_stream_order(s); /* the record comes after the legacy null-stream waits */
+    if (st != SIM_OK)
+        return st;
     sim_op op = {.type = OP_RECORD};
     op.u.ev.ev = e;
     pthread_mutex_lock(&s->lock);
@@ -127,7 +130,7 @@ static sim_status record(sim_event *e, sim_stream *s)
     pthread_mutex_unlock(&s->lock);
     /* the stream cannot die in between: the caller holds a reference and `dead` is only set
      * by destroy, which drains the queue before the worker stops */
-    sim_status st = sim_stream_push(s, &op);
+    st = sim_stream_push_raw(s, &op);
     if (st != SIM_OK) {
         sim_event_complete(e, op.u.ev.gen); /* the record will never run: nobody may wait forever */
         sim_event_put(e);

@@ -11,14 +11,16 @@
  * kind is only range-checked, the pointers give the direction; elapsed time with an
  * event created with hipEventDisableTiming is hipErrorInvalidHandle.
  *
- * The synchronous copies and memsets (hipMemcpy, hipMemcpyPeer, hipMemset) first wait
- * for the work queued on the current device's blocking streams, as clr's legacy null
- * stream does (streams made with hipStreamNonBlocking are passed over).
+ * The null stream is clr's legacy null stream (hip_context.cpp / hip_device.cpp
+ * WaitActiveStreams): work enqueued on it, hipStreamSynchronize(0) and hipStreamQuery(0)
+ * first wait for the work queued so far on the device's blocking streams (hipStreamCreate,
+ * hipStreamCreateWithFlags(hipStreamDefault)), work enqueued on a blocking stream first
+ * waits for the work queued so far on the null stream, and the synchronous copies and
+ * memsets (hipMemcpy, hipMemcpyPeer, hipMemset) wait for both. Streams made with
+ * hipStreamNonBlocking are exempt from all of it.
  *
- * Deviation: work enqueued on the null stream (hipMemcpyAsync(..., 0) and the like) and
- * hipStreamSynchronize(0) are ordered with the null stream only, not with the device's
- * blocking streams. hipStreamLegacy and hipStreamPerThread name the null stream (clr
- * gives each thread its own per-thread stream).
+ * Deviation: hipStreamLegacy and hipStreamPerThread name the null stream (clr gives each
+ * thread its own per-thread stream).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -55,6 +57,7 @@ static void fe_init(void)
         vis = getenv("CUDA_VISIBLE_DEVICES");
     sim_core_init(vis && *vis ? vis : NULL, SIM_VIS_HIP);
     sim_set_require_current(0);
+    sim_set_legacy_null_stream(1);
 }
 
 #define ENTER() pthread_once(&fe_once, fe_init)
@@ -871,13 +874,37 @@ HIP_API hipError_t hipStreamDestroy(hipStream_t stream)
 HIP_API hipError_t hipStreamSynchronize(hipStream_t stream)
 {
     ENTER();
-    return ret(sim_stream_synchronize(S(stream)));
+    void *s = S(stream);
+    sim_status st = sim_stream_synchronize(s);
+    int queued = 0;
+    /* clr: the null stream also waits for the blocking streams; joined after its own work,
+     * so that a copy just queued still runs on this thread */
+    if (st == SIM_OK && !s && (st = sim_stream_join_blocking(NULL, &queued)) == SIM_OK && queued)
+        st = sim_stream_synchronize(NULL);
+    return ret(st);
 }
 
 HIP_API hipError_t hipStreamQuery(hipStream_t stream)
 {
     ENTER();
-    return ret(sim_stream_query(S(stream)));
+    void *s = S(stream);
+    sim_status st = sim_stream_query(s);
+    int queued = 0;
+    if (st == SIM_OK && !s && (st = sim_stream_join_blocking(NULL, &queued)) == SIM_OK && queued)
+        st = sim_stream_query(NULL);
+    return ret(st);
+}
+
+HIP_API hipError_t hipStreamGetFlags(hipStream_t stream, unsigned int *flags)
+{
+    ENTER();
+    if (!flags)
+        return ret(sim_fail(SIM_E_INVALID_VALUE, "hipStreamGetFlags: flags is NULL"));
+    int nonblocking = 0;
+    sim_status st = sim_stream_nonblocking(S(stream), &nonblocking);
+    if (st == SIM_OK)
+        *flags = nonblocking ? hipStreamNonBlocking : hipStreamDefault;
+    return ret(st);
 }
 
 HIP_API hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags)

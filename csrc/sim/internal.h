@@ -74,7 +74,7 @@ typedef struct sim_import {
 enum { REF_HOST = 0, REF_DEV = 1, REF_IMPORT = 2 };
 typedef struct { int kind; int dev; uint64_t id; } sim_ref;
 
-enum { OP_COPY = 1, OP_SET, OP_RECORD, OP_WAIT, OP_HOST };
+enum { OP_COPY = 1, OP_SET, OP_RECORD, OP_WAIT, OP_HOST, OP_AFTER };
 
 typedef struct sim_op {
     int type;
@@ -83,6 +83,7 @@ typedef struct sim_op {
         struct { char *dst; int value; size_t n; sim_ref dref; } set;
         struct { sim_event *ev; uint64_t gen; } ev;
         struct { sim_host_fn fn; void *arg; } host;
+        struct { sim_stream *s; uint64_t target; } after; /* another stream's first `target` ops (a reference held) */
     } u;
 } sim_op;
 
@@ -142,6 +143,7 @@ typedef struct sim_globals {
     uint64_t wait_spin_ns;        /* a synchronizing thread's spin (SIM_WAIT_SPIN_FACTOR x spin_ns) */
     int require_current;
     int sync_no_default_wait;     /* synchronous copies / memsets skip the default stream (ACL) */
+    int legacy_null_stream;       /* HIP: the null stream and the blocking streams wait for each other */
     sim_device dev[SIM_MAX_DEVICES];
     pthread_rwlock_t exec;        /* read: an op touches memory; write: memory is freed or unmapped */
     pthread_mutex_t default_lock; /* creation of default streams */
@@ -213,7 +215,12 @@ SIM_HIDDEN int sim_wait(sim_ready_fn ready, const void *ctx, pthread_mutex_t *lo
 
 SIM_HIDDEN sim_status sim_stream_get(void *handle, sim_stream **out);
 SIM_HIDDEN void sim_stream_put(sim_stream *s);
+/* queue an op, after the legacy null-stream waits (sim_stream_order) */
 SIM_HIDDEN sim_status sim_stream_push(sim_stream *s, const sim_op *op);
+/* queue HIP's legacy null-stream waits on s (nothing unless the front end turned them on) */
+SIM_HIDDEN sim_status sim_stream_order(sim_stream *s);
+/* queue an op as it is */
+SIM_HIDDEN sim_status sim_stream_push_raw(sim_stream *s, const sim_op *op);
 SIM_HIDDEN void sim_event_put(sim_event *e);
 SIM_HIDDEN void sim_event_ref(sim_event *e);
 /* run a record / wait op on a stream (event.c) */

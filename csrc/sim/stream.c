@@ -44,6 +44,8 @@ static sim_status run_set(const sim_op *op, char *msg, size_t msglen)
     return st;
 }
 
+static int wait_done(sim_stream *s, uint64_t target, uint64_t deadline_ns);
+
 static sim_status run_op(const sim_op *op, char *msg, size_t msglen)
 {
     switch (op->type) {
@@ -61,6 +63,10 @@ static sim_status run_op(const sim_op *op, char *msg, size_t msglen)
         return SIM_OK;
     case OP_HOST:
         op->u.host.fn(op->u.host.arg);
+        return SIM_OK;
+    case OP_AFTER:
+        wait_done(op->u.after.s, op->u.after.target, 0);
+        sim_stream_put(op->u.after.s);
         return SIM_OK;
     }
     return SIM_OK;
@@ -131,6 +137,8 @@ static void help_run(sim_stream *s, uint64_t target)
         if (next->type == OP_HOST)
             break;
         if (next->type == OP_WAIT && ALOAD(&next->u.ev.ev->done_gen) < next->u.ev.gen)
+            break;
+        if (next->type == OP_AFTER && ALOAD(&next->u.after.s->done) < next->u.after.target)
             break;
         run_next(s);
     }
@@ -320,7 +328,7 @@ sim_status sim_stream_destroy(void *handle)
     return SIM_OK;
 }
 
-sim_status sim_stream_push(sim_stream *s, const sim_op *op)
+sim_status sim_stream_push_raw(sim_stream *s, const sim_op *op)
 {
     pthread_mutex_lock(&s->lock);
     if (s->dead) {
@@ -346,6 +354,61 @@ sim_status sim_stream_push(sim_stream *s, const sim_op *op)
         pthread_cond_signal(&s->work_cv);
     pthread_mutex_unlock(&s->lock);
     return SIM_OK;
+}
+
+/* Queue on s a wait for the first `target` ops of t, unless they have run already. */
+static sim_status push_after(sim_stream *s, sim_stream *t)
+{
+    uint64_t target = ALOAD(&t->tail);
+    if (ALOAD(&t->done) >= target)
+        return SIM_OK;
+    sim_op op = {.type = OP_AFTER};
+    op.u.after.s = t;
+    op.u.after.target = target;
+    __atomic_add_fetch(&t->refs, 1, __ATOMIC_RELAXED);
+    sim_status st = sim_stream_push_raw(s, &op);
+    if (st != SIM_OK)
+        sim_stream_put(t);
+    return st;
+}
+
+/* HIP's legacy null stream (see sim_set_legacy_null_stream). Every wait refers to ops
+ * queued before it was queued, so the waits can never form a cycle. */
+sim_status sim_stream_order(sim_stream *s)
+{
+    if (!ALOAD(&G.legacy_null_stream) || ALOAD(&s->nonblocking))
+        return SIM_OK;
+    sim_device *d = &G.dev[s->dev];
+    if (!s->is_default) {
+        sim_stream *null = ALOAD(&d->default_stream);
+        return null ? push_after(s, null) : SIM_OK;
+    }
+    sim_status st = SIM_OK;
+    pthread_mutex_lock(&d->streams_lock); /* no one takes it while holding a stream's lock */
+    for (sim_stream *t = d->streams; t && st == SIM_OK; t = t->next)
+        if (t != s && !ALOAD(&t->nonblocking))
+            st = push_after(s, t);
+    pthread_mutex_unlock(&d->streams_lock);
+    return st;
+}
+
+sim_status sim_stream_push(sim_stream *s, const sim_op *op)
+{
+    sim_status st = sim_stream_order(s);
+    return st != SIM_OK ? st : sim_stream_push_raw(s, op);
+}
+
+sim_status sim_stream_join_blocking(void *stream, int *queued)
+{
+    sim_stream *s;
+    sim_status st = sim_stream_get(stream, &s);
+    if (st != SIM_OK)
+        return st;
+    uint64_t tail = ALOAD(&s->tail);
+    st = sim_stream_order(s);
+    *queued = ALOAD(&s->tail) != tail; /* (or another thread queued work meanwhile) */
+    sim_stream_put(s);
+    return st;
 }
 
 /* ========================================================================== */
@@ -451,7 +514,7 @@ static sim_status device_wait(int phys, int timed, uint64_t deadline_ns)
         /* modes 2 and 3 (drain) pass over held streams and the caller's own worker: nothing
          * would ever let them finish while this thread waits; mode 3 also over non-blocking ones */
         int skip = timed >= 2 && (ALOAD(&list[i]->held) || pthread_equal(pthread_self(), list[i]->thread) ||
-                                  (timed == 3 && list[i]->nonblocking));
+                                  (timed == 3 && ALOAD(&list[i]->nonblocking)));
         if (skip)
             st = SIM_OK;
         else
@@ -481,11 +544,19 @@ sim_status sim_stream_set_nonblocking(void *stream)
     sim_stream *s;
     sim_status st = sim_stream_get(stream, &s);
     if (st == SIM_OK) {
-        s->nonblocking = 1;       /* set before the handle is handed out */
+        ASTORE(&s->nonblocking, 1); /* set before the handle is handed out */
         sim_stream_put(s);
     }
     return st;
 }
+
+static sim_status get_nonblocking(const sim_stream *s, int *out)
+{
+    *out = ALOAD(&s->nonblocking);
+    return SIM_OK;
+}
+
+sim_status sim_stream_nonblocking(void *stream, int *out) { WITH_STREAM(stream, get_nonblocking(s, out)); }
 
 /* ========================================================================== */
 /* copies and memsets                                                         */

@@ -49,14 +49,14 @@ static void slow(void *arg)
 }
 
 /* waits (at most 10 s) for the host to set *flag; records whether it saw it */
-static volatile int released, saw_release;
+static int released, saw_release;
 static void wait_for_host(void *arg)
 {
     (void)arg;
     double t0 = now();
-    while (!released && now() - t0 < 10.0) {
+    while (!__atomic_load_n(&released, __ATOMIC_ACQUIRE) && now() - t0 < 10.0) {
     }
-    saw_release = released;
+    saw_release = __atomic_load_n(&released, __ATOMIC_ACQUIRE);
 }
 
 int main(void)
@@ -170,7 +170,7 @@ int main(void)
     CHECK(hipMemset(d, 9, 1) == hipSuccess);       /* after the async memset */
     CHECK(hipMemcpy(back, d, sizeof back, hipMemcpyDeviceToHost) == hipSuccess);
     CHECK(back[0] == 9 && back[1] == 0);
-    released = 1;
+    __atomic_store_n(&released, 1, __ATOMIC_RELEASE);
     CHECK(hipStreamSynchronize(nonblocking) == hipSuccess && saw_release == 1);
     CHECK(hipStreamDestroy(blocking) == hipSuccess && hipStreamDestroy(nonblocking) == hipSuccess);
 

@@ -226,8 +226,12 @@ def timeout(comm, chk: Checker) -> None:
             chk.true("timeout: all_reduce without peers returned", False)
         except CollectiveTimeout as e:
             took = time.monotonic() - t0
-            chk.true(f"timeout after {took:.2f} s: {e}", 0.5 <= took < 5 and "within 0.5 s" in str(e)
-                     and "ANYCHIP_COLLECTIVE_TIMEOUT" in str(e))
+            others = list(range(1, comm.size))
+            missing = ("rank 1 has not called it" if len(others) == 1 else
+                       f"ranks {', '.join(map(str, others))} have not called it")
+            chk.true(f"timeout after {took:.2f} s: {e}", 0.5 <= took < 5 and str(e) == (
+                f"all_reduce (op #1) on group {sub.transport.label} (MPI) did not complete within 0.5 s on rank 0 "
+                f"(ANYCHIP_COLLECTIVE_TIMEOUT): {missing} (no answer in 0.5 s: busy elsewhere, or stuck outside MPI)"))
         try:
             sub.all_reduce(b).wait()
             chk.true("timeout: the failed communicator accepted another op", False)
@@ -238,6 +242,26 @@ def timeout(comm, chk: Checker) -> None:
         # (the transport's collectives are MPI's nonblocking ones, which match only their own kind)
         late.Iallreduce(MPI.IN_PLACE, [np.zeros(4, np.float32), MPI.FLOAT], MPI.SUM).Wait()
     comm.barrier().wait()       # rank 0's MPI progress completes the abandoned all_reduce meanwhile
+    if comm.size > 2:
+        # every rank but the last calls it: each one that times out names only the last
+        last = comm.size - 1
+        os.environ["ANYCHIP_COLLECTIVE_TIMEOUT"] = "0.5"
+        sub = comm.split(0)
+        os.environ.pop("ANYCHIP_COLLECTIVE_TIMEOUT")
+        late = sub.transport.comm
+        if comm.rank != last:
+            try:
+                sub.all_reduce(b).wait()
+                chk.true("timeout: all_reduce without the last rank returned", False)
+            except CollectiveTimeout as e:
+                chk.true(f"timeout without rank {last}: {e}", str(e) == (
+                    f"all_reduce (op #1) on group {sub.transport.label} (MPI) did not complete within 0.5 s on rank "
+                    f"{comm.rank} (ANYCHIP_COLLECTIVE_TIMEOUT): rank {last} has not called it (no answer in 0.5 s: "
+                    "busy elsewhere, or stuck outside MPI)"))
+        comm.barrier().wait()
+        if comm.rank == last:
+            late.Iallreduce(MPI.IN_PLACE, [np.zeros(4, np.float32), MPI.FLOAT], MPI.SUM).Wait()
+        comm.barrier().wait()
 
 
 def main(argv: list[str]) -> int:
@@ -334,12 +358,14 @@ def job(groups: list[tuple[int, dict]], args: dict, env: dict | None = None,
 
 def planned(size: int, devices: list[str], rank: int, timeout: bool = False, named: bool = True) -> int:
     """Checks rank ``rank`` makes: transport, cases, ring; on cpu the splits (2 x 3 + 1, or
-    2 x 2 + 1 without transport names), check mode (2) and, on rank 0, the timeout (2)."""
+    2 x 2 + 1 without transport names), check mode (2), on rank 0 the timeout (2) and, with more
+    than 2 ranks, on every rank but the last the timeout without the last (1)."""
     total = 0
     for d in devices:
         total += 1 + len(plan(size, d == "cpu")) + 1
         if d == "cpu":
             total += (7 if named else 5) + 2 + (2 if timeout and rank == 0 else 0)
+            total += 1 if timeout and size > 2 and rank < size - 1 else 0
     return total
 
 

@@ -28,6 +28,7 @@ PROGRAMS = [
     ("acl_runtime_calls.c", "libascend_sim", "acl runtime calls ok", {}),
     ("hip_fidelity.c", "libhygon_sim", "hip fidelity ok", {}),
     ("hip_stream_ordered.c", "libhygon_sim", "hip stream-ordered ok", {}),
+    ("hip_null_stream.c", "libhygon_sim", "hip null stream ok", {}),
     ("xpu_fidelity.c", "libkunlun_sim", "xpu fidelity ok", {"XPU_VISIBLE_DEVICES": "5,2,7"}),
 ]
 
@@ -51,7 +52,7 @@ SYMBOLS = {
         hipMemcpy
         hipMemcpyAsync hipMemset hipMemsetAsync
         hipSetDevice hipGetDevice hipGetDeviceCount hipStreamCreate hipStreamDestroy hipStreamSynchronize
-        hipStreamQuery hipEventCreate hipEventDestroy hipEventRecord hipEventSynchronize hipEventQuery
+        hipStreamQuery hipStreamGetFlags hipEventCreate hipEventDestroy hipEventRecord hipEventSynchronize hipEventQuery
         hipEventElapsedTime hipStreamWaitEvent hipMemGetInfo hipDeviceSynchronize hipGetErrorString
         hipExtHostAlloc hipFreeHost hipMallocAsync hipFreeAsync hipMallocFromPoolAsync hipDeviceGetDefaultMemPool
         hipDeviceGetMemPool hipDeviceSetMemPool hipMemPoolSetAttribute hipMemPoolGetAttribute hipMemPoolTrimTo""",

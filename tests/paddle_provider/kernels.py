@@ -115,6 +115,17 @@ def backward(out: dict) -> None:
         out["grad_" + name] = True if not bad else "; ".join(bad)
 
 
+def sgd_step(out: dict) -> None:
+    """paddle.optimizer.SGD's update (the sgd_ kernel): p - lr * grad, exactly."""
+    c = np.array([1, 2, 3, 4], F)
+    p = t(np.array([1, 2, 4, 8], F), grad=True)
+    opt = paddle.optimizer.SGD(learning_rate=0.5, parameters=[p])
+    (p * t(c)).sum().backward()
+    opt.step()
+    got, want = p.numpy(), np.array([1, 2, 4, 8], F) - 0.5 * c
+    out["sgd_step"] = True if np.array_equal(got, want) else f"got {got.tolist()} want {want.tolist()}"
+
+
 def mlp_coverage(out: dict) -> None:
     """An MLP's AdamW training step without fallback: forward, backward and the update run on
     the device, and give the parameters the same step on Paddle's CPU gives them (to float32
@@ -153,6 +164,7 @@ def main() -> None:
     out: dict = {}
     forward(out)
     backward(out)
+    sgd_step(out)
     mlp_coverage(out)
     print("RESULT " + json.dumps(out))
 

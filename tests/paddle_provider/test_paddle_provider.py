@@ -215,7 +215,28 @@ def test_kernels_run_on_the_device_without_fallback(chip: str) -> None:
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     report = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
     assert {k: v for k, v in report.items() if v is not True} == {}
-    assert len(report) == 51
+    assert len(report) == 52
+
+
+STATIC_CALLS = {"matmul": 1, "add": 2, "relu": 1, "subtract": 1, "square": 1, "mean": 1, "scale": 2, "sum": 1,
+                "full": 0, "full_like": 2, "multiply": 1, "matmul_grad": 1, "add_grad": 1, "relu_grad": 1,
+                "subtract_grad": 1, "square_grad": 1, "mean_grad": 1, "sgd": 2}
+
+
+@pytest.mark.parametrize("chip", ["ascend", "hygon"])
+def test_static_program_runs_on_the_devices_kernels(chip: str) -> None:
+    """paddle.static (Paddle's executor, PIR): a forward pass, a loss, its gradients and SGD's
+    update, run twice by an Executor on the device with the fallback off, give NumPy's exact
+    values, and the bridge's counters show each op ran on the device's kernel once per run
+    (scale's and full_like's values and sum's axes arrive from the executor as tensors)."""
+    env = _env(ANYCHIP_PADDLE=chip, FLAGS_enable_api_kernel_fallback="0")
+    r = subprocess.run([sys.executable, str(WORKERS / "static_graph.py"), f"anychip_{chip}:0"], env=env,
+                       capture_output=True, text=True, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    report = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    assert {k: v for k, v in report["checks"].items() if v is not True} == {}
+    assert len(report["checks"]) == 10
+    assert report["calls"] == [STATIC_CALLS, STATIC_CALLS]
 
 
 def test_kernels_can_be_left_unregistered() -> None:
@@ -293,6 +314,43 @@ def test_info_says_where_paddle_finds_the_bridge() -> None:
     assert info["paddle_dir"] == str(site / "paddle_custom_device")
     if BRIDGE.parent != site / "paddle_custom_device":            # an editable install
         assert info["found"] is False and f"set CUSTOM_DEVICE_ROOT={BRIDGE.parent}" in info["status"]
+
+
+def test_info_lists_the_kernels_each_device_type_registers(scaffolded: Path) -> None:
+    """`anychip info` lists, per Paddle device type, the ops with a device kernel and their
+    dtypes -- exactly what Paddle has registered for that type once it loaded the bridge -- and
+    says that a C plugin's type (here the scaffolded one, in the same directory) has none."""
+    code = ("import json, paddle; from paddle.base import core; t = 'anychip_kunlun'; "
+            "print(json.dumps({n: sorted(k[k.rindex(', ') + 2:-1] for k in v if k.startswith('(' + t + ',')) "
+            "for n, v in core._get_registered_phi_kernels('function').items()}))")
+    r = subprocess.run([sys.executable, "-c", code], env=_env(ANYCHIP_PADDLE="kunlun"), capture_output=True,
+                       text=True, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stderr[-2000:]
+    registered = {n: v for n, v in json.loads(r.stdout.strip().splitlines()[-1]).items() if v}
+    table = paddle_provider.kernel_table()
+    assert {n: sorted(v) for n, v in table.items()} == registered
+    assert len(table) == 34 and table["matmul"] == ["float32", "float64", "float16", "bfloat16"]
+    assert table["add"] == ["float32", "float64", "float16", "bfloat16", "int32", "int64"]
+    assert table["adamw"] == table["sgd"] == ["float32", "float64"]
+    assert paddle_provider.kernel_table(scaffolded / "libanychip_mychip.so") == {}
+
+    root = scaffolded.parent / "both"                 # the simulated chips' bridge and a C plugin's, side by side
+    root.mkdir(exist_ok=True)
+    for lib in (BRIDGE, scaffolded / "libanychip_mychip.so"):
+        if not (root / lib.name).exists():
+            (root / lib.name).symlink_to(lib)
+    r = subprocess.run([*ANYCHIP, "info", "--json"], env=_env(root), capture_output=True, text=True,
+                       timeout=CHILD_SECONDS)
+    kernels = json.loads(r.stdout)["paddle"]["kernels"]
+    assert kernels == {"anychip_ascend": table, "anychip_kunlun": table, "anychip_hygon": table,
+                       "anychip_mychip": {}}
+    r = subprocess.run([*ANYCHIP, "info"], env=_env(root), capture_output=True, text=True, timeout=CHILD_SECONDS)
+    lines = r.stdout.splitlines()
+    assert ("  kernels       anychip_ascend, anychip_kunlun, anychip_hygon: 34 ops run on the device; every other "
+            "op takes Paddle's CPU fallback") in lines
+    assert "    matmul          float32, float64, float16, bfloat16" in lines
+    assert ("  kernels       anychip_mychip: none (a C plugin: plugin.h has no kernel interface); every op takes "
+            "Paddle's CPU fallback") in lines
 
 
 def test_plugin_paddle_refuses_what_is_not_a_plugin(tmp_path: Path) -> None:

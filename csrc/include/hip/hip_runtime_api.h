@@ -396,6 +396,7 @@ hipError_t hipStreamCreateWithFlags(hipStream_t *stream, unsigned int flags);
 hipError_t hipStreamDestroy(hipStream_t stream);
 hipError_t hipStreamSynchronize(hipStream_t stream);
 hipError_t hipStreamQuery(hipStream_t stream);
+hipError_t hipStreamGetFlags(hipStream_t stream, unsigned int *flags);
 hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags);
 hipError_t hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void *userData);
 

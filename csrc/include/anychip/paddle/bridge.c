@@ -109,6 +109,48 @@ static C_Status bad_device(const C_Device d, const char *fn)
             return C_ERROR;                               \
     } while (0)
 
+/* ---- ANYCHIP_PADDLE_PROFILE=1: calls and host time per entry, written to stderr at exit ---- */
+
+enum { PROF_create_stream, PROF_destroy_stream, PROF_synchronize_stream, PROF_query_stream, PROF_synchronize_device, PROF_create_event, PROF_destroy_event, PROF_record_event, PROF_query_event, PROF_synchronize_event, PROF_stream_wait_event, PROF_set_device, PROF_get_device, PROF_device_memory_allocate, PROF_device_memory_deallocate, PROF_sync_copy, PROF_device_memory_set, PROF_async_copy, PROF_xccl_all_reduce, PROF_xccl_broadcast, PROF_xccl_all_gather, PROF_N };
+static const char *const PROF_NAMES[PROF_N] = {"create_stream", "destroy_stream", "synchronize_stream", "query_stream", "synchronize_device", "create_event", "destroy_event", "record_event", "query_event", "synchronize_event", "stream_wait_event", "set_device", "get_device", "device_memory_allocate", "device_memory_deallocate", "sync_copy", "device_memory_set", "async_copy", "xccl_all_reduce", "xccl_broadcast", "xccl_all_gather"};
+static int g_prof;
+static atomic_ullong g_prof_calls[PROF_N], g_prof_ns[PROF_N], g_prof_max[PROF_N];
+
+static unsigned long long prof_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec;
+}
+
+typedef struct { int id; unsigned long long t0; } prof_scope;
+
+static void prof_end(prof_scope *p)
+{
+    if (p->id < 0)
+        return;
+    unsigned long long dt = prof_now() - p->t0, max = atomic_load(&g_prof_max[p->id]);
+    atomic_fetch_add(&g_prof_calls[p->id], 1);
+    atomic_fetch_add(&g_prof_ns[p->id], dt);
+    while (dt > max && !atomic_compare_exchange_weak(&g_prof_max[p->id], &max, dt))
+        ;
+}
+
+static void prof_report(void)
+{
+    say("profile (pid %d): entry, calls, host us per call, max us", (int)getpid());
+    for (int i = 0; i < PROF_N; i++) {
+        unsigned long long n = atomic_load(&g_prof_calls[i]);
+        if (n)
+            say("  %-26s %10llu %10.2f %10.1f", PROF_NAMES[i], n, atomic_load(&g_prof_ns[i]) / 1e3 / (double)n,
+                atomic_load(&g_prof_max[i]) / 1e3);
+    }
+}
+
+/* at the top of an entry: its time, from here to its return, counts when profiling */
+#define PROF(name) prof_scope prof_ __attribute__((cleanup(prof_end))) = {g_prof ? PROF_##name : -1, \
+                                                                         g_prof ? prof_now() : 0}
+
 /* ---- failures of enqueued collectives --------------------------------------------------------- */
 
 /* A collective that fails on its stream (a peer gone, a timeout) leaves the stream's
@@ -195,6 +237,7 @@ static C_Status fence(int device)
 
 static C_Status create_stream(const C_Device d, C_Stream *stream)
 {
+    PROF(create_stream);
     DEVICE(d);
     stream_rec *r = calloc(1, sizeof *r);
     if (!r)
@@ -214,6 +257,7 @@ static C_Status create_stream(const C_Device d, C_Stream *stream)
 
 static C_Status destroy_stream(const C_Device d, C_Stream stream)
 {
+    PROF(destroy_stream);
     DEVICE(d);
     stream_rec *r = REC(stream);
     pthread_mutex_lock(&g_streams_lock);
@@ -230,6 +274,7 @@ static C_Status destroy_stream(const C_Device d, C_Stream stream)
 
 static C_Status synchronize_stream(const C_Device d, C_Stream stream)
 {
+    PROF(synchronize_stream);
     DEVICE(d);
     atomic_store(&REC(stream)->pending, 0);
     TRY(P.stream_synchronize(d->id, REC(stream)->s), "stream_synchronize");
@@ -238,6 +283,7 @@ static C_Status synchronize_stream(const C_Device d, C_Stream stream)
 
 static C_Status query_stream(const C_Device d, C_Stream stream)
 {
+    PROF(query_stream);
     DEVICE(d);
     if (!P.stream_query)
         return synchronize_stream(d, stream);
@@ -249,6 +295,7 @@ static C_Status query_stream(const C_Device d, C_Stream stream)
 
 static C_Status synchronize_device(const C_Device d)
 {
+    PROF(synchronize_device);
     DEVICE(d);
     if (P.device_synchronize) {
         TRY(P.device_synchronize(d->id), "device_synchronize");
@@ -269,6 +316,7 @@ typedef struct event_rec {
 
 static C_Status create_event(const C_Device d, C_Event *event)
 {
+    PROF(create_event);
     DEVICE(d);
     event_rec *r = calloc(1, sizeof *r);
     if (!r)
@@ -286,6 +334,7 @@ static C_Status create_event(const C_Device d, C_Event *event)
 
 static C_Status destroy_event(const C_Device d, C_Event event)
 {
+    PROF(destroy_event);
     DEVICE(d);
     event_rec *r = (event_rec *)event;
     C_Status st = r->e ? check(P.event_destroy(d->id, r->e), "event_destroy") : C_SUCCESS;
@@ -295,6 +344,7 @@ static C_Status destroy_event(const C_Device d, C_Event event)
 
 static C_Status record_event(const C_Device d, C_Stream stream, C_Event event)
 {
+    PROF(record_event);
     DEVICE(d);
     event_rec *r = (event_rec *)event;
     if (!r->e)
@@ -304,6 +354,7 @@ static C_Status record_event(const C_Device d, C_Stream stream, C_Event event)
 
 static C_Status query_event(const C_Device d, C_Event event)
 {
+    PROF(query_event);
     DEVICE(d);
     event_rec *r = (event_rec *)event;
     if (!r->e)
@@ -318,6 +369,7 @@ static C_Status query_event(const C_Device d, C_Event event)
 
 static C_Status synchronize_event(const C_Device d, C_Event event)
 {
+    PROF(synchronize_event);
     DEVICE(d);
     event_rec *r = (event_rec *)event;
     if (r->e)
@@ -327,6 +379,7 @@ static C_Status synchronize_event(const C_Device d, C_Event event)
 
 static C_Status stream_wait_event(const C_Device d, C_Stream stream, C_Event event)
 {
+    PROF(stream_wait_event);
     DEVICE(d);
     event_rec *r = (event_rec *)event;
     if (!r->e)
@@ -343,6 +396,7 @@ static C_Status finalize(void) { return C_SUCCESS; }
 
 static C_Status set_device(const C_Device d)
 {
+    PROF(set_device);
     DEVICE(d);
     if (P.set_device)
         TRY(P.set_device(d->id), "set_device");
@@ -354,6 +408,7 @@ static C_Status init_device(const C_Device d) { return set_device(d); }
 
 static C_Status get_device(const C_Device d)
 {
+    PROF(get_device);
     d->id = t_device;
     return C_SUCCESS;
 }
@@ -401,6 +456,7 @@ static C_Status bool_true(const C_Device d, _Bool *supported)
 
 static C_Status device_memory_allocate(const C_Device d, void **ptr, size_t size)
 {
+    PROF(device_memory_allocate);
     DEVICE(d);
     anychip_status rc = P.mem_alloc(d->id, size, ptr);
     if (rc == 0)
@@ -417,6 +473,7 @@ static C_Status device_memory_allocate(const C_Device d, void **ptr, size_t size
 
 static C_Status device_memory_deallocate(const C_Device d, void *ptr, size_t size)
 {
+    PROF(device_memory_deallocate);
     (void)size;
     DEVICE(d);
     return check(P.mem_free(d->id, ptr), "mem_free");
@@ -424,6 +481,7 @@ static C_Status device_memory_deallocate(const C_Device d, void *ptr, size_t siz
 
 static C_Status sync_copy(int device, void *dst, const void *src, size_t size, anychip_copy_kind kind)
 {
+    PROF(sync_copy);
     if (!size)
         return C_SUCCESS;
     C_Status st = fence(device);
@@ -467,6 +525,7 @@ static C_Status memory_copy_p2p(const C_Device dst_d, const C_Device src_d, void
 
 static C_Status device_memory_set(const C_Device d, void *ptr, unsigned char value, size_t size)
 {
+    PROF(device_memory_set);
     DEVICE(d);
     if (!size)
         return C_SUCCESS;
@@ -485,6 +544,7 @@ static C_Status device_memory_set(const C_Device d, void *ptr, unsigned char val
 static C_Status async_copy(int device, C_Stream stream, void *dst, const void *src, size_t size,
                            anychip_copy_kind kind)
 {
+    PROF(async_copy);
     if (!size)
         return C_SUCCESS;
     stream_rec *r = REC(stream);
@@ -686,6 +746,7 @@ static C_Status xccl_get_comm_name(C_CCLComm comm, char *name)
 static C_Status xccl_all_reduce(void *send, void *recv, size_t count, C_DataType t, C_CCLReduceOp op,
                                 C_CCLComm comm, C_Stream stream)
 {
+    PROF(xccl_all_reduce);
     anychip_dtype dt;
     anychip_redop rop;
     size_t size;
@@ -703,6 +764,7 @@ static C_Status missing(const char *op)
 
 static C_Status xccl_broadcast(void *buf, size_t count, C_DataType t, size_t root, C_CCLComm comm, C_Stream stream)
 {
+    PROF(xccl_broadcast);
     anychip_dtype dt;
     size_t size;
     if (!P.broadcast)
@@ -731,6 +793,7 @@ static C_Status xccl_reduce(void *send, void *recv, size_t count, C_DataType t, 
 static C_Status xccl_all_gather(void *send, void *recv, size_t count, C_DataType t, C_CCLComm comm,
                                 C_Stream stream)
 {
+    PROF(xccl_all_gather);
     anychip_dtype dt;
     size_t size;
     if (!P.all_gather)
@@ -1390,6 +1453,10 @@ EXPORT void InitPlugin(struct CustomRuntimeParams *params)
             ANYCHIP_PADDLE_RUNTIME_MAJOR, ANYCHIP_PADDLE_RUNTIME_MINOR, ANYCHIP_PADDLE_RUNTIME_PATCH);
         return;
     }
+    const char *prof = getenv("ANYCHIP_PADDLE_PROFILE");
+    g_prof = prof && strcmp(prof, "1") == 0;
+    if (g_prof)
+        atexit(prof_report);
     params->version.major = ANYCHIP_PADDLE_RUNTIME_MAJOR;
     params->version.minor = ANYCHIP_PADDLE_RUNTIME_MINOR;
     params->version.patch = ANYCHIP_PADDLE_RUNTIME_PATCH;
