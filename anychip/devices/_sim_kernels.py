@@ -9,10 +9,9 @@ GEMM of float32 / float64 calls the CBLAS of NumPy's bundled OpenBLAS when it ca
 be found (handed to the simulator once, as a chip's runtime links its BLAS
 library); otherwise a loop in C runs it.
 
-Interface (the one the tensor layer uses, see docs/tensor.md): operands are
-``(storage, byte offset, strides in elements)`` for inputs and ``(storage, byte
-offset)`` for contiguous outputs, where storage is an ``anychip.Buffer`` of the
-device; dtypes are names; ``stream`` is an ``anychip.Stream`` of the device.
+The set implements ``anychip.runtime.KernelSet``; the runtime's front end
+(``anychip.runtime.Kernels``) has checked every argument before a call reaches it,
+and the simulator checks every operand range again against its allocation table.
 """
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.buffer import Buffer
-from ..runtime.errors import DeviceError, InvalidArgumentError
+from ..runtime.errors import DeviceError, UnsupportedError
 
 __all__ = ["SimKernels", "CDEF"]
 
@@ -68,7 +66,7 @@ def _numpy_blas() -> tuple[str, str, str] | None:
 
 
 class SimKernels:
-    """Tensor kernels of one simulator library (see the module docstring)."""
+    """Tensor kernels of one simulator library: an ``anychip.runtime.KernelSet`` (see the module docstring)."""
 
     def __init__(self, plugin: Any) -> None:
         import cffi  # type: ignore[import-untyped]
@@ -153,18 +151,12 @@ class SimKernels:
     @staticmethod
     def _ndim(shape: tuple[int, ...]) -> int:
         if len(shape) > MAX_DIMS:
-            raise InvalidArgumentError(f"the simulator's kernels take at most {MAX_DIMS} dimensions, got {len(shape)}")
+            raise UnsupportedError(f"the simulator's kernels take at most {MAX_DIMS} dimensions, got {len(shape)}")
         return len(shape)
 
     def _ptr(self, index: int, storage: Any, offset: int, what: str) -> Any:
-        if not isinstance(storage, Buffer):
-            raise InvalidArgumentError(f"{what}: expected an anychip.Buffer, got {type(storage).__name__}")
-        dev = storage.device
-        if dev.plugin is not self._plugin or dev.index != index:
-            raise InvalidArgumentError(f"{what}: a buffer of {dev}, but the kernel runs on "
-                                       f"{self._plugin.name}:{index}")
-        base = storage.ptr
-        return self._ffi.cast("void *", (base or 0) + offset)
+        """The device address of ``offset`` into ``storage`` (a Buffer of this device, checked by the front end)."""
+        return self._ffi.cast("void *", (storage.ptr or 0) + offset)
 
     def _run(self, index: int, what: str, fn: Any, stream: Any, *args: Any) -> None:
         plugin = self._plugin

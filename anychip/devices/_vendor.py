@@ -20,9 +20,10 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..runtime._libs import dlopen, find_library
-from ..runtime.errors import DeviceError, OutOfMemoryError, UnsupportedError
+from ..runtime.errors import DeviceError, UnsupportedError
 from ..runtime.native_ccl import NativeLibrary
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
+from ..runtime.status import StatusCodes
 from ._headers import cdef_of
 
 __all__ = ["VendorPlugin", "simulate_mode", "find_vendor_library", "roots", "load_ccl"]
@@ -258,6 +259,8 @@ class VendorPlugin(DevicePlugin):
 
     def _finish(self, ffi: Any, lib: Any, path: str, simulated: bool) -> tuple[bool, str]:
         self.ffi, self.lib, self.library_path, self.simulated = ffi, lib, path, simulated
+        #: the vendor API's codes: every call's status is translated through it
+        self.status = StatusCodes(self.name, name=self.code_name, text=self._message, oom=self.oom_codes)
         self._tls = _thread_state(path)
         self._fns = {}
         self._cast, self._from_buffer = ffi.cast, ffi.from_buffer
@@ -327,7 +330,7 @@ class VendorPlugin(DevicePlugin):
         with the vendor's name for the code and message (the one checked way to call)."""
         rc = self._fn(name)(*args)
         if rc:
-            raise self._error(rc, name)
+            raise self.status.error(rc, name)
 
     def _out(self, ctype: str, name: str, *args: Any) -> Any:
         """Call ``name(*args, &out)`` for an output of type ``ctype`` and return ``out``."""
@@ -384,22 +387,6 @@ class VendorPlugin(DevicePlugin):
             return f"{vendor}: {detail}" if vendor else detail
         return vendor or "no detail available"
 
-    def _error(self, code: int, what: str) -> DeviceError:
-        return DeviceError(f"{what} failed: {self._message(code)}", backend=self.name, code=code,
-                           code_name=self.code_name(code))
-
-    def _oom(self, code: int, index: int, nbytes: int, what: str) -> DeviceError:
-        msg = self._message(code)
-        if code not in self.oom_codes:
-            return DeviceError(f"{what} of {nbytes} bytes failed: {msg}", backend=self.name, code=code,
-                               code_name=self.code_name(code))
-        free = total = None
-        try:
-            free, total = self._mem_info(index)
-        except Exception:  # noqa: BLE001 - the OOM error matters more than the numbers
-            pass
-        return OutOfMemoryError(nbytes, free, total, backend=self.name, device=f"{self.name}:{index}",
-                                code=code, code_name=self.code_name(code), detail=f"{what}: {msg}")
 
     # -- collectives ------------------------------------------------------------
     def _ccl_state(self) -> tuple[NativeLibrary | None, str]:
@@ -458,7 +445,8 @@ class VendorPlugin(DevicePlugin):
         out = self.ffi.new("void **")
         rc = self._fn(self.MALLOC)(*self._malloc_args(out, max(nbytes, 1)))
         if rc:
-            raise self._oom(abs(rc), index, nbytes, self.MALLOC)
+            raise self.status.oom_error(abs(rc), self.MALLOC, nbytes, f"{self.name}:{index}",
+                                        lambda: self._mem_info(index))
         return int(self._cast("uintptr_t", out[0]))
 
     def _free(self, index: int, handle: Any) -> None:
@@ -484,7 +472,7 @@ class VendorPlugin(DevicePlugin):
         else:
             rc = self._memcpy_async(d, s, nbytes, self.copy_kinds[kind], stream)
         if rc:
-            raise self._error(rc, self.MEMCPY_ASYNC)
+            raise self.status.error(rc, self.MEMCPY_ASYNC)
 
     # -- streams --------------------------------------------------------
     def _default_stream(self, index: int) -> Any:
@@ -527,7 +515,7 @@ class VendorPlugin(DevicePlugin):
                 pass
         rc = self._sync_stream(stream)
         if rc:
-            raise self._error(rc, self.STREAM_SYNCHRONIZE)
+            raise self.status.error(rc, self.STREAM_SYNCHRONIZE)
 
     def _stream_query(self, index: int, stream: Any) -> bool:
         self._use(index)
@@ -608,7 +596,7 @@ class VendorPlugin(DevicePlugin):
         with self._peer_lock:
             rc = self._fn(name)(dst_index, 0)
             if rc and rc != already:
-                raise self._error(rc, f"{name}({dst_index})")
+                raise self.status.error(rc, f"{name}({dst_index})")
             self._peers.add(pair)
 
     # -- simulator controls ------------------------------------------------

@@ -119,14 +119,14 @@ class AscendPlugin(VendorPlugin):
     def _open(self) -> int:
         rc = self.lib.aclInit(self.ffi.NULL)
         if rc not in (ACL_SUCCESS, ACL_ERROR_REPEAT_INITIALIZE):
-            raise self._error(rc, "aclInit")
+            raise self.status.error(rc, "aclInit")
         count = self.ffi.new("uint32_t *")
         rc = self.lib.aclrtGetDeviceCount(count)
         if rc == ACL_ERROR_RT_NO_DEVICE:            # e.g. ASCEND_RT_VISIBLE_DEVICES rejected
             self._note = self._message(rc)
             return 0
         if rc:
-            raise self._error(rc, "aclrtGetDeviceCount")
+            raise self.status.error(rc, "aclrtGetDeviceCount")
         return int(count[0])
 
     def _vendor_message(self, code: int) -> str:

@@ -27,9 +27,10 @@ import numpy as np
 from .._data import plugin_header
 from ..runtime._libs import copy_pointers, dlopen
 from ..runtime.env import collective_check
-from ..runtime.errors import CollectiveTimeout, DeviceError, OutOfMemoryError, PluginError, UnsupportedError
+from ..runtime.errors import DeviceError, PluginError, UnsupportedError
 from ..runtime.native_ccl import NativeLibrary
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
+from ..runtime.status import StatusCodes
 
 __all__ = ["CPlugin", "PluginCollectives", "probe", "cdef", "abi", "REQUIRED_ENTRIES", "EVENT_ENTRIES",
            "INIT_SYMBOL"]
@@ -192,6 +193,11 @@ class CPlugin(DevicePlugin):
         v = table.plugin_version
         self.plugin_version = ffi.string(v).decode("utf-8", "replace") if v != ffi.NULL else ""
         self._events = table.event_create != ffi.NULL
+        oom = int(table.oom_status)
+        #: the plugin's codes (its table names the out-of-memory and not-ready ones; its
+        #: get_error_string / get_last_error give the text): every call's status goes through it
+        self.status = StatusCodes(self.name, text=self._text, not_ready=int(table.not_ready_status) or None,
+                                  oom=(oom,) if oom else (), oom_unnamed=not oom)
         self._tls = _Tls()
         self._lock = threading.Lock()
         self._count: int | None = None
@@ -218,13 +224,10 @@ class CPlugin(DevicePlugin):
                 text = f"{text}: {detail}" if text else detail
         return text or "no detail available"
 
-    def _error(self, code: int, what: str) -> DeviceError:
-        return DeviceError(f"{what} failed: {self._text(code)}", backend=self.name, code=code)
-
     def _call(self, what: str, *args: Any) -> None:
         rc = getattr(self.t, what)(*args)
         if rc:
-            raise self._error(rc, what)
+            raise self.status.error(rc, what)
 
     def _use(self, index: int) -> None:
         if self._tls.dev != index:
@@ -273,18 +276,7 @@ class CPlugin(DevicePlugin):
         out = self.ffi.new("void **")
         rc = self.t.mem_alloc(index, max(nbytes, 1), out)
         if rc:
-            oom = self.t.oom_status
-            if oom and rc != oom:
-                raise DeviceError(f"mem_alloc of {nbytes} bytes failed: {self._text(rc)}", backend=self.name,
-                                  code=rc)
-            detail = self._text(rc)
-            free = total = None
-            try:
-                free, total = self._mem_info(index)
-            except DeviceError:
-                pass
-            raise OutOfMemoryError(nbytes, free, total, backend=self.name, device=f"{self.name}:{index}",
-                                   code=rc, detail=f"mem_alloc: {detail}")
+            raise self.status.oom_error(rc, "mem_alloc", nbytes, f"{self.name}:{index}", lambda: self._mem_info(index))
         return int(self.ffi.cast("uintptr_t", out[0]))
 
     def _free(self, index: int, handle: Any) -> None:
@@ -307,7 +299,7 @@ class CPlugin(DevicePlugin):
         if t.copy_async != ffi.NULL:
             rc = t.copy_async(index, d, s, nbytes, _COPY_KINDS[kind], stream)
             if rc:
-                raise self._error(rc, "copy_async")
+                raise self.status.error(rc, "copy_async")
             return
         self._call("stream_synchronize", index, stream)       # ordered after the stream's work
         self._call("copy", index, d, s, nbytes, _COPY_KINDS[kind])
@@ -364,11 +356,7 @@ class CPlugin(DevicePlugin):
             self._streams.get(index, set()).discard(stream)
 
     def _done(self, what: str, rc: int) -> bool:
-        if rc == 0:
-            return True
-        if rc == self.t.not_ready_status:
-            return False
-        raise self._error(rc, what)
+        return self.status.done(rc, what)
 
     def _poll(self, what: str, query: Any, index: int, handle: Any) -> None:
         """Wait until ``query`` says complete: spin for SPIN_S (short work ends there), then
@@ -536,10 +524,8 @@ class PluginCollectives(NativeLibrary):
     def detail(self) -> str:
         return ""
 
-    def error(self, code: int, what: str) -> Any:
-        err = super().error(code, what)
-        cls = CollectiveTimeout if code in self.timeout_codes else type(err)
-        return cls(f"{err}: {self.plugin._text(code)}")
+    def text(self, code: int) -> str:
+        return f"{super().text(code)}: {self.plugin._text(code)}"
 
     def comm_detail(self, comm: Any) -> str:
         t = self.t

@@ -98,7 +98,7 @@ class HygonPlugin(VendorPlugin):
             self.lib.hipGetLastError()           # not an error here: zero devices
             return 0
         if rc:
-            raise self._error(rc, "hipGetDeviceCount")
+            raise self.status.error(rc, "hipGetDeviceCount")
         return int(count[0])
 
     def _new_stream(self) -> Any:
@@ -147,7 +147,7 @@ class HygonPlugin(VendorPlugin):
         """hipStreamQuery / hipEventQuery: hipSuccess or hipErrorNotReady."""
         rc = self._fn(name)(handle)
         if rc and rc != hipErrorNotReady:
-            raise self._error(rc, name)
+            raise self.status.error(rc, name)
         return rc == hipSuccess
 
     def _stream_done(self, stream: Any) -> bool:

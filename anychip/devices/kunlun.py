@@ -229,7 +229,7 @@ class KunlunPlugin(VendorPlugin):
     def _event_done(self, event: Any) -> bool:
         rc = self.lib.xpu_event_query(event)
         if rc and abs(rc) != XPUERR_BUSY:
-            raise self._error(rc, "xpu_event_query")
+            raise self.status.error(rc, "xpu_event_query")
         return rc == XPU_SUCCESS
 
     def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Protocol
 
-from .errors import AnychipError, CollectiveError, InvalidArgumentError
+from .errors import AnychipError, CollectiveError
+from .status import StatusCodes
 
 __all__ = ["NativeLibrary", "OpLike"]
 
@@ -74,12 +75,25 @@ class NativeLibrary:
         p = self._last_error()
         return self.ffi.string(p).decode("utf-8", "replace") if p != self.ffi.NULL else ""
 
-    def error(self, code: int, what: str) -> AnychipError:
+    def text(self, code: int) -> str:
+        """What a failure's message says after ``<call> failed:``: the code's name and the
+        library's detail."""
         detail = self.detail()
-        msg = f"{what} failed: {self.api} returned {self.code_name(code)}" + (f": {detail}" if detail else "")
-        if code in self.invalid_codes:
-            return InvalidArgumentError(msg)
-        return CollectiveError(msg)
+        return f"{self.api} returned {self.code_name(code)}" + (f": {detail}" if detail else "")
+
+    @property
+    def status(self) -> StatusCodes:
+        """The library's codes (``invalid_codes``: InvalidArgumentError, ``timeout_codes``:
+        CollectiveTimeout, any other failure: CollectiveError)."""
+        found = self.__dict__.get("_status")
+        if found is None:
+            found = self.__dict__["_status"] = StatusCodes(
+                None, name=self.code_name, text=self.text, invalid=self.invalid_codes, timeout=self.timeout_codes,
+                failure=CollectiveError)
+        return found
+
+    def error(self, code: int, what: str) -> AnychipError:
+        return self.status.error(code, what)
 
     def comm_detail(self, comm: Any) -> str:
         """The library's message for a failure of ``comm``'s enqueued work."""

@@ -61,7 +61,7 @@ class DevicePlugin:
     accelerator: bool = True
     #: True when a simulator stands in for the vendor library (set by ``available()``)
     simulated: bool = False
-    #: optional kernel set the tensor layer may use (None = host fallback)
+    #: optional kernel set the tensor layer may use: an anychip.runtime.KernelSet (None = host fallback)
     kernels: Any = None
     #: the plugin API version this plugin was written against, (major, minor);
     #: every plugin declares it (e.g. ``api_version = (1, 0)``)

@@ -26,8 +26,9 @@ from ._dtype import (
     int64,
     uint8,
 )
+from ._factories import arange, as_tensor, full, ones, tensor, zeros
 from ._ops import cast, erf, exp, log, matmul, maximum, minimum, relu, sqrt, tanh
-from ._tensor import Tensor, arange, as_tensor, empty, full, ones, tensor, zeros
+from ._tensor import Tensor, empty
 
 _tensor.install(_ops, _dlpack)     # Tensor's op and DLPack methods (see _tensor.py)
 

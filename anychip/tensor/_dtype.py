@@ -151,3 +151,14 @@ def result_type(a: DType, b: DType | bool | int | float) -> DType:
     if a is bfloat16:
         return bfloat16
     return dtype(np.result_type(a.storage, b))
+
+
+def _host_values(arr: np.ndarray, dtype: DType) -> np.ndarray:
+    """Host values converted to ``dtype``'s storage (bfloat16 rounded to nearest even)."""
+    if dtype is bfloat16:
+        if arr.dtype.name == "bfloat16":
+            return arr.view(np.uint16)
+        return to_bfloat16_bits(arr.astype(np.float32))
+    if arr.dtype.name == "bfloat16":
+        arr = arr.astype(np.float32)
+    return arr.astype(dtype.storage, copy=False)

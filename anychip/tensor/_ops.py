@@ -2,8 +2,9 @@
 
 Each op first checks its arguments (shapes, dtypes, devices) and works out the
 result's shape and dtype exactly as NumPy would. It then runs on the device's
-kernel set (``device.plugin.kernels``, see docs/tensor.md) when that set
-supports the op and dtype, and otherwise through the host fallback: the inputs
+kernel set (``device.plugin.kernels`` behind the runtime's checking front end,
+``anychip.runtime.kernels_of``; see docs/tensor.md) when that set supports the op and dtype,
+and otherwise through the host fallback: the inputs
 are read on the device's current stream, NumPy computes, and the result is
 written back on that stream. On the cpu backend the fallback is NumPy working
 in place on the tensors' memory.
@@ -19,12 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime import InvalidArgumentError, UnsupportedError
+from ..runtime import InvalidArgumentError, UnsupportedError, kernels_of
 from . import _dtype as dt
-from ._dtype import DType
-from ._tensor import Tensor, _axis, _host_values, _new, empty, tensor
+from ._dtype import DType, _host_values
+from ._factories import full, tensor
+from ._layout import _axis
+from ._tensor import Tensor, _new, empty
 
-# (binary, unary, reduce, copy, fill and where_kernels serve Tensor's methods and operators)
+# (binary, unary, reduce, copy and where_kernels serve Tensor's methods and operators)
 __all__ = ["matmul", "cast", "relu", "exp", "log", "tanh", "sqrt", "erf", "maximum", "minimum"]
 
 BINARY: dict[str, Any] = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
@@ -73,15 +76,10 @@ UNARY: dict[str, Any] = {"relu": lambda x: np.maximum(x, x.dtype.type(0)), "exp"
 # -- kernels ------------------------------------------------------------------------
 
 def where_kernels(device: Any, op: str, dtype: DType) -> Any:
-    """The device's kernel set when it runs ``op`` on ``dtype``, else None (host fallback)."""
-    kernels = getattr(device.plugin, "kernels", None)
-    supports = getattr(kernels, "supports", None)
-    if supports is None:
-        return None
-    try:
-        return kernels if supports(device.index, op, dtype.name) else None
-    except Exception:  # noqa: BLE001 - a kernel set that cannot answer is not used
-        return None
+    """The device's checked kernels (``anychip.runtime.Kernels``) when its set runs ``op`` on
+    ``dtype``, else None (host fallback)."""
+    kernels = kernels_of(device)
+    return kernels if kernels is not None and kernels.supports(op, dtype.name) else None
 
 
 def _operand(t: Tensor) -> tuple[Any, int, tuple[int, ...]]:
@@ -252,7 +250,7 @@ def _binary_kernel(k: Any, op: str, a: Any, b: Any, shape: tuple[int, ...], comp
     b = _prepare(b, compute, dev)
     out = _new(shape, result, dev)
     if out.size:
-        k.elementwise(dev.index, op, _out(out), _broadcast(a, shape), _broadcast(b, shape), shape, compute.name,
+        k.elementwise(op, _out(out), _broadcast(a, shape), _broadcast(b, shape), shape, compute.name,
                       dev.current_stream())
     return out
 
@@ -264,7 +262,6 @@ def _prepare(x: Any, dtype: DType, dev: Any) -> Tensor:
 
 
 def full_like_scalar(value: Any, dtype: DType, dev: Any) -> Tensor:
-    from ._tensor import full
     return full((), value, dtype=dtype, device=dev)
 
 
@@ -305,8 +302,7 @@ def unary(op: str, x: Tensor) -> Tensor:
         out = _new(x.shape, result, x.device)
         try:
             if out.size:
-                k.unary(x.device.index, op, _out(out), result.name, _operand(src), result.name, x.shape,
-                        x.device.current_stream())
+                k.unary(op, _out(out), result.name, _operand(src), result.name, x.shape, x.device.current_stream())
             return out
         except UnsupportedError:
             pass
@@ -360,26 +356,13 @@ def _convert(x: Tensor, d: DType) -> Tensor:
         out = _new(x.shape, d, x.device)
         try:
             if out.size:
-                k.unary(x.device.index, "copy", _out(out), d.name, _operand(x), x.dtype.name, x.shape,
-                        x.device.current_stream())
+                k.unary("copy", _out(out), d.name, _operand(x), x.dtype.name, x.shape, x.device.current_stream())
             return out
         except UnsupportedError:
             pass
     values = x._read() if d is x.dtype else _values(x)
     with np.errstate(all="ignore"):
         return _result(values, d, x.device)
-
-
-def fill(t: Tensor, value: Any) -> None:
-    """Set every element of ``t`` to ``value``."""
-    try:
-        v = _host_values(np.asarray(value), t.dtype)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidArgumentError(f"fill value {value!r} cannot be a {t.dtype.name} ({exc})") from None
-    if v.ndim:
-        raise InvalidArgumentError(f"fill value must be a scalar, got shape {v.shape}")
-    if t.size:
-        t._write(np.broadcast_to(v, t.shape))
 
 
 # -- reductions ---------------------------------------------------------------------
@@ -421,7 +404,7 @@ def reduce(op: str, x: Tensor, axis: Any = None, keepdims: bool = False) -> Tens
         out = _new(shape, result, x.device)
         try:
             if out.size:
-                k.reduce(x.device.index, op, _out(out), result.name, _out(src), x.dtype.name, outer, n, inner,
+                k.reduce(op, _out(out), result.name, _out(src), x.dtype.name, outer, n, inner,
                          x.device.current_stream())
             return out
         except UnsupportedError:
@@ -500,5 +483,5 @@ def _gemm(k: Any, a: Tensor, b: Tensor, result: DType) -> Tensor:
         # a product over an empty inner dimension is all zeros (NumPy); there is nothing for a GEMM to read
         out.buffer.memset(0, stream=dev.current_stream())
     elif out.size:
-        k.gemm(dev.index, _out(out), _operand(a2), _operand(b2), m, kk, n, result.name, dev.current_stream())
+        k.gemm(_out(out), _operand(a2), _operand(b2), m, kk, n, result.name, dev.current_stream())
     return out

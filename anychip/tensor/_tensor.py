@@ -16,9 +16,10 @@ from ..runtime import Buffer, Device, InvalidArgumentError, UnsupportedError
 from ..runtime import copy as _copy
 from ..runtime import device as _lookup_device
 from . import _dtype as dt
-from ._dtype import DType
+from ._dtype import DType, _host_values
+from ._layout import _axis, _c_strides, _index, _reshape_target, _shape_arg
 
-__all__ = ["Tensor", "tensor", "empty", "zeros", "ones", "full", "arange", "as_tensor"]
+__all__ = ["Tensor", "empty"]
 
 # A Tensor's op methods (t + u, t.sum(), t.cast(...)) call the ops (_ops.py) and its
 # DLPack methods the exchange (_dlpack.py). Both are written over Tensor and import this
@@ -32,14 +33,6 @@ def install(ops: Any, dlpack: Any) -> None:
     """Give Tensor's methods the ops module and the DLPack module (the package does, once)."""
     global _ops, _dlpack
     _ops, _dlpack = ops, dlpack
-
-
-def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def _resolve(device: Any) -> Device:
@@ -477,102 +470,6 @@ def _strided(host: np.ndarray, pos: int, shape: tuple[int, ...], byte_strides: t
     return np.asarray(ref)
 
 
-def _axis(axis: Any, ndim: int) -> int:
-    try:
-        a = int(axis.__index__())
-    except (AttributeError, TypeError):
-        raise InvalidArgumentError(f"axis must be an int, got {axis!r}") from None
-    if not -ndim <= a < ndim:
-        raise InvalidArgumentError(f"axis {a} is out of range for a tensor of {ndim} dimension(s)")
-    return a % ndim
-
-
-def _reshape_target(shape: tuple, size: int, old: tuple[int, ...]) -> tuple[int, ...]:
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
-    try:
-        dims = [int(s.__index__()) for s in shape]
-    except (AttributeError, TypeError):
-        raise InvalidArgumentError(f"reshape takes ints, got {shape!r}") from None
-    unknown = [i for i, d in enumerate(dims) if d == -1]
-    if len(unknown) > 1 or any(d < -1 for d in dims):
-        raise InvalidArgumentError(f"bad shape {tuple(dims)}: dimensions are >= 0, and at most one is -1")
-    known = math.prod(d for d in dims if d != -1)
-    if unknown:
-        if known == 0 or size % known:
-            raise InvalidArgumentError(f"cannot reshape a tensor of shape {old} ({size} elements) into "
-                                       f"{tuple(dims)}")
-        dims[unknown[0]] = size // known
-    if math.prod(dims) != size:
-        raise InvalidArgumentError(f"cannot reshape a tensor of shape {old} ({size} elements) into {tuple(dims)} "
-                                   f"({math.prod(dims)} elements)")
-    return tuple(dims)
-
-
-def _index(key: Any, shape: tuple[int, ...], strides: tuple[int, ...],
-           item: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    """(shape, strides, byte offset) of basic indexing: ints, slices, None and Ellipsis."""
-    keys = list(key) if isinstance(key, tuple) else [key]
-    if sum(k is Ellipsis for k in keys) > 1:
-        raise InvalidArgumentError("an index can have only one Ellipsis (...)")
-    used = sum(1 for k in keys if k is not None and k is not Ellipsis)
-    if used > len(shape):
-        raise InvalidArgumentError(f"too many indices: {used} for a tensor of {len(shape)} dimension(s)")
-    if Ellipsis in keys:
-        i = keys.index(Ellipsis)
-        keys[i:i + 1] = [slice(None)] * (len(shape) - used)
-    else:
-        keys += [slice(None)] * (len(shape) - used)
-    out_shape: list[int] = []
-    out_strides: list[int] = []
-    offset, dim = 0, 0
-    for k in keys:
-        if k is None:
-            out_shape.append(1)
-            out_strides.append(0)
-            continue
-        n, s = shape[dim], strides[dim]
-        if isinstance(k, slice):
-            start, stop, step = k.indices(n)
-            count = len(range(start, stop, step))
-            offset += start * s * item if count else 0
-            out_shape.append(count)
-            out_strides.append(s * step)
-        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
-            i = int(k)
-            if not -n <= i < n:
-                raise InvalidArgumentError(f"index {i} is out of range for dimension {dim} of size {n}")
-            offset += (i % n) * s * item
-        else:
-            raise UnsupportedError(f"index {k!r} ({type(k).__name__}) is not supported: tensors take ints, "
-                                   "slices, None and ... (basic indexing, which gives views)")
-        dim += 1
-    return tuple(out_shape), tuple(out_strides), offset
-
-
-def _host_values(arr: np.ndarray, dtype: DType) -> np.ndarray:
-    """Host values converted to ``dtype``'s storage (bfloat16 rounded to nearest even)."""
-    if dtype is dt.bfloat16:
-        if arr.dtype.name == "bfloat16":
-            return arr.view(np.uint16)
-        return dt.to_bfloat16_bits(arr.astype(np.float32))
-    if arr.dtype.name == "bfloat16":
-        arr = arr.astype(np.float32)
-    return arr.astype(dtype.storage, copy=False)
-
-
-def _shape_arg(shape: Any) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)):
-        shape = (shape,)
-    try:
-        dims = tuple(int(s.__index__()) for s in shape)
-    except (AttributeError, TypeError):
-        raise InvalidArgumentError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
-    if any(d < 0 for d in dims):
-        raise InvalidArgumentError(f"shape {dims} has a negative dimension")
-    return dims
-
-
 # -- factories -------------------------------------------------------------------
 
 def empty(*shape: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
@@ -587,73 +484,6 @@ def empty(*shape: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
 def _new(shape: tuple[int, ...], d: DType, dev: Device) -> Tensor:
     """:func:`empty` for the ops, which pass a shape tuple of ints, a DType and a Device."""
     return Tensor(dev.alloc(math.prod(shape) * d.itemsize), shape, d)
-
-
-def full(shape: Any, value: Any, dtype: Any = None, device: Any = None) -> Tensor:
-    """A tensor of ``shape`` with every element ``value`` (dtype: from the value when not given)."""
-    if dtype is None:
-        dtype = dt.bool_ if isinstance(value, (bool, np.bool_)) else (
-            dt.int64 if isinstance(value, (int, np.integer)) else dt.float32)
-    t = empty(_shape_arg(shape), dtype=dtype, device=device)
-    _ops.fill(t, value)
-    return t
-
-
-def zeros(*shape: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
-    dims = _shape_arg(shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape)
-    t = empty(dims, dtype=dtype, device=device)
-    if t.nbytes:
-        t._buf.memset(0, stream=t.device.current_stream())     # type: ignore[union-attr]
-    return t
-
-
-def ones(*shape: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
-    dims = _shape_arg(shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape)
-    return full(dims, 1, dtype=dtype, device=device)
-
-
-def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, device: Any = None) -> Tensor:
-    """Evenly spaced values in [start, stop), as ``numpy.arange`` (dtype int64 for ints,
-    float32 when any bound is a float, unless given)."""
-    if stop is None:
-        start, stop = 0, start
-    if dtype is None:
-        ints = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
-        dtype = dt.int64 if ints else dt.float32
-    d = dt.dtype(dtype)
-    values = np.arange(start, stop, step, dtype=d.numpy)
-    return tensor(values, dtype=d, device=device)
-
-
-def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
-    """A new tensor on ``device`` (default: the current device) holding a copy of ``data``:
-    a NumPy array, nested sequences of numbers, a scalar, or another Tensor."""
-    if isinstance(data, Tensor):
-        out = data.to(device=device if device is not None else data.device)
-        out = out.cast(dtype) if dtype is not None else out
-        return out.clone() if out is data else out
-    arr = np.asarray(data)
-    if arr.dtype.name == "bfloat16":
-        src = dt.bfloat16
-    elif arr.dtype == np.float64 and not isinstance(data, (np.ndarray, np.generic)) and dtype is None:
-        src = dt.float32          # Python floats make float32 tensors (as torch.tensor)
-        arr = arr.astype(np.float32)
-    else:
-        src = dt.dtype(arr.dtype)
-    d = src if dtype is None else dt.dtype(dtype)
-    values = _host_values(arr, d)
-    t = empty(arr.shape, dtype=d, device=device)
-    if values.size:
-        t._write(values)
-    return t
-
-
-def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
-    """``data`` itself when it is already a Tensor of that device and dtype; else :func:`tensor`."""
-    if isinstance(data, Tensor) and (device is None or _resolve(device) is data.device) and \
-            (dtype is None or dt.dtype(dtype) is data.dtype):
-        return data
-    return tensor(data, dtype=dtype, device=device)
 
 
 def _span_of(t: Tensor) -> tuple[int, int]:

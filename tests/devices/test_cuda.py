@@ -636,7 +636,7 @@ def test_real_cupy_nccl_probe_is_quiet():
     if hasattr(cupy.cuda.runtime, "KNOBS"):
         pytest.skip("the cupy on sys.path is this stand-in")
     out = subprocess.run([sys.executable, "-W", "always", "-c", textwrap.dedent("""
-        from anychip.devices.cuda import _load_nccl
+        from anychip.devices.cuda.interop import _load_nccl
         nccl, why = _load_nccl()
         print(nccl is not None, why, sep="|")
     """)], capture_output=True, text=True, timeout=60)

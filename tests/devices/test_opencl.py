@@ -436,7 +436,7 @@ def _rand(dtype: str, n: int, rng, low=-1000, high=1000) -> np.ndarray:
 
 
 def _fp64_or_skip(plugin, dtype):
-    if dtype not in plugin.kernels.supported_dtypes(0):
+    if dtype not in plugin.cl_kernels.supported_dtypes(0):
         pytest.skip(f"{plugin.properties(0)['name']} has no {dtype} (cl_khr_fp64)")
 
 
@@ -458,7 +458,7 @@ def test_binary_kernels_exact(plugin, mem, op, dtype):
     a_off, b_off, o_off = 0, n * item + 64, 2 * n * item + 512
     seg.put(x, a_off)
     seg.put(y, b_off)
-    getattr(plugin.kernels, op)(0, (seg.handle, o_off), (seg.handle, a_off), (seg.handle, b_off), n, dtype)
+    getattr(plugin.cl_kernels, op)(0, (seg.handle, o_off), (seg.handle, a_off), (seg.handle, b_off), n, dtype)
     got = seg.get(dtype, n, o_off)
     with np.errstate(all="ignore"):
         ref = {"add": x + y, "sub": x - y, "mul": x * y,
@@ -477,9 +477,9 @@ def test_integer_kernels_wrap_like_numpy(plugin, mem, dtype):
     seg.put(x, 0)
     seg.put(y, 64)
     for op, ref in (("add", x + y), ("sub", x - y), ("mul", x * y)):
-        plugin.kernels.binary(0, op, (seg.handle, 128), (seg.handle, 0), (seg.handle, 64), x.size, dtype)
+        plugin.cl_kernels.binary(0, op, (seg.handle, 128), (seg.handle, 0), (seg.handle, 64), x.size, dtype)
         assert np.array_equal(seg.get(dtype, x.size, 128), ref), op
-    plugin.kernels.div(0, (seg.handle, 128), (seg.handle, 0), (seg.handle, 64), x.size, dtype)
+    plugin.cl_kernels.div(0, (seg.handle, 128), (seg.handle, 0), (seg.handle, 64), x.size, dtype)
     with np.errstate(all="ignore"):
         assert np.array_equal(seg.get(dtype, x.size, 128), x // y)
 
@@ -491,7 +491,7 @@ def test_binary_in_place(plugin, mem, dtype):
     x = np.arange(1000).astype(dtype)
     seg = mem(x.nbytes)
     seg.put(x)
-    plugin.kernels.add(0, (seg.handle, 0), (seg.handle, 0), (seg.handle, 0), x.size, dtype)
+    plugin.cl_kernels.add(0, (seg.handle, 0), (seg.handle, 0), (seg.handle, 0), x.size, dtype)
     assert np.array_equal(seg.get(dtype, x.size), x + x)
 
 
@@ -504,7 +504,7 @@ def test_fill_kernel(plugin, mem, dtype):
     seg = mem((n + 4) * item)
     seg.put(np.zeros(n + 4, dtype))
     value = -2.5 if dtype.startswith("float") else -123456
-    plugin.kernels.fill(0, (seg.handle, 2 * item), n, value, dtype)
+    plugin.cl_kernels.fill(0, (seg.handle, 2 * item), n, value, dtype)
     got = seg.get(dtype, n + 4)
     ref = np.zeros(n + 4, dtype)
     ref[2:2 + n] = value
@@ -529,7 +529,7 @@ def test_cast_kernel(plugin, mem, src, dst):
     seg = mem(n * 16 + 1024)
     seg.put(x, 0)
     out_off = n * 8 + 512
-    plugin.kernels.cast(0, (seg.handle, out_off), dst, (seg.handle, 0), src, n)
+    plugin.cl_kernels.cast(0, (seg.handle, out_off), dst, (seg.handle, 0), src, n)
     assert np.array_equal(seg.get(dst, n, out_off), x.astype(dst))
 
 
@@ -545,7 +545,7 @@ def test_sum_kernel(plugin, mem, dtype, n):
     seg = mem(max(n, 1) * item + 1024)
     seg.put(x, 512) if n else None
     seg.put(np.full(1, 77, dtype), 0)
-    plugin.kernels.sum(0, (seg.handle, 0), (seg.handle, 512), n, dtype)
+    plugin.cl_kernels.sum(0, (seg.handle, 0), (seg.handle, 512), n, dtype)
     assert seg.get(dtype, 1)[0] == np.sum(x, dtype=dtype)
 
 
@@ -555,7 +555,7 @@ def test_sum_kernel_wraps(plugin, mem, dtype):
     x = np.full(1000, np.iinfo(dtype).max // 10, dtype=dtype)
     seg = mem(x.nbytes + 64)
     seg.put(x, 64)
-    plugin.kernels.sum(0, (seg.handle, 0), (seg.handle, 64), x.size, dtype)
+    plugin.cl_kernels.sum(0, (seg.handle, 0), (seg.handle, 64), x.size, dtype)
     assert seg.get(dtype, 1)[0] == np.sum(x, dtype=dtype)
 
 
@@ -577,7 +577,7 @@ def test_matmul_kernel(plugin, mem, dtype, mkn):
         seg.put(a, a_off)
     if b.size:
         seg.put(b, b_off)
-    plugin.kernels.matmul(0, (seg.handle, c_off), (seg.handle, a_off), (seg.handle, b_off), m, k, n, dtype)
+    plugin.cl_kernels.matmul(0, (seg.handle, c_off), (seg.handle, a_off), (seg.handle, b_off), m, k, n, dtype)
     assert np.array_equal(seg.get(dtype, m * n, c_off).reshape(m, n), a @ b)
 
 
@@ -595,7 +595,7 @@ def test_matmul_float_is_exact_in_k_order(plugin, mem):
     seg.put(a, 0)
     seg.put(b, 1024 + a.nbytes)
     c_off = 2048 + a.nbytes + b.nbytes
-    plugin.kernels.matmul(0, (seg.handle, c_off), (seg.handle, 0), (seg.handle, 1024 + a.nbytes), m, k, n,
+    plugin.cl_kernels.matmul(0, (seg.handle, c_off), (seg.handle, 0), (seg.handle, 1024 + a.nbytes), m, k, n,
                           "float32")
     assert np.array_equal(seg.get("float32", m * n, c_off).reshape(m, n), ref)
 
@@ -606,7 +606,7 @@ def test_kernels_on_a_stream_and_ordering(plugin, mem):
     seg = mem(3 * n * 4)
     s = plugin._stream_create(0)
     try:
-        k = plugin.kernels
+        k = plugin.cl_kernels
         k.fill(0, (seg.handle, 0), n, 3, "int32", stream=s)
         k.fill(0, (seg.handle, 4 * n), n, 4, "int32", stream=s)
         k.mul(0, (seg.handle, 8 * n), (seg.handle, 0), (seg.handle, 4 * n), n, "int32", stream=s)
@@ -627,17 +627,17 @@ def test_kernels_accept_an_anychip_stream(plugin):
     plugin = dev.plugin  # the registry's instance: its contexts own the buffers
     s = anychip.Stream(dev)
     buf = dev.alloc(4 * 100, stream=s)
-    plugin.kernels.fill(0, (buf.handle, buf.offset), 100, 2.5, "float32", stream=s)
+    plugin.cl_kernels.fill(0, (buf.handle, buf.offset), 100, 2.5, "float32", stream=s)
     s.synchronize()
     assert (buf.to_numpy(np.float32) == 2.5).all()
     with pytest.raises(InvalidArgumentError):
-        plugin.kernels.fill(0, (buf.handle, buf.offset), 1, 0, "float32", stream=object())
+        plugin.cl_kernels.fill(0, (buf.handle, buf.offset), 1, 0, "float32", stream=object())
 
 
 @needs_opencl
 def test_kernel_argument_errors(plugin, mem):
     seg = mem(64)
-    k = plugin.kernels
+    k = plugin.cl_kernels
     with pytest.raises(InvalidArgumentError):
         k.add(0, (seg.handle, 2), (seg.handle, 0), (seg.handle, 0), 1, "float32")
     with pytest.raises(UnsupportedError):
@@ -649,9 +649,9 @@ def test_kernel_argument_errors(plugin, mem):
 @needs_opencl
 def test_kernel_program_is_built_once_per_context(plugin):
     st = plugin._state(0)
-    plugin.kernels._kernel(0, "add_float32")
+    plugin.cl_kernels._kernel(0, "add_float32")
     program = st.program
-    plugin.kernels._kernel(0, "mul_int64")
+    plugin.cl_kernels._kernel(0, "mul_int64")
     assert st.program is program and "add_float32" in st.kernels
 
 
@@ -671,7 +671,7 @@ def test_fill_past_a_buffer_is_refused_and_the_neighbour_kept(dev):
     b = dev.alloc(4096)                      # the neighbour in the same segment
     assert a.handle is b.handle
     b.copy_from(np.full(1024, 5, np.float32))
-    k = dev.plugin.kernels
+    k = dev.plugin.cl_kernels
     with pytest.raises(InvalidArgumentError) as info:
         k.fill(0, a, 2048, 1.0, "float32")
     assert str(info.value) == ("out: 2048 elements of 4 bytes from byte 0 need 8192 bytes, past the end of its "
@@ -689,7 +689,7 @@ def test_fill_past_a_buffer_is_refused_and_the_neighbour_kept(dev):
 @needs_opencl
 def test_kernel_ranges_checked_against_raw_allocations(plugin, mem):
     seg = mem(4096)
-    k = plugin.kernels
+    k = plugin.cl_kernels
     with pytest.raises(InvalidArgumentError) as info:
         k.sum(0, (seg.handle, 0), (seg.handle, 64), 10**6, "float32")
     assert str(info.value) == ("x: 1000000 elements of 4 bytes from byte 64 need 4000000 bytes, past the end of "
@@ -728,14 +728,14 @@ def test_kernel_bad_arguments(plugin, mem, call, message):
         pytest.skip("the message names the device count of a one-device platform")
     seg = mem(64)
     with pytest.raises(InvalidArgumentError) as info:
-        call(plugin.kernels, seg.handle)
+        call(plugin.cl_kernels, seg.handle)
     assert str(info.value).startswith(message)
 
 
 @needs_opencl
 def test_kernel_refuses_a_buffer_of_another_device_or_freed(dev):
     import anychip
-    k = dev.plugin.kernels
+    k = dev.plugin.cl_kernels
     cpu = anychip.device("cpu:0").alloc(16)
     with pytest.raises(InvalidArgumentError, match="^out: a buffer of cpu:0, but the kernel runs on opencl:0$"):
         k.fill(0, cpu, 1, 1.0, "float32")

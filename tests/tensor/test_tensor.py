@@ -313,15 +313,18 @@ def test_sim_kernel_checks_memory(name: str) -> None:
     with pytest.raises(anychip.DeviceError, match="elementwise output"):
         k.elementwise(dev.index, "add", (buf, 1 << 40), (buf, 0, (1,)), (buf, 0, (1,)), (4,), "float32",
                       dev.current_stream())
-    with pytest.raises(anychip.InvalidArgumentError, match="a buffer of cpu:0, but the kernel runs on"):
-        k.gemm(dev.index, (anychip.device("cpu").alloc(4), 0), (buf, 0, (1, 1)), (buf, 0, (1, 1)), 1, 1, 1,
-               "float32", dev.current_stream())
+    cpu = anychip.device("cpu").alloc(4)
+    with pytest.raises(anychip.DeviceError, match="the gemm output 0x[0-9a-f]+ is not device memory of this simulator"):
+        k.gemm(dev.index, (cpu, 0), (buf, 0, (1, 1)), (buf, 0, (1, 1)), 1, 1, 1, "float32", dev.current_stream())
+    with pytest.raises(anychip.InvalidArgumentError, match=f"^gemm out: a buffer of cpu:0, but the kernel runs on "
+                                                           f"{dev}$"):
+        anychip.runtime.kernels_of(dev).gemm((cpu, 0), (buf, 0, (1, 1)), (buf, 0, (1, 1)), 1, 1, 1, "float32")
 
 
 @pytest.mark.skipif(not any(d.backend == "opencl" for d in anychip.devices()), reason="no OpenCL platform")
 def test_opencl_runs_its_kernels_where_the_layout_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     dev = anychip.devices("opencl")[0]
-    k = dev.plugin.kernels
+    k = dev.plugin.cl_kernels
     calls: list[str] = []
     for name in ("binary", "matmul", "sum", "cast"):
         real = getattr(k, name)

@@ -7,13 +7,15 @@ DLPack import wrapped), and the CuPy op runs on the anychip stream's CuPy stream
 
 float16 sums and matmuls accumulate in float32 (CuPy's own rule); bfloat16 has no
 CuPy dtype, so its ops stay with the tensor layer's host fallback.
+
+The set implements ``anychip.runtime.KernelSet``; the runtime's front end
+(``anychip.runtime.Kernels``) has checked every argument before a call reaches it.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.buffer import Buffer
-from ..runtime.errors import InvalidArgumentError
+from ...runtime.buffer import Buffer
 
 __all__ = ["CudaKernels"]
 
@@ -26,7 +28,7 @@ _OPS = frozenset({*_ELEMENTWISE, "copy", "relu", "exp", "log", "neg", "sum", "me
 
 
 class CudaKernels:
-    """Tensor kernels of the CUDA backend (the interface in docs/tensor.md)."""
+    """Tensor kernels of the CUDA backend: an ``anychip.runtime.KernelSet``."""
 
     def __init__(self, plugin: Any) -> None:
         self._plugin = plugin
@@ -104,8 +106,6 @@ class CudaKernels:
         lo = sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if s < 0 and n > 0)
         hi = sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if s > 0 and n > 0) + 1
         if isinstance(storage, Buffer):
-            if storage.device.plugin is not self._plugin or storage.device.index != index:
-                raise InvalidArgumentError(f"a buffer of {storage.device}, but the kernel runs on cuda:{index}")
             base = int(storage.ptr or 0) + offset
             mem = cp.cuda.UnownedMemory(base + lo * item, max((hi - lo) * item, 1), storage, device_id=index)
             ptr = cp.cuda.MemoryPointer(mem, -lo * item)

@@ -1,74 +1,20 @@
-"""CUDA backend on CuPy.
-
-CuPy is imported lazily, inside :meth:`CUDAPlugin.available`; a machine
-without CuPy, without a working CUDA runtime or without a GPU gets the backend
-listed as unavailable with the reason, never an import error.
-
-Devices
-    ``cuda:N`` is CUDA runtime device N, i.e. the N-th device that
-    ``CUDA_VISIBLE_DEVICES`` leaves visible. The CUDA runtime reads that
-    variable once, at its first call in the process, so it must be set before
-    anything touches CUDA (anychip, CuPy, PyTorch...); changing it later has no
-    effect, and anychip logs a warning when it sees that it changed.
-
-Memory
-    Raw allocations are ``cudaMalloc`` / ``cudaFree`` (``cupy.cuda.runtime``)
-    under anychip's caching allocator; handles are integer device pointers.
-    :func:`use_anychip_allocator_for_cupy` makes CuPy allocate through that
-    same caching allocator, so CuPy arrays and anychip buffers share one pool.
-
-Copies
-    ``cudaMemcpyAsync`` on the stream. Host arrays are passed as they are:
-    pageable memory is correct with ``cudaMemcpyAsync`` (the driver stages
-    host-to-device copies before returning, and device-to-host copies into
-    pageable memory return only when the data has arrived), it is only not
-    overlapped with the host. Arrays from :meth:`CUDAPlugin.pinned_empty`
-    (page-locked, ``cupy.cuda.alloc_pinned_memory``) are copied by DMA fully
-    asynchronously; the front end keeps them alive until the stream is
-    synchronized.
-
-Streams and events
-    The default stream of a device is CUDA's legacy default stream (the one
-    CuPy uses unless told otherwise), so work anychip does on it is ordered
-    with a user's CuPy work. ``Stream(device)`` creates
-    ``cupy.cuda.Stream(non_blocking=True)``. Events are ``cupy.cuda.Event()``
-    (timing enabled), or ``Event(disable_timing=True)`` from
-    ``_event_create_untimed`` (for the caching allocator). Queries call
-    ``cudaStreamQuery`` / ``cudaEventQuery`` themselves: CuPy's ``done``
-    reads an error as "not done".
-
-Current device
-    Each call runs with its device current (``cudaSetDevice``) and makes the
-    thread's previous device current again afterwards, unless that thread
-    had no CUDA context yet: restoring would create GPU 0's context (hundreds
-    of MiB, or an error on an EXCLUSIVE_PROCESS GPU) in every process.
-"""
+"""The CUDA devices: discovery through CuPy, properties, CUDA_VISIBLE_DEVICES, fork
+handling, and the translation of the CUDA runtime's status codes into anychip's errors."""
 from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import Any
 
-import numpy as np
+from ...runtime.errors import DeviceError, OutOfMemoryError, UnsupportedError
+from ...runtime.plugin import DevicePlugin
+from .interop import _load_nccl
 
-from ..runtime.errors import DeviceError, InvalidArgumentError, OutOfMemoryError, UnsupportedError
-from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
-
-__all__ = [
-    "CUDAPlugin",
-    "CUDA_ERROR_NAMES",
-    "cuda_error_name",
-    "nccl_unique_id_for_cupy",
-    "normalize_nccl_unique_id",
-    "parse_cuda_visible_devices",
-    "use_anychip_allocator_for_cupy",
-]
+__all__ = ["CUDADevice", "CUDA_ERROR_NAMES", "FORK_REASON", "cuda_error_name", "parse_cuda_visible_devices",
+           "translate_cuda_error"]
 
 log = logging.getLogger("anychip")
 
@@ -196,78 +142,14 @@ def parse_cuda_visible_devices(value: str | None) -> list[str] | None:
     return out
 
 
-def normalize_nccl_unique_id(uid: Any) -> bytes:
-    """NCCL's unique id as 128 bytes, whatever shape CuPy returned it in.
-
-    ``cupy.cuda.nccl.get_unique_id()`` returns ``bytes`` from CuPy 14 on and a
-    tuple of 128 C ``char`` values (signed, -128..127) before.
-    """
-    if isinstance(uid, (bytes, bytearray, memoryview)):
-        data = bytes(uid)
-    elif isinstance(uid, (tuple, list)):
-        if not all(isinstance(v, (int, np.integer)) for v in uid):
-            raise InvalidArgumentError("an NCCL unique id tuple must hold integers")
-        if any(not -128 <= int(v) <= 255 for v in uid):
-            raise InvalidArgumentError("an NCCL unique id tuple holds values outside a byte")
-        data = bytes(int(v) & 0xFF for v in uid)
-    else:
-        raise InvalidArgumentError(f"an NCCL unique id is bytes or a tuple of ints, got {type(uid).__name__}")
-    if len(data) != _NCCL_UNIQUE_ID_BYTES:
-        raise InvalidArgumentError(f"an NCCL unique id has {_NCCL_UNIQUE_ID_BYTES} bytes, got {len(data)}")
-    return data
-
-
-def nccl_unique_id_for_cupy(data: bytes, like: Any = None, cupy_version: str | None = None) -> Any:
-    """Turn 128 id bytes back into what ``cupy.cuda.nccl.NcclCommunicator`` takes.
-
-    The shape follows ``like`` (a value ``get_unique_id()`` returned) when given,
-    else the CuPy version (``cupy_version``, default: the installed one):
-    bytes from 14 on, a tuple of signed ints before.
-    """
-    data = normalize_nccl_unique_id(data)
-    if like is not None:
-        as_bytes = isinstance(like, (bytes, bytearray))
-    else:
-        if cupy_version is None:
-            import cupy  # the caller is about to use CuPy's NCCL anyway
-
-            cupy_version = cupy.__version__
-        try:
-            major = int(str(cupy_version).split(".", 1)[0])
-        except ValueError:
-            major = 14
-        as_bytes = major >= 14
-    if as_bytes:
-        return data
-    return tuple(b - 256 if b > 127 else b for b in data)
-
-
-class _CudaStream:
-    """A stream handle: the CuPy stream and the device it belongs to."""
-
-    __slots__ = ("cupy_stream", "index", "ptr")
-
-    def __init__(self, cupy_stream: Any, index: int) -> None:
-        self.cupy_stream = cupy_stream
-        self.index = index
-        self.ptr = int(cupy_stream.ptr)
-
-    def __repr__(self) -> str:
-        return f"<cuda stream 0x{self.ptr:x} of device {self.index}>"
-
-
 FORK_REASON = ("CUDA was initialized in the parent process before fork(), and CUDA cannot be re-initialized "
                "in a forked child; to use CUDA with multiprocessing, use the 'spawn' start method: "
                "multiprocessing.get_context('spawn') or multiprocessing.set_start_method('spawn')")
 
 
-class CUDAPlugin(DevicePlugin):
-    """anychip backend for NVIDIA GPUs through CuPy."""
 
-    name = "cuda"
-    api_version = (1, 0)
-    priority = 100
-    accelerator = True
+class CUDADevice(DevicePlugin):
+    """Devices, their state and the checked call; the streams, memory, events and kernels build on it."""
 
     def __init__(self) -> None:
         self._cupy: Any = None
@@ -279,7 +161,7 @@ class CUDAPlugin(DevicePlugin):
         self._reason = "not probed"
         self._probed = False
         self._lock = threading.Lock()
-        self._defaults: dict[int, _CudaStream] = {}
+        self._defaults: dict[int, Any] = {}             # index -> its default stream (stream.py)
         self._props: dict[int, dict] = {}
         self._visible_at_init: str | None = None
         self._warned_visibility = False
@@ -395,17 +277,6 @@ class CUDAPlugin(DevicePlugin):
         self._probe()
         return self._nccl is not None
 
-    @property
-    def kernels(self) -> Any:
-        """The tensor kernels (CuPy's, over anychip memory: devices/_cuda_kernels.py) once CuPy is loaded."""
-        if self._cupy is None:
-            return None
-        k = self.__dict__.get("_tensor_kernels")
-        if k is None:
-            from ._cuda_kernels import CudaKernels
-            k = self.__dict__["_tensor_kernels"] = CudaKernels(self)
-        return k
-
     def native_ccl(self) -> Any:
         """``cupy.cuda.nccl`` when NCCL loaded, else None (the reason is in ``available()``)."""
         self._probe()
@@ -480,111 +351,9 @@ class CUDAPlugin(DevicePlugin):
             return False
         raise self._error(self._rt.CUDARuntimeError(status), what, index, None)
 
-    # ------------------------------------------------------------------ memory
-    def _malloc(self, index: int, nbytes: int) -> int:
-        rt = self._ready()
-        return int(self._call(index, "cudaMalloc", rt.malloc, nbytes, requested=nbytes))
-
-    def _free(self, index: int, handle: Any) -> None:
-        self._call(index, "cudaFree", self._ready().free, handle)
-
     def _mem_info(self, index: int) -> tuple[int, int]:
         free, total = self._call(index, "cudaMemGetInfo", self._ready().memGetInfo)
         return int(free), int(total)
-
-    def _pointer(self, handle: Any, offset: int) -> int:
-        return int(handle) + offset
-
-    def pinned_empty(self, nbytes: int, index: int = 0) -> np.ndarray:
-        """A page-locked host array (uint8) for fully asynchronous copies, allocated
-        with GPU ``index`` current (CuPy's pinned memory is portable: any GPU may use it)."""
-        self._ready()
-        mem = self._call(index, "cudaHostAlloc", self._cupy.cuda.alloc_pinned_memory, nbytes, requested=nbytes)
-        return np.frombuffer(mem, dtype=np.uint8, count=nbytes)
-
-    # ------------------------------------------------------------------ copies
-    def _copy(self, index: int, dst: Any, dst_off: int, src: Any, src_off: int,
-              nbytes: int, kind: str, stream: Any) -> None:
-        if nbytes == 0:
-            return
-        rt = self._rt or self._ready()
-        if kind == H2D:
-            d, s, k, what = int(dst) + dst_off, src.ctypes.data + src_off, 1, "cudaMemcpyAsync(H2D)"
-        elif kind == D2H:
-            d, s, k, what = dst.ctypes.data + dst_off, int(src) + src_off, 2, "cudaMemcpyAsync(D2H)"
-        elif kind == D2D:
-            d, s, k, what = int(dst) + dst_off, int(src) + src_off, 3, "cudaMemcpyAsync(D2D)"
-        else:
-            raise InvalidArgumentError(f"unknown copy kind {kind!r}")
-        self._call(index, what, rt.memcpyAsync, d, s, nbytes, k, stream.ptr)
-
-    def _copy_peer(self, dst_index: int, dst: Any, dst_off: int, src_index: int, src: Any,
-                   src_off: int, nbytes: int, stream: Any) -> None:
-        if nbytes == 0:
-            return
-        rt = self._rt or self._ready()
-        self._call(src_index, "cudaMemcpyPeerAsync", rt.memcpyPeerAsync,
-                   int(dst) + dst_off, dst_index, int(src) + src_off, src_index, nbytes, stream.ptr)
-
-    def _memset(self, index: int, dst: Any, dst_off: int, value: int, nbytes: int, stream: Any) -> None:
-        if nbytes == 0:
-            return
-        rt = self._rt or self._ready()
-        self._call(index, "cudaMemsetAsync", rt.memsetAsync, int(dst) + dst_off, int(value), nbytes, stream.ptr)
-
-    # ------------------------------------------------------------------ streams
-    def _default_stream(self, index: int) -> Any:
-        s = self._defaults.get(index)
-        if s is None:
-            self._ready()
-            s = self._defaults.setdefault(index, _CudaStream(self._cupy.cuda.Stream.null, index))
-        return s
-
-    def _stream_create(self, index: int) -> Any:
-        self._ready()
-        cs = self._call(index, "cudaStreamCreateWithFlags", partial(self._cupy.cuda.Stream, non_blocking=True))
-        return _CudaStream(cs, index)
-
-    def _stream_destroy(self, index: int, stream: Any) -> None:
-        if stream is self._defaults.get(index):
-            return
-        self._stream_synchronize(index, stream)
-        stream.cupy_stream = None  # CuPy destroys the stream when the object goes
-
-    def _stream_synchronize(self, index: int, stream: Any) -> None:
-        self._call(index, "cudaStreamSynchronize", stream.cupy_stream.synchronize)
-
-    def _stream_query(self, index: int, stream: Any) -> bool:
-        return self._query(index, "cudaStreamQuery", self._rt.streamQuery, stream.ptr)
-
-    def _stream_wait_event(self, index: int, stream: Any, event: Any) -> None:
-        self._call(index, "cudaStreamWaitEvent", stream.cupy_stream.wait_event, event)
-
-    # ------------------------------------------------------------------ events
-    def _event_create(self, index: int) -> Any:
-        self._ready()
-        return self._call(index, "cudaEventCreate", self._cupy.cuda.Event)
-
-    def _event_create_untimed(self, index: int) -> Any:
-        """An event without timing (``cudaEventDisableTiming``), cheaper to record and
-        query: what the caching allocator needs for stream-ordered reuse."""
-        self._ready()
-        return self._call(index, "cudaEventCreateWithFlags", partial(self._cupy.cuda.Event, disable_timing=True))
-
-    def _event_destroy(self, index: int, event: Any) -> None:
-        pass  # CuPy destroys the event when the object goes
-
-    def _event_record(self, index: int, event: Any, stream: Any) -> None:
-        self._call(index, "cudaEventRecord", event.record, stream.cupy_stream)
-
-    def _event_synchronize(self, index: int, event: Any) -> None:
-        self._call(index, "cudaEventSynchronize", event.synchronize)
-
-    def _event_query(self, index: int, event: Any) -> bool:
-        return self._query(index, "cudaEventQuery", self._rt.eventQuery, event.ptr)
-
-    def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
-        return float(self._call(index, "cudaEventElapsedTime", self._cupy.cuda.get_elapsed_time, start, end))
 
     def _synchronize(self, index: int) -> None:
         rt = self._ready()
@@ -613,26 +382,6 @@ def _format_uuid(raw: Any) -> str | None:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def _load_nccl() -> tuple[Any, str]:
-    """``cupy.cuda.nccl`` (or None) and why it is unusable.
-
-    When libnccl is missing, CuPy warns on import with a multi-line message;
-    it is kept out of the output here and condensed into the reason."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            from cupy.cuda import nccl
-        except Exception as exc:  # noqa: BLE001 - any failure means no NCCL
-            return None, f"cupy.cuda.nccl failed to import: {type(exc).__name__}: {exc}"
-    if getattr(nccl, "available", False):
-        return nccl, ""
-    text = "\n".join(str(w.message) for w in caught)
-    reason = re.search(r"^Reason: (.+)$", text, re.M)
-    fix = re.search(r"^\s*\$ (.+)$", text, re.M)
-    why = reason.group(1) if reason else "cupy.cuda.nccl.available is False"
-    return None, why + (f"; install it with: {fix.group(1)}" if fix else "")
-
-
 def _safe(fn: Any) -> Any:
     try:
         return fn()
@@ -640,53 +389,3 @@ def _safe(fn: Any) -> Any:
         return None
 
 
-# ---------------------------------------------------------------------- CuPy bridge
-
-def use_anychip_allocator_for_cupy(device: Any = None) -> Any:
-    """Make CuPy allocate device memory through anychip's caching allocator.
-
-    After this call CuPy arrays and anychip buffers share one pool per GPU:
-    ``cupy.cuda.set_allocator`` gets a function that takes a Buffer from
-    ``anychip.device("cuda:N").alloc(size)`` and hands CuPy a
-    ``MemoryPointer`` over it; the Buffer is the memory's owner, so it goes
-    back to anychip's cache when CuPy drops the array.
-
-    ``device`` (``"cuda:1"``, a Device, or an int) pins every allocation to
-    that GPU; None (the default) allocates on CuPy's current device.
-    Out of memory raises ``cupy.cuda.memory.OutOfMemoryError`` (what CuPy and
-    its users catch) with anychip's message; anychip's error is its ``__cause__``.
-    Returns the allocator CuPy had before, for ``cupy.cuda.set_allocator``.
-    """
-    import cupy
-
-    from ..runtime.device import device as lookup
-
-    fixed = None
-    if device is not None:
-        fixed = lookup(f"cuda:{device}" if isinstance(device, int) else device)
-        if fixed.backend != "cuda":
-            raise InvalidArgumentError(f"use_anychip_allocator_for_cupy needs a cuda device, got {fixed}")
-    cache: dict[int, Any] = {}
-
-    def allocate(size: int) -> Any:
-        dev = fixed
-        if dev is None:
-            idx = cupy.cuda.runtime.getDevice()
-            dev = cache.get(idx)
-            if dev is None:
-                dev = cache[idx] = lookup(f"cuda:{idx}")
-        if size == 0:
-            return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(0, 0, None, dev.index), 0)
-        try:
-            buf = dev.alloc(size)
-        except OutOfMemoryError as exc:
-            # CuPy (cub's fallbacks, ...) and its users catch CuPy's class
-            err = cupy.cuda.memory.OutOfMemoryError(size, exc.stats.get("allocated_bytes.all.current", -1))
-            err.args = (str(exc),)
-            raise err from exc
-        mem = cupy.cuda.UnownedMemory(buf.ptr, size, buf, dev.index)
-        return cupy.cuda.MemoryPointer(mem, 0)
-
-    previous = cupy.cuda.get_allocator()
-    cupy.cuda.set_allocator(allocate)
-    return previous
