@@ -1,4 +1,4 @@
-"""Collectives through the chips' own libraries (anychip/collectives/native.py).
+"""Collectives through the chips' own libraries (anychip/collectives/transports/native.py).
 
 HCCL, BKCL and RCCL are the simulator's (csrc/sim/hccl.c, bkcl.c, rccl.c), called
 through cffi exactly as the vendors' libraries would be. Multi-rank tests start rank
@@ -18,9 +18,9 @@ import pytest
 
 import anychip
 from anychip import collectives
-from anychip.collectives import native
 from anychip.collectives.communicator import OpSpec
-from anychip.collectives.transport import ShmTransport
+from anychip.collectives.transports import native
+from anychip.collectives.transports.shm import ShmTransport
 from anychip.devices import _vendor
 from anychip.devices.bkcl import Bkcl
 from anychip.devices.hccl import Hccl

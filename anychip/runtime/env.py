@@ -13,7 +13,11 @@ import os
 import re
 from collections.abc import Callable, Mapping
 
-__all__ = ["VARIABLES", "in_effect", "problem", "problems", "parse_sim_memory", "log_level", "collective_check"]
+from .errors import InvalidArgumentError
+
+__all__ = ["VARIABLES", "in_effect", "problem", "problems", "parse_sim_memory", "log_level", "collective_check",
+           "collective_timeout", "zero_copy_min", "collective_transport", "host_transport", "host_id", "launch_device",
+           "NEVER_S"]
 
 #: name -> (default, meaning)
 VARIABLES: dict[str, tuple[str, str]] = {
@@ -73,6 +77,11 @@ _UNITS = {"k": 1, "m": 2, "g": 3, "t": 4}
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+def _value(name: str) -> str:
+    """The variable's value without surrounding blanks ("" when unset)."""
+    return os.environ.get(name, "").strip()
+
+
 def in_effect() -> dict[str, str]:
     """The ANYCHIP_* variables set in this process (known or not)."""
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith("ANYCHIP_")}
@@ -128,6 +137,69 @@ def collective_check() -> bool:
     """``ANYCHIP_COLLECTIVE_CHECK=1``: ranks compare every op's signature first (the backends'
     libraries have no such check, so a plugin's ``native_ccl()`` yields to the host transport)."""
     return os.environ.get("ANYCHIP_COLLECTIVE_CHECK", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+#: what the engine is given for "never" (its deadlines are nanoseconds in 64 bits): 31 years
+NEVER_S = 1e9
+
+
+def collective_timeout() -> float:
+    """Seconds an op may wait for its peers (``ANYCHIP_COLLECTIVE_TIMEOUT``, default 300;
+    ``inf`` is never, given to the engine as :data:`NEVER_S`)."""
+    name = "ANYCHIP_COLLECTIVE_TIMEOUT"
+    raw = _value(name)
+    if not raw:
+        return 300.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"{name}={raw!r} is not a number of seconds (inf: never)") from None
+    if not value > 0:
+        raise InvalidArgumentError(f"{name}={raw!r} must be > 0 seconds (inf: never)")
+    return min(value, NEVER_S)
+
+
+def zero_copy_min() -> int:
+    """``ANYCHIP_CCL_ZERO_COPY_MIN``: message bytes from which simulated chips reduce zero-copy
+    (default 65536)."""
+    name = "ANYCHIP_CCL_ZERO_COPY_MIN"
+    raw = _value(name)
+    if not raw:
+        return 65536
+    value = _whole(raw, 0, 2**63)
+    if value is None:
+        raise InvalidArgumentError(f"{name}={raw!r} is not a whole number of bytes >= 0")
+    return value
+
+
+def collective_transport() -> str:
+    """``ANYCHIP_COLLECTIVE_TRANSPORT``: auto (default), native or host."""
+    name, choices = "ANYCHIP_COLLECTIVE_TRANSPORT", ("auto", "native", "host")
+    raw = _value(name)
+    mode = raw.lower() or "auto"
+    if mode not in choices:
+        raise InvalidArgumentError(f"{name}={os.environ[name]!r} is not one of {', '.join(choices)}")
+    return mode
+
+
+def host_transport() -> str:
+    """``ANYCHIP_HOST_TRANSPORT``: auto (default), shm or mpi."""
+    name = "ANYCHIP_HOST_TRANSPORT"
+    mode = _value(name).lower() or "auto"
+    if mode not in ("auto", "shm", "mpi"):
+        raise InvalidArgumentError(f"{name}={mode!r} is not understood; use auto, shm or mpi")
+    return mode
+
+
+def host_id() -> str:
+    """``ANYCHIP_HOSTID`` (blanks stripped; "" when unset): what groups ranks by host."""
+    return _value("ANYCHIP_HOSTID")
+
+
+def launch_device() -> str:
+    """``ANYCHIP_LAUNCH_DEVICE`` (set by ``anychip launch --device``): the ranks' backend, or a
+    device name; "" when unset."""
+    return _value("ANYCHIP_LAUNCH_DEVICE")
 
 
 def log_level(text: str | None) -> int | None:

@@ -10,8 +10,8 @@
   only the library differs.
 * :class:`NcclTransport` does the same for CUDA through ``cupy.cuda.nccl``.
 
-Both are made by :func:`make_transport`, which ``collectives.init`` calls, from what the
-device's plugin gives through ``DevicePlugin.native_ccl()``: a
+Both are made by the chooser (:mod:`.choose`), from what the device's plugin gives
+through ``DevicePlugin.native_ccl()``: a
 :class:`~anychip.runtime.native_ccl.NativeLibrary` (the HCCL / BKCL / RCCL bindings in
 anychip/devices, a C or Paddle plugin's collectives) drives a :class:`NativeTransport`,
 ``cupy.cuda.nccl`` an :class:`NcclTransport`; None (the reason is the plugin's
@@ -41,40 +41,23 @@ says whether the op failed. The simulator's BKCL reports it through
 """
 from __future__ import annotations
 
-import os
 import re
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, cast
 
-from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
-from ..runtime.native_ccl import NativeLibrary
-from ..runtime.stream import Event, Stream
-from .communicator import OpSpec, Work
-from .transport import ShmTransport, Transport, zero_copy_min
+from ...runtime.env import zero_copy_min
+from ...runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
+from ...runtime.native_ccl import NativeLibrary
+from ...runtime.stream import Event, Stream
+from ..communicator import OpSpec, Work
+from .base import Transport
+from .shm import ShmTransport
 
 if TYPE_CHECKING:
-    from ..runtime.device import Device
+    from ...runtime.device import Device
 
-__all__ = ["NativeTransport", "NcclTransport", "make_transport", "native_library", "transport_choice",
-           "TRANSPORT_ENV"]
-
-TRANSPORT_ENV = "ANYCHIP_COLLECTIVE_TRANSPORT"
-_CHOICES = ("auto", "native", "host")
-
-
-def transport_choice() -> str:
-    """``ANYCHIP_COLLECTIVE_TRANSPORT``: auto (default), native or host."""
-    raw = os.environ.get(TRANSPORT_ENV, "").strip().lower() or "auto"
-    if raw not in _CHOICES:
-        raise InvalidArgumentError(f"{TRANSPORT_ENV}={os.environ[TRANSPORT_ENV]!r} is not one of "
-                                   f"{', '.join(_CHOICES)}")
-    return raw
-
-
-# ---------------------------------------------------------------------------------------------
-# transports
-# ---------------------------------------------------------------------------------------------
+__all__ = ["NativeTransport", "NcclTransport", "native_library", "why_no_library"]
 
 #: how the simulator's libraries name their communicators in messages (csrc/sim/collective.c)
 _LABEL = re.compile(r"\b(?:hccl|nccl|bkcl) communicator [\w.-]+")
@@ -392,7 +375,7 @@ class NativeTransport(_Outcomes, Transport):
         peers read the root's buffer while the op runs, so the copy runs on a second stream
         (forked from and joined back into ``stream``); below it the op returns once the peers
         have arrived and the copy that follows it on ``stream`` overlaps their reads."""
-        from ..runtime.device import copy
+        from ...runtime.device import copy
         lib = self.lib
         where = f"broadcast ({lib.api}, group {self.label})"
         if nbytes < zero_copy_min():
@@ -566,10 +549,10 @@ class NcclTransport(_Outcomes, Transport):
 
 
 # ---------------------------------------------------------------------------------------------
-# choice
+# what the plugin gives
 # ---------------------------------------------------------------------------------------------
 
-def _why_not(plugin: Any, lib: Any) -> str:
+def why_no_library(plugin: Any, lib: Any) -> str:
     """Why ``lib`` (what ``plugin.native_ccl()`` gave) drives no native transport."""
     if lib is None:
         return str(plugin.native_ccl_problem())
@@ -582,20 +565,4 @@ def native_library(device: Device) -> tuple[NativeLibrary | None, str]:
     lib = device.plugin.native_ccl()
     if isinstance(lib, NativeLibrary):
         return lib, ""
-    return None, _why_not(device.plugin, lib)
-
-
-def make_transport(device: Device, rank: int, size: int, comm_id: str, label: str = "world") -> Transport:
-    """The transport ``collectives.init`` uses for ``device`` (see the module docstring): what
-    the device's plugin gives through ``native_ccl()`` decides, never the backend's name."""
-    choice = transport_choice()
-    if choice != "host":
-        lib = device.plugin.native_ccl()
-        if isinstance(lib, NativeLibrary):
-            return NativeTransport(device, rank, size, comm_id, label, library=lib)
-        if lib is not None and hasattr(lib, "NcclCommunicator"):        # cupy.cuda.nccl (cuda)
-            return NcclTransport(device, rank, size, comm_id, label, nccl=lib)
-        if choice == "native":
-            raise UnsupportedError(f"{TRANSPORT_ENV}=native but {device} has no native collective library: "
-                                   f"{_why_not(device.plugin, lib)}")
-    return ShmTransport(device, rank, size, comm_id, label)
+    return None, why_no_library(device.plugin, lib)
