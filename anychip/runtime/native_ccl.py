@@ -3,7 +3,7 @@
 A backend whose chip has its own collective library (HCCL, BKCL, RCCL, a C plugin's
 collective entries, a Paddle plugin's ``xccl_*``) returns an instance of a
 :class:`NativeLibrary` subclass from ``native_ccl()``; the collectives layer drives every
-one of them the same way, as a native transport (anychip/collectives/native.py). A
+one of them the same way, as a native transport (anychip/collectives/transports/native.py). A
 subclass gives the library's enum values, status names and argument orders; the
 checks, the error translation and the unique-id / init protocol are written here once.
 
