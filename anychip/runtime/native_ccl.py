@@ -13,11 +13,16 @@ the other.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar, Protocol
 
 from .errors import AnychipError, CollectiveError, InvalidArgumentError
 
 __all__ = ["NativeLibrary", "OpLike"]
+
+#: the argument names a ``calls`` entry may list
+_ARGUMENTS = frozenset({"send", "recv", "count", "dtype", "redop", "root", "comm", "stream"})
+
 
 class OpLike(Protocol):
     """What :meth:`NativeLibrary.supports` reads of an op (``collectives.OpSpec`` has it)."""
@@ -44,12 +49,35 @@ class NativeLibrary:
     dtypes: ClassVar[dict[str, int]] = {}
     byte: ClassVar[int] = 0
     redops: ClassVar[dict[str, int]] = {}
+    #: op kind -> (the library's function, the names of its arguments in order, from send, recv,
+    #: count, dtype, redop, root, comm and stream, which comes last); see :meth:`op`
+    calls: ClassVar[dict[str, tuple[str, str]]] = {}
+    #: the kinds the library has (default: those of ``calls``)
     kinds: ClassVar[frozenset[str]] = frozenset()
     probe: ClassVar[str] = ""                     # a function the library must export
     #: the library broadcasts in place (HCCL): the root's send is first copied to its recv
     broadcast_in_place: ClassVar[bool] = False
     #: the library takes the NULL stream (the device's default stream); HCCL does not
     null_stream: ClassVar[bool] = True
+
+    #: what ``calls`` becomes: kind -> (function name, the argument names before the stream)
+    _orders: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "calls" not in cls.__dict__:
+            return
+        orders = {}
+        for kind, (name, args) in cls.calls.items():
+            names = tuple(args.split())
+            unknown = set(names) - _ARGUMENTS
+            if unknown or names[-1:] != ("stream",):
+                raise TypeError(f"{cls.__name__}.calls[{kind!r}]: {args!r} must name arguments of "
+                                f"{', '.join(sorted(_ARGUMENTS))} and end with stream")
+            orders[kind] = (name, names[:-1])
+        cls._orders = orders
+        if "kinds" not in cls.__dict__:
+            cls.kinds = frozenset(cls.calls)
 
     def __init__(self, ffi: Any, lib: Any, path: str, simulated: bool) -> None:
         self.ffi, self.lib, self.path, self.simulated = ffi, lib, path, simulated
@@ -133,14 +161,25 @@ class NativeLibrary:
 
     def op(self, comm: Any, kind: str, send: Any, recv: Any, count: int, dtype: int, redop: int, root: int,
            stream: Any) -> int:
-        """Issue one op (count in elements of dtype; movement ops in bytes)."""
-        raise NotImplementedError
+        """Issue one op (count in elements of dtype; movement ops in bytes): the function
+        ``calls`` names for ``kind``, given the arguments in the order listed there. A library
+        whose ops need more than one call overrides this."""
+        return self.bind(comm, kind, send, recv, count, dtype, redop, root)(stream)
 
     def bind(self, comm: Any, kind: str, send: Any, recv: Any, count: int, dtype: int, redop: int,
              root: int) -> Any:
         """``op`` with everything but the stream fixed: a callable ``(stream) -> status``."""
-        op = self.op
-        return lambda stream: op(comm, kind, send, recv, count, dtype, redop, root, stream)
+        if type(self).op is not NativeLibrary.op:            # the subclass writes its ops out
+            op = self.op
+            return lambda stream: op(comm, kind, send, recv, count, dtype, redop, root, stream)
+        name, names = self._orders[kind]
+        given = {"comm": comm, "send": send, "recv": recv, "count": count, "dtype": dtype, "redop": redop,
+                 "root": root}
+        return functools.partial(self.function(name), *(given[a] for a in names))
+
+    def function(self, name: str) -> Any:
+        """The library's function ``name`` (a C plugin's: the entry of its table)."""
+        return getattr(self.lib, name)
 
     # -- how the device plugin's objects reach the library (override for non-vendor plugins) --
     def use_device(self, plugin: Any, index: int) -> None:

@@ -416,6 +416,15 @@ _NCCL_DTYPES = {"int8": "NCCL_INT8", "uint8": "NCCL_UINT8", "int32": "NCCL_INT32
                 "float16": "NCCL_FLOAT16", "bfloat16": "NCCL_BFLOAT16", "float32": "NCCL_FLOAT32",
                 "float64": "NCCL_FLOAT64"}
 _NCCL_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN", "avg": "NCCL_AVG"}
+#: op kind -> cupy's NcclCommunicator method and its arguments in order (movement ops in bytes);
+#: all_to_all (send / recv pairs) and barrier (an all-reduce of one element) are written out
+_NCCL_CALLS = {"all_reduce": ("allReduce", "send recv count dtype redop stream"),
+               "reduce": ("reduce", "send recv count dtype redop root stream"),
+               "reduce_scatter": ("reduceScatter", "send recv count dtype redop stream"),
+               "broadcast": ("broadcast", "send recv count dtype root stream"),
+               "all_gather": ("allGather", "send recv count dtype stream"),
+               "send": ("send", "send count dtype root stream"),
+               "recv": ("recv", "recv count dtype root stream")}
 
 
 class NcclTransport(_Outcomes, Transport):
@@ -485,32 +494,23 @@ class NcclTransport(_Outcomes, Transport):
         s = sp.send.ptr if sp.send is not None and sp.send.ptr else 0
         r = sp.recv.ptr if sp.recv is not None and sp.recv.ptr else 0
         if sp.kind in ("all_reduce", "reduce", "reduce_scatter"):
-            dt, op = self.dtypes[sp.dtype], self.redops[sp.op]
-            if sp.kind == "all_reduce":
-                c.allReduce(s, r, sp.count, dt, op, stream)
-            elif sp.kind == "reduce":
-                c.reduce(s, r, sp.count, dt, op, sp.root, stream)
-            else:
-                c.reduceScatter(s, r, sp.count, dt, op, stream)
-            return
-        n, byte = sp.count * sp.itemsize, nccl.NCCL_UINT8
-        if sp.kind == "broadcast":
-            c.broadcast(s, r, n, byte, sp.root, stream)
-        elif sp.kind == "all_gather":
-            c.allGather(s, r, n, byte, stream)
-        elif sp.kind == "send":
-            c.send(s, n, byte, sp.root, stream)
-        elif sp.kind == "recv":
-            c.recv(r, n, byte, sp.root, stream)
-        elif sp.kind == "all_to_all":
-            for peer in range(self.size):
-                c.send(s + peer * n, n, byte, peer, stream)
-                c.recv(r + peer * n, n, byte, peer, stream)
+            count, dtype, redop = sp.count, self.dtypes[sp.dtype], self.redops[sp.op]
         else:
+            count, dtype, redop = sp.count * sp.itemsize, nccl.NCCL_UINT8, 0
+        if sp.kind == "all_to_all":
+            for peer in range(self.size):
+                c.send(s + peer * count, count, dtype, peer, stream)
+                c.recv(r + peer * count, count, dtype, peer, stream)
+        elif sp.kind == "barrier":
             if self._scratch is None:
                 self._scratch = self.device.alloc(4)
             p = self._scratch.ptr
             c.allReduce(p, p, 1, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream)
+        else:
+            method, args = _NCCL_CALLS[sp.kind]
+            given = {"send": s, "recv": r, "count": count, "dtype": dtype, "redop": redop, "root": sp.root,
+                     "stream": stream}
+            getattr(c, method)(*(given[a] for a in args.split()))
 
     def _async_failure(self, what: str) -> CollectiveError | None:
         if self._comm is None:
