@@ -34,6 +34,7 @@ from torch.futures import Future
 
 from ..collectives import Communicator, World
 from ..collectives.transports.choose import choose
+from ..runtime.env import launcher_int
 from ..runtime.errors import AnychipError
 from . import NAME, anychip_device, anychip_stream, buffer_of, device_count
 
@@ -56,9 +57,8 @@ _BITWISE = {dist.ReduceOp.BAND: torch.bitwise_and, dist.ReduceOp.BOR: torch.bitw
 
 def _local_rank() -> int:
     for name in ("ANYCHIP_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"):
-        raw = os.environ.get(name)
-        if raw is not None and raw.strip().isdigit():
-            return int(raw)
+        if name in os.environ:
+            return launcher_int(name)
     return 0
 
 

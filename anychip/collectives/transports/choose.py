@@ -32,7 +32,7 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-from ...runtime.env import collective_transport, host_id, host_transport
+from ...runtime.env import check_engine, collective_transport, host_id, host_transport
 from ...runtime.errors import UnsupportedError
 from ...runtime.native_ccl import NativeLibrary
 from .base import Transport
@@ -56,6 +56,7 @@ def choose(device: Device, world: World, comm_id: str | None = None, label: str 
     it); ``comm_id`` names the shared-memory communicator on one host (default: the job's
     world). See the module docstring."""
     comm_id = comm_id or f"{world.job_id}.world"
+    check_engine()                    # what the C parts read themselves, refused here rather than ignored
     mode = host_transport()
     spans = world.local_size != world.size
     if mode == "mpi":
