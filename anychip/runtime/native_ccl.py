@@ -20,8 +20,9 @@ from .errors import AnychipError, CollectiveError, InvalidArgumentError
 
 __all__ = ["NativeLibrary", "OpLike"]
 
-#: the argument names a ``calls`` entry may list
-_ARGUMENTS = frozenset({"send", "recv", "count", "dtype", "redop", "root", "comm", "stream"})
+#: the argument names a ``calls`` entry may list (the stream last), in the order ``op`` takes them
+_GIVEN = ("comm", "send", "recv", "count", "dtype", "redop", "root")
+_ARGUMENTS = frozenset({*_GIVEN, "stream"})
 
 
 class OpLike(Protocol):
@@ -60,8 +61,9 @@ class NativeLibrary:
     #: the library takes the NULL stream (the device's default stream); HCCL does not
     null_stream: ClassVar[bool] = True
 
-    #: what ``calls`` becomes: kind -> (function name, the argument names before the stream)
-    _orders: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {}
+    #: what ``calls`` becomes: kind -> (function name, the positions in _GIVEN of the arguments
+    #: before the stream)
+    _orders: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -74,13 +76,14 @@ class NativeLibrary:
             if unknown or names[-1:] != ("stream",):
                 raise TypeError(f"{cls.__name__}.calls[{kind!r}]: {args!r} must name arguments of "
                                 f"{', '.join(sorted(_ARGUMENTS))} and end with stream")
-            orders[kind] = (name, names[:-1])
+            orders[kind] = (name, tuple(_GIVEN.index(a) for a in names[:-1]))
         cls._orders = orders
         if "kinds" not in cls.__dict__:
             cls.kinds = frozenset(cls.calls)
 
     def __init__(self, ffi: Any, lib: Any, path: str, simulated: bool) -> None:
         self.ffi, self.lib, self.path, self.simulated = ffi, lib, path, simulated
+        self._bound: dict[str, tuple[Any, tuple[int, ...]]] = {}     # kind -> (function, positions)
         self._last_error = getattr(lib, "anychip_sim_last_error", None) if simulated else None
 
     # -- what it can do ------------------------------------------------------------
@@ -164,7 +167,9 @@ class NativeLibrary:
         """Issue one op (count in elements of dtype; movement ops in bytes): the function
         ``calls`` names for ``kind``, given the arguments in the order listed there. A library
         whose ops need more than one call overrides this."""
-        return self.bind(comm, kind, send, recv, count, dtype, redop, root)(stream)
+        fn, where = self._bound.get(kind) or self._bind_kind(kind)
+        given = (comm, send, recv, count, dtype, redop, root)
+        return fn(*[given[i] for i in where], stream)
 
     def bind(self, comm: Any, kind: str, send: Any, recv: Any, count: int, dtype: int, redop: int,
              root: int) -> Any:
@@ -172,10 +177,14 @@ class NativeLibrary:
         if type(self).op is not NativeLibrary.op:            # the subclass writes its ops out
             op = self.op
             return lambda stream: op(comm, kind, send, recv, count, dtype, redop, root, stream)
-        name, names = self._orders[kind]
-        given = {"comm": comm, "send": send, "recv": recv, "count": count, "dtype": dtype, "redop": redop,
-                 "root": root}
-        return functools.partial(self.function(name), *(given[a] for a in names))
+        fn, where = self._bound.get(kind) or self._bind_kind(kind)
+        given = (comm, send, recv, count, dtype, redop, root)
+        return functools.partial(fn, *[given[i] for i in where])
+
+    def _bind_kind(self, kind: str) -> tuple[Any, tuple[int, ...]]:
+        name, where = self._orders[kind]
+        self._bound[kind] = hit = (self.function(name), where)
+        return hit
 
     def function(self, name: str) -> Any:
         """The library's function ``name`` (a C plugin's: the entry of its table)."""
