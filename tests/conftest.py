@@ -6,10 +6,26 @@ backend (``ANYCHIP_DEVICES`` narrows it, e.g. ``ANYCHIP_DEVICES=opencl:0 ci/test
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 import anychip
+
+TESTS = Path(__file__).resolve().parent       # tests/, laid out like the package: runtime/, devices/, ...
+ROOT = TESTS.parent
+
+# The one timeout policy. pytest-timeout ends a test after TEST_SECONDS (pyproject.toml's
+# `timeout`; ci/test does not override it). A test that waits for a child process gives it
+# CHILD_SECONDS, less than its own limit, so that the child's timeout fires first and the
+# failure shows the child's output. The few tests that run whole suites or compile a framework
+# extension are marked `pytest.mark.timeout(LONG_TEST_SECONDS)` and give their children
+# LONG_CHILD_SECONDS. A shorter bound written in a test is part of what it asserts (a fault
+# ends in bounded time), not a policy.
+TEST_SECONDS = 300
+CHILD_SECONDS = 240
+LONG_TEST_SECONDS = 900
+LONG_CHILD_SECONDS = 840
 
 
 def _first_device_of_each_backend() -> list[str]:
@@ -117,7 +133,9 @@ test_torch_c10d.py::test_ddp_losses_equal_one_devices
 test_torch_c10d.py::test_every_op_by_value_on_two_ranks
 test_torch_opinfo.py::test_opinfo_every_float32_op_agrees_with_the_cpu
 test_torch_provider.py::test_the_other_simulated_chips_serve_the_device
+test_twohost.py::test_a_hosts_ranks_killed_end_the_job_naming_the_host
 test_twohost.py::test_hierarchical_all_reduce_of_two_by_two_ranks_across_namespaces
+test_twohost.py::test_the_link_going_down_mid_collective_is_a_timeout_on_every_rank_of_the_host
 """.split())
 
 

@@ -7,13 +7,14 @@ import subprocess
 import sys
 
 import pytest
+from conftest import CHILD_SECONDS
 
 
 def run(*args, env=None):
     e = {k: v for k, v in os.environ.items() if k != "ANYCHIP_DEVICES"}
     e.update(env or {})
     return subprocess.run([sys.executable, "-m", "anychip.cli", *args], capture_output=True, text=True, env=e,
-                          timeout=120)
+                          timeout=CHILD_SECONDS)
 
 
 def test_devices_table_lists_every_backend():

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import CHILD_SECONDS
 
 import anychip
 from anychip._spawn import anychip_root, python_command
@@ -40,7 +41,7 @@ def decoy(tmp_path: Path) -> Path:
 
 
 def child(argv: list[str], cwd: Path, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(python_command(argv), cwd=cwd, capture_output=True, text=True, timeout=120, **kw)
+    return subprocess.run(python_command(argv), cwd=cwd, capture_output=True, text=True, timeout=CHILD_SECONDS, **kw)
 
 
 PROBE = "import anychip, sys; print(anychip.__file__); print(sys.argv); print(__name__)"
@@ -48,7 +49,8 @@ PROBE = "import anychip, sys; print(anychip.__file__); print(sys.argv); print(__
 
 def test_a_module_child_beside_a_decoy_imports_the_parents_anychip(decoy: Path):
     (decoy / "probe_mod.py").write_text(PROBE + "\nimport os; print(os.getcwd() in __import__('sys').path)\n")
-    plain = subprocess.run([sys.executable, "-m", "probe_mod"], cwd=decoy, capture_output=True, text=True, timeout=120)
+    plain = subprocess.run([sys.executable, "-m", "probe_mod"], cwd=decoy, capture_output=True, text=True,
+                           timeout=CHILD_SECONDS)
     assert "the decoy anychip was imported" in plain.stderr          # what a plain `python -m` child does
     r = child(["-m", "probe_mod", "a", "b"], decoy)
     assert r.returncode == 0, r.stderr
@@ -112,7 +114,7 @@ def test_launched_ranks_beside_a_decoy_use_the_launchers_anychip(decoy: Path, ca
 def test_an_unbuilt_tree_first_on_sys_path_defers_to_the_built_anychip(shadow: Path):
     """`python -c 'import anychip'` in a clone's root (the current directory first on sys.path)."""
     r = subprocess.run([sys.executable, "-c", "import anychip; print(anychip.__file__); anychip.device('cpu:0')"],
-                       cwd=shadow, capture_output=True, text=True, timeout=120,
+                       cwd=shadow, capture_output=True, text=True, timeout=CHILD_SECONDS,
                        env={**os.environ, "PYTHONPATH": anychip_root()})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == PARENT
@@ -121,7 +123,7 @@ def test_an_unbuilt_tree_first_on_sys_path_defers_to_the_built_anychip(shadow: P
 def test_an_unbuilt_tree_alone_says_what_to_run(shadow: Path):
     # -S: no site-packages, so the unbuilt tree in the current directory is the only anychip
     r = subprocess.run([sys.executable, "-S", "-c", "import anychip"], cwd=shadow, capture_output=True, text=True,
-                       timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+                       timeout=CHILD_SECONDS, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
     assert last == (f"ImportError: anychip at {shadow / 'anychip'} is a source tree whose C parts are not built "
@@ -131,11 +133,11 @@ def test_an_unbuilt_tree_alone_says_what_to_run(shadow: Path):
 
 def test_python_dash_m_anychip_is_the_anychip_command(tmp_path: Path):
     r = subprocess.run([sys.executable, "-m", "anychip", "--version"], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=120)
+                       timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"anychip {anychip.__version__}"
     r = subprocess.run([sys.executable, "-m", "anychip", "devices", "--bogus"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=CHILD_SECONDS)
     assert r.returncode == 2
     assert r.stderr.splitlines()[0].startswith("usage: anychip ")
 

@@ -1,7 +1,7 @@
 """Every paddle.distributed collective on a device type anychip provides, value-checked on
 each rank (run under `python -m paddle.distributed.launch`). Each check prints a line
 "CHECK <name> ok" or "CHECK <name> FAIL <detail>"; the process exits 1 if any failed.
-tests/test_paddle_provider.py and `anychip conformance --framework paddle` run it;
+tests/paddle_provider/test_paddle_provider.py and `anychip conformance --framework paddle` run it;
 with --sizes it also times all_reduce, all_gather, broadcast and reduce_scatter per size
 (value-checked) and prints "ROW <op> <bytes> <seconds> <ok>" lines."""
 import sys

@@ -1,6 +1,6 @@
 """Every c10d op of the ``anychip`` backend, value-checked on each rank (run under
 ``anychip launch``; ``ANYCHIP_TORCH`` picks the chip). Each check prints "CHECK <name> ok" or
-"CHECK <name> FAIL <detail>"; the process exits 1 if any failed. tests/test_torch_c10d.py and
+"CHECK <name> FAIL <detail>"; the process exits 1 if any failed. tests/torch_provider/test_torch_c10d.py and
 ``anychip conformance --framework torch`` run it; with --sizes it also times all_reduce,
 all_gather, broadcast and reduce_scatter per size (value-checked) and prints
 "ROW <op> <bytes> <seconds> <ok>" lines."""

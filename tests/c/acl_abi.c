@@ -1,7 +1,7 @@
 /*
  * Calls the Ascend simulator through ACL's C API, built from the shipped header
  * (csrc/include/acl/acl.h) as a program written for CANN's acl/acl.h is. Linked against
- * libascend_sim by tests/test_sim_c_abi.py.
+ * libascend_sim by tests/devices/test_sim_c_abi.py.
  */
 #include <stdint.h>
 #include <stdio.h>

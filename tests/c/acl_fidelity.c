@@ -3,7 +3,7 @@
  * through the shipped header as a CANN program would call them: init / finalize, memcpy
  * checks and kind correction, event status, callback reports on a subscribed thread,
  * contexts, every aclrtMemAttr, and aclprof sessions with step timestamps.
- * Built and run by tests/test_sim_c_abi.py; prints "acl fidelity ok".
+ * Built and run by tests/devices/test_sim_c_abi.py; prints "acl fidelity ok".
  */
 #define _DEFAULT_SOURCE
 #include <pthread.h>

@@ -3,7 +3,7 @@
  * function in stream order that blocks the stream's later work), aclrtGetDeviceInfo,
  * aclrtGetLastError / aclrtPeekAtLastError, and aclrtMemcpy waiting for no stream. Built
  * against anychip's acl/acl.h by
- * tests/test_sim_c_abi.py; prints "acl runtime calls ok".
+ * tests/devices/test_sim_c_abi.py; prints "acl runtime calls ok".
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>

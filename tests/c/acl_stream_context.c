@@ -1,7 +1,7 @@
 /*
  * ACL refuses a stream outside the current context for aclrtMemcpyAsync and
  * aclrtMemsetAsync with ACL_ERROR_RT_STREAM_CONTEXT (CANN runtime api_impl.cc). Built and
- * run by tests/test_sim_c_abi.py; prints "acl stream context ok".
+ * run by tests/devices/test_sim_c_abi.py; prints "acl stream context ok".
  */
 #include <stdio.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /*
  * A multi-rank BKCL program written against bkcl/bkcl.h (Paddle's call-site argument
  * orders) and the XPU runtime's C API: one process per rank (fork), the unique id made
- * before the fork. Linked against libkunlun_sim by tests/test_native_ccl_c.py.
+ * before the fork. Linked against libkunlun_sim by tests/collectives/test_native_ccl_c.py.
  * Usage: bkcl_ranks NRANKS. Prints "bkcl ok rank R" per rank, exits 0 when exact.
  */
 #include <stdint.h>

@@ -3,7 +3,7 @@
  * (elements, one size_t per rank) in device memory, here written by an asynchronous copy
  * queued on the same stream just before the call. One process per rank (fork); built
  * against anychip's bkcl/bkcl.h and xpu/runtime.h with -Werror=implicit-function-declaration
- * by tests/test_native_ccl_c.py. Usage: bkcl_v NRANKS (2..4). Prints "bkcl v ok rank R".
+ * by tests/collectives/test_native_ccl_c.py. Usage: bkcl_v NRANKS (2..4). Prints "bkcl v ok rank R".
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * planted defect (read once, when the library is loaded). The suite must pass the library without
  * a defect and fail it with each one.
  *
- * Built by tests/test_conformance_mutants.py with
+ * Built by tests/conformance/test_conformance_mutants.py with
  *   -DTEMPLATE_SOURCE="\"<rendered project>/src/<name>.c\"" -DNAME="\"<backend name>\"" -I csrc/common
  *
  * The collectives run in the calling thread once the stream's earlier work is done, in rounds of

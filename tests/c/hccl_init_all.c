@@ -3,7 +3,7 @@
  * all-reduces of every communicator issued by that thread (each op returns once
  * enqueued, so no group is needed); then the same with one thread per device, each
  * creating its communicator with HcclCommInitRootInfo. Checks every element exactly and
- * CANN's codes for bad arguments. Built and run by tests/test_native_ccl_c.py;
+ * CANN's codes for bad arguments. Built and run by tests/collectives/test_native_ccl_c.py;
  * prints "hccl init all ok".
  */
 #define _POSIX_C_SOURCE 200809L

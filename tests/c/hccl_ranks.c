@@ -1,7 +1,7 @@
 /*
  * A multi-rank HCCL program written against hccl/hccl.h and the ACL runtime's C API, as
  * a user program for Ascend NPUs would be: one process per rank (fork), the root info
- * made before the fork. Linked against libascend_sim by tests/test_native_ccl_c.py.
+ * made before the fork. Linked against libascend_sim by tests/collectives/test_native_ccl_c.py.
  * Usage: hccl_ranks NRANKS. Prints "hccl ok rank R" per rank, exits 0 when exact.
  */
 #include <stdint.h>

@@ -3,7 +3,7 @@
  * from a rank table file (HcclCommInitClusterInfo), HcclAlltoAllV, HcclAllGatherV,
  * HcclReduceScatterV and HcclBatchSendRecv, and the NULL stream CANN refuses. One
  * process per rank (fork); built against anychip's hccl/hccl.h and acl/acl.h with
- * -Werror=implicit-function-declaration by tests/test_native_ccl_c.py.
+ * -Werror=implicit-function-declaration by tests/collectives/test_native_ccl_c.py.
  * Usage: hccl_v NRANKS (2..4). Prints "hccl v ok rank R" per rank, exits 0 when exact.
  */
 #define _POSIX_C_SOURCE 200809L

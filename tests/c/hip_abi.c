@@ -2,7 +2,7 @@
  * Calls the Hygon simulator through HIP's C API, built from the shipped header
  * (csrc/include/hip/hip_runtime_api.h) as a program written
  * for ROCm's header is. Linked against libhygon_sim by
- * tests/test_sim_c_abi.py.
+ * tests/devices/test_sim_c_abi.py.
  */
 #include <stddef.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * The HIP behaviours the simulator takes from ROCm clr, checked through the shipped
  * header as a HIP program would call them: hipFree, memcpy kinds, hipEventDisableTiming,
  * HIP 6's hipGetDeviceProperties (hipDeviceProp_tR0600) and hipDeviceGetAttribute.
- * Built and run by tests/test_sim_c_abi.py; prints "hip fidelity ok".
+ * Built and run by tests/devices/test_sim_c_abi.py; prints "hip fidelity ok".
  */
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L

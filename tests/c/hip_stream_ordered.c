@@ -4,7 +4,7 @@
  * hipStreamLegacy, stream-ordered allocation (hipMallocAsync / hipFreeAsync) with the
  * device's default memory pool, hipStreamDestroy of a destroyed stream (clr: 709), and
  * the legacy null stream's wait for blocking streams in a synchronous hipMemcpy.
- * Built and run by tests/test_sim_c_abi.py; prints "hip stream-ordered ok".
+ * Built and run by tests/devices/test_sim_c_abi.py; prints "hip stream-ordered ok".
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>

@@ -10,7 +10,7 @@
  *
  * Every rank all-reduces (sum) 1 << 18 + 3 floats of value rank * 1000 + i % 1000 and
  * checks each element exactly, then one all-reduce of int32 in a group over all of the
- * process's communicators. Built and run by tests/test_native_ccl_c.py; prints
+ * process's communicators. Built and run by tests/collectives/test_native_ccl_c.py; prints
  * "guide N ok" once per process.
  */
 #define _POSIX_C_SOURCE 200809L

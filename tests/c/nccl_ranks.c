@@ -1,7 +1,7 @@
 /*
  * A 2..8-rank RCCL program written against rccl/rccl.h and HIP's C API, as a user
  * program for a Hygon DCU (or any ROCm GPU) would be: one process per rank (fork), the
- * unique id made before the fork. Linked against libhygon_sim by tests/test_native_ccl_c.py.
+ * unique id made before the fork. Linked against libhygon_sim by tests/collectives/test_native_ccl_c.py.
  * Usage: nccl_ranks NRANKS. Prints "nccl ok rank R" per rank and exits 0 when every
  * rank's results are exact.
  */

@@ -2,7 +2,7 @@
  * ncclCommInitRankConfig (a config from NCCL_CONFIG_INITIALIZER) and ncclCommSplit, as
  * frameworks that build sub-groups call them: one process per rank (fork), built against
  * anychip's rccl/rccl.h and hip/hip_runtime_api.h with -Werror=implicit-function-declaration
- * by tests/test_native_ccl_c.py. Usage: nccl_split NRANKS (2..8): prints
+ * by tests/collectives/test_native_ccl_c.py. Usage: nccl_split NRANKS (2..8): prints
  * "nccl split ok rank R" per rank; nccl_split g: one thread splits the communicators of
  * two devices in one group, prints "nccl split group ok". Exits 0 when every result is exact.
  */

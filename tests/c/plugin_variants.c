@@ -1,7 +1,7 @@
 /*
  * Test plugins: the device `anychip plugin new` generates, changed in one way each.
  *
- * Built by tests/test_cplugin.py with
+ * Built by tests/devices/test_cplugin.py with
  *   -DTEMPLATE_SOURCE="\"<rendered project>/src/<name>.c\"" -DNAME="\"<backend name>\"" -DVARIANT_<X>
  * VARIANT_GOOD            the template as it is
  * VARIANT_NO_INIT         exports no anychip_plugin_init

@@ -2,7 +2,7 @@
  * Calls the Kunlun simulator through the XPU runtime's C API, built from the shipped
  * header (csrc/include/xpu/runtime.h) as a program written for
  * xpu/runtime.h is. Linked against libkunlun_sim by
- * tests/test_sim_c_abi.py.
+ * tests/devices/test_sim_c_abi.py.
  */
 #include <stdint.h>
 #include <stdio.h>

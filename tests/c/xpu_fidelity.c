@@ -2,7 +2,7 @@
  * The XPU runtime behaviours the simulator takes from the runtime guide and Paddle's call
  * sites, checked through the shipped header: xpu_device_list returns the physical numbers
  * of the visible devices, the current device is per thread (device 0 until set), failures
- * are positive XPUError_t codes, xpu_get_driver_version. Run by tests/test_sim_c_abi.py
+ * are positive XPUError_t codes, xpu_get_driver_version. Run by tests/devices/test_sim_c_abi.py
  * with XPU_VISIBLE_DEVICES=5,2,7; prints "xpu fidelity ok".
  */
 #include <pthread.h>

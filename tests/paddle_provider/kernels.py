@@ -3,7 +3,7 @@
 device's own kernels or fail, and so must an MLP's whole AdamW step. Inputs are small
 integers and powers of two, so every result is exact and is compared with NumPy's for
 equality (exp / log / softmax of general values to float32 rounding). Prints one JSON line:
-{name: true | "what differed"}; tests/test_paddle_provider.py runs it."""
+{name: true | "what differed"}; tests/paddle_provider/test_paddle_provider.py runs it."""
 import json
 import sys
 

@@ -1,6 +1,6 @@
 """One process on one Paddle device type that anychip provides: tensors, copies, ops with
 exact values, backward(), and an MLP trained with AdamW whose losses equal Paddle-CPU's.
-Prints one JSON line with what it checked; tests/test_paddle_provider.py runs it."""
+Prints one JSON line with what it checked; tests/paddle_provider/test_paddle_provider.py runs it."""
 import json
 import sys
 

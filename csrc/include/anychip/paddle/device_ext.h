@@ -3,7 +3,7 @@
  * shipped in paddlepaddle 3.x), member for member: the types the Paddle bridge
  * (anychip/paddle/bridge.c) implements. anychip's Paddle host loader gives cffi the text
  * between the markers (anychip/devices/_headers.py), so the bridge, the host loader and C
- * test plugins share this one layout; tests/test_paddle_provider.py checks its sizes and
+ * test plugins share this one layout; tests/paddle_provider/test_paddle_provider.py checks its sizes and
  * offsets against the header of the installed Paddle wheel.
  */
 #ifndef ANYCHIP_PADDLE_DEVICE_EXT_H

@@ -3,7 +3,7 @@
  * anychip's kernel libraries use, written from those headers. The functions live in the
  * libphi_core.so Paddle has loaded; a kernel library looks them up there at run time
  * (anychip_phi_load), so it builds without Paddle and loads where Paddle is absent.
- * tests/test_paddle_provider.py compiles this header against the wheel's own headers and
+ * tests/paddle_provider/test_paddle_provider.py compiles this header against the wheel's own headers and
  * checks the enum values and every declaration below.
  */
 #ifndef ANYCHIP_PADDLE_PHI_CAPI_H

@@ -1,0 +1,64 @@
+"""One rank of the native-library tests (run by tests/collectives/test_native_ccl.py).
+
+    native_ccl_worker.py matrix COUNTS BIG   every op x dtype x reduce op (tests/collectives/ccl_worker.py's
+                                             cases) on the native transport, which it asserts
+    native_ccl_worker.py timeout SECONDS     the last rank never joins the op: the others print
+                                             'RESULT <exception>|<seconds>|<message>'
+    native_ccl_worker.py kill                rank 1 dies with an op enqueued and not started: the same line
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import ccl_worker  # noqa: E402
+
+import anychip  # noqa: E402
+from anychip import collectives  # noqa: E402
+
+
+def main() -> None:
+    suite = sys.argv[1]
+    comm = collectives.init()
+    name = comm.transport.name
+    assert name.startswith("native/"), name
+    if suite == "matrix":
+        counts = [int(c) for c in sys.argv[2].split(",")]
+        big = int(sys.argv[3]) or None
+        n = ccl_worker.matrix(comm, counts, big, ("float32", "bfloat16", "int8", "float64"))
+        comm.destroy()
+        print(f"PASS {n} cases via {name}", flush=True)
+        return
+    if suite == "timeout":
+        # the short timeout applies to a communicator made once every rank is up (a rank's
+        # interpreter can start seconds after the others on a loaded machine)
+        os.environ["ANYCHIP_COLLECTIVE_TIMEOUT"] = sys.argv[2]
+        comm = comm.split(0)
+    dev, r = comm.device, comm.rank
+    buf = dev.alloc(4 * 100_000).copy_from(np.ones(100_000, dtype=np.float32))
+    if suite == "kill" and r == 1:
+        # enqueued behind a held stream, so it has certainly not run when the process dies
+        stream = dev.current_stream()
+        dev.plugin.sim_hold_stream(dev.index, stream._live())
+        comm.all_reduce(buf)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if suite == "timeout" and r == comm.size - 1:
+        sys.stdin.read()                      # alive, but never joins
+        return
+    t = time.perf_counter()
+    try:
+        comm.all_reduce(buf).wait()
+        outcome, msg = "none", ""
+    except anychip.AnychipError as exc:
+        outcome, msg = type(exc).__name__, str(exc)
+    print(f"RESULT {outcome}|{time.perf_counter() - t:.3f}|{msg}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,500 @@
+"""Collectives through the chips' own libraries (anychip/collectives/transports/native.py).
+
+HCCL, BKCL and RCCL are the simulator's (csrc/sim/hccl.c, bkcl.c, rccl.c), called
+through cffi exactly as the vendors' libraries would be. Multi-rank tests start rank
+processes (tests/collectives/native_ccl_worker.py) that check their own results exactly.
+NCCL through cupy.cuda.nccl needs a GPU; its GPU-free logic runs here against a
+recording stand-in of ``cupy.cuda.nccl``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import CHILD_SECONDS
+
+import anychip
+from anychip import collectives
+from anychip.collectives.communicator import OpSpec
+from anychip.collectives.transports import native
+from anychip.collectives.transports.shm import ShmTransport
+from anychip.devices import _vendor
+from anychip.devices.bkcl import Bkcl
+from anychip.devices.hccl import Hccl
+from anychip.devices.rccl import Rccl
+from anychip.runtime.errors import CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "native_ccl_worker.py")
+SIMS = {"ascend": "HCCL", "kunlun": "BKCL", "hygon": "RCCL"}
+
+
+def _available(backend: str) -> bool:
+    return any(b.name == backend and b.available for b in anychip.backends())
+
+
+SIM_PARAMS = [pytest.param(b, marks=pytest.mark.skipif(not _available(b), reason=f"{b} is unavailable"))
+              for b in SIMS]
+
+
+def _shm_names() -> set[str]:
+    """The engine's segments (the only files anychip makes in /dev/shm). Other jobs on the
+    machine may have one open for a moment while their ranks join."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith("anychip-ccl-")}
+
+def _leaked(before: set[str]) -> set[str]:
+    """Segments that appeared since ``before`` and stay. Another job on the machine can hold
+    one for a moment while its ranks join (it is unlinked once all have); a leak stays,
+    so a name still there after 2 s is one."""
+    deadline = time.monotonic() + 2.0
+    left = _shm_names() - before
+    while left and time.monotonic() < deadline:
+        time.sleep(0.01)
+        left &= _shm_names()
+    return left
+
+
+
+def _single(device: str, monkeypatch: pytest.MonkeyPatch, choice: str = "auto"):
+    monkeypatch.setenv("ANYCHIP_COLLECTIVE_TRANSPORT", choice)
+    world = collectives.World(0, 1, 0, 1, f"native-test-{os.getpid()}-{time.monotonic_ns()}", "none")
+    return collectives.init(device, world=world)
+
+
+# -- choosing the transport ----------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", SIM_PARAMS)
+def test_init_picks_the_native_library_of_a_simulated_chip(backend, monkeypatch):
+    comm = _single(f"{backend}:0", monkeypatch)
+    try:
+        assert isinstance(comm.transport, native.NativeTransport)
+        assert comm.transport.name == f"native/{SIMS[backend]} (simulated)"
+        assert comm.transport.mode == "sim"
+        assert comm.transport.lib.path == anychip.device(f"{backend}:0").plugin.library_path
+    finally:
+        comm.destroy()
+
+
+def test_host_override_and_errors(monkeypatch):
+    if not _available("ascend"):
+        pytest.skip("ascend is unavailable")
+    comm = _single("ascend:0", monkeypatch, "host")
+    assert isinstance(comm.transport, ShmTransport) and comm.transport.name == "shm/sim"
+    comm.destroy()
+    with pytest.raises(UnsupportedError, match=r"ANYCHIP_COLLECTIVE_TRANSPORT=native but cpu:0 has no native "
+                                               r"collective library: cpu has no native collective library"):
+        _single("cpu:0", monkeypatch, "native")
+    with pytest.raises(InvalidArgumentError, match=r"ANYCHIP_COLLECTIVE_TRANSPORT='nccl' is not one of auto, "
+                                                   r"native, host"):
+        _single("cpu:0", monkeypatch, "nccl")
+    comm = _single("cpu:0", monkeypatch, "auto")          # no native library: the engine
+    assert isinstance(comm.transport, ShmTransport)
+    comm.destroy()
+
+
+class _FakePlugin:
+    name = "ascend"
+    simulated = False
+    library_path = "/opt/vendor/libascendcl.so"
+
+    def __init__(self, dirs):
+        self.dirs = dirs
+
+    def search_dirs(self):
+        return self.dirs
+
+
+def test_real_runtime_needs_the_real_library_beside_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("LD_LIBRARY_PATH", "")
+    lib, why = _vendor.load_ccl(_FakePlugin([str(tmp_path)]), Hccl)
+    assert lib is None
+    assert why == f"libhccl.so not found beside /opt/vendor/libascendcl.so (searched {tmp_path})"
+    # a file of that name that is not a loadable library is reported, not used
+    (tmp_path / "libhccl.so").write_text("not a library")
+    lib, why = _vendor.load_ccl(_FakePlugin([str(tmp_path)]), Hccl)
+    assert lib is None and why.startswith(f"{tmp_path}/libhccl.so cannot serve HCCL: ")
+
+
+def test_what_each_library_takes_natively():
+    def spec(kind, dtype="float32", op="sum"):
+        return OpSpec(kind, None, None, 4, dtype, op, -1)
+    h, b, r = Hccl, Bkcl, Rccl
+    assert not h.supports(h, spec("all_reduce", op="avg"))          # HCCL has no average
+    assert h.supports(h, spec("all_reduce", "int8", "prod")) and h.supports(h, spec("barrier"))
+    assert not h.supports(h, spec("all_reduce", "bfloat16", "prod"))  # refused on 910B / 910_93
+    assert not b.supports(b, spec("reduce_scatter", "int8"))        # BKCL has no int8
+    assert b.supports(b, spec("all_gather", "int8"))                # movement goes as bytes
+    assert not b.supports(b, spec("barrier")) and not r.supports(r, spec("barrier"))
+    assert r.supports(r, spec("reduce", "bfloat16", "avg"))
+
+
+# -- one rank, in process ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", SIM_PARAMS)
+def test_one_rank_every_op_and_the_engine_for_what_the_library_lacks(backend, monkeypatch):
+    comm = _single(f"{backend}:0", monkeypatch)
+    dev = comm.device
+    try:
+        x = dev.alloc(4 * 1000).copy_from(np.arange(1000, dtype=np.float32))
+        y = dev.alloc(4 * 1000)
+        for kind in ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all"):
+            y.memset(0)
+            w = getattr(comm, kind)(x, y, dtype="float32")
+            w.wait()
+            assert w.is_completed() and w.exception() is None
+            assert np.array_equal(y.to_numpy(np.float32), np.arange(1000, dtype=np.float32)), kind
+        # avg (not in HCCL / BKCL: the engine on the same stream) and int8 (not in BKCL)
+        z = dev.alloc(8).copy_from(np.array([-3, 5, 7, 1, 0, 2, 9, 4], dtype=np.int8))
+        comm.all_reduce(z, dtype="int8", op="avg").wait()
+        assert z.to_numpy(np.int8).tolist() == [-3, 5, 7, 1, 0, 2, 9, 4]
+        comm.barrier().wait()
+        with comm.group():
+            a = comm.send(x, 0, count=10)
+            b = comm.recv(y, 0, count=10)
+        a.wait()
+        b.wait()
+        assert np.array_equal(y.to_numpy(np.float32)[:10], np.arange(10, dtype=np.float32))
+    finally:
+        comm.destroy()
+    with pytest.raises(InvalidArgumentError, match="was destroyed"):
+        comm.all_reduce(x)
+
+
+@pytest.mark.parametrize("backend", SIM_PARAMS)
+def test_repeated_ops_take_the_prepared_path_and_reuse_their_events(backend, monkeypatch):
+    comm = _single(f"{backend}:0", monkeypatch)
+    dev, t = comm.device, comm.transport
+    try:
+        x = dev.alloc(4 * 64).copy_from(np.arange(64, dtype=np.float32))
+        y = dev.alloc(4 * 64)
+        calls = []
+        submit = t.submit
+        monkeypatch.setattr(t, "submit", lambda *a: calls.append(a) or submit(*a))
+        works = [comm.all_reduce(x, y) for _ in range(200)]      # every Work kept: 200 events
+        for _ in range(300):
+            last = comm.all_reduce(x, y)                           # each dropped before it settles
+        last.wait()
+        for w in works:
+            w.wait()
+        assert calls == []                                         # all through submit_prepared
+        assert np.array_equal(y.to_numpy(np.float32), np.arange(64, dtype=np.float32))
+        assert 0 < len(t._events) <= 64
+        # the same call after the buffer was freed is refused, not served from the cache
+        y.free()
+        with pytest.raises(InvalidArgumentError, match="freed"):
+            comm.all_reduce(x, y)
+        # a library error on the prepared path raises as on the plain one
+        z = dev.alloc(4 * 64)
+        comm.all_reduce(x, z).wait()
+        monkeypatch.setattr(t.lib, "error", lambda rc, what: InvalidArgumentError(f"{what}: {rc}"))
+        key = next(k for k in comm._prepared if k[2] == id(z))
+        fields = comm._prepared[key][3]
+        comm._prepared[key] = (*comm._prepared[key][:3], (*fields[:5], (lambda s: 5, "all_reduce", "ar")),
+                               comm._prepared[key][4])
+        with pytest.raises(InvalidArgumentError, match="ar: 5"):
+            comm.all_reduce(x, z)
+    finally:
+        comm.destroy()
+
+
+@pytest.mark.parametrize("backend", SIM_PARAMS)
+def test_library_result_codes_for_bad_arguments(backend, monkeypatch):
+    comm = _single(f"{backend}:0", monkeypatch)
+    t = comm.transport
+    lib, ffi = t.lib, t.lib.ffi
+    plugin = comm.device.plugin
+    raw = plugin._malloc(0, 64)                           # one 64-byte allocation, not the caching allocator's
+    p = ffi.cast("void *", raw)
+    null = ffi.cast("void *", 0)
+    names = {"HCCL": ("HCCL_E_PARA", "HCCL_E_PTR"), "BKCL": ("BKCL_INVALID_ARGUMENT",) * 2,
+             "RCCL": ("ncclInvalidArgument",) * 2}[lib.api]
+    # an unknown data type: CANN's HcomCheckDataType answers HCCL_E_NOT_SUPPORT
+    bad_type = "HCCL_E_NOT_SUPPORT" if lib.api == "HCCL" else names[0]
+    stream = plugin._stream_create(0) if lib.api == "HCCL" else None
+    try:
+        comm.device.plugin._use(0)
+        if stream is not None:
+            # HCCL has no default stream: NULL is HCCL_E_PTR (CANN's HcomCheckOpParam)
+            code = lib.op(t._comm, "all_reduce", p, p, 4, lib.dtypes["float32"], 0, 0, null)
+            assert lib.code_name(code) == "HCCL_E_PTR"
+            assert "stream is NULL" in lib.detail()
+        on = lib.stream_handle(plugin, stream) if stream is not None else null
+        code = lib.op(t._comm, "all_reduce", p, p, 4, 99, 0, 0, on)
+        assert lib.code_name(code) == bad_type
+        with pytest.raises(InvalidArgumentError, match=rf"all_reduce failed: {lib.api} returned {bad_type}: "
+                                                       r".*(dataType|datatype|type) 99"):
+            lib.check(code, "all_reduce")
+        code = lib.op(t._comm, "all_reduce", null, p, 4, lib.dtypes["float32"], 0, 0, on)
+        assert lib.code_name(code) == names[1]
+        assert "send buffer is NULL" in lib.detail()
+        code = lib.op(t._comm, "all_reduce", p, p, 17, lib.dtypes["float32"], 0, 0, on)   # 68 > 64 bytes
+        assert lib.code_name(code) == names[0]
+        assert "needs 68 bytes" in lib.detail() and "its allocation ends 64 bytes after it" in lib.detail()
+        code = lib.op(t._comm, "broadcast", p, p, 4, lib.byte, 0, 1, on)                  # root 1 of 1
+        assert lib.code_name(code) == names[0]
+        assert "root 1 is outside 0..0" in lib.detail()
+        host = np.zeros(16, dtype=np.float32)
+        code = lib.op(t._comm, "all_reduce", ffi.from_buffer(host), p, 4, lib.dtypes["float32"], 0, 0, on)
+        assert lib.code_name(code) == names[0]
+        assert "is not device memory of this process" in lib.detail()
+        assert lib.async_error(t._comm) == 0
+    finally:
+        if stream is not None:
+            plugin._stream_destroy(0, stream)
+        plugin._free(0, raw)
+        comm.destroy()
+
+
+# -- many ranks -----------------------------------------------------------------------------------
+
+def _launch(n: int, backend: str, *args: str, env: dict | None = None) -> str:
+    cmd = [sys.executable, "-m", "anychip.cli", "launch", "-n", str(n), "--device", backend, WORKER, *args]
+    e = {**os.environ, "ANYCHIP_COLLECTIVE_TRANSPORT": "native", **(env or {})}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_SECONDS, env=e)
+    assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p.stdout
+
+
+@pytest.mark.parametrize("backend", SIM_PARAMS)
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_every_op_dtype_and_reduce_op_through_the_native_library(backend, nranks):
+    big = "1048579" if nranks == 2 else "0"             # 2^20 + 3: the zero-copy path
+    out = _launch(nranks, backend, "matrix", "0,1,7,1000", big)
+    want = "612" if big != "0" else "576"
+    for r in range(nranks):
+        assert f"[{r}] PASS {want} cases via native/{SIMS[backend]} (simulated)" in out, out
+
+
+def _spawn(n: int, suite: str, backend: str, env: dict, *args: str) -> list[tuple[int, str, str]]:
+    job = f"native-{os.getpid()}-{time.monotonic_ns()}"
+    procs = []
+    for r in range(n):
+        e = {**os.environ, **env, "ANYCHIP_RANK": str(r), "ANYCHIP_WORLD_SIZE": str(n), "ANYCHIP_JOB_ID": job,
+             "ANYCHIP_LAUNCH_DEVICE": backend, "ANYCHIP_COLLECTIVE_TRANSPORT": "native"}
+        procs.append(subprocess.Popen([sys.executable, WORKER, suite, *args], env=e, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = [p.communicate(timeout=CHILD_SECONDS) for p in procs[:-1]]
+    results.append(procs[-1].communicate("", timeout=CHILD_SECONDS))
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, results, strict=True)]
+
+
+def _result(out: str) -> tuple[str, float, str]:
+    line = next(line for line in out.splitlines() if line.startswith("RESULT "))
+    kind, secs, msg = line[len("RESULT "):].split("|", 2)
+    return kind, float(secs), msg
+
+
+@pytest.mark.parametrize("backend", SIM_PARAMS)
+def test_a_peer_that_never_arrives_is_a_timeout_on_the_others(backend):
+    results = _spawn(3, "timeout", backend, {}, "0.5")
+    for rc, out, err in results[:2]:
+        assert rc == 0, err
+        kind, secs, msg = _result(out)
+        assert kind == "CollectiveTimeout", msg
+        assert 0.4 < secs < 10
+        assert msg.startswith("all_reduce (op #1, group world.split1(color=0)) timed out after 0.5 s on rank "), msg
+        assert "waiting for rank 2" in msg, msg
+    assert results[2][0] == 0
+
+
+@pytest.mark.parametrize("backend", SIM_PARAMS)
+def test_a_killed_peer_fails_the_others_within_seconds(backend):
+    before = _shm_names()
+    results = _spawn(3, "kill", backend, {"ANYCHIP_COLLECTIVE_TIMEOUT": "60"})
+    assert results[1][0] == -9
+    for r in (0, 2):
+        rc, out, err = results[r]
+        assert rc == 0, err
+        kind, secs, msg = _result(out)
+        assert kind == "CollectiveError", msg
+        assert secs < 10
+        assert msg.startswith("all_reduce (op #1, group world) failed: missing rank 1 (pid "), msg
+        assert msg.endswith(" died)"), msg
+    left = _leaked(before)
+    assert not left, f"segments left in /dev/shm: {sorted(left)}"
+
+
+# -- NCCL through cupy.cuda.nccl, with a recording stand-in -------------------------------------
+
+class FakeNcclComm:
+    def __init__(self, module, ndev, uid, rank):
+        self.m, self.calls = module, module.calls
+        self.calls.append(("init", ndev, uid, rank))
+        self.failure = None
+
+    def __getattr__(self, name):
+        if name in ("allReduce", "reduce", "broadcast", "reduceScatter", "allGather", "send", "recv"):
+            return lambda *args: self.calls.append((name, *args))
+        raise AttributeError(name)
+
+    def check_async_error(self):
+        if self.failure:
+            raise RuntimeError(self.failure)
+
+    def abort(self):
+        self.calls.append(("abort",))
+
+    def destroy(self):
+        self.calls.append(("destroy",))
+
+
+class FakeNccl:
+    """What NcclTransport uses of cupy.cuda.nccl (names and argument orders of CuPy 14)."""
+    NCCL_INT8, NCCL_UINT8, NCCL_INT32, NCCL_INT64 = 0, 1, 2, 4
+    NCCL_FLOAT16, NCCL_FLOAT32, NCCL_FLOAT64, NCCL_BFLOAT16 = 6, 7, 8, 9
+    NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN = 0, 1, 2, 3
+
+    def __init__(self, uid):
+        self.uid, self.calls, self.comms = uid, [], []
+
+    def get_unique_id(self):
+        return self.uid
+
+    def NcclCommunicator(self, ndev, uid, rank):  # noqa: N802 - CuPy's name
+        c = FakeNcclComm(self, ndev, uid, rank)
+        self.comms.append(c)
+        return c
+
+    def groupStart(self):  # noqa: N802
+        self.calls.append(("groupStart",))
+
+    def groupEnd(self):  # noqa: N802
+        self.calls.append(("groupEnd",))
+
+
+class FakeBoot:
+    def __init__(self, rank, size, root_value):
+        self.rank, self.size, self.root_value = rank, size, root_value
+        self.submitted, self.closed = [], False
+
+    def exchange(self, obj):
+        assert obj is None or self.rank == 0
+        return [self.root_value if self.rank else obj] + [None] * (self.size - 1)
+
+    def submit(self, specs, stream):
+        self.submitted.append(specs)
+        w = collectives.Work("engine")
+        w._finish(None)
+        return w
+
+    def abort(self, reason):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("uid", [bytes(range(128)), tuple(range(128))], ids=["bytes (CuPy 14)", "tuple (CuPy 13)"])
+def test_nccl_transport_logic_with_a_stand_in(uid):
+    dev = anychip.device("cpu:0")
+    nccl = FakeNccl(uid)
+    # rank 1 of 2: the id comes from rank 0 through the bootstrap, unchanged
+    boot = FakeBoot(1, 2, uid)
+    t = native.NcclTransport(dev, 1, 2, "", "world", nccl=nccl, boot=boot)
+    assert nccl.calls == [("init", 2, uid, 1)]
+    nccl.calls.clear()
+    a, b = dev.alloc(64), dev.alloc(128)
+    s = dev.current_stream()
+    sptr = int(getattr(s._live(), "ptr", 0) or 0)
+    t.submit([OpSpec("all_reduce", a, a, 16, "float32", "avg", -1)], s).wait()   # no NCCL_AVG: the engine
+    assert nccl.calls == [] and len(boot.submitted) == 1
+    t.submit([OpSpec("reduce", a, b, 8, "int64", "max", 0)], s).wait()
+    t.submit([OpSpec("broadcast", a, a, 3, "float16", None, 1)], s).wait()       # 6 bytes
+    t.submit([OpSpec("all_to_all", a, b, 4, "int32", None, -1)], s).wait()      # 16 bytes per peer
+    t.submit([OpSpec("barrier", None, None, 0, "uint8", None, -1)], s).wait()
+    scratch = t._scratch.ptr
+    assert nccl.calls == [
+        ("reduce", a.ptr, b.ptr, 8, 4, 2, 0, sptr),
+        ("broadcast", a.ptr, a.ptr, 6, 1, 1, sptr),
+        ("groupStart",),
+        ("send", a.ptr, 16, 1, 0, sptr), ("recv", b.ptr, 16, 1, 0, sptr),
+        ("send", a.ptr + 16, 16, 1, 1, sptr), ("recv", b.ptr + 16, 16, 1, 1, sptr),
+        ("groupEnd",),
+        ("allReduce", scratch, scratch, 1, 7, 0, sptr)]
+    nccl.comms[0].failure = "unhandled cuda error"
+    with pytest.raises(CollectiveError, match=r"^all_gather \(group world\) failed: NCCL: unhandled cuda error$"):
+        t.submit([OpSpec("all_gather", a, b, 2, "float64", None, -1)], s).wait()
+    t.close()
+    assert nccl.calls[-1] == ("destroy",) and boot.closed
+    with pytest.raises(InvalidArgumentError, match="was destroyed"):
+        t.submit([OpSpec("barrier", None, None, 0, "uint8", None, -1)], s)
+
+
+def test_nccl_transport_on_a_gpu():
+    if not _available("cuda"):
+        pytest.skip("no CUDA GPU here: NCCL through cupy.cuda.nccl runs only on a GPU machine (ci/gpu-check)")
+    dev = anychip.device("cuda:0")
+    if dev.plugin.native_ccl() is None:
+        pytest.skip("cupy.cuda.nccl is not available")
+    world = collectives.World(0, 1, 0, 1, f"nccl-test-{os.getpid()}", "none")
+    comm = collectives.init(dev, world=world)
+    assert isinstance(comm.transport, native.NcclTransport)
+    x = dev.alloc(4 * 100).copy_from(np.arange(100, dtype=np.float32))
+    comm.all_reduce(x).wait()
+    assert np.array_equal(x.to_numpy(np.float32), np.arange(100, dtype=np.float32))
+    comm.destroy()
+
+
+def test_timeout_class_from_the_library_message():
+    class Lib:
+        api, timeout_codes = "RCCL", frozenset()
+
+        def async_error(self, comm):
+            return 6
+
+        def comm_detail(self, comm):
+            return "all_reduce (op #3, nccl communicator nccl-1-2-3) timed out after 0.5 s on rank 0"
+
+        def code_name(self, code):
+            return "ncclRemoteError"
+
+    t = native.NativeTransport.__new__(native.NativeTransport)
+    t.lib, t._comm, t.label = Lib(), object(), "world.split1(color=0)"
+    exc = t._async_failure("all_reduce")
+    assert isinstance(exc, CollectiveTimeout)
+    assert str(exc) == "all_reduce (op #3, group world.split1(color=0)) timed out after 0.5 s on rank 0"
+
+
+def test_nccl_transport_abort_with_a_stand_in():
+    dev = anychip.device("cpu:0")
+    nccl = FakeNccl(bytes(128))
+    t = native.NcclTransport(dev, 0, 2, "", "world", nccl=nccl, boot=FakeBoot(0, 2, None))
+    a = dev.alloc(64)
+    s = dev.current_stream()
+    done = t.submit([OpSpec("all_reduce", a, a, 16, "float32", "sum", -1)], s)     # complete before the abort
+    t.abort("watchdog: no progress")
+    assert nccl.calls[-1] == ("abort",)
+    assert done.wait() is True                   # an op complete before the abort keeps its outcome
+    with pytest.raises(CollectiveError, match=r"^communicator world was aborted: watchdog: no progress$"):
+        t.submit([OpSpec("all_reduce", a, a, 16, "float32", "sum", -1)], s)
+    t.close()
+    assert nccl.calls[-1] == ("abort",)          # an aborted communicator is not destroyed again
+
+
+def test_a_library_is_called_as_its_calls_table_says():
+    from anychip.runtime.native_ccl import NativeLibrary
+
+    seen = []
+
+    class Lib:
+        def f(self, *args):
+            seen.append(args)
+            return 7
+
+    class Table(NativeLibrary):
+        calls = {"all_reduce": ("f", "comm send recv count dtype redop stream"),
+                 "send": ("f", "send count dtype root comm stream")}
+
+    lib = Table(None, Lib(), "", False)
+    assert lib.kinds == frozenset({"all_reduce", "send"})
+    assert lib.op("C", "all_reduce", "S", "R", 3, 4, 5, 0, "ST") == 7
+    assert lib.bind("C", "send", "S", "R", 3, 4, 5, 2)("ST2") == 7
+    assert seen == [("C", "S", "R", 3, 4, 5, "ST"), ("S", 3, 4, 2, "C", "ST2")]
+    with pytest.raises(TypeError, match=r"Bad.calls\['all_reduce'\]: 'send recv stream count' must name arguments "
+                                        r"of comm, count, dtype, recv, redop, root, send, stream and end with stream"):
+        class Bad(NativeLibrary):
+            calls = {"all_reduce": ("f", "send recv stream count")}

@@ -1,0 +1,364 @@
+"""C plugins (anychip/plugin.h): loading, refusals, the core's fallbacks, collectives routing.
+
+The plugins are the device `anychip plugin new --lang c` generates, compiled from
+tests/c/plugin_variants.c with one change each (see there).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import CHILD_SECONDS
+
+import anychip
+from anychip.devices import cplugin
+from anychip.runtime import registry
+from anychip.scaffold import new_plugin
+
+HERE = Path(__file__).parent
+CC = shutil.which("cc") or shutil.which("gcc")
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc) to build the test plugins")
+
+VARIANTS = {  # variant -> backend name it declares
+    "GOOD": "tgood", "NO_INIT": "tnoinit", "MAJOR2": "tmajor", "MISSING": "tmissing", "INIT_FAIL": "tfail",
+    "EVENTS_PARTIAL": "tevents", "MINIMAL": "tminimal", "CCL_SELF": "tself", "CCL_NOOP": "tnoop",
+    "CCL_SHM": "tshm", "CCL_PARTIAL": "tpartial", "TAKEN": "cpu",
+}
+ANYCHIP = [sys.executable, "-m", "anychip.cli"]
+
+
+def _build(project: Path, variant: str, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    lib = out / f"lib{VARIANTS[variant].lower()}_{variant.lower()}.so"
+    flag = "GOOD" if variant == "TAKEN" else variant
+    cmd = [CC, "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-fvisibility=hidden",
+           f"-I{project / 'include'}", f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"',
+           f'-DNAME="{VARIANTS[variant]}"', f"-DVARIANT_{flag}", "-o", str(lib),
+           str(HERE.parent / "c" / "plugin_variants.c"),
+           "-lpthread"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return lib
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("cplugins")
+    project = new_plugin("tmpl", "c", root)
+    return {v: _build(project, v, root / v.lower()) for v in VARIANTS}
+
+
+@pytest.fixture
+def plugin_path(monkeypatch: pytest.MonkeyPatch):
+    """Set ANYCHIP_PLUGIN_PATH to the given paths and rediscover; forget it afterwards."""
+    monkeypatch.delenv("ANYCHIP_DEVICES", raising=False)
+
+    def use(*paths: Path) -> None:
+        monkeypatch.setenv("ANYCHIP_PLUGIN_PATH", os.pathsep.join(str(p) for p in paths))
+        registry.reset()
+    yield use
+    monkeypatch.delenv("ANYCHIP_PLUGIN_PATH", raising=False)
+    registry.reset()
+
+
+def _refusals(*paths: Path) -> dict[str, str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        refused = registry.refused()
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == len(refused)          # each refusal warned once
+    return dict(refused)
+
+
+def test_header_and_loader_agree() -> None:
+    ffi, version = cplugin.abi()
+    assert version == (1, 0)
+    assert anychip.get_include() == str(Path(anychip.__file__).parent.parent / "csrc" / "include")
+    assert (Path(anychip.get_include()) / "anychip" / "plugin.h").is_file()
+    # the header's reserved slots keep room for growth; the table is what anychip allocates
+    assert ffi.sizeof("anychip_plugin") == ffi.offsetof("anychip_plugin", "reserved") + 32 * ffi.sizeof("void *")
+    assert ffi.sizeof("anychip_unique_id") == 128
+    out = subprocess.run([*ANYCHIP, "plugin", "cflags"], capture_output=True, text=True, check=True).stdout
+    assert out == f"-I{anychip.get_include()}\n"
+
+
+def test_good_plugin_is_a_backend(libs: dict[str, Path], plugin_path) -> None:
+    plugin_path(libs["GOOD"].parent)
+    info = registry.backend("tgood")
+    assert info is not None and info.available, info and info.reason
+    assert info.device_count == 4 and info.simulated
+    assert info.source == f"C library {libs['GOOD']} (from ANYCHIP_PLUGIN_PATH)"
+    assert info.reason == f"C plugin {libs['GOOD']} (ABI 1.0, tmpl 0.1.0 (host memory)); 4 device(s)"
+    assert registry.refused() == []
+    dev = anychip.device("tgood:2")
+    assert dev.properties["name"] == "tmpl device 2 (host memory)"
+    assert dev.properties["total_memory"] == 1 << 30
+    assert dev.plugin.native_ccl() is None          # no collective entries: the host transport serves
+
+
+@pytest.mark.parametrize("variant", ["GOOD", "MINIMAL"])
+def test_device_api(libs: dict[str, Path], plugin_path, variant: str) -> None:
+    """Every device call, with the plugin's own entries (GOOD) and with the core's fallbacks
+    for every optional entry (MINIMAL: synchronous copies, host events, host fills)."""
+    plugin_path(libs[variant])
+    name = VARIANTS[variant]
+    dev = anychip.device(f"{name}:1")
+    data = np.arange(1000, dtype=np.int32)
+    a = dev.alloc(data.nbytes)
+    b = dev.alloc(data.nbytes + 64)
+    a.copy_from(data)
+    b.copy_from(a, offset=64)                                       # device to device, at an offset
+    assert np.array_equal(b.to_numpy(np.int32, offset=64), data)
+    s = anychip.Stream(dev)
+    start, end = anychip.Event(dev), anychip.Event(dev)
+    start.record(s)
+    a.memset(0xAB, stream=s)
+    host = np.zeros(data.nbytes, dtype=np.uint8)
+    anychip.copy(host, a, stream=s)                                 # stream order: after the fill
+    end.record(s)
+    end.synchronize()
+    assert end.query() and (host == 0xAB).all()
+    assert start.elapsed_ms(end) >= 0.0
+    other = anychip.Stream(dev)
+    other.wait_event(end)
+    anychip.copy(host, b, nbytes=64, stream=other)
+    other.synchronize()
+    assert (host[:64] == b.to_numpy()[:64]).all()
+    free, total = dev.mem_info()
+    assert total == 1 << 30 and free <= total - 2 * 4096
+
+
+@pytest.mark.parametrize("variant", ["GOOD", "MINIMAL"])
+def test_generic_device_suite_passes_on_the_plugin(libs: dict[str, Path], variant: str) -> None:
+    """The backend-agnostic device tests (tests/runtime/test_device_api.py, the body every
+    backend runs) on the plugin's devices, with its own entries and with the core's fallbacks."""
+    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(libs[variant]), "ANYCHIP_DEVICES": f"{VARIANTS[variant]}:*"}
+    root = HERE.parent.parent
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                        str(root / "tests" / "runtime" / "test_device_api.py")],
+                       capture_output=True, text=True, timeout=CHILD_SECONDS, env=env, cwd=root)
+    assert p.returncode == 0, f"{variant}\n{p.stdout[-4000:]}\n{p.stderr[-2000:]}"
+    passed = re.search(r"(\d+) passed", p.stdout)
+    assert passed and int(passed.group(1)) >= 27, p.stdout[-2000:]            # two devices: nothing skipped
+    assert " failed" not in p.stdout and "skipped" not in p.stdout, p.stdout[-2000:]
+
+
+def test_out_of_memory_then_recovery_and_bad_free(libs: dict[str, Path], plugin_path) -> None:
+    plugin_path(libs["GOOD"])
+    dev = anychip.device("tgood:0")
+    with pytest.raises(anychip.OutOfMemoryError) as err:
+        dev.alloc(2 << 30)
+    assert err.value.requested == 2 << 30 and err.value.total == 1 << 30
+    assert str(err.value).startswith("out of memory on tgood:0: tried to allocate 2048.00 MiB (1024.00 MiB free of "
+                                     "1024.00 MiB total;")
+    assert err.value.code == 2 and str(err.value).endswith(" (status = 2)")
+    buf = dev.alloc(1 << 20)                                         # the device still works
+    buf.memset(1)
+    assert buf.to_numpy().sum() == 1 << 20
+    with pytest.raises(anychip.DeviceError) as bad:
+        dev.plugin._free(0, 0x1234)
+    assert str(bad.value) == ("[tgood] mem_free failed: not a valid device pointer: free of 0x1234, which is not "
+                              "a live allocation of device 0 (status = 3)")
+    assert bad.value.code == 3
+
+
+def test_minimal_plugin_messages_have_codes_only(libs: dict[str, Path], plugin_path) -> None:
+    plugin_path(libs["MINIMAL"])
+    dev = anychip.device("tminimal:0")
+    assert dev.properties["name"] == "tminimal 0"
+    with pytest.raises(anychip.DeviceError) as bad:
+        dev.plugin._free(0, 0x1234)
+    assert str(bad.value) == "[tminimal] mem_free failed: no detail available (status = 3)"
+
+
+def test_refusals_name_the_library_and_the_reason(libs: dict[str, Path], plugin_path) -> None:
+    broken = ["NO_INIT", "MAJOR2", "MISSING", "INIT_FAIL", "EVENTS_PARTIAL", "TAKEN"]
+    junk = libs["GOOD"].parent.parent / "junk"
+    junk.mkdir(exist_ok=True)
+    (junk / "libjunk.so").write_bytes(b"not an ELF file")
+    plugin_path(*(libs[v] for v in broken), libs["GOOD"], junk, junk / "missing")
+    refused = _refusals()
+    src = "(from ANYCHIP_PLUGIN_PATH)"
+    assert refused == {
+        f"plugin library {libs['NO_INIT']} {src}":
+            "exports none of the init symbols anychip_plugin_init, InitPlugin (not an anychip plugin, or a plugin "
+            "for another ABI)",
+        f"plugin library {libs['MAJOR2']} {src}":
+            "is built for plugin ABI 2.3, a newer major version; this anychip implements 1.0 and loads only plugins "
+            "of major version 1 (upgrade anychip)",
+        f"plugin library {libs['MISSING']} {src}":
+            "tmissing: the required entries mem_alloc, copy are not set (plugin ABI 1.0)",
+        f"plugin library {libs['INIT_FAIL']} {src}":
+            "anychip_plugin_init failed with status 6 (system error: no tfail driver: /dev/tfail0 does not exist)",
+        f"plugin library {libs['EVENTS_PARTIAL']} {src}":
+            "tevents: events need all of event_create, event_destroy, event_record, event_synchronize; event_record "
+            "not set (set all four, or none for the stream-synchronize fallback)",
+        f"backend 'cpu' from C library {libs['TAKEN']} {src}":
+            "the name is already taken by built-in (anychip.devices.cpu)",
+        f"plugin library {junk / 'libjunk.so'} {src}": refused[f"plugin library {junk / 'libjunk.so'} {src}"],
+        f"ANYCHIP_PLUGIN_PATH entry {junk / 'missing'}": "no such file or directory",
+    }
+    assert refused[f"plugin library {junk / 'libjunk.so'} {src}"].startswith("cannot be loaded: ")
+    # the others still load
+    good = registry.backend("tgood")
+    assert good is not None and good.available
+    assert registry.backend("cpu").source == "built-in (anychip.devices.cpu)"
+    for name in ("tnoinit", "tmajor", "tmissing", "tfail", "tevents"):
+        assert registry.backend(name) is None
+
+
+def test_refusals_in_the_devices_command(libs: dict[str, Path]) -> None:
+    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": f"{libs['MAJOR2']}{os.pathsep}{libs['GOOD']}"}
+    env.pop("ANYCHIP_DEVICES", None)
+    r = subprocess.run([*ANYCHIP, "devices", "--all"], capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^tgood:3 +simulated +tmpl device 3 \(host memory\) +1\.0 GiB", r.stdout, re.M)
+    assert (f"refused: plugin library {libs['MAJOR2']} (from ANYCHIP_PLUGIN_PATH): is built for plugin ABI 2.3"
+            in r.stdout)
+    assert f"anychip: plugin library {libs['MAJOR2']} (from ANYCHIP_PLUGIN_PATH) refused: is built" in r.stderr
+
+
+def test_plugin_check_command(libs: dict[str, Path]) -> None:
+    r = subprocess.run([*ANYCHIP, "plugin", "check", str(libs["CCL_SELF"])], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "backend:     tself (simulated)\n" in r.stdout
+    assert "optional entries not set (anychip falls back): set_device, copy_peer, fill\n" in r.stdout
+    assert ("collectives: native (all_gather, all_reduce, broadcast); the host transport runs the rest"
+            in r.stdout)
+    r = subprocess.run([*ANYCHIP, "plugin", "check", str(libs["MISSING"])], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert r.stderr == (f"anychip plugin check: {libs['MISSING']} refused: tmissing: the required entries "
+                        "mem_alloc, copy are not set (plugin ABI 1.0)\n")
+
+
+def test_too_few_collective_entries_are_not_used(libs: dict[str, Path], plugin_path,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    plugin_path(libs["CCL_PARTIAL"])
+    with caplog.at_level("WARNING", logger="anychip"):
+        info = registry.backend("tpartial")
+    assert info is not None and info.available
+    assert info.plugin.native_ccl() is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"anychip: {libs['CCL_PARTIAL']}: its collective entries are not used (the host transport serves): "
+        "tpartial's collectives lack comm_init_rank, comm_destroy"]
+
+
+def _launch(n: int, backend: str, lib: Path, body: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent(body))
+    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(lib), "ANYCHIP_COLLECTIVE_TIMEOUT": "60"}
+    env.pop("ANYCHIP_DEVICES", None)
+    return subprocess.run([*ANYCHIP, "launch", "-n", str(n), "--device", backend, str(prog)],
+                          capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
+
+
+ALL_REDUCE = """
+    import numpy as np, anychip
+    from anychip import collectives
+    comm = collectives.init()
+    t = comm.transport
+    dev = anychip.device(f"{BACKEND}:{t.rank}")
+    x = dev.alloc(4096).copy_from(np.arange(1024, dtype=np.int32) * (t.rank + 1))
+    y = dev.alloc(4096).copy_from(np.full(1024, -7, dtype=np.int32))
+    comm.all_reduce(x, y, op="sum", dtype="int32").wait()
+    got = y.to_numpy(np.int32)
+    want = np.arange(1024, dtype=np.int32) * sum(r + 1 for r in range(t.size))
+    print("transport", t.name, "correct" if np.array_equal(got, want) else f"WRONG {got[:4].tolist()}", flush=True)
+"""
+
+
+def test_collectives_route_to_the_plugin(libs: dict[str, Path], tmp_path: Path) -> None:
+    r = _launch(1, "tself", libs["CCL_SELF"], ALL_REDUCE.replace("{BACKEND}", "tself"), tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["[0] transport native/tself collectives (simulated) correct"]
+
+
+def test_collectives_plugin_refusing_a_group_size_fails_every_rank(libs: dict[str, Path], tmp_path: Path) -> None:
+    r = _launch(2, "tself", libs["CCL_SELF"], ALL_REDUCE.replace("{BACKEND}", "tself"), tmp_path)
+    assert r.returncode != 0
+    assert ("tself collectives: comm_init_rank (rank 0 of 2) failed: tself collectives returned status 1: invalid "
+            "argument: these test collectives serve groups of one rank, not 2") in r.stdout + r.stderr
+
+
+def test_collectives_that_move_no_data_give_wrong_results(libs: dict[str, Path], tmp_path: Path) -> None:
+    r = _launch(2, "tnoop", libs["CCL_NOOP"], ALL_REDUCE.replace("{BACKEND}", "tnoop"), tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(r.stdout.splitlines()) == [
+        "[0] transport native/tnoop collectives (simulated) WRONG [-7, -7, -7, -7]",
+        "[1] transport native/tnoop collectives (simulated) WRONG [-7, -7, -7, -7]",
+    ]
+
+
+def test_shared_memory_collectives_of_a_plugin_serve_two_ranks(libs: dict[str, Path], tmp_path: Path) -> None:
+    r = _launch(2, "tshm", libs["CCL_SHM"], ALL_REDUCE.replace("{BACKEND}", "tshm"), tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[0] transport native/tshm collectives (simulated) correct",
+                                             "[1] transport native/tshm collectives (simulated) correct"]
+
+
+def test_plugin_collectives_pass_the_conformance_suite(libs: dict[str, Path], tmp_path: Path) -> None:
+    """Its all_reduce (int32, int64, float32, float64; sum, min, max), all_gather and broadcast
+    run in the plugin; other types, ops and collectives on the host transport; the faults too."""
+    out = tmp_path / "out.json"
+    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(libs["CCL_SHM"]), "ANYCHIP_LOG_LEVEL": "ERROR"}
+    env.pop("ANYCHIP_DEVICES", None)
+    r = subprocess.run([*ANYCHIP, "conformance", "--device", "tshm", "-n", "2", "--json", str(out), "--no-progress"],
+                       capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    backend = json.loads(out.read_text())["backends"][0]
+    assert backend["transport"] == "native/tshm collectives (simulated)"
+    counts = backend["counts"]
+    assert counts["failed"] == 0 and counts["skipped"] == 0 and counts["passed"] == counts["run"] >= 19
+
+
+def test_without_collectives_the_host_transport_serves(libs: dict[str, Path], tmp_path: Path) -> None:
+    r = _launch(2, "tgood", libs["GOOD"], ALL_REDUCE.replace("{BACKEND}", "tgood"), tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[0] transport shm/staged correct", "[1] transport shm/staged correct"]
+
+
+def test_conformance_suite_fails_collectives_that_move_no_data(libs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(libs["CCL_NOOP"]), "ANYCHIP_LOG_LEVEL": "ERROR"}
+    env.pop("ANYCHIP_DEVICES", None)
+    r = subprocess.run([*ANYCHIP, "conformance", "--device", "tnoop", "-n", "2", "--no-faults", "-c",
+                        "all_reduce,all_gather,reduce", "--json", str(out), "--no-progress"],
+                       capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
+    assert r.returncode != 0
+    assert "conformance: FAIL on tnoop" in r.stdout
+    cases = {c["name"]: c for c in json.loads(out.read_text())["backends"][0]["cases"]}
+    for op in ("all_reduce", "all_gather"):           # the plugin's (broken) entries
+        assert cases[op]["status"] == "failed"
+        assert cases[op]["extra"]["wrong"] > 0
+        assert cases[op]["expected"] == "#wrong 0"
+    assert cases["reduce"]["status"] == "passed"      # not set by the plugin: the host transport runs it
+    assert cases["copy_d2d"]["status"] == "passed"
+
+
+def test_forked_child_is_told_the_plugin_streams_stayed_in_the_parent(libs: dict[str, Path], plugin_path) -> None:
+    plugin_path(libs["GOOD"])
+    dev = anychip.device("tgood:0")
+    dev.alloc(64).memset(1)                  # the default stream (a worker thread) exists now
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                             # child: report what the registry says, then leave at once
+        try:
+            info = registry.backend("tgood")
+            os.write(w, f"{info.available}|{info.reason}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 4096).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got == (f"False|C plugin {libs['GOOD']}: its streams did not survive fork(); use it in a process "
+                   "started fresh (anychip launch, multiprocessing's spawn)")
+    assert registry.backend("tgood").available          # the parent is unaffected

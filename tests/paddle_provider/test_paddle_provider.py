@@ -1,0 +1,424 @@
+"""anychip as a Paddle CustomDevice provider, with real PaddlePaddle (docs/paddle.md, "Paddle
+on anychip"): the bridge over the simulated chips' plugin.h faces and over a scaffolded C
+plugin; one process per device type (tensors, copies, ops, backward, AdamW training equal
+to Paddle-CPU) and 2 / 4 ranks under Paddle's launcher (every collective value-checked,
+the all_gather-into-a-list race, data-parallel training, a killed rank).
+
+Skipped, saying why, where paddlepaddle is not installed (ci/test installs it)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from anychip import paddle_provider
+from anychip.conformance.paddle_framework import run_paddle_launch
+from anychip.devices._headers import cdef_of
+from anychip.devices.paddle import HEADER, ffi
+
+# importorskip("paddle.sysconfig"), not "paddle": the folder tests/paddle (C sources) would be
+# imported as a namespace package named paddle where the wheel is absent
+pytest.importorskip("paddle.sysconfig", reason="paddlepaddle is not installed (pip install 'anychip[paddle]')")
+import paddle  # noqa: E402
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS
+
+HERE = Path(__file__).resolve().parent
+WORKERS = HERE
+ROOT = HERE.parent.parent
+WORKER = ROOT / "anychip" / "conformance" / "paddle_worker.py"
+BRIDGE = paddle_provider.simulator_bridge()
+ANYCHIP = [sys.executable, "-m", "anychip.cli"]
+pytestmark = pytest.mark.skipif(BRIDGE is None, reason="anychip was built without the Paddle bridge")
+
+
+def _env(root: Path | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANYCHIP_", "PADDLE_", "FLAGS_"))}
+    env["CUSTOM_DEVICE_ROOT"] = str(root or (BRIDGE.parent if BRIDGE else ""))
+    env["GLOG_minloglevel"] = "2"                 # Paddle's INFO / WARNING lines off
+    env.update(extra)
+    return env
+
+
+def _launch(script: Path, nranks: int, log_dir: Path, env: dict[str, str], *args: str,
+            timeout: float = CHILD_SECONDS) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir),
+           "--devices", ",".join(map(str, range(nranks))), str(script), *args]
+    return run_paddle_launch(cmd, timeout, cwd=log_dir, env=env)
+
+
+def _worker_logs(log_dir: Path, nranks: int) -> list[str]:
+    return [(log_dir / f"workerlog.{r}").read_text(errors="replace") for r in range(nranks)]
+
+
+# ---- the bridge's ABI -----------------------------------------------------------------
+
+def test_the_host_loader_reads_the_bridges_header() -> None:
+    """anychip's Paddle host loader declares the layout the bridge is compiled with: the
+    cffi section of device_ext.h, with Paddle 3.x's sizes."""
+    f = ffi()
+    assert cdef_of(HEADER).count("struct C_DeviceInterface {") == 1
+    assert (f.sizeof("struct CustomRuntimeParams"), f.sizeof("struct C_DeviceInterface")) == (96, 1128)
+    assert f.offsetof("struct C_DeviceInterface", "xccl_all_reduce") == 680
+
+
+def test_bridge_structs_match_the_wheels_header(tmp_path: Path) -> None:
+    """The sizes and offsets the bridge is built with are those of the installed Paddle's header."""
+    from anychip._data import get_include
+    inc = paddle.sysconfig.get_include()
+    probe = tmp_path / "sizes.c"
+    probe.write_text('#include <stdio.h>\n#include <stddef.h>\n#include "anychip/paddle/device_ext.h"\n'
+                     'int main(void) { printf("%zu %zu %zu %zu\\n", sizeof(struct CustomRuntimeParams), '
+                     'sizeof(struct C_DeviceInterface), offsetof(struct C_DeviceInterface, xccl_all_reduce), '
+                     'offsetof(struct C_DeviceInterface, blas_axpby)); return 0; }\n')
+    ref = tmp_path / "ref.cc"
+    ref.write_text('#include <cstdio>\n#include <cstddef>\n#include "paddle/phi/backends/device_ext.h"\n'
+                   'int main() { std::printf("%zu %zu %zu %zu\\n", sizeof(CustomRuntimeParams), '
+                   'sizeof(C_DeviceInterface), offsetof(C_DeviceInterface, xccl_all_reduce), '
+                   'offsetof(C_DeviceInterface, blas_axpby)); return 0; }\n')
+    if not (Path(inc) / "paddle" / "phi" / "backends" / "device_ext.h").exists():
+        pytest.skip(f"the Paddle wheel ships no device_ext.h under {inc}")
+    ours = subprocess.run(["cc", "-std=gnu11", f"-I{get_include()}", str(probe), "-o", str(tmp_path / "a")],
+                          capture_output=True, text=True)
+    assert ours.returncode == 0, ours.stderr
+    theirs = subprocess.run(["c++", "-std=c++17", f"-I{inc}", str(ref), "-o", str(tmp_path / "b")],
+                            capture_output=True, text=True)
+    if theirs.returncode != 0:
+        pytest.skip(f"the wheel's header does not compile here: {theirs.stderr[-300:]}")
+    a = subprocess.run([str(tmp_path / "a")], capture_output=True, text=True).stdout.split()
+    b = subprocess.run([str(tmp_path / "b")], capture_output=True, text=True).stdout.split()
+    assert a == b and a[:2] == ["96", "1128"]
+
+
+def test_simulator_plugin_faces_load_as_anychip_c_plugins() -> None:
+    """The ACL / XPU / HIP adapters are complete plugin.h tables (anychip's own loader checks them)."""
+    from anychip.devices.cplugin import probe
+    from anychip.runtime._libs import find_library
+    for chip in paddle_provider.SIMULATED:
+        name, _ = probe(find_library(f"lib{chip}_sim"))
+        assert name == chip
+
+
+# ---- one process per device type -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def scaffolded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A C plugin from `anychip plugin new`, built with make, and its Paddle bridge (no collectives:
+    the bridge serves them with anychip's engine)."""
+    top = tmp_path_factory.mktemp("scaffold")
+    subprocess.run([*ANYCHIP, "plugin", "new", "mychip", "--dir", str(top)], check=True, capture_output=True)
+    subprocess.run(["make", "-s", "-C", str(top / "mychip")], check=True, capture_output=True)
+    r = subprocess.run([*ANYCHIP, "plugin", "paddle", str(top / "mychip" / "libmychip.so"), "--dest",
+                        str(top / "paddle")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (top / "paddle" / "libanychip_mychip.so").exists()
+    return top / "paddle"
+
+
+#: collectives that return success and move nothing, like PaddleCustomDevice's custom_cpu
+NO_DATA_CCL = r"""
+static anychip_status nd_uid(anychip_unique_id *id) { memset(id, 0, sizeof *id); return S_OK; }
+static anychip_status nd_init(int d, int n, const anychip_unique_id *id, int r, anychip_comm *c)
+{ (void)d; (void)n; (void)id; (void)r; *c = (anychip_comm)(intptr_t)1; return S_OK; }
+static anychip_status nd_destroy(anychip_comm c) { (void)c; return S_OK; }
+static anychip_status nd_all_reduce(const void *s, void *r, size_t n, anychip_dtype t, anychip_redop o,
+                                    anychip_comm c, anychip_stream st)
+{ (void)s; (void)r; (void)n; (void)t; (void)o; (void)c; (void)st; return S_OK; }
+static anychip_status nd_all_gather(const void *s, void *r, size_t n, anychip_dtype t, anychip_comm c,
+                                    anychip_stream st)
+{ (void)s; (void)r; (void)n; (void)t; (void)c; (void)st; return S_OK; }
+static anychip_status nd_broadcast(const void *s, void *r, size_t n, anychip_dtype t, int root, anychip_comm c,
+                                   anychip_stream st)
+{ (void)s; (void)r; (void)n; (void)t; (void)root; (void)c; (void)st; return S_OK; }
+"""
+NO_DATA_SET = ("    p->get_unique_id = nd_uid; p->comm_init_rank = nd_init; p->comm_destroy = nd_destroy;\n"
+               "    p->all_reduce = nd_all_reduce; p->all_gather = nd_all_gather; p->broadcast = nd_broadcast;\n")
+
+
+@pytest.fixture(scope="module")
+def no_data_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scaffolded plugin with collectives that move no data: its library's directory."""
+    top = tmp_path_factory.mktemp("nodata")
+    subprocess.run([*ANYCHIP, "plugin", "new", "nodata", "--dir", str(top)], check=True, capture_output=True)
+    src = top / "nodata" / "src" / "nodata.c"
+    text = src.read_text()
+    head, sep, tail = text.rpartition("ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init")
+    body, ret, end = tail.rpartition("    return S_OK;")
+    src.write_text(head + NO_DATA_CCL + sep + body + NO_DATA_SET + ret + end)
+    r = subprocess.run(["make", "-s", "-C", str(top / "nodata")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return top / "nodata"
+
+
+def test_conformance_framework_paddle(tmp_path: Path, no_data_plugin: Path) -> None:
+    """`anychip conformance --framework paddle` passes on the simulated Ascend and fails on a
+    plugin whose collectives move no data."""
+    quick = ["-n", "2", "-b", "8", "-e", "32K", "-f", "64"]          # 8 B, 512 B, 32 KiB
+    r = subprocess.run([*ANYCHIP, "conformance", "--framework", "paddle", "--device", "ascend", *quick],
+                       env=_env(), capture_output=True, text=True, timeout=LONG_CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "# anychip conformance --framework paddle: ascend as anychip_ascend:0, 2 ranks" in r.stdout
+    assert re.search(r"^# (\d+) value checks, 0 failed$", r.stdout, flags=re.M)
+    assert len(re.findall(r"^ +32768 +8192 .* +0$", r.stdout, flags=re.M)) == 4    # the 32 KiB row of each op
+    assert r.stdout.rstrip().endswith("conformance (paddle): PASS")
+    env = _env(ANYCHIP_PLUGIN_PATH=str(no_data_plugin / "libnodata.so"))
+    r = subprocess.run([*ANYCHIP, "conformance", "--framework", "paddle", "--device", "nodata", *quick], env=env,
+                       capture_output=True, text=True, timeout=LONG_CHILD_SECONDS)
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert "FAIL rank 0: all_reduce.float32.SUM FAIL got [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] want [3.0, 5.0, 7.0, " \
+           "9.0, 11.0, 13.0]" in r.stdout
+    assert r.stdout.rstrip().endswith("conformance (paddle): FAIL on nodata")
+
+
+def _single(device: str, env: dict[str, str]) -> dict:
+    r = subprocess.run([sys.executable, str(WORKERS / "single.py"), device], env=env, capture_output=True,
+                       text=True, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.parametrize("chip", ["ascend", "kunlun", "hygon", "scaffolded"])
+def test_one_process(chip: str, request: pytest.FixtureRequest) -> None:
+    if chip == "scaffolded":
+        env, device = _env(request.getfixturevalue("scaffolded")), "anychip_mychip:0"
+    else:
+        env, device = _env(ANYCHIP_PADDLE=chip), f"anychip_{chip}:1"
+    report = _single(device, env)
+    ops = report["ops"]
+    assert ops.pop("place") == f"Place({device})"
+    assert ops.pop("ones_times_3") == [[3.0, 3.0], [3.0, 3.0]]
+    assert {k for k, v in ops.items() if v is not True} == set()
+    assert len(ops) == 16
+    assert len(report["losses_device"]) == 5
+    if chip == "scaffolded":          # no device kernels: Paddle's CPU kernels through the fallback
+        assert report["losses_device"] == report["losses_cpu"]      # bit for bit
+    else:                             # the device's kernels sum in their own order: float32 rounding apart
+        for got, want in zip(report["losses_device"], report["losses_cpu"], strict=True):
+            assert abs(got - want) <= 2e-7 * abs(want), (report["losses_device"], report["losses_cpu"])
+    assert report["losses_device"][-1] < report["losses_device"][0]
+
+
+@pytest.mark.parametrize("chip", ["ascend", "kunlun", "hygon"])
+def test_kernels_run_on_the_device_without_fallback(chip: str) -> None:
+    """With FLAGS_enable_api_kernel_fallback=0 every op of tests/paddle_provider/kernels.py runs
+    on the simulated chip's own kernels, forward and backward, with NumPy's exact values, and an
+    MLP's whole AdamW step runs there with Paddle-CPU's parameters to float32 rounding."""
+    env = _env(ANYCHIP_PADDLE=chip, FLAGS_enable_api_kernel_fallback="0")
+    r = subprocess.run([sys.executable, str(WORKERS / "kernels.py"), f"anychip_{chip}:0"], env=env,
+                       capture_output=True, text=True, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    report = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    assert {k: v for k, v in report.items() if v is not True} == {}
+    assert len(report) == 51
+
+
+def test_kernels_can_be_left_unregistered() -> None:
+    """ANYCHIP_PADDLE_KERNELS=0: the bridge registers no kernels, so without the fallback an op is
+    Paddle's "not registered" error, and with it the op runs through Paddle's CPU kernel."""
+    code = ("import paddle; paddle.set_device('anychip_ascend:0'); x = paddle.ones([2]); "
+            "print((x + x).numpy().tolist(), paddle.device.get_all_custom_device_type())")
+    r = subprocess.run([sys.executable, "-c", code], env=_env(ANYCHIP_PADDLE_KERNELS="0",
+                       FLAGS_enable_api_kernel_fallback="0"), capture_output=True, text=True, timeout=CHILD_SECONDS)
+    assert r.returncode != 0 and "of kernel `full` is not registered" in r.stderr, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-c", code], env=_env(ANYCHIP_PADDLE_KERNELS="0"), capture_output=True,
+                       text=True, timeout=CHILD_SECONDS)
+    assert r.returncode == 0 and "[2.0, 2.0] ['anychip_ascend']" in r.stdout, r.stderr[-2000:]
+
+
+def test_phi_capi_mirror_matches_the_wheels_headers(tmp_path: Path) -> None:
+    """anychip/paddle/phi_capi.h: every function has the type Paddle's headers declare, and the
+    enum values are Paddle's."""
+    from anychip._data import get_include
+    inc = paddle.sysconfig.get_include()
+    if not (Path(inc) / "paddle" / "phi" / "capi" / "include" / "c_kernel_registry.h").exists():
+        pytest.skip(f"the Paddle wheel ships no phi C-API headers under {inc}")
+    names = ["PD_ARG_TYPE_TENSOR", "PD_ARG_TYPE_BOOL", "PD_ARG_TYPE_FLOAT32", "PD_ARG_TYPE_INT32",
+             "PD_ARG_TYPE_INT64", "PD_ARG_TYPE_SCALAR", "PD_ARG_TYPE_INT_ARRAY", "PD_ARG_TYPE_DATA_TYPE",
+             "PD_ARG_TYPE_OPTIONAL_TENSOR"]
+    phi = ["BOOL", "UINT8", "INT8", "INT32", "INT64", "FLOAT32", "FLOAT64", "FLOAT16", "BFLOAT16"]
+    fmt = " ".join(["%d"] * (len(names) + len(phi)))
+    theirs = tmp_path / "theirs.cc"
+    theirs.write_text(
+        "#include <cstdio>\n#include <type_traits>\n"
+        + "".join(f'#include "paddle/phi/capi/include/{h}.h"\n'
+                  for h in ("c_kernel_registry", "c_device_context", "c_int_array", "c_scalar", "c_tensor"))
+        + '#include "paddle/phi/common/data_type.h"\n#define ANYCHIP_PHI_FUNCTIONS_ONLY\n'
+        '#include "anychip/paddle/phi_capi.h"\n'
+        "#define SAME(ret, name, args) static_assert(std::is_same<decltype(&name), ret(*) args>::value, #name);\n"
+        "ANYCHIP_PHI_FUNCTIONS(SAME)\n"
+        f'int main() {{ std::printf("{fmt}\\n", '
+        + ", ".join([f"(int){n}" for n in names] + [f"(int)phi::DataType::{n}" for n in phi]) + "); }\n")
+    ours = tmp_path / "ours.c"
+    ours.write_text('#include <stdio.h>\n#include "anychip/paddle/phi_capi.h"\n'
+                    f'int main(void) {{ printf("{fmt}\\n", '
+                    + ", ".join(names + [f"PHI_{n}" for n in phi]) + "); return 0; }\n")
+    built = subprocess.run(["c++", "-std=c++17", f"-I{inc}", f"-I{get_include()}", str(theirs), "-o",
+                            str(tmp_path / "b")], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
+    built = subprocess.run(["cc", "-std=gnu11", f"-I{get_include()}", str(ours), "-o", str(tmp_path / "a")],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
+    a = subprocess.run([str(tmp_path / "a")], capture_output=True, text=True).stdout.split()
+    b = subprocess.run([str(tmp_path / "b")], capture_output=True, text=True).stdout.split()
+    assert a == b and a[:2] == ["1", "2"]
+
+
+def test_anychip_paddle_picks_one_simulated_chip() -> None:
+    code = "import paddle; print(sorted(paddle.device.get_all_custom_device_type()))"
+    for value, want in ((None, "['anychip_ascend']"), ("hygon", "['anychip_hygon']"), ("none", "[]")):
+        env = _env(**({} if value is None else {"ANYCHIP_PADDLE": value}))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=CHILD_SECONDS)
+        assert r.stdout.strip().splitlines()[-1] == want, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-c", code], env=_env(ANYCHIP_PADDLE="tpu"), capture_output=True,
+                       text=True, timeout=CHILD_SECONDS)
+    assert "ANYCHIP_PADDLE=tpu: tpu is not a simulated chip (ascend, kunlun, hygon or none)" in r.stderr
+
+
+def test_info_says_where_paddle_finds_the_bridge() -> None:
+    r = subprocess.run([*ANYCHIP, "info", "--json"], env=_env(), capture_output=True, text=True, timeout=CHILD_SECONDS)
+    info = json.loads(r.stdout)["paddle"]
+    assert info["device_type"] == "anychip_ascend" and info["found"] is True
+    assert info["device_types"] == {"ascend": "anychip_ascend", "kunlun": "anychip_kunlun", "hygon": "anychip_hygon"}
+    assert info["status"] == f"Paddle loads {BRIDGE.name} from {BRIDGE.parent} (CUSTOM_DEVICE_ROOT)"
+    env = _env()
+    del env["CUSTOM_DEVICE_ROOT"]
+    site = Path(paddle.__file__).resolve().parent.parent
+    info = paddle_provider.status(env)
+    assert info["paddle_dir"] == str(site / "paddle_custom_device")
+    if BRIDGE.parent != site / "paddle_custom_device":            # an editable install
+        assert info["found"] is False and f"set CUSTOM_DEVICE_ROOT={BRIDGE.parent}" in info["status"]
+
+
+def test_plugin_paddle_refuses_what_is_not_a_plugin(tmp_path: Path) -> None:
+    r = subprocess.run([*ANYCHIP, "plugin", "paddle", str(tmp_path / "nope.so"), "--dest", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "nope.so: no such file; want the path of a C plugin library (anychip/plugin.h)" in r.stderr
+
+
+# ---- several ranks under Paddle's launcher ---------------------------------------------------------
+
+def _check_lines(log: str) -> tuple[int, list[str]]:
+    oks = len(re.findall(r"^CHECK \S+ ok$", log, flags=re.M))
+    return oks, re.findall(r"^CHECK .* FAIL .*$", log, flags=re.M)
+
+
+@pytest.mark.parametrize("chip", ["ascend", "kunlun", "hygon", "scaffolded"])
+def test_collectives_two_ranks(chip: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Every paddle.distributed collective, every dtype and reduce op the xccl path takes,
+    every root, all_gather into a list read at once (the copy-fence race), async wait()."""
+    env = _env(request.getfixturevalue("scaffolded")) if chip == "scaffolded" else _env(ANYCHIP_PADDLE=chip)
+    r = _launch(WORKER, 2, tmp_path, env)
+    logs = _worker_logs(tmp_path, 2)
+    assert r.returncode == 0, r.stdout[-3000:] + "\n".join(log[-3000:] for log in logs)
+    name = "anychip_mychip" if chip == "scaffolded" else f"anychip_{chip}"
+    for rank, log in enumerate(logs):
+        assert f"RANK {rank} of 2 on {name}:{rank}" in log
+        oks, fails = _check_lines(log)
+        assert fails == []
+        assert oks == 46                                           # 44 + one broadcast per root
+        assert f"DONE {rank} failures=0" in log
+
+
+def test_collectives_four_ranks(tmp_path: Path) -> None:
+    r = _launch(WORKER, 4, tmp_path, _env())
+    logs = _worker_logs(tmp_path, 4)
+    assert r.returncode == 0, "\n".join(log[-3000:] for log in logs)
+    for rank, log in enumerate(logs):
+        oks, fails = _check_lines(log)
+        assert fails == [] and oks == 48                           # 44 + one broadcast per root
+        assert f"DONE {rank} failures=0" in log
+
+
+def test_data_parallel_example_matches_one_device(tmp_path: Path) -> None:
+    """examples/paddle_data_parallel.py on 4 simulated Ascend ranks: the losses equal one device's."""
+    script = ROOT / "examples" / "paddle_data_parallel.py"
+    small = ("--dim", "1024")                       # the example's 4096 takes a minute on 2 cores
+
+    def losses(text: str) -> list[float]:
+        return [float(m) for m in re.findall(r"^step \d+ loss (\S+)$", text, flags=re.M)]
+    one = subprocess.run([sys.executable, str(script), "--single", *small], env=_env(), capture_output=True,
+                         text=True, timeout=CHILD_SECONDS)
+    assert one.returncode == 0, one.stderr[-3000:]
+    single = losses(one.stdout)
+    assert len(single) == 4 and single[-1] < single[0]
+    r = _launch(script, 4, tmp_path, _env(), *small)
+    logs = _worker_logs(tmp_path, 4)
+    assert r.returncode == 0, "\n".join(log[-3000:] for log in logs)
+    for log in logs:
+        assert "on 4 ranks of anychip_ascend" in log
+        # equal up to the order of the gradient sums (4 partial sums against one): 1e-5 relative
+        assert losses(log) == pytest.approx(single, rel=1e-5)
+
+
+def _shm() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith(("anychip", "sim-", "acl", "hccl"))}
+
+
+def test_killed_rank_ends_the_job_and_leaves_no_shm(tmp_path: Path) -> None:
+    before = _shm()
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import os, signal, time, numpy as np, paddle, paddle.distributed as dist\n"
+        "dist.init_parallel_env()\n"
+        "x = paddle.to_tensor(np.ones(4, 'float32'))\n"
+        "dist.all_reduce(x)\n"
+        "print('FIRST', x.numpy().tolist(), flush=True)\n"
+        "if dist.get_rank() == 1:\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "dist.all_reduce(x)\n"
+        "print('SECOND', x.numpy().tolist(), flush=True)\n")
+    start = time.monotonic()
+    r = _launch(script, 2, tmp_path, _env(ANYCHIP_COLLECTIVE_TIMEOUT="20"), timeout=CHILD_SECONDS)
+    took = time.monotonic() - start
+    logs = _worker_logs(tmp_path, 2)
+    assert r.returncode != 0
+    assert "FIRST [2.0, 2.0, 2.0, 2.0]" in logs[0]
+    assert "SECOND [4.0" not in logs[0]            # the second all_reduce had no peer
+    assert took < 200
+    for _ in range(50):
+        if _shm() <= before:
+            break
+        time.sleep(0.1)
+    assert _shm() - before == set()
+
+
+def test_out_of_memory_names_device_request_and_free_memory() -> None:
+    code = ("import paddle\npaddle.set_device('anychip_ascend:0')\n"
+            "try:\n    paddle.empty([1 << 34], 'float32').numpy()\nexcept OSError as exc:\n    print('RAISED', exc)\n")
+    r = subprocess.run([sys.executable, "-c", code], env=_env(ANYCHIP_SIM_MEMORY="1GiB"), capture_output=True,
+                       text=True, timeout=CHILD_SECONDS)
+    assert "RAISED (External)  CustomDevice error, the error code is : 2." in r.stdout, r.stderr[-2000:]
+    assert re.search(r"\[anychip anychip_ascend\] out of memory on anychip_ascend:0: 68719476736 bytes requested, "
+                     r"\d+ of 1073741824 bytes free \(plugin status 207001\)", r.stderr), r.stderr[-2000:]
+
+
+def test_collective_timeout_is_a_paddle_error_naming_the_rank(tmp_path: Path) -> None:
+    """A peer that never joins: the collective's stream synchronizes, its communicator holds the
+    failure; the bridge reports it at the next synchronize, and Paddle raises."""
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import time, numpy as np, paddle, paddle.distributed as dist\n"
+        "dist.init_parallel_env()\n"
+        "x = paddle.to_tensor(np.ones(4, 'float32'))\n"
+        "dist.all_reduce(x)\n"
+        "if dist.get_rank() == 1:\n"
+        "    time.sleep(12)\n"
+        "else:\n"
+        "    dist.all_reduce(x)\n"
+        "    try:\n"
+        "        print('SECOND', x.numpy().tolist(), flush=True)\n"
+        "    except OSError as exc:\n"
+        "        print('RAISED', str(exc).splitlines()[0], flush=True)\n")
+    _launch(script, 2, tmp_path, _env(ANYCHIP_COLLECTIVE_TIMEOUT="3"), timeout=CHILD_SECONDS)
+    log = _worker_logs(tmp_path, 2)[0]
+    assert "SECOND" not in log
+    assert "RAISED (External)  CustomDevice error, the error code is : 2." in log
+    assert ("[anychip anychip_ascend] rank 0 of 2: a collective failed on its stream: status 9 (HCCL_E_TIMEOUT); "
+            "a peer did not join in time (ANYCHIP_COLLECTIVE_TIMEOUT)") in log

@@ -1,0 +1,131 @@
+"""PyTorch's own OpInfo database (torch.testing._internal.common_methods_invocations.op_db) on
+the anychip device against the CPU: every op with float32 samples, run on both, compared
+exactly (the device runs the CPU kernels through the fallback, so every value must be
+equal, NaNs included). The samples are made twice from one seed, once for each device, so
+that arguments an op takes on the host (indices, sizes) stay there, as in PyTorch's own
+device tests. EXPECTED_FAILURES names every op that does not agree, with the reason; the
+list must not grow, and an op on it that starts to agree fails the test until it is removed.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import random
+
+import pytest
+from conftest import LONG_TEST_SECONDS
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'anychip[torch]')")
+pytest.importorskip("expecttest", reason="torch's OpInfo database needs expecttest (pip install expecttest)")
+
+#: (op name, variant) -> why it does not agree on the device
+_SPARSE = ("sparse layouts: the device has dense (strided) tensors only; the sparse kernels have no PrivateUse1 "
+           "implementation and the CPU fallback moves dense tensors only")
+EXPECTED_FAILURES: dict[tuple[str, str], str] = {
+    ("sparse.sampled_addmm", ""): _SPARSE,
+    ("sparse.mm", "reduce"): _SPARSE,
+    ("to_sparse", ""): _SPARSE,
+}
+
+#: ops whose outputs are uninitialized memory: only shapes, strides and dtypes are compared
+UNINITIALIZED = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_permuted", "empty_strided"}
+
+#: the fast loop's share: common ops of training code
+SUBSET = {"add", "mul", "sub", "div", "matmul", "mm", "bmm", "addmm", "sum", "mean", "softmax", "log_softmax",
+          "nn.functional.relu", "nn.functional.gelu", "nn.functional.linear", "nn.functional.cross_entropy",
+          "nn.functional.conv2d", "nn.functional.layer_norm", "nn.functional.embedding", "exp", "log", "sqrt",
+          "where", "cat", "stack", "transpose", "reshape", "view", "index_select", "gather", "scatter_add",
+          "max", "argmax", "clamp", "pow", "tanh", "sigmoid", "cumsum", "topk", "sort"}
+
+SAMPLES_PER_OP = int(os.environ.get("ANYCHIP_TORCH_OPINFO_SAMPLES", "3"))
+
+
+@pytest.fixture(scope="module")
+def op_db():
+    os.environ.pop("ANYCHIP_TORCH", None)
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    import anychip.torch  # noqa: F401
+    return op_db
+
+
+def _samples(op, device: str, seed: int) -> list:
+    # the generator itself: OpInfo.sample_inputs wraps it in a tracker that walks the Python
+    # stack (inspect.stack) for every sample, seconds per op under pytest
+    torch.manual_seed(seed)
+    random.seed(seed)                     # some generators draw scalars (margins, deltas) from random
+    return list(itertools.islice(op.sample_inputs_func(op, device, torch.float32, False), SAMPLES_PER_OP))
+
+
+def _to_cpu(x):
+    return torch.utils._pytree.tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, x)
+
+
+def _compare(op, got, want) -> None:
+    if op.name in UNINITIALIZED:
+        gl, wl = torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)
+        assert [(t.shape, t.stride(), t.dtype) for t in gl] == [(t.shape, t.stride(), t.dtype) for t in wl]
+        return
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+def run_op(op) -> str:
+    """'pass', 'fail: <why>' or 'no sample'."""
+    if torch.float32 not in op.supported_dtypes("cpu"):
+        return "no sample"
+    try:
+        cpu = _samples(op, "cpu", 0)
+        dev = _samples(op, "anychip", 0)
+    except Exception as exc:  # noqa: BLE001 - a sample generator that cannot run here counts as no sample
+        return f"no sample ({type(exc).__name__})"
+    if not cpu or len(cpu) != len(dev):
+        return "no sample"
+    ran = 0
+    for i, (c, d) in enumerate(zip(cpu, dev, strict=True)):
+        torch.manual_seed(i)
+        try:
+            want = op(c.input, *c.args, **c.kwargs)
+        except Exception:  # noqa: BLE001 - a sample the CPU itself refuses says nothing about the device
+            continue
+        ran += 1
+        torch.manual_seed(i)
+        try:
+            got = op(d.input, *d.args, **d.kwargs)
+            _compare(op, got if op.name in UNINITIALIZED else _to_cpu(got), want)
+        except Exception as exc:  # noqa: BLE001 - the verdict, with its reason
+            return f"fail: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    return "pass" if ran else "no sample"
+
+
+def _check(ops) -> dict[str, list]:
+    verdicts = {(op.name, op.variant_test_name): run_op(op) for op in ops}
+    out: dict[str, list] = {"pass": [], "fail": [], "no sample": []}
+    for key, v in verdicts.items():
+        out["pass" if v == "pass" else "fail" if v.startswith("fail") else "no sample"].append((key, v))
+    new = [f"{k}: {v}" for k, v in out["fail"] if k not in EXPECTED_FAILURES]
+    fixed = [k for k, v in out["pass"] if k in EXPECTED_FAILURES]
+    assert new == [], "ops that do not agree with the CPU (and are not expected to):\n" + "\n".join(new)
+    assert fixed == [], f"expected failures that now agree: remove them from EXPECTED_FAILURES: {fixed}"
+    return out
+
+
+def test_the_expected_failures_are_ops_of_the_database_with_reasons(op_db):
+    names = {(op.name, op.variant_test_name) for op in op_db}
+    assert sorted(k for k in EXPECTED_FAILURES if k not in names) == []
+    assert all(len(why) > 20 for why in EXPECTED_FAILURES.values())
+
+
+def test_opinfo_subset_agrees_with_the_cpu(op_db):
+    ops = [op for op in op_db if op.name in SUBSET]
+    assert len(ops) >= len(SUBSET)
+    out = _check(ops)
+    assert len(out["pass"]) >= len(SUBSET) - len([k for k in EXPECTED_FAILURES if k[0] in SUBSET])
+
+
+@pytest.mark.timeout(LONG_TEST_SECONDS)
+def test_opinfo_every_float32_op_agrees_with_the_cpu(op_db):
+    out = _check(op_db)
+    print(f"\nOpInfo float32 on anychip ({len(op_db)} entries): {len(out['pass'])} agree, {len(out['fail'])} fail "
+          f"(all expected), {len(out['no sample'])} without a float32 sample")
+    assert len(out["pass"]) + len(out["fail"]) + len(out["no sample"]) == len(op_db)
+    assert len(out["fail"]) == len(EXPECTED_FAILURES)

@@ -1,0 +1,270 @@
+"""anychip's chips as PyTorch's PrivateUse1 device (anychip.torch, docs/torch.md).
+
+This process binds PrivateUse1 to the simulated Ascend (one backend per process); the
+other simulated chips are checked in child processes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'anychip[torch]')")
+
+from conftest import LONG_CHILD_SECONDS, LONG_TEST_SECONDS  # noqa: E402
+
+import anychip  # noqa: E402
+from anychip._spawn import python_command  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def at():
+    os.environ.pop("ANYCHIP_TORCH", None)
+    os.environ.pop("ANYCHIP_LAUNCH_DEVICE", None)
+    import anychip.torch as module
+    return module
+
+
+# the first import on a fresh machine compiles the extension (a minute or two)
+@pytest.mark.timeout(LONG_TEST_SECONDS)
+def test_the_extension_builds_into_the_cache_and_binds_the_ascend(at):
+    from anychip.torch import _build
+    assert at.backend() == "ascend"
+    assert torch._C._get_privateuse1_backend_name() == "anychip"
+    assert at.device_count() == len(anychip.devices("ascend"))
+    assert torch.accelerator.current_accelerator() == torch.device("anychip")
+    assert list(_build.cache_dir().glob(f"*/{_build.MODULE}*.so"))
+    assert torch.anychip is at
+
+
+def test_three_lines(at):
+    x = torch.tensor([1.5, -2.0, 3.25], device="anychip")
+    assert x.device == torch.device("anychip", 0)
+    assert (x * 2).cpu().tolist() == [3.0, -4.0, 6.5]
+
+
+def test_strided_views_and_copies_exact(at):
+    a = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    x = a.to("anychip")
+    assert x.t().cpu().equal(a.t())
+    assert x[1:, ::2].cpu().equal(a[1:, ::2])
+    assert x.t().contiguous().cpu().equal(a.t().contiguous())
+    y = torch.zeros(6, 4, device="anychip")
+    y.copy_(x.t())                                  # device strided -> device dense
+    assert y.cpu().equal(a.t())
+    z = torch.zeros(6, 4, device="anychip").t()     # into a transposed view
+    z.copy_(a)
+    assert z.cpu().equal(a)
+    x[:, 0] = -1.0                                  # into a column: the other elements stay
+    a[:, 0] = -1.0
+    assert x.cpu().equal(a)
+    x[2] = torch.tensor([9.0, 8, 7, 6, 5, 4])       # host -> a row of the device tensor
+    a[2] = torch.tensor([9.0, 8, 7, 6, 5, 4])
+    assert x.cpu().equal(a)
+    assert x.to(torch.int64).cpu().tolist() == a.to(torch.int64).tolist()
+    assert x.to(torch.float16).cpu().equal(a.to(torch.float16))
+    e = torch.empty(0, 3, device="anychip")
+    assert e.cpu().shape == (0, 3)
+
+
+def test_cross_device_copies(at):
+    a = torch.arange(10, dtype=torch.float64)
+    x0 = a.to("anychip:0")
+    x1 = x0.to("anychip:1")
+    assert x1.device == torch.device("anychip", 1)
+    assert x1.cpu().equal(a)
+    assert x0[::3].to("anychip:1").cpu().equal(a[::3])
+    y = torch.empty(10, dtype=torch.float64, device="anychip:1")
+    y.copy_(x0 * 2)
+    assert y.cpu().equal(a * 2)
+
+
+def test_fill_zero_and_scalars(at):
+    f = torch.empty(7, dtype=torch.float32, device="anychip").fill_(2.5)
+    assert f.cpu().tolist() == [2.5] * 7
+    z = torch.ones(3, 3, dtype=torch.int32, device="anychip").zero_()
+    assert z.cpu().tolist() == [[0] * 3] * 3
+    m = torch.full((4,), -1, dtype=torch.int16, device="anychip")   # one repeated byte: a memset
+    assert m.cpu().tolist() == [-1] * 4
+    t = torch.zeros(3, 4, device="anychip")
+    t[:, 1].fill_(5.0)
+    assert t.cpu().tolist() == [[0.0, 5.0, 0.0, 0.0]] * 3
+    assert torch.tensor([3.5], device="anychip").item() == 3.5
+    assert torch.tensor(7, device="anychip").sum().item() == 7
+
+
+def test_memory_comes_from_anychips_caching_allocator(at):
+    dev = at.anychip_device(0)
+    at.empty_cache()
+    before = dev.memory_stats()["allocated_bytes.all.current"]
+    x = torch.empty(1000, dtype=torch.float32, device="anychip")        # 4000 B, rounded to 4096
+    assert at.memory_allocated() - before == 4096
+    buf = dev.alloc(512)                                                 # anychip's own Buffer: same pool
+    assert at.memory_allocated() - before == 4096 + 512
+    assert torch.accelerator.memory_allocated(0) == at.memory_allocated()
+    assert torch.accelerator.memory_stats(0)["allocated_bytes.all.current"] == at.memory_allocated()
+    view = at.buffer_of(x)
+    assert view.nbytes == 4000 and view.ptr == x.data_ptr()
+    del x, view
+    buf.free()
+    assert at.memory_allocated() == before
+    assert at.max_memory_allocated() >= before + 4608
+
+
+def test_out_of_memory_is_torchs_error_with_anychips_message(at):
+    free, total = at.mem_get_info(0)
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
+        torch.empty(total + (1 << 30), dtype=torch.uint8, device="anychip")
+
+
+def test_streams_and_events_are_the_devices(at):
+    d = torch.device("anychip:0")
+    s = torch.Stream(device=d)
+    assert s.device_type == 20 and s.stream_id > 0
+    assert at.anychip_stream(s) is not at.anychip_device(0).default_stream
+    x = torch.arange(4096, dtype=torch.float32, device=d)
+    with s:
+        assert torch.accelerator.current_stream(0) == s
+        y = torch.empty_like(x)
+        y.copy_(x)                        # a device-to-device copy enqueued on s
+        x.record_stream(s)
+    start = torch.Event(device=d, enable_timing=True)
+    end = torch.Event(device=d, enable_timing=True)
+    start.record(s)
+    end.record(s)
+    torch.accelerator.current_stream(0).wait_event(end)
+    end.synchronize()
+    assert end.query() and s.query()
+    assert start.elapsed_time(end) >= 0.0
+    assert y.cpu().equal(torch.arange(4096, dtype=torch.float32))
+    s.synchronize()
+    at.synchronize()
+
+
+def _held(at, stream):
+    """The simulator's hold on a stream: work queued on it waits until release."""
+    lib = at.anychip_device(0).plugin.lib
+    handle = at.anychip_stream(stream)._handle
+    assert lib.anychip_sim_stream_hold(handle) == 0
+    return lambda: lib.anychip_sim_stream_release(handle)
+
+
+def test_work_on_a_stream_is_asynchronous_and_events_see_it(at):
+    d = torch.device("anychip:0")
+    s = torch.Stream(device=d)
+    x = torch.arange(1 << 14, dtype=torch.float32, device=d)
+    y = torch.zeros(1 << 14, device=d)
+    ev = torch.Event(device=d)
+    s.wait_stream(torch.accelerator.current_stream(0))     # after x and y are written (y's fill is a memset)
+    release = _held(at, s)
+    try:
+        with s:
+            y.copy_(x)                    # device to device: enqueued, not done
+        ev.record(s)
+        assert not s.query() and not ev.query()
+    finally:
+        release()
+    ev.synchronize()
+    assert s.query() and ev.query()
+    assert y.cpu().equal(torch.arange(1 << 14, dtype=torch.float32))
+
+
+def test_record_stream_keeps_the_block_from_reuse_until_the_stream_is_done(at):
+    d = torch.device("anychip:0")
+    n = 3 << 16
+    at.synchronize()
+    at.empty_cache()                                      # no cached block but the ones made here
+    x = torch.ones(n, device=d)
+    ptr = x.data_ptr()
+    del x
+    assert torch.empty(n, device=d).data_ptr() == ptr     # freed on its stream: reused at once
+    s = torch.Stream(device=d)
+    x = torch.ones(n, device=d)
+    ptr = x.data_ptr()
+    release = _held(at, s)
+    try:
+        x.record_stream(s)
+        del x
+        y = torch.empty(n, device=d)                      # s has not reached the point: not reused
+        assert y.data_ptr() != ptr
+    finally:
+        release()
+    s.synchronize()
+    del y
+    at.synchronize()
+    assert torch.empty(n, device=d).data_ptr() == ptr     # s is done: the block is free again
+
+
+@pytest.mark.filterwarnings("error")
+def test_autograd_linear_sgd_matches_the_cpu_exactly(at):
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    dev = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    dev.load_state_dict(ref.state_dict())
+    dev = dev.to("anychip")
+    opt_r = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    opt_d = torch.optim.SGD(dev.parameters(), lr=0.05, momentum=0.9)
+    data = torch.randn(5, 32, 8)
+    target = torch.randn(5, 32, 3)
+    losses_r, losses_d = [], []
+    for _ in range(5):
+        for model, opt, losses, where in ((ref, opt_r, losses_r, "cpu"), (dev, opt_d, losses_d, "anychip")):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(data[0].to(where)), target[0].to(where))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    assert losses_d == losses_r
+    assert losses_r[-1] < losses_r[0]
+    assert dev[0].weight.grad.device == torch.device("anychip", 0)
+    for p, q in zip(ref.parameters(), dev.parameters(), strict=True):
+        assert q.cpu().equal(p.detach())
+
+
+def test_numpy_values_through_the_device(at):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    t = torch.from_numpy(a)
+    x = t.to("anychip")
+    np.testing.assert_array_equal((x @ x.T).cpu().numpy(), (t @ t.T).numpy())     # the CPU kernel, bit for bit
+    np.testing.assert_array_equal(x.cpu().numpy(), a)
+    assert x.is_anychip and x.anychip().device.type == "anychip"
+
+
+def test_bad_device_index_names_the_range(at):
+    n = at.device_count()
+    with pytest.raises(Exception, match=f"anychip device index {n} is out of range: ascend has {n} device"):
+        torch.empty(2, device=f"anychip:{n}")
+    with pytest.raises(anychip.InvalidArgumentError, match=f"anychip:{n} does not exist"):
+        at.memory_stats(n)
+
+
+PROGRAM = textwrap.dedent("""
+    import torch, anychip.torch as at
+    x = torch.arange(6, dtype=torch.float32, device="anychip:1").reshape(2, 3)
+    y = (x.t() * 2).to("anychip:0")
+    print(at.backend(), at.anychip_device(1).name, y.cpu().flatten().tolist())
+""")
+
+
+@pytest.mark.parametrize("chip", ["kunlun", "hygon"])
+def test_the_other_simulated_chips_serve_the_device(chip):
+    env = {**os.environ, "ANYCHIP_TORCH": chip}
+    env.pop("ANYCHIP_LAUNCH_DEVICE", None)
+    done = subprocess.run(python_command(["-c", PROGRAM]), capture_output=True, text=True, env=env,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == f"{chip} {chip}:1 [0.0, 6.0, 2.0, 8.0, 4.0, 10.0]"
+
+
+def test_an_unknown_backend_is_refused_naming_the_choices():
+    env = {**os.environ, "ANYCHIP_TORCH": "nosuchchip"}
+    done = subprocess.run(python_command(["-c", "import anychip.torch"]), capture_output=True, text=True, env=env,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 1
+    assert "ANYCHIP_TORCH=nosuchchip: anychip has no backend 'nosuchchip'" in done.stderr
+    assert "set ANYCHIP_TORCH to one of ascend, kunlun, hygon" in done.stderr
+    assert sys.executable
