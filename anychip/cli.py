@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import platform
 import sys
 from collections.abc import Sequence
@@ -14,7 +13,8 @@ from . import __version__
 from ._format import table as _table
 from .runtime import registry
 from .runtime.device import devices as selected_devices
-from .runtime.env import VARIABLES, in_effect, log_level, problems
+from .runtime.env import VARIABLES, in_effect, log_level, problems, value
+from .runtime.env import devices as devices_variable
 from .runtime.errors import AnychipError, SelectionError
 from .runtime.selection import GRAMMAR
 
@@ -26,7 +26,7 @@ def _mib(n: Any) -> str:
 
 
 def _device_rows(show_all: bool) -> tuple[list[dict], list[str]]:
-    env = os.environ.get("ANYCHIP_DEVICES")
+    env = devices_variable()
     sel = selected_devices()
     chosen = {d.name for d in sel}
     default = sel[0].name if sel else None
@@ -70,7 +70,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
         types = ", ".join(f"{t} = {b}" for b, t in pd["device_types"].items())
         print(f"\nPaddle device types: {types}; Paddle's device here: {pd['device_type'] or 'none'} "
               f"(ANYCHIP_PADDLE); {'found' if pd['found'] else 'not found'}: {pd['status']}")
-    env = os.environ.get("ANYCHIP_DEVICES")
+    env = devices_variable()
     if env is not None and not args.all:
         print(f"\nANYCHIP_DEVICES={env!r}; `anychip devices --all` lists every backend"
               + (f" ({', '.join(notes)} hidden)" if notes else ""))
@@ -99,7 +99,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             for b in registry.backends()
         ],
         "refused_plugins": [{"what": w, "why": y} for w, y in registry.refused()],
-        "environment": {k: {"value": os.environ.get(k), "default": d, "meaning": m} for k, (d, m) in VARIABLES.items()},
+        "environment": {k: {"value": value(k), "default": d, "meaning": m} for k, (d, m) in VARIABLES.items()},
         "unknown_variables": sorted(set(in_effect()) - set(VARIABLES)),
         "invalid_variables": problems(),
         "paddle": paddle_status(),
@@ -121,15 +121,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     paddle_info()
     print("\nenvironment (ANYCHIP_*):")
     for k, (d, m) in VARIABLES.items():
-        v = os.environ.get(k)
+        v = value(k)
         print(f"  {k} = {v!r}" if v is not None else f"  {k} (unset; default {d})")
         if k in bad:
             print(f"      <- INVALID: {bad[k]}")
         print(f"      {m}")
+    set_now = in_effect()
     for k in info["unknown_variables"]:
-        print(f"  {k} = {os.environ[k]!r}   <- not a variable anychip knows; check the spelling")
+        print(f"  {k} = {set_now[k]!r}   <- not a variable anychip knows; check the spelling")
     for k, why in bad.items():
-        print(f"anychip: error: {k}={os.environ[k]!r} is invalid: {why}", file=sys.stderr)
+        print(f"anychip: error: {k}={set_now[k]!r} is invalid: {why}", file=sys.stderr)
     return 1 if bad else 0
 
 
@@ -161,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    raw = os.environ.get("ANYCHIP_LOG_LEVEL")
+    raw = value("ANYCHIP_LOG_LEVEL")
     level = log_level(raw)
     if level is None:
         print(f"anychip: warning: ignoring ANYCHIP_LOG_LEVEL={raw!r}: want one of DEBUG, INFO, WARNING, ERROR, "

@@ -29,13 +29,14 @@ from typing import Any
 
 from ._data import get_include
 from .runtime._libs import find_library
+from .runtime.env import PADDLE_CHIPS, paddle_chip
 from .runtime.errors import AnychipError
 
 __all__ = ["SIMULATED", "PREFIX", "device_type", "bridge_dir", "simulator_bridge", "paddle_dir", "status",
            "build_bridge", "kernel_table"]
 
 #: the simulated chips the bridge serves, in the order ANYCHIP_PADDLE accepts them
-SIMULATED = ("ascend", "kunlun", "hygon")
+SIMULATED = PADDLE_CHIPS
 #: Paddle device type = PREFIX + the anychip backend name (no clash with Paddle's built-ins,
 #: cpu / gpu / xpu / ipu, or the vendors' plugins, npu / mlu / gcu / sdaa / custom_cpu / ...)
 PREFIX = "anychip_"
@@ -63,13 +64,7 @@ def simulator_bridge() -> Path | None:
 def selected_simulator(environ: Any = None) -> str | None:
     """The simulated chip the bridge serves under ANYCHIP_PADDLE (None for none)."""
     env = os.environ if environ is None else environ
-    value = env.get("ANYCHIP_PADDLE")
-    if value is None:
-        return "ascend"
-    for name in value.replace(",", " ").split():
-        if name.lower() in SIMULATED:
-            return name.lower()
-    return None
+    return paddle_chip(env.get("ANYCHIP_PADDLE"))
 
 
 def paddle_dir(environ: Any = None) -> tuple[Path | None, str]:

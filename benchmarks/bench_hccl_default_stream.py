@@ -5,7 +5,7 @@
 
 HCCL refuses the NULL stream, which is the ascend backend's default stream, so ops issued on
 it run on a stream of the transport's own joined to the default stream both ways
-(collectives/native.py, _side_enter). Two ranks time an 8-float all_reduce on the default
+(collectives/transports/native.py, _side_enter). Two ranks time an 8-float all_reduce on the default
 stream and on a created stream (no join), best of 3 rounds of 2000 ops each; with
 ``--device hygon`` (RCCL takes the NULL stream) both paths are the same."""
 import contextlib

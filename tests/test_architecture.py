@@ -210,8 +210,8 @@ def _cycle_detail(group: list[str], found: list[Import]) -> str:
 def test_the_graph_reader_sees_imports_inside_functions_and_for_type_checkers() -> None:
     found = {(i.source, i.target): i for i in imports()}
     # an import inside a function (collectives.init chooses the host transport)
-    assert ("anychip.collectives", "anychip.collectives.host") in found
-    assert found[("anychip.collectives", "anychip.collectives.host")].runs
+    assert ("anychip.collectives", "anychip.collectives.transports.choose") in found
+    assert found[("anychip.collectives", "anychip.collectives.transports.choose")].runs
     # one under ``if TYPE_CHECKING:`` is seen, and known not to run
     assert not found[("anychip.runtime.stream", "anychip.runtime.device")].runs
     # ``from . import _ops`` names the module anychip.tensor._ops, not the package
@@ -249,11 +249,11 @@ def test_a_wrong_import_is_reported(tmp_path: Path) -> None:
         "anychip/devices/__init__.py": "",
         "anychip/devices/cplugin.py": "from ..runtime import registry\n",
         "anychip/collectives/__init__.py": "",
-        "anychip/collectives/native.py": "from anychip.devices import cplugin\n",
+        "anychip/collectives/transports/native.py": "from anychip.devices import cplugin\n",
     })
     found = imports(modules)
     assert layer_violations(found) == [
-        "anychip.collectives.native (line 1) imports anychip.devices.cplugin: the collectives layer may not "
+        "anychip.collectives.transports.native (line 1) imports anychip.devices.cplugin: the collectives layer may not "
         "import the devices layer (it may import base, runtime)",
         "anychip.runtime.registry (line 2) imports anychip.devices.cplugin: the runtime layer may not import "
         "the devices layer (it may import base)",

@@ -14,8 +14,8 @@ from typing import Any
 from ..runtime.errors import InvalidArgumentError
 from ._bootstrap import World, from_environment
 from .communicator import DTYPES, REDUCE_OPS, Communicator, OpSpec, Work
-from .native import make_transport
-from .transport import ShmTransport, Transport
+from .transports.base import Transport
+from .transports.shm import ShmTransport
 
 __all__ = ["init", "Communicator", "Work", "OpSpec", "Transport", "ShmTransport", "World", "DTYPES",
            "REDUCE_OPS", "default_device"]
@@ -28,12 +28,11 @@ def default_device(world: World) -> Any:
     """``<backend>:<local rank>``: the backend of ``ANYCHIP_LAUNCH_DEVICE`` (set by
     ``anychip launch --device``) or of the default device. A backend with fewer devices
     than local ranks (cpu, a single OpenCL device) is shared: rank r uses device r mod count."""
-    import os
-
     from ..runtime.device import default_device as first
     from ..runtime.device import device as lookup
+    from ..runtime.env import launch_device
     from ..runtime.registry import backends
-    backend = os.environ.get("ANYCHIP_LAUNCH_DEVICE", "").strip()
+    backend = launch_device()
     if not backend:
         backend = first().backend
     if ":" in backend:
@@ -63,9 +62,7 @@ def init(device: Any = None, *, world: World | None = None) -> Communicator:
     global _inits
     _inits += 1      # every rank calls init equally often: the n-th init of a job has its own name
     # one host: the chip's native library where it has one, else the shared-memory engine;
-    # several hosts: MPI between them (see host.py)
-    from .host import host_transport
-    comm_id = f"{world.job_id}.world{_inits}"
-    transport = host_transport(dev, world, comm_id,
-                               one_host=lambda: make_transport(dev, world.rank, world.size, comm_id, "world"))
+    # several hosts: MPI between them (see transports/choose.py)
+    from .transports.choose import choose
+    transport = choose(dev, world, f"{world.job_id}.world{_inits}")
     return Communicator(transport, dev, "world")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..runtime.env import job_id, launcher_int
 from ..runtime.errors import InvalidArgumentError
 
 # World is public (anychip.collectives.World); from_environment serves collectives.init
@@ -37,14 +38,6 @@ class World:
     launcher: str
 
 
-def _int(name: str) -> int:
-    raw = os.environ[name]
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidArgumentError(f"{name}={raw!r} is not an integer") from None
-
-
 _SCHEMES = (
     ("anychip", "ANYCHIP_RANK", "ANYCHIP_WORLD_SIZE", "ANYCHIP_LOCAL_RANK", "ANYCHIP_LOCAL_SIZE"),
     ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
@@ -58,9 +51,9 @@ def from_environment() -> World:
     env = os.environ
     for launcher, rk, sz, lrk, lsz in _SCHEMES:
         if rk in env and sz in env:
-            rank, size = _int(rk), _int(sz)
-            local_rank = _int(lrk) if lrk in env else rank
-            local_size = _int(lsz) if lsz in env else size
+            rank, size = launcher_int(rk), launcher_int(sz)
+            local_rank = launcher_int(lrk) if lrk in env else rank
+            local_size = launcher_int(lsz) if lsz in env else size
             if not (0 <= rank < size):
                 raise InvalidArgumentError(f"{rk}={rank} is not in [0, {sz}={size})")
             return World(rank, size, local_rank, local_size, _job_id(launcher), launcher)
@@ -68,11 +61,9 @@ def from_environment() -> World:
 
 
 def _job_id(launcher: str) -> str:
+    if job_id():
+        return job_id()
     env = os.environ
-    if launcher == "anychip" and env.get("ANYCHIP_JOB_ID"):
-        return env["ANYCHIP_JOB_ID"]
-    if env.get("ANYCHIP_JOB_ID"):
-        return env["ANYCHIP_JOB_ID"]
     parts = [launcher, str(os.getppid())]
     if launcher == "torchrun":
         parts += [env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""), env.get("TORCHELASTIC_RUN_ID", "")]

@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from ..runtime._libs import dlopen, find_library
-from ..runtime.errors import CollectiveError
+from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError
 
 #: nothing public: the engine binding serves the collectives package's transports
 __all__: list[str] = []
@@ -80,3 +80,12 @@ def engine() -> tuple[Any, Any]:
                 ffi.cdef(CDEF)
                 _engine = (ffi, dlopen(ffi, path))
     return _engine
+
+
+def error_of(status: int, message: str) -> AnychipError:
+    """The error a failed engine call raises (by its ccl_status)."""
+    if status == STATUS["timeout"]:
+        return CollectiveTimeout(message)
+    if status == STATUS["invalid"]:
+        return InvalidArgumentError(message)
+    return CollectiveError(message)

@@ -32,7 +32,7 @@ from ..runtime.stream import Stream
 
 if TYPE_CHECKING:
     from ..runtime.device import Device
-    from .transport import Transport
+    from .transports.base import Transport
 
 __all__ = ["Communicator", "Work", "OpSpec", "DTYPES", "REDUCE_OPS", "dtype_name"]
 

@@ -20,18 +20,18 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..runtime._libs import dlopen, find_library
+from ..runtime.env import simulate
 from ..runtime.errors import DeviceError, UnsupportedError
 from ..runtime.native_ccl import NativeLibrary
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
 from ..runtime.status import StatusCodes
 from ._headers import cdef_of
 
-__all__ = ["VendorPlugin", "simulate_mode", "find_vendor_library", "roots", "load_ccl"]
+__all__ = ["VendorPlugin", "find_vendor_library", "roots", "load_ccl"]
 
 log = logging.getLogger("anychip")
 
 SIMULATE_ENV = "ANYCHIP_SIMULATE"
-_MODES = ("auto", "always", "never")
 
 #: the simulator's status for a timed wait that ran out (ANYCHIP_SIM_E_TIMEOUT in anychip/sim.h)
 SIM_E_TIMEOUT = 18
@@ -40,16 +40,6 @@ WAIT_SLICE_MS = 50
 
 _announced: set[str] = set()
 _announce_lock = threading.Lock()
-
-
-def simulate_mode() -> str:
-    """The value of ``ANYCHIP_SIMULATE``: ``auto`` (default), ``always`` or ``never``."""
-    raw = os.environ.get(SIMULATE_ENV, "").strip().lower()
-    if not raw:
-        return "auto"
-    if raw not in _MODES:
-        raise ValueError(f"{SIMULATE_ENV}={os.environ.get(SIMULATE_ENV)!r} is not one of {', '.join(_MODES)}")
-    return raw
 
 
 def _ld_library_path() -> list[str]:
@@ -214,7 +204,7 @@ class VendorPlugin(DevicePlugin):
 
     def _load(self) -> tuple[bool, str]:
         try:
-            mode = simulate_mode()
+            mode = simulate()
         except ValueError as exc:
             return False, str(exc)
         import cffi

@@ -31,8 +31,14 @@ class Bkcl(NativeLibrary):
     dtypes = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3, "uint8": 4, "int32": 5, "int64": 6}
     byte = 4                                    # BKCL_UINT8
     redops = {"sum": 0, "prod": 1, "min": 2, "max": 3}
-    kinds = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send",
-                       "recv"})
+    calls = {"all_reduce": ("bkcl_all_reduce", "comm send recv count dtype redop stream"),
+             "broadcast": ("bkcl_broadcast", "comm send recv count dtype root stream"),
+             "reduce": ("bkcl_reduce", "comm send recv count dtype redop root stream"),
+             "all_gather": ("bkcl_all_gather", "comm send count recv dtype stream"),
+             "reduce_scatter": ("bkcl_reduce_scatter", "comm send recv count dtype redop stream"),
+             "all_to_all": ("bkcl_all_to_all", "comm send count recv dtype stream"),
+             "send": ("bkcl_send", "comm send count root dtype stream"),
+             "recv": ("bkcl_recv", "comm recv count root dtype stream")}
 
     def _get_id(self, uid: Any) -> int:
         return self.lib.bkcl_get_unique_id(uid)
@@ -58,21 +64,3 @@ class Bkcl(NativeLibrary):
 
     def group_end(self) -> int:
         return self.lib.bkcl_group_end()
-
-    def op(self, comm, kind, send, recv, count, dtype, redop, root, stream):  # noqa: ANN001, ANN201
-        lib = self.lib
-        if kind == "all_reduce":
-            return lib.bkcl_all_reduce(comm, send, recv, count, dtype, redop, stream)
-        if kind == "broadcast":
-            return lib.bkcl_broadcast(comm, send, recv, count, dtype, root, stream)
-        if kind == "reduce":
-            return lib.bkcl_reduce(comm, send, recv, count, dtype, redop, root, stream)
-        if kind == "all_gather":
-            return lib.bkcl_all_gather(comm, send, count, recv, dtype, stream)
-        if kind == "reduce_scatter":
-            return lib.bkcl_reduce_scatter(comm, send, recv, count, dtype, redop, stream)
-        if kind == "all_to_all":
-            return lib.bkcl_all_to_all(comm, send, count, recv, dtype, stream)
-        if kind == "send":
-            return lib.bkcl_send(comm, send, count, root, dtype, stream)
-        return lib.bkcl_recv(comm, recv, count, root, dtype, stream)

@@ -512,6 +512,16 @@ def _collectives_class(plugin: CPlugin) -> type[PluginCollectives]:
 class PluginCollectives(NativeLibrary):
     """A C plugin's collective entries as a native library (the native transport drives it)."""
 
+    #: the entries of anychip/plugin.h's table (``function`` reads them there)
+    calls = {"all_reduce": ("all_reduce", "send recv count dtype redop comm stream"),
+             "broadcast": ("broadcast", "send recv count dtype root comm stream"),
+             "reduce": ("reduce", "send recv count dtype redop root comm stream"),
+             "all_gather": ("all_gather", "send recv count dtype comm stream"),
+             "reduce_scatter": ("reduce_scatter", "send recv count dtype redop comm stream"),
+             "all_to_all": ("all_to_all", "send recv count dtype comm stream"),
+             "send": ("send", "send count dtype root comm stream"),
+             "recv": ("recv", "recv count dtype root comm stream")}
+
     def __init__(self, plugin: CPlugin) -> None:
         super().__init__(plugin.ffi, plugin.library, plugin.path, plugin.simulated)
         self.plugin = plugin
@@ -576,20 +586,5 @@ class PluginCollectives(NativeLibrary):
     def group_end(self) -> int:
         return int(self.t.group_end()) if self.t.group_end != self.ffi.NULL else 0
 
-    def op(self, comm, kind, send, recv, count, dtype, redop, root, stream):  # noqa: ANN001, ANN201
-        t = self.t
-        if kind == "all_reduce":
-            return t.all_reduce(send, recv, count, dtype, redop, comm, stream)
-        if kind == "broadcast":
-            return t.broadcast(send, recv, count, dtype, root, comm, stream)
-        if kind == "reduce":
-            return t.reduce(send, recv, count, dtype, redop, root, comm, stream)
-        if kind == "all_gather":
-            return t.all_gather(send, recv, count, dtype, comm, stream)
-        if kind == "reduce_scatter":
-            return t.reduce_scatter(send, recv, count, dtype, redop, comm, stream)
-        if kind == "all_to_all":
-            return t.all_to_all(send, recv, count, dtype, comm, stream)
-        if kind == "send":
-            return t.send(send, count, dtype, root, comm, stream)
-        return t.recv(recv, count, dtype, root, comm, stream)
+    def function(self, name: str) -> Any:
+        return getattr(self.t, name)

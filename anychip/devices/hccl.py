@@ -33,8 +33,15 @@ class Hccl(NativeLibrary):
               "bfloat16": 11}
     byte = 7                                    # HCCL_DATA_TYPE_UINT8
     redops = {"sum": 0, "prod": 1, "max": 2, "min": 3}
-    kinds = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send",
-                       "recv", "barrier"})
+    calls = {"all_reduce": ("HcclAllReduce", "send recv count dtype redop comm stream"),
+             "broadcast": ("HcclBroadcast", "recv count dtype root comm stream"),        # in place (see _issue)
+             "reduce": ("HcclReduce", "send recv count dtype redop root comm stream"),
+             "all_gather": ("HcclAllGather", "send recv count dtype comm stream"),
+             "reduce_scatter": ("HcclReduceScatter", "send recv count dtype redop comm stream"),
+             "all_to_all": ("HcclAlltoAll", "send count dtype recv count dtype comm stream"),
+             "send": ("HcclSend", "send count dtype root comm stream"),
+             "recv": ("HcclRecv", "recv count dtype root comm stream"),
+             "barrier": ("HcclBarrier", "comm stream")}
     broadcast_in_place = True
     null_stream = False                         # HCCL_E_PTR (CANN param_check.cc, HcomCheckOpParam)
 
@@ -64,23 +71,3 @@ class Hccl(NativeLibrary):
 
     def group_end(self) -> int:
         return self.lib.HcclGroupEnd()
-
-    def op(self, comm, kind, send, recv, count, dtype, redop, root, stream):  # noqa: ANN001, ANN201
-        lib = self.lib
-        if kind == "all_reduce":
-            return lib.HcclAllReduce(send, recv, count, dtype, redop, comm, stream)
-        if kind == "broadcast":
-            return lib.HcclBroadcast(recv, count, dtype, root, comm, stream)      # in place (see _issue)
-        if kind == "reduce":
-            return lib.HcclReduce(send, recv, count, dtype, redop, root, comm, stream)
-        if kind == "all_gather":
-            return lib.HcclAllGather(send, recv, count, dtype, comm, stream)
-        if kind == "reduce_scatter":
-            return lib.HcclReduceScatter(send, recv, count, dtype, redop, comm, stream)
-        if kind == "all_to_all":
-            return lib.HcclAlltoAll(send, count, dtype, recv, count, dtype, comm, stream)
-        if kind == "send":
-            return lib.HcclSend(send, count, dtype, root, comm, stream)
-        if kind == "recv":
-            return lib.HcclRecv(recv, count, dtype, root, comm, stream)
-        return lib.HcclBarrier(comm, stream)

@@ -30,8 +30,14 @@ class Rccl(NativeLibrary):
               "bfloat16": 9}
     byte = 1                                    # ncclUint8
     redops = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
-    kinds = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send",
-                       "recv"})
+    calls = {"all_reduce": ("ncclAllReduce", "send recv count dtype redop comm stream"),
+             "broadcast": ("ncclBroadcast", "send recv count dtype root comm stream"),
+             "reduce": ("ncclReduce", "send recv count dtype redop root comm stream"),
+             "all_gather": ("ncclAllGather", "send recv count dtype comm stream"),
+             "reduce_scatter": ("ncclReduceScatter", "send recv count dtype redop comm stream"),
+             "all_to_all": ("ncclAllToAll", "send recv count dtype comm stream"),
+             "send": ("ncclSend", "send count dtype root comm stream"),
+             "recv": ("ncclRecv", "recv count dtype root comm stream")}
 
     def _get_id(self, uid: Any) -> int:
         return self.lib.ncclGetUniqueId(uid)
@@ -60,21 +66,3 @@ class Rccl(NativeLibrary):
 
     def group_end(self) -> int:
         return self.lib.ncclGroupEnd()
-
-    def op(self, comm, kind, send, recv, count, dtype, redop, root, stream):  # noqa: ANN001, ANN201
-        lib = self.lib
-        if kind == "all_reduce":
-            return lib.ncclAllReduce(send, recv, count, dtype, redop, comm, stream)
-        if kind == "broadcast":
-            return lib.ncclBroadcast(send, recv, count, dtype, root, comm, stream)
-        if kind == "reduce":
-            return lib.ncclReduce(send, recv, count, dtype, redop, root, comm, stream)
-        if kind == "all_gather":
-            return lib.ncclAllGather(send, recv, count, dtype, comm, stream)
-        if kind == "reduce_scatter":
-            return lib.ncclReduceScatter(send, recv, count, dtype, redop, comm, stream)
-        if kind == "all_to_all":
-            return lib.ncclAllToAll(send, recv, count, dtype, comm, stream)
-        if kind == "send":
-            return lib.ncclSend(send, count, dtype, root, comm, stream)
-        return lib.ncclRecv(recv, count, dtype, root, comm, stream)

@@ -110,7 +110,6 @@ the pair and NumPy's in one run.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
@@ -127,6 +126,7 @@ except ImportError as exc:      # a source tree that was not built
                       "`pip install -e .` (or `ci/test`), which compiles csrc/") from exc
 from .alloc_conf import ENV_VAR, AllocatorConf
 from .alloc_stats import COUNTERS, Kind, stats_dict
+from .env import alloc_conf
 from .errors import InvalidArgumentError, OutOfMemoryError
 
 __all__ = [
@@ -790,7 +790,7 @@ def make_allocator(raw_alloc: Callable[[int], Any], raw_free: Callable[[Any], No
     or its text), else ``ANYCHIP_ALLOC_CONF`` from the environment."""
     conf = kw.pop("conf", None)
     if conf is None:
-        conf = AllocatorConf.parse(os.environ.get(ENV_VAR))
+        conf = alloc_conf()
     elif isinstance(conf, str):
         conf = AllocatorConf.parse(conf)
     cls = NativeAllocator if conf.backend == "native" else CachingAllocator

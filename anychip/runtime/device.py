@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from . import env as environment
 from . import registry
 from ._checks import non_negative_int
 from .allocator import make_allocator
@@ -384,7 +385,7 @@ registry.on_change(_reset_selection)
 
 def _selection() -> list[Device]:
     global _selected, _selected_env
-    env = os.environ.get("ANYCHIP_DEVICES")
+    env = environment.devices()
     sel = _selected
     if sel is not None and env == _selected_env:
         return sel
@@ -478,7 +479,7 @@ def device(spec: Any = None) -> Device:
         raise SelectionError(f"unknown backend {name!r} in device name {spec!r}; known backends: {known}")
     if not info.available:
         raise SelectionError(f"device {spec!r}: backend {name!r} is unavailable: {info.reason}")
-    env = os.environ.get("ANYCHIP_DEVICES")
+    env = environment.devices()
     if colon and int(idx) >= info.device_count:
         raise SelectionError(f"device {spec!r} does not exist: {name} has {info.device_count} device(s)")
     selected = ", ".join(d.name for d in sel)

@@ -1,9 +1,20 @@
-"""Every environment variable anychip reads, in one place (shown by ``anychip info``),
-and the checks ``anychip info`` applies to their values.
+"""Every environment variable anychip reads, in one place: what each means (shown by
+``anychip info``), the rule its values follow, and the one function that reads it.
 
-The simulator's variables are read by its C library (``csrc/sim``); the checks
-here mirror its rules exactly, so that ``anychip info`` flags what the
-simulator would ignore.
+Code elsewhere asks this module (``env.collective_timeout()``, ``env.simulate()``, ...)
+rather than ``os.environ``. A reader refuses a bad value with an
+:class:`InvalidArgumentError` naming the variable, the value and what would be right;
+``anychip info`` applies the same rules (:func:`problems`) to what is set.
+
+Some variables are read by the C parts too: the simulator (``csrc/sim``: the
+``ANYCHIP_SIM_*`` variables, ``ANYCHIP_CCL_ZERO_COPY_MIN`` and ``ANYCHIP_COLLECTIVE_CHECK``
+of its vendor collectives), the collective engine (``csrc/ccl``: ``ANYCHIP_CCL_SMALL``,
+``_CHUNK``, ``_SPIN_US`` and ``ANYCHIP_COLLECTIVE_TIMEOUT``) and the Paddle bridge
+(``ANYCHIP_PADDLE``, ``ANYCHIP_PADDLE_KERNELS``). They follow the rules written here
+(whole numbers are digits, numbers are decimals with an optional exponent, blanks around
+a value are ignored); a library cannot raise, so it ignores a bad value (the simulator
+says so on stderr) and uses the default, and the Python side refuses it first
+(:func:`check_engine` before a communicator is made).
 """
 from __future__ import annotations
 
@@ -11,9 +22,18 @@ import logging
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["VARIABLES", "in_effect", "problem", "problems", "parse_sim_memory", "log_level", "collective_check"]
+from .errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from .alloc_conf import AllocatorConf
+
+__all__ = ["VARIABLES", "in_effect", "problem", "problems", "parse_sim_memory", "log_level", "collective_check",
+           "collective_timeout", "zero_copy_min", "collective_transport", "host_transport", "host_id", "launch_device",
+           "check_engine", "devices", "plugin_path", "alloc_conf", "simulate", "paddle_chip", "torch_backend",
+           "torch_cache", "job_id", "launcher_int", "value", "set_backend_lookup", "NEVER_S"]
 
 #: name -> (default, meaning)
 VARIABLES: dict[str, tuple[str, str]] = {
@@ -62,6 +82,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ANYCHIP_JOB_ID": ("(set by anychip launch)", "names the job's shared-memory communicators"),
     "ANYCHIP_LAUNCH_DEVICE": ("(set by anychip launch --device)", "backend of the ranks' devices (rank r on "
                                                                   "BACKEND:r)"),
+    "ANYCHIP_TORCH": ("(the launch device's backend, else the first built one)",
+                      "the backend PyTorch's device 'anychip' is bound to (docs/torch.md)"),
+    "ANYCHIP_TORCH_CACHE": ("~/.cache/anychip/torch", "where the PyTorch extension is compiled and kept"),
     "ANYCHIP_STRESS_SECONDS": ("(short)", "tests: how long each stress test runs"),
     "ANYCHIP_LOG_LEVEL": ("WARNING", "level of the 'anychip' logger in the anychip command "
                                       "(DEBUG, INFO, WARNING, ERROR or CRITICAL)"),
@@ -71,8 +94,33 @@ SIM_MIN_MEMORY = 1 << 20
 SIM_MAX_MEMORY = 1 << 40
 _SIZE = re.compile(r"^[ \t]*([0-9]+\.?[0-9]*|\.[0-9]+)[ \t]*(?:([kmgtKMGT])[iI]?)?[bB]?[ \t]*$")
 _WHOLE = re.compile(r"^[ \t]*([0-9]+)[ \t]*$")
+#: a decimal number: digits with an optional fraction and exponent (no sign, inf, nan or hex)
+_DECIMAL = re.compile(r"^[ \t]*(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[ \t]*$")
 _UNITS = {"k": 1, "m": 2, "g": 3, "t": 4}
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _value(name: str) -> str:
+    """The variable's value without surrounding blanks ("" when unset)."""
+    return os.environ.get(name, "").strip()
+
+
+def value(name: str) -> str | None:
+    """The raw value of the variable ``name`` (None when unset), for display; ``name`` must be
+    one of :data:`VARIABLES`."""
+    if name not in VARIABLES:
+        raise KeyError(f"{name} is not one of anychip's variables (runtime/env.py VARIABLES)")
+    return os.environ.get(name)
+
+
+def _checked(name: str) -> str:
+    """The variable's value without surrounding blanks ("" when unset); a value its rule
+    refuses raises InvalidArgumentError naming the variable, the value and what would be right."""
+    raw = _value(name)
+    why = problem(name, raw)
+    if why:
+        raise InvalidArgumentError(f"{name}={os.environ[name]!r} is invalid: {why}")
+    return raw
 
 
 def in_effect() -> dict[str, str]:
@@ -103,6 +151,19 @@ def _whole(text: str, lo: int, hi: int) -> int | None:
     return v if lo <= v <= hi else None
 
 
+def _decimal(text: str) -> float | None:
+    """The finite number ``text`` writes (the decimal grammar above), or None."""
+    if _DECIMAL.match(text) is None:
+        return None
+    v = float(text)
+    return v if math.isfinite(v) else None
+
+
+def _seconds(text: str) -> float | None:
+    """A timeout: a decimal number of seconds, or inf (never)."""
+    return math.inf if text.strip().lower() == "inf" else _decimal(text)
+
+
 def _sim_memory(text: str) -> str | None:
     v = parse_sim_memory(text)
     if v is None:
@@ -126,10 +187,154 @@ def _simulate(text: str) -> str | None:
     return None if text.strip().lower() in ("", "auto", "always", "never") else "want auto, always or never"
 
 
+# -- the readers --------------------------------------------------------------------------
+
+def devices() -> str | None:
+    """``ANYCHIP_DEVICES`` as set (None when unset); :mod:`.selection` parses it."""
+    return os.environ.get("ANYCHIP_DEVICES")
+
+
+def plugin_path() -> str:
+    """``ANYCHIP_PLUGIN_PATH`` ("" when unset): directories and library files, ':'-separated."""
+    return os.environ.get("ANYCHIP_PLUGIN_PATH", "")
+
+
+def alloc_conf() -> AllocatorConf:
+    """``ANYCHIP_ALLOC_CONF`` parsed (a bad item raises, naming the variable and the item)."""
+    from .alloc_conf import AllocatorConf
+    return AllocatorConf.parse(os.environ.get("ANYCHIP_ALLOC_CONF"))
+
+
+def simulate() -> str:
+    """``ANYCHIP_SIMULATE``: ``auto`` (default), ``always`` or ``never``."""
+    name, modes = "ANYCHIP_SIMULATE", ("auto", "always", "never")
+    mode = _value(name).lower()
+    if not mode:
+        return "auto"
+    if mode not in modes:
+        raise InvalidArgumentError(f"{name}={os.environ.get(name)!r} is not one of {', '.join(modes)}")
+    return mode
+
+
+#: the simulated chips the Paddle bridge can serve
+PADDLE_CHIPS = ("ascend", "kunlun", "hygon")
+
+
+def paddle_chip(text: str | None) -> str | None:
+    """The simulated chip an ``ANYCHIP_PADDLE`` value selects: ascend when unset, else the
+    first chip it names (blanks or commas between names), None for none. The bridge
+    (csrc/include/anychip/paddle/bridge.c, ``chosen_simulator``) reads it the same way."""
+    if text is None:
+        return "ascend"
+    for name in text.replace(",", " ").split():
+        if name.lower() in PADDLE_CHIPS:
+            return name.lower()
+    return None
+
+
 def collective_check() -> bool:
-    """``ANYCHIP_COLLECTIVE_CHECK=1``: ranks compare every op's signature first (the backends'
-    libraries have no such check, so a plugin's ``native_ccl()`` yields to the host transport)."""
-    return os.environ.get("ANYCHIP_COLLECTIVE_CHECK", "").strip().lower() in ("1", "true", "yes", "on")
+    """``ANYCHIP_COLLECTIVE_CHECK`` (1, true, yes, on; 0, false, no, off; any case): ranks compare
+    every op's signature first (the backends' libraries have no such check, so a plugin's
+    ``native_ccl()`` yields to the host transport)."""
+    return _checked("ANYCHIP_COLLECTIVE_CHECK").lower() in ("1", "true", "yes", "on")
+
+
+#: what the C engine reads itself (csrc/ccl/ccl.c, csrc/sim/collective.c), checked by check_engine
+_ENGINE = ("ANYCHIP_CCL_SMALL", "ANYCHIP_CCL_CHUNK", "ANYCHIP_CCL_SPIN_US", "ANYCHIP_COLLECTIVE_CHECK")
+
+
+def check_engine() -> None:
+    """Refuse a bad value of a variable the C engine reads itself (it would ignore it)."""
+    collective_timeout()
+    zero_copy_min()
+    for name in _ENGINE:
+        _checked(name)
+
+
+def torch_backend() -> str:
+    """``ANYCHIP_TORCH`` ("" when unset): the backend (or ``backend:index``) of PyTorch's device."""
+    return _value("ANYCHIP_TORCH")
+
+
+def torch_cache() -> str:
+    """``ANYCHIP_TORCH_CACHE`` ("" when unset): where the PyTorch extension is built."""
+    return os.environ.get("ANYCHIP_TORCH_CACHE", "")
+
+
+def job_id() -> str:
+    """``ANYCHIP_JOB_ID`` as set ("" when unset): names the job's shared-memory communicators."""
+    return os.environ.get("ANYCHIP_JOB_ID", "")
+
+
+def launcher_int(name: str) -> int:
+    """A launcher's rank or size variable (``ANYCHIP_RANK``, ``RANK``, ``PMI_SIZE``, ...) as an int."""
+    raw = os.environ[name]
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"{name}={raw!r} is not an integer") from None
+
+
+#: what the engine is given for "never" (its deadlines are nanoseconds in 64 bits): 31 years
+NEVER_S = 1e9
+
+
+def collective_timeout() -> float:
+    """Seconds an op may wait for its peers (``ANYCHIP_COLLECTIVE_TIMEOUT``, default 300;
+    ``inf`` is never, given to the engine as :data:`NEVER_S`)."""
+    name = "ANYCHIP_COLLECTIVE_TIMEOUT"
+    raw = _value(name)
+    if not raw:
+        return 300.0
+    value = _seconds(raw)
+    if value is None:
+        raise InvalidArgumentError(f"{name}={raw!r} is not a number of seconds (inf: never)")
+    if not value > 0:
+        raise InvalidArgumentError(f"{name}={raw!r} must be > 0 seconds (inf: never)")
+    return min(value, NEVER_S)
+
+
+def zero_copy_min() -> int:
+    """``ANYCHIP_CCL_ZERO_COPY_MIN``: message bytes from which simulated chips reduce zero-copy
+    (default 65536)."""
+    name = "ANYCHIP_CCL_ZERO_COPY_MIN"
+    raw = _value(name)
+    if not raw:
+        return 65536
+    value = _whole(raw, 0, 2**63)
+    if value is None:
+        raise InvalidArgumentError(f"{name}={raw!r} is not a whole number of bytes >= 0")
+    return value
+
+
+def collective_transport() -> str:
+    """``ANYCHIP_COLLECTIVE_TRANSPORT``: auto (default), native or host."""
+    name, choices = "ANYCHIP_COLLECTIVE_TRANSPORT", ("auto", "native", "host")
+    raw = _value(name)
+    mode = raw.lower() or "auto"
+    if mode not in choices:
+        raise InvalidArgumentError(f"{name}={os.environ[name]!r} is not one of {', '.join(choices)}")
+    return mode
+
+
+def host_transport() -> str:
+    """``ANYCHIP_HOST_TRANSPORT``: auto (default), shm or mpi."""
+    name = "ANYCHIP_HOST_TRANSPORT"
+    mode = _value(name).lower() or "auto"
+    if mode not in ("auto", "shm", "mpi"):
+        raise InvalidArgumentError(f"{name}={mode!r} is not understood; use auto, shm or mpi")
+    return mode
+
+
+def host_id() -> str:
+    """``ANYCHIP_HOSTID`` (blanks stripped; "" when unset): what groups ranks by host."""
+    return _value("ANYCHIP_HOSTID")
+
+
+def launch_device() -> str:
+    """``ANYCHIP_LAUNCH_DEVICE`` (set by ``anychip launch --device``): the ranks' backend, or a
+    device name; "" when unset."""
+    return _value("ANYCHIP_LAUNCH_DEVICE")
 
 
 def log_level(text: str | None) -> int | None:
@@ -154,12 +359,25 @@ def _alloc_conf(text: str) -> str | None:
     return None
 
 
+#: the backends ANYCHIP_DEVICES is checked against, installed by the registry when it loads
+#: (every runtime module asks this one, so it is handed the lookup instead of importing it)
+_backend_lookup: Callable[[], Sequence[Any]] | None = None
+
+
+def set_backend_lookup(lookup: Callable[[], Sequence[Any]]) -> None:
+    """Install the registry's ``backends`` (the registry does, at import)."""
+    global _backend_lookup
+    _backend_lookup = lookup
+
+
 def _devices(text: str) -> str | None:
-    from . import registry
     from .errors import SelectionError
-    from .selection import select
+    from .selection import parse, select
     try:
-        select(text, registry.backends())
+        if _backend_lookup is None:
+            parse(text)                       # no registry loaded: the grammar only
+        else:
+            select(text, _backend_lookup())
     except SelectionError as exc:
         return str(exc).partition("\n\n")[0]
     return None
@@ -167,7 +385,7 @@ def _devices(text: str) -> str | None:
 
 def _paddle(text: str) -> str | None:
     names = [t for t in text.replace(",", " ").split() if t]
-    unknown = [t for t in names if t.lower() not in ("ascend", "kunlun", "hygon", "none")]
+    unknown = [t for t in names if t.lower() not in (*PADDLE_CHIPS, "none")]
     if unknown:
         return f"{', '.join(unknown)}: want one simulated chip (ascend, kunlun or hygon) or none"
     if len(names) > 1:
@@ -176,11 +394,8 @@ def _paddle(text: str) -> str | None:
 
 
 def _timeout(text: str) -> str | None:
-    try:
-        v = float(text)
-    except ValueError:
-        return "want a number of seconds > 0 (inf: never)"
-    return None if v > 0 else "want a number of seconds > 0 (inf: never)"
+    v = _seconds(text)
+    return None if v is not None and v > 0 else "want a number of seconds > 0 (inf: never)"
 
 
 def _choice(*choices: str) -> Callable[[str], str | None]:
@@ -190,14 +405,11 @@ def _choice(*choices: str) -> Callable[[str], str | None]:
 
 
 def _engine_number(what: str, whole: bool) -> Callable[[str], str | None]:
-    """A value the collective engine takes: a number > 0 (the engine replaces anything else by
-    its default)."""
+    """A value the collective engine takes: a whole number > 0, or a decimal number > 0 (the
+    engine replaces anything else by its default)."""
     def check(text: str) -> str | None:
-        try:
-            v = int(text) if whole else float(text)
-        except ValueError:
-            v = 0
-        return None if v > 0 and math.isfinite(v) else f"want {'a whole number of ' if whole else 'a number of '}" \
+        v = _whole(text, 1, 2**63) if whole else _decimal(text)
+        return None if v is not None and v > 0 else f"want {'a whole number of ' if whole else 'a number of '}" \
             f"{what} > 0"
     return check
 

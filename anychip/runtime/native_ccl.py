@@ -3,7 +3,7 @@
 A backend whose chip has its own collective library (HCCL, BKCL, RCCL, a C plugin's
 collective entries, a Paddle plugin's ``xccl_*``) returns an instance of a
 :class:`NativeLibrary` subclass from ``native_ccl()``; the collectives layer drives every
-one of them the same way, as a native transport (anychip/collectives/native.py). A
+one of them the same way, as a native transport (anychip/collectives/transports/native.py). A
 subclass gives the library's enum values, status names and argument orders; the
 checks, the error translation and the unique-id / init protocol are written here once.
 
@@ -13,12 +13,18 @@ the other.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar, Protocol
 
 from .errors import AnychipError, CollectiveError
 from .status import StatusCodes
 
 __all__ = ["NativeLibrary", "OpLike"]
+
+#: the argument names a ``calls`` entry may list (the stream last), in the order ``op`` takes them
+_GIVEN = ("comm", "send", "recv", "count", "dtype", "redop", "root")
+_ARGUMENTS = frozenset({*_GIVEN, "stream"})
+
 
 class OpLike(Protocol):
     """What :meth:`NativeLibrary.supports` reads of an op (``collectives.OpSpec`` has it)."""
@@ -45,6 +51,10 @@ class NativeLibrary:
     dtypes: ClassVar[dict[str, int]] = {}
     byte: ClassVar[int] = 0
     redops: ClassVar[dict[str, int]] = {}
+    #: op kind -> (the library's function, the names of its arguments in order, from send, recv,
+    #: count, dtype, redop, root, comm and stream, which comes last); see :meth:`op`
+    calls: ClassVar[dict[str, tuple[str, str]]] = {}
+    #: the kinds the library has (default: those of ``calls``)
     kinds: ClassVar[frozenset[str]] = frozenset()
     probe: ClassVar[str] = ""                     # a function the library must export
     #: the library broadcasts in place (HCCL): the root's send is first copied to its recv
@@ -52,8 +62,29 @@ class NativeLibrary:
     #: the library takes the NULL stream (the device's default stream); HCCL does not
     null_stream: ClassVar[bool] = True
 
+    #: what ``calls`` becomes: kind -> (function name, the positions in _GIVEN of the arguments
+    #: before the stream)
+    _orders: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "calls" not in cls.__dict__:
+            return
+        orders = {}
+        for kind, (name, args) in cls.calls.items():
+            names = tuple(args.split())
+            unknown = set(names) - _ARGUMENTS
+            if unknown or names[-1:] != ("stream",):
+                raise TypeError(f"{cls.__name__}.calls[{kind!r}]: {args!r} must name arguments of "
+                                f"{', '.join(sorted(_ARGUMENTS))} and end with stream")
+            orders[kind] = (name, tuple(_GIVEN.index(a) for a in names[:-1]))
+        cls._orders = orders
+        if "kinds" not in cls.__dict__:
+            cls.kinds = frozenset(cls.calls)
+
     def __init__(self, ffi: Any, lib: Any, path: str, simulated: bool) -> None:
         self.ffi, self.lib, self.path, self.simulated = ffi, lib, path, simulated
+        self._bound: dict[str, tuple[Any, tuple[int, ...]]] = {}     # kind -> (function, positions)
         self._last_error = getattr(lib, "anychip_sim_last_error", None) if simulated else None
 
     # -- what it can do ------------------------------------------------------------
@@ -147,14 +178,31 @@ class NativeLibrary:
 
     def op(self, comm: Any, kind: str, send: Any, recv: Any, count: int, dtype: int, redop: int, root: int,
            stream: Any) -> int:
-        """Issue one op (count in elements of dtype; movement ops in bytes)."""
-        raise NotImplementedError
+        """Issue one op (count in elements of dtype; movement ops in bytes): the function
+        ``calls`` names for ``kind``, given the arguments in the order listed there. A library
+        whose ops need more than one call overrides this."""
+        fn, where = self._bound.get(kind) or self._bind_kind(kind)
+        given = (comm, send, recv, count, dtype, redop, root)
+        return fn(*[given[i] for i in where], stream)
 
     def bind(self, comm: Any, kind: str, send: Any, recv: Any, count: int, dtype: int, redop: int,
              root: int) -> Any:
         """``op`` with everything but the stream fixed: a callable ``(stream) -> status``."""
-        op = self.op
-        return lambda stream: op(comm, kind, send, recv, count, dtype, redop, root, stream)
+        if type(self).op is not NativeLibrary.op:            # the subclass writes its ops out
+            op = self.op
+            return lambda stream: op(comm, kind, send, recv, count, dtype, redop, root, stream)
+        fn, where = self._bound.get(kind) or self._bind_kind(kind)
+        given = (comm, send, recv, count, dtype, redop, root)
+        return functools.partial(fn, *[given[i] for i in where])
+
+    def _bind_kind(self, kind: str) -> tuple[Any, tuple[int, ...]]:
+        name, where = self._orders[kind]
+        self._bound[kind] = hit = (self.function(name), where)
+        return hit
+
+    def function(self, name: str) -> Any:
+        """The library's function ``name`` (a C plugin's: the entry of its table)."""
+        return getattr(self.lib, name)
 
     # -- how the device plugin's objects reach the library (override for non-vendor plugins) --
     def use_device(self, plugin: Any, index: int) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import env
 from .errors import PluginError, SelectionError
 from .plugin import DevicePlugin, contract_problem
 
@@ -251,7 +252,7 @@ def _plugin_libraries() -> list[tuple[str, str]]:
             _refuse(f"plugin library of {_ep_source(ep)}", f"{type(exc).__name__}: {exc}")
             continue
         found += [(p, _ep_source(ep)) for p in paths]
-    spec = os.environ.get(PLUGIN_PATH_ENV, "")
+    spec = env.plugin_path()
     found += [(p, PLUGIN_PATH_ENV) for p in library_files(spec)]
     root = os.environ.get(PADDLE_ROOT_ENV, "").strip()
     if root and os.path.isdir(os.path.expanduser(root)):
@@ -269,7 +270,7 @@ def _plugin_libraries() -> list[tuple[str, str]]:
 def _selection_excludes_libraries() -> bool:
     """True when ``ANYCHIP_DEVICES`` accepts only built-in backends by name: plugin
     libraries then stay unopened (their init runs code that the program did not ask for)."""
-    raw = os.environ.get("ANYCHIP_DEVICES", "").strip()
+    raw = (env.devices() or "").strip()
     if not raw:
         return False
     from .selection import parse
@@ -422,3 +423,6 @@ def reset() -> None:
     with _lock:
         _backends = None
         _invalidate_selection()
+
+
+env.set_backend_lookup(backends)

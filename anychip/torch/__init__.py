@@ -19,7 +19,6 @@ anychip Streams, events the plugin's events. This module is also ``torch.anychip
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 import threading
 from typing import Any
@@ -28,6 +27,7 @@ import torch
 
 from ..runtime.device import Device
 from ..runtime.device import device as _anychip_device
+from ..runtime.env import launch_device, torch_backend
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.registry import backends as _backends
 from ..runtime.stream import Stream
@@ -70,7 +70,7 @@ def plugin_library(name: str) -> tuple[str | None, str]:
 
 
 def _choose() -> tuple[str, str]:
-    raw = os.environ.get(ENV, "").strip()
+    raw = torch_backend()
     if raw:
         name = raw.split(":")[0].lower()
         path, why = plugin_library(name)
@@ -78,7 +78,7 @@ def _choose() -> tuple[str, str]:
             raise InvalidArgumentError(f"{ENV}={raw}: {why}; set {ENV} to one of "
                                        f"{', '.join(_candidates()) or '(none here)'}")
         return name, path
-    launch = os.environ.get("ANYCHIP_LAUNCH_DEVICE", "").split(":")[0].strip().lower()
+    launch = launch_device().split(":")[0].strip().lower()
     if launch:
         path, why = plugin_library(launch)
         if path is None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import ModuleType
 
 from .._data import get_include
+from ..runtime.env import torch_cache
 from ..runtime.errors import AnychipError
 
 __all__ = ["source", "cache_dir", "load_extension"]
@@ -40,7 +41,7 @@ def source() -> Path:
 
 
 def cache_dir() -> Path:
-    raw = os.environ.get("ANYCHIP_TORCH_CACHE")
+    raw = torch_cache()
     if raw:
         return Path(raw).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

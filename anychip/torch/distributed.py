@@ -34,9 +34,8 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from ..collectives import Communicator, World
-from ..collectives.host import host_transport
-from ..collectives.native import make_transport
-from ..collectives.transport import TIMEOUT_ENV
+from ..collectives.transports.choose import choose
+from ..runtime.env import launcher_int
 from ..runtime.errors import AnychipError, CollectiveTimeout
 from . import NAME, _storage_buffer, anychip_device, anychip_stream, device_count
 
@@ -44,6 +43,8 @@ __all__ = ["BACKEND", "ProcessGroupAnychip", "WorkAnychip"]
 
 #: the name to give init_process_group
 BACKEND = "anychip"
+#: set from init_process_group's timeout unless the environment sets it
+TIMEOUT_ENV = "ANYCHIP_COLLECTIVE_TIMEOUT"
 
 _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
            torch.bfloat16: "bfloat16", torch.int32: "int32", torch.int64: "int64", torch.int8: "int8",
@@ -64,9 +65,8 @@ _BITWISE = {dist.ReduceOp.BAND: torch.bitwise_and, dist.ReduceOp.BOR: torch.bitw
 
 def _local_rank() -> int:
     for name in ("ANYCHIP_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"):
-        raw = os.environ.get(name)
-        if raw is not None and raw.strip().isdigit():
-            return int(raw)
+        if name in os.environ:
+            return launcher_int(name)
     return 0
 
 
@@ -213,8 +213,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         job = store.get(key).decode()
         world = World(rank, size, rank, size, job, "torch")
         comm_id = f"{job}.{name}"
-        transport = host_transport(self._adev, world, comm_id,
-                                   one_host=lambda: make_transport(self._adev, rank, size, comm_id, name))
+        transport = choose(self._adev, world, comm_id, name)
         self.comm = Communicator(transport, self._adev, name)
         self._trail = False           # set by an op that enqueues device work after its collectives
         self._queue: queue.Queue | None = None

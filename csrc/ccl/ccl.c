@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/futex.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -170,14 +171,52 @@ static void futex_wake(_Atomic uint32_t *addr)
 /* the longest timeout, in seconds (31 years): what "inf" means */
 #define CCL_NEVER_S 1e9
 
-static double env_double(const char *name, double dflt)
+/* The environment's numbers, by the rules of anychip/runtime/env.py: blanks around a value are
+ * ignored and a blank value is unset; a whole number is digits; a number is digits with an
+ * optional fraction and exponent (no sign, hex, inf or nan), or "inf" where `inf_ok`; a value > 0
+ * is taken, anything else is ignored for the default (the Python side refuses it first). */
+static const char *skip_blanks(const char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    return s;
+}
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+static int is_number(const char *s, int whole)
+{
+    int digits = 0;
+    for (; is_digit(*s); s++)
+        digits++;
+    if (!whole && *s == '.')
+        for (s++; is_digit(*s); s++)
+            digits++;
+    if (!whole && digits && (*s == 'e' || *s == 'E')) {
+        s++;
+        if (*s == '+' || *s == '-')
+            s++;
+        if (!is_digit(*s))
+            return 0;
+        while (is_digit(*s))
+            s++;
+    }
+    return digits && *skip_blanks(s) == '\0';
+}
+
+static double env_number(const char *name, double dflt, int whole, int inf_ok)
 {
     const char *v = getenv(name);
-    if (!v || !*v)
+    v = v ? skip_blanks(v) : "";
+    if (!*v)
         return dflt;
-    char *end;
-    double d = strtod(v, &end);
-    return (end != v && d > 0) ? d : dflt;
+    if (inf_ok && (v[0] | 0x20) == 'i' && (v[1] | 0x20) == 'n' && (v[2] | 0x20) == 'f' && !*skip_blanks(v + 3))
+        return CCL_NEVER_S;
+    if (!is_number(v, whole))
+        return dflt;
+    double d = strtod(v, NULL);
+    double most = whole ? 9223372036854775808.0 : 1e308; /* whole: at most 2^63, as env.py */
+    return (d > 0 && d <= most) ? d : dflt;
 }
 
 static uint64_t fnv1a(const char *s)
@@ -465,16 +504,17 @@ int ccl_comm_init(const char *id, int rank, int nranks, double timeout_s, ccl_co
         return init_fail(NULL, CCL_E_SYSTEM, "out of host memory");
     c->rank = rank;
     c->nranks = nranks;
-    c->timeout = timeout_s > 0 ? timeout_s : env_double("ANYCHIP_COLLECTIVE_TIMEOUT", 300.0);
+    c->timeout = timeout_s > 0 ? timeout_s : env_number("ANYCHIP_COLLECTIVE_TIMEOUT", 300.0, 0, 1);
     if (!(c->timeout < CCL_NEVER_S))
         c->timeout = CCL_NEVER_S; /* inf (or more than the 64-bit nanosecond deadlines hold): never */
-    c->small = (uint64_t)env_double("ANYCHIP_CCL_SMALL", 16384);
+    c->small = (uint64_t)env_number("ANYCHIP_CCL_SMALL", 16384, 1, 0);
     c->small = ALIGN_UP(c->small, 64);
-    c->chunk = ALIGN_UP((uint64_t)env_double("ANYCHIP_CCL_CHUNK", 1 << 20), 4096);
+    c->chunk = ALIGN_UP((uint64_t)env_number("ANYCHIP_CCL_CHUNK", 1 << 20, 1, 0), 4096);
     c->chan = nranks <= 8 ? 256 * 1024 : 64 * 1024;
-    c->spin_ns = (int)(env_double("ANYCHIP_CCL_SPIN_US", 200) * 1000);
+    double spin_us = env_number("ANYCHIP_CCL_SPIN_US", 200, 0, 0);
+    c->spin_ns = spin_us < INT_MAX / 1000 ? (int)(spin_us * 1000) : INT_MAX;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (!getenv("ANYCHIP_CCL_SPIN_US") && cores > 0 && nranks > cores)
+    if (env_number("ANYCHIP_CCL_SPIN_US", -1, 0, 0) < 0 && cores > 0 && nranks > cores)
         c->spin_ns = 2000; /* more ranks than cores: a spinning rank takes the core its peer needs */
     c->small_max = c->small;
     c->zc_min = 65536;

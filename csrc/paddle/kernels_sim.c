@@ -1555,9 +1555,12 @@ EXPORT const char *anychip_paddle_kernel_table(void)
 /* ANYCHIP_PADDLE_KERNELS=0 registers none (every op then takes Paddle's CPU fallback) */
 static void register_kernels(void *target)
 {
-    const char *off = getenv("ANYCHIP_PADDLE_KERNELS");
-    if (off && strcmp(off, "0") == 0)
-        return;
+    const char *off = getenv("ANYCHIP_PADDLE_KERNELS");      /* "0", blanks around it ignored */
+    if (off) {
+        off += strspn(off, " \t");
+        if (off[0] == '0' && off[strspn(off + 1, " \t") + 1] == '\0')
+            return;
+    }
     void *phi = dlopen("libphi_core.so", RTLD_NOW | RTLD_NOLOAD);
     if (!phi)
         return;                           /* not inside Paddle (a tool probing the bridge) */

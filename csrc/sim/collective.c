@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -171,14 +172,41 @@ static int ipc_close(void *ptr) { return sim_ipc_close(ptr) == SIM_OK ? 0 : -1; 
 
 /* ---- communicators ------------------------------------------------------------------ */
 
+/* The rules of anychip/runtime/env.py: blanks around a value are ignored and a blank value is
+ * unset; a whole number is digits (at most 2^63); anything else is ignored for the default. */
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
     const char *v = getenv(name);
-    if (!v || !*v)
+    if (!v)
+        return dflt;
+    while (*v == ' ' || *v == '\t')
+        v++;
+    if (*v < '0' || *v > '9')
         return dflt;
     char *end;
+    errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
-    return end != v ? (uint64_t)x : dflt;
+    while (*end == ' ' || *end == '\t')
+        end++;
+    return (*end || errno || x > (1ull << 63)) ? dflt : (uint64_t)x;
+}
+
+/* A flag: on for 1, true, yes or on (any case, blanks around), off for anything else. */
+static int env_flag(const char *name)
+{
+    static const char *const ON[] = {"1", "true", "yes", "on"};
+    const char *v = getenv(name);
+    if (!v)
+        return 0;
+    while (*v == ' ' || *v == '\t')
+        v++;
+    size_t n = strlen(v);
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    for (size_t i = 0; i < sizeof ON / sizeof ON[0]; i++)
+        if (strlen(ON[i]) == n && strncasecmp(v, ON[i], n) == 0)
+            return 1;
+    return 0;
 }
 
 /* The live communicators. A handle is looked up here before anything reads it, so a destroyed
@@ -286,8 +314,7 @@ static sc_status comm_init_on(const char *vendor, const void *id, size_t size, i
         free(c);
         return st;
     }
-    const char *chk = getenv("ANYCHIP_COLLECTIVE_CHECK");
-    ccl_comm_set_check(c->engine, chk && (chk[0] == '1' || chk[0] == 't' || chk[0] == 'y' || chk[0] == 'o'));
+    ccl_comm_set_check(c->engine, env_flag("ANYCHIP_COLLECTIVE_CHECK"));
     char label[160];
     snprintf(label, sizeof label, "%s communicator %s", vendor, c->name);
     ccl_comm_set_label(c->engine, label);

@@ -174,11 +174,23 @@ static void warn_once(unsigned bit, const char *var, const char *value, const ch
     fprintf(stderr, "anychip simulator: ignoring %s=\"%s\": %s; using the default, %s\n", var, value, want, dflt);
 }
 
+/* A variable's value, NULL when it is unset or blank (as anychip/runtime/env.py reads it) */
+static const char *env_value(const char *name)
+{
+    const char *s = getenv(name);
+    if (!s)
+        return NULL;
+    for (const char *p = s; *p; p++)
+        if (*p != ' ' && *p != '\t')
+            return s;
+    return NULL;
+}
+
 static void read_environment(void)
 {
     G.nphys = SIM_DEFAULT_DEVICES;
-    const char *s = getenv("ANYCHIP_SIM_DEVICES");
-    if (s && *s) {
+    const char *s = env_value("ANYCHIP_SIM_DEVICES");
+    if (s) {
         long v = parse_int(s, 0, SIM_MAX_DEVICES);
         if (v >= 0)
             G.nphys = (int)v;
@@ -186,8 +198,8 @@ static void read_environment(void)
             warn_once(WARN_DEVICES, "ANYCHIP_SIM_DEVICES", s, "want a whole number of devices from 0 to 64", "8");
     }
     G.capacity = SIM_DEFAULT_MEMORY;
-    s = getenv("ANYCHIP_SIM_MEMORY");
-    if (s && *s) {
+    s = env_value("ANYCHIP_SIM_MEMORY");
+    if (s) {
         double v = parse_size(s);
         if (v >= (double)SIM_MIN_MEMORY && v <= (double)SIM_MAX_MEMORY)
             G.capacity = (size_t)v / SIM_ALIGN * SIM_ALIGN;
@@ -198,8 +210,8 @@ static void read_environment(void)
                       "16GiB");
     }
     long spin_us = SIM_DEFAULT_SPIN_US;
-    s = getenv("ANYCHIP_SIM_SPIN_US");
-    if (s && *s) {
+    s = env_value("ANYCHIP_SIM_SPIN_US");
+    if (s) {
         long v = parse_int(s, 0, SIM_MAX_SPIN_US);
         if (v >= 0)
             spin_us = v;

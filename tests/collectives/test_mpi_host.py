@@ -10,8 +10,8 @@ import pytest
 
 from anychip import InvalidArgumentError, UnsupportedError
 from anychip.collectives import World
-from anychip.collectives.host import host_key, host_transport
-from anychip.collectives.staged import acc_type, finish_avg, from_acc, to_acc
+from anychip.collectives.transports.choose import choose, host_key
+from anychip.collectives.transports.staged import acc_type, finish_avg, from_acc, to_acc
 
 
 def world(size: int, local_size: int, launcher: str = "anychip") -> World:
@@ -30,7 +30,7 @@ def test_unknown_host_transport_is_refused(env: pytest.MonkeyPatch) -> None:
     env.setenv("ANYCHIP_HOST_TRANSPORT", "tcp")
     want = r"ANYCHIP_HOST_TRANSPORT='tcp' is not understood; use auto, shm or mpi"
     with pytest.raises(InvalidArgumentError, match=want):
-        host_transport(anychip.device("cpu"), world(2, 2))
+        choose(anychip.device("cpu"), world(2, 2))
 
 
 @pytest.mark.parametrize("mode", ["shm", "auto"])
@@ -41,7 +41,7 @@ def test_spanning_hosts_without_mpi_is_refused(env: pytest.MonkeyPatch, mode: st
             else r"the job spans more than one host \(4 ranks, 2 on this one, launched by torchrun\); between hosts "
                  r"anychip uses MPI: launch with mpiexec and install anychip\[mpi\]")
     with pytest.raises(UnsupportedError, match=want):
-        host_transport(anychip.device("cpu"), world(4, 2, "torchrun"))
+        choose(anychip.device("cpu"), world(4, 2, "torchrun"))
 
 
 def test_host_key_is_the_host_id_when_set(env: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""Collectives through the chips' own libraries (anychip/collectives/native.py).
+"""Collectives through the chips' own libraries (anychip/collectives/transports/native.py).
 
 HCCL, BKCL and RCCL are the simulator's (csrc/sim/hccl.c, bkcl.c, rccl.c), called
 through cffi exactly as the vendors' libraries would be. Multi-rank tests start rank
@@ -19,9 +19,9 @@ from conftest import CHILD_SECONDS
 
 import anychip
 from anychip import collectives
-from anychip.collectives import native
 from anychip.collectives.communicator import OpSpec
-from anychip.collectives.transport import ShmTransport
+from anychip.collectives.transports import native
+from anychip.collectives.transports.shm import ShmTransport
 from anychip.devices import _vendor
 from anychip.devices.bkcl import Bkcl
 from anychip.devices.hccl import Hccl
@@ -473,3 +473,28 @@ def test_nccl_transport_abort_with_a_stand_in():
         t.submit([OpSpec("all_reduce", a, a, 16, "float32", "sum", -1)], s)
     t.close()
     assert nccl.calls[-1] == ("abort",)          # an aborted communicator is not destroyed again
+
+
+def test_a_library_is_called_as_its_calls_table_says():
+    from anychip.runtime.native_ccl import NativeLibrary
+
+    seen = []
+
+    class Lib:
+        def f(self, *args):
+            seen.append(args)
+            return 7
+
+    class Table(NativeLibrary):
+        calls = {"all_reduce": ("f", "comm send recv count dtype redop stream"),
+                 "send": ("f", "send count dtype root comm stream")}
+
+    lib = Table(None, Lib(), "", False)
+    assert lib.kinds == frozenset({"all_reduce", "send"})
+    assert lib.op("C", "all_reduce", "S", "R", 3, 4, 5, 0, "ST") == 7
+    assert lib.bind("C", "send", "S", "R", 3, 4, 5, 2)("ST2") == 7
+    assert seen == [("C", "S", "R", 3, 4, 5, "ST"), ("S", 3, 4, 2, "C", "ST2")]
+    with pytest.raises(TypeError, match=r"Bad.calls\['all_reduce'\]: 'send recv stream count' must name arguments "
+                                        r"of comm, count, dtype, recv, redop, root, send, stream and end with stream"):
+        class Bad(NativeLibrary):
+            calls = {"all_reduce": ("f", "send recv stream count")}

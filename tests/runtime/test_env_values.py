@@ -25,10 +25,14 @@ BAD = [
     ("ANYCHIP_CCL_CHUNK", "0", "want a whole number of bytes > 0"),
     ("ANYCHIP_CCL_SPIN_US", "-1", "want a number of microseconds > 0"),
     ("ANYCHIP_CCL_ZERO_COPY_MIN", "abc", "want a whole number of bytes >= 0"),
+    ("ANYCHIP_COLLECTIVE_TIMEOUT", "1_0", "want a number of seconds > 0 (inf: never)"),
+    ("ANYCHIP_CCL_SMALL", "4096.5", "want a whole number of bytes > 0"),
+    ("ANYCHIP_CCL_SPIN_US", "0x10", "want a number of microseconds > 0"),
 ]
 GOOD = [("ANYCHIP_COLLECTIVE_TIMEOUT", "inf"), ("ANYCHIP_COLLECTIVE_TIMEOUT", "0.5"),
         ("ANYCHIP_COLLECTIVE_CHECK", "ON"), ("ANYCHIP_CCL_SMALL", "4096"), ("ANYCHIP_CCL_SPIN_US", "2.5"),
-        ("ANYCHIP_CCL_ZERO_COPY_MIN", "0"), ("ANYCHIP_HOST_TRANSPORT", "mpi")]
+        ("ANYCHIP_CCL_ZERO_COPY_MIN", "0"), ("ANYCHIP_HOST_TRANSPORT", "mpi"), ("ANYCHIP_COLLECTIVE_TIMEOUT", "1e1"),
+        ("ANYCHIP_CCL_SMALL", " 4096 "), ("ANYCHIP_COLLECTIVE_CHECK", " off ")]
 
 
 def _info(name: str, value: str) -> subprocess.CompletedProcess:
@@ -63,6 +67,27 @@ def test_a_bad_zero_copy_threshold_is_a_clear_error(monkeypatch):
     with pytest.raises(anychip.InvalidArgumentError) as info:
         _single("cpu:0", monkeypatch)
     assert str(info.value) == "ANYCHIP_CCL_ZERO_COPY_MIN='abc' is not a whole number of bytes >= 0"
+
+
+#: the variables the C engine reads itself: a bad value is refused before a communicator is made
+ENGINE_BAD = [b for b in BAD if b[0] in ("ANYCHIP_CCL_SMALL", "ANYCHIP_CCL_CHUNK", "ANYCHIP_CCL_SPIN_US",
+                                         "ANYCHIP_COLLECTIVE_CHECK")]
+
+
+@pytest.mark.parametrize(("name", "value", "why"), ENGINE_BAD)
+def test_a_bad_value_the_engine_would_ignore_is_refused_at_init(name, value, why, monkeypatch):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(anychip.InvalidArgumentError) as info:
+        _single("cpu:0", monkeypatch)
+    assert str(info.value) == f"{name}={value!r} is invalid: {why}"
+
+
+def test_the_collective_check_flag_reads_every_spelling(monkeypatch):
+    from anychip.runtime.env import collective_check
+    for value, on in (("1", True), (" ON ", True), ("yes", True), ("true", True), ("off", False), ("0", False),
+                      ("No", False), ("", False)):
+        monkeypatch.setenv("ANYCHIP_COLLECTIVE_CHECK", value)
+        assert collective_check() is on, value
 
 
 SIM = [d for d in ("cpu:0", "ascend:0", "hygon:0") if any(x.name == d for x in anychip.devices())]

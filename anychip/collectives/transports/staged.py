@@ -14,16 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..runtime.errors import CollectiveError
-from .communicator import OpSpec, Work
-from .transport import Transport, check_mode, collective_timeout
+from ...runtime.env import collective_check, collective_timeout
+from ...runtime.errors import CollectiveError
+from ..communicator import OpSpec, Work
+from .base import Transport, same_span, sizes
 
 if TYPE_CHECKING:
-    from ..runtime.device import Device
-    from ..runtime.stream import Stream
+    from ...runtime.device import Device
+    from ...runtime.stream import Stream
 
 __all__ = ["StagedTransport", "Item", "NP_TYPES", "DTYPE_BYTES", "acc_type", "to_acc", "from_acc", "finish_avg",
-           "host_view", "sizes"]
+           "host_view"]
 
 #: storage type of each dtype on the host (bfloat16 as its bits)
 NP_TYPES: dict[str, Any] = {"int8": np.int8, "uint8": np.uint8, "int32": np.int32, "int64": np.int64,
@@ -62,14 +63,6 @@ def host_view(buf: Any, nbytes: int) -> np.ndarray:
     if not ptr:
         return np.empty(0, dtype=np.uint8)
     return np.asarray(_Memory(ptr, nbytes, buf))
-
-
-def sizes(sp: OpSpec, size: int) -> tuple[int, int]:
-    """Bytes the op reads from send and writes to recv."""
-    n = sp.count * sp.itemsize
-    send_mult = {"reduce_scatter": size, "all_to_all": size, "recv": 0, "barrier": 0}.get(sp.kind, 1)
-    recv_mult = {"all_gather": size, "all_to_all": size, "send": 0, "barrier": 0}.get(sp.kind, 1)
-    return n * send_mult, n * recv_mult
 
 
 def acc_type(dtype: str, op: str) -> Any:
@@ -132,7 +125,7 @@ class StagedTransport(Transport):
     def submit(self, specs: list[OpSpec], stream: Stream) -> Work:
         self._live()
         what = specs[0].kind if len(specs) == 1 else f"group of {len(specs)} ops"
-        if check_mode():
+        if collective_check():
             self._check_signatures(specs)
         items, back = self._stage(specs, stream)
         try:
@@ -143,7 +136,7 @@ class StagedTransport(Transport):
                 raise CollectiveError(f"{what} on group {self.label}: MPI failed: {e}") from e
             raise
         if back:
-            from ..runtime.device import copy
+            from ...runtime.device import copy
             for buf, host in back:
                 copy(buf, host, host.nbytes, stream=stream)
             stream.synchronize()
@@ -192,7 +185,7 @@ class StagedTransport(Transport):
         items: list[Item] = []
         back: list[tuple[Any, np.ndarray]] = []
         staged = self.device.backend != "cpu"
-        from ..runtime.device import copy
+        from ...runtime.device import copy
         for i, sp in enumerate(specs):
             s_n, r_n = sizes(sp, self.size)
             src = dst = _EMPTY
@@ -203,7 +196,7 @@ class StagedTransport(Transport):
             if sp.recv is not None and r_n:
                 if not staged:
                     dst = host_view(sp.recv, r_n)
-                elif src.nbytes and s_n == r_n and _same_span(sp.send, sp.recv):
+                elif src.nbytes and s_n == r_n and same_span(sp.send, sp.recv):
                     dst = src
                 else:
                     dst = self._host_array(f"r{i}", r_n)
@@ -218,12 +211,6 @@ class StagedTransport(Transport):
 def _describe(sig: tuple) -> str:
     kind, count, dtype, op, root = sig
     return f"{kind}(count={count}, dtype={dtype}, op={op}, root={root})"
-
-
-def _same_span(a: Any, b: Any) -> bool:
-    ra = a._root if a._root is not None else a
-    rb = b._root if b._root is not None else b
-    return ra is rb and a._offset == b._offset
 
 
 _EMPTY = np.empty(0, dtype=np.uint8)

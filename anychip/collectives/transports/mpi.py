@@ -1,6 +1,6 @@
 """MPI transport: collectives over mpi4py, on host memory.
 
-Used between hosts (see :mod:`anychip.collectives.host`) and, with
+Used between hosts (see :mod:`anychip.collectives.transports.choose`) and, with
 ``ANYCHIP_HOST_TRANSPORT=mpi``, for every rank. Install with ``pip install anychip[mpi]``
 (mpi4py and the ``mpich`` wheel, whose ``mpiexec`` launches the job).
 
@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..runtime.errors import CollectiveTimeout, InvalidArgumentError, UnsupportedError
+from ...runtime.errors import CollectiveTimeout, InvalidArgumentError, UnsupportedError
 from .staged import DTYPE_BYTES, Item, StagedTransport, finish_avg, from_acc, to_acc
 
 if TYPE_CHECKING:
-    from ..runtime.device import Device
-    from ._bootstrap import World
+    from ...runtime.device import Device
+    from .._bootstrap import World
 
 __all__ = ["MpiTransport", "load_mpi"]
 

@@ -1,22 +1,6 @@
-"""Transports: what moves the data of a checked op.
+"""The shared-memory transport: every op on the C engine (csrc/ccl) on one machine.
 
-:class:`Transport` is the interface a communicator talks to; every transport
-implements it (the shared-memory engine here; a chip's native collective library
-or MPI elsewhere):
-
-* ``rank`` / ``size`` / ``name``;
-* ``submit(specs, stream) -> Work``: enqueue a list of checked :class:`OpSpec` (one op,
-  or a whole ``comm.group()``: its point-to-point ops progress together, then its
-  collectives in order) on ``stream``; errors known at once are raised, errors of
-  enqueued work come from ``Work.wait``;
-* ``exchange(obj) -> list``: all-gather of a small picklable object, in call order with
-  the ops (bootstrap of native libraries, ``split``);
-* ``sub(ranks, tag, label) -> Transport``: a transport for the listed ranks (new rank =
-  position in the list), called by exactly those ranks;
-* ``abort(reason)`` and ``close()``.
-
-:class:`ShmTransport` runs every op on the C engine (csrc/ccl) on one machine, one of
-three ways, chosen by the device:
+:class:`ShmTransport` runs an op one of three ways, chosen by the device:
 
 * ``host``  (cpu): buffers are host memory; the op runs in the calling thread (the cpu
   stream is synchronous) and the Work is complete on return;
@@ -30,7 +14,6 @@ three ways, chosen by the device:
 from __future__ import annotations
 
 import collections
-import os
 import pickle
 import threading
 import weakref
@@ -38,94 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..runtime.env import collective_check as check_mode
-from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError
-from ._engine import DTYPES as CCL_DTYPES
-from ._engine import KINDS, REDOPS, STATUS, engine
-from .communicator import OpSpec, Work
+from ...runtime.env import collective_check, collective_timeout, zero_copy_min
+from ...runtime.errors import CollectiveError, InvalidArgumentError
+from .._engine import DTYPES as CCL_DTYPES
+from .._engine import KINDS, REDOPS, STATUS, engine, error_of
+from ..communicator import OpSpec, Work
+from .base import Transport, same_span, sizes
 
 if TYPE_CHECKING:
-    from ..runtime.device import Device
-    from ..runtime.stream import Stream
+    from ...runtime.device import Device
+    from ...runtime.stream import Stream
 
-__all__ = ["Transport", "ShmTransport", "collective_timeout", "check_mode"]
-
-TIMEOUT_ENV = "ANYCHIP_COLLECTIVE_TIMEOUT"
-ZERO_COPY_ENV = "ANYCHIP_CCL_ZERO_COPY_MIN"
-
-
-#: what the engine is given for "never" (its deadlines are nanoseconds in 64 bits): 31 years
-NEVER_S = 1e9
-
-
-def collective_timeout() -> float:
-    """Seconds an op may wait for its peers (``ANYCHIP_COLLECTIVE_TIMEOUT``, default 300;
-    ``inf`` is never, given to the engine as :data:`NEVER_S`)."""
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return 300.0
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InvalidArgumentError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds (inf: never)") from None
-    if not value > 0:
-        raise InvalidArgumentError(f"{TIMEOUT_ENV}={raw!r} must be > 0 seconds (inf: never)")
-    return min(value, NEVER_S)
-
-
-def zero_copy_min() -> int:
-    """``ANYCHIP_CCL_ZERO_COPY_MIN``: message bytes from which simulated chips reduce zero-copy."""
-    raw = os.environ.get(ZERO_COPY_ENV, "").strip()
-    if not raw:
-        return 65536
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise InvalidArgumentError(f"{ZERO_COPY_ENV}={raw!r} is not a whole number of bytes >= 0")
-    return value
-
-
-class Transport:
-    """Interface of a collective transport (see the module docstring)."""
-
-    name: str = "?"
-    rank: int = 0
-    size: int = 1
-
-    def submit(self, specs: list[OpSpec], stream: Stream) -> Work:
-        raise NotImplementedError
-
-    def prepare(self, specs: list[OpSpec]) -> tuple[list[OpSpec], Any]:
-        """(specs, native): ``native`` is whatever makes repeated submits of the same checked ops
-        cheaper (default None). It must not hold the buffers (the communicator caches it and
-        rebuilds the specs around it); it stays valid while the buffers are alive and not freed."""
-        return specs, None
-
-    def submit_prepared(self, prepared: tuple[list[OpSpec], Any], stream: Stream) -> Work:
-        return self.submit(prepared[0], stream)
-
-    def exchange(self, obj: Any) -> list[Any]:
-        raise NotImplementedError
-
-    def sub(self, ranks: list[int], tag: str, label: str) -> Transport:
-        raise NotImplementedError
-
-    def abort(self, reason: str) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-def _error(status: int, message: str) -> AnychipError:
-    if status == STATUS["timeout"]:
-        return CollectiveTimeout(message)
-    if status == STATUS["invalid"]:
-        return InvalidArgumentError(message)
-    return CollectiveError(message)
-
+__all__ = ["ShmTransport"]
 
 class _TaskWork(Work):
     """An engine task enqueued on a stream. The transport owns the task: it frees it once
@@ -142,7 +49,7 @@ class _TaskWork(Work):
         ffi, lib = engine()
         exc = None
         if status != STATUS["ok"]:
-            exc = _error(status, ffi.string(lib.ccl_task_error(self._task)).decode("utf-8", "replace"))
+            exc = error_of(status, ffi.string(lib.ccl_task_error(self._task)).decode("utf-8", "replace"))
         self._finish(exc)
         return True
 
@@ -194,9 +101,9 @@ class ShmTransport(Transport):
         out = ffi.new("ccl_comm **")
         rc = lib.ccl_comm_init(comm_id.encode(), rank, size, timeout, out)
         if rc:
-            raise _error(rc, f"communicator {label}: " + ffi.string(lib.ccl_init_error()).decode())
+            raise error_of(rc, f"communicator {label}: " + ffi.string(lib.ccl_init_error()).decode())
         self._comm = out[0]
-        lib.ccl_comm_set_check(self._comm, int(check_mode()))
+        lib.ccl_comm_set_check(self._comm, int(collective_check()))
         lib.ccl_comm_set_label(self._comm, f"group {label}".encode())
         self._zc_min = zc_min
         if self.mode == "sim":
@@ -320,7 +227,7 @@ class ShmTransport(Transport):
 
     def _raise(self, rc: int) -> None:
         ffi, lib = engine()
-        raise _error(rc, ffi.string(lib.ccl_comm_error(self._comm)).decode("utf-8", "replace"))
+        raise error_of(rc, ffi.string(lib.ccl_comm_error(self._comm)).decode("utf-8", "replace"))
 
     def _run_host(self, kind: str, send: np.ndarray | None, recv: np.ndarray | None, count: int,
                   dtype: str, op: str = "sum", root: int = -1) -> None:
@@ -423,17 +330,17 @@ class ShmTransport(Transport):
         """Device -> host on the stream, the engine on host memory, host -> device.
         Host copies of send and recv are distinct arrays (the same one when send is recv),
         so the in-place layouts need no special case."""
-        from ..runtime.device import copy
+        from ...runtime.device import copy
         ptrs: list[tuple[int | None, int | None]] = []
         outs: list[tuple[Any, Any]] = []
         for i, sp in enumerate(specs):
-            s_n, r_n = _sizes(sp, self.size)
+            s_n, r_n = sizes(sp, self.size)
             host_s = host_r = None
             if sp.send is not None and s_n:
                 host_s = self._staging_array(f"s{i}", s_n)
                 copy(host_s, sp.send, s_n, stream=stream)
             if sp.recv is not None and r_n:
-                same = host_s is not None and s_n == r_n and _same_span(sp.send, sp.recv)
+                same = host_s is not None and s_n == r_n and same_span(sp.send, sp.recv)
                 host_r = host_s if same else self._staging_array(f"r{i}", r_n)
                 if not (sp.kind == "reduce" and sp.root != self.rank):
                     outs.append((sp.recv, host_r))
@@ -446,16 +353,3 @@ class ShmTransport(Transport):
             copy(buf, host, host.nbytes, stream=stream)
         stream.synchronize()
 
-
-def _sizes(sp: OpSpec, size: int) -> tuple[int, int]:
-    """Bytes the op reads from send and writes to recv."""
-    n = sp.count * sp.itemsize
-    send_mult = {"reduce_scatter": size, "all_to_all": size, "recv": 0, "barrier": 0}.get(sp.kind, 1)
-    recv_mult = {"all_gather": size, "all_to_all": size, "send": 0, "barrier": 0}.get(sp.kind, 1)
-    return n * send_mult, n * recv_mult
-
-
-def _same_span(a: Any, b: Any) -> bool:
-    ra = a._root if a._root is not None else a
-    rb = b._root if b._root is not None else b
-    return ra is rb and a._offset == b._offset

@@ -10,8 +10,8 @@
   only the library differs.
 * :class:`NcclTransport` does the same for CUDA through ``cupy.cuda.nccl``.
 
-Both are made by :func:`make_transport`, which ``collectives.init`` calls, from what the
-device's plugin gives through ``DevicePlugin.native_ccl()``: a
+Both are made by the chooser (:mod:`.choose`), from what the device's plugin gives
+through ``DevicePlugin.native_ccl()``: a
 :class:`~anychip.runtime.native_ccl.NativeLibrary` (the HCCL / BKCL / RCCL bindings in
 anychip/devices, a C or Paddle plugin's collectives) drives a :class:`NativeTransport`,
 ``cupy.cuda.nccl`` an :class:`NcclTransport`; None (the reason is the plugin's
@@ -41,40 +41,23 @@ says whether the op failed. The simulator's BKCL reports it through
 """
 from __future__ import annotations
 
-import os
 import re
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, cast
 
-from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
-from ..runtime.native_ccl import NativeLibrary
-from ..runtime.stream import Event, Stream
-from .communicator import OpSpec, Work
-from .transport import ShmTransport, Transport, zero_copy_min
+from ...runtime.env import zero_copy_min
+from ...runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
+from ...runtime.native_ccl import NativeLibrary
+from ...runtime.stream import Event, Stream
+from ..communicator import OpSpec, Work
+from .base import Transport
+from .shm import ShmTransport
 
 if TYPE_CHECKING:
-    from ..runtime.device import Device
+    from ...runtime.device import Device
 
-__all__ = ["NativeTransport", "NcclTransport", "make_transport", "native_library", "transport_choice",
-           "TRANSPORT_ENV"]
-
-TRANSPORT_ENV = "ANYCHIP_COLLECTIVE_TRANSPORT"
-_CHOICES = ("auto", "native", "host")
-
-
-def transport_choice() -> str:
-    """``ANYCHIP_COLLECTIVE_TRANSPORT``: auto (default), native or host."""
-    raw = os.environ.get(TRANSPORT_ENV, "").strip().lower() or "auto"
-    if raw not in _CHOICES:
-        raise InvalidArgumentError(f"{TRANSPORT_ENV}={os.environ[TRANSPORT_ENV]!r} is not one of "
-                                   f"{', '.join(_CHOICES)}")
-    return raw
-
-
-# ---------------------------------------------------------------------------------------------
-# transports
-# ---------------------------------------------------------------------------------------------
+__all__ = ["NativeTransport", "NcclTransport", "native_library", "why_no_library"]
 
 #: how the simulator's libraries name their communicators in messages (csrc/sim/collective.c)
 _LABEL = re.compile(r"\b(?:hccl|nccl|bkcl) communicator [\w.-]+")
@@ -392,7 +375,7 @@ class NativeTransport(_Outcomes, Transport):
         peers read the root's buffer while the op runs, so the copy runs on a second stream
         (forked from and joined back into ``stream``); below it the op returns once the peers
         have arrived and the copy that follows it on ``stream`` overlaps their reads."""
-        from ..runtime.device import copy
+        from ...runtime.device import copy
         lib = self.lib
         where = f"broadcast ({lib.api}, group {self.label})"
         if nbytes < zero_copy_min():
@@ -433,6 +416,15 @@ _NCCL_DTYPES = {"int8": "NCCL_INT8", "uint8": "NCCL_UINT8", "int32": "NCCL_INT32
                 "float16": "NCCL_FLOAT16", "bfloat16": "NCCL_BFLOAT16", "float32": "NCCL_FLOAT32",
                 "float64": "NCCL_FLOAT64"}
 _NCCL_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN", "avg": "NCCL_AVG"}
+#: op kind -> cupy's NcclCommunicator method and its arguments in order (movement ops in bytes);
+#: all_to_all (send / recv pairs) and barrier (an all-reduce of one element) are written out
+_NCCL_CALLS = {"all_reduce": ("allReduce", "send recv count dtype redop stream"),
+               "reduce": ("reduce", "send recv count dtype redop root stream"),
+               "reduce_scatter": ("reduceScatter", "send recv count dtype redop stream"),
+               "broadcast": ("broadcast", "send recv count dtype root stream"),
+               "all_gather": ("allGather", "send recv count dtype stream"),
+               "send": ("send", "send count dtype root stream"),
+               "recv": ("recv", "recv count dtype root stream")}
 
 
 class NcclTransport(_Outcomes, Transport):
@@ -502,32 +494,23 @@ class NcclTransport(_Outcomes, Transport):
         s = sp.send.ptr if sp.send is not None and sp.send.ptr else 0
         r = sp.recv.ptr if sp.recv is not None and sp.recv.ptr else 0
         if sp.kind in ("all_reduce", "reduce", "reduce_scatter"):
-            dt, op = self.dtypes[sp.dtype], self.redops[sp.op]
-            if sp.kind == "all_reduce":
-                c.allReduce(s, r, sp.count, dt, op, stream)
-            elif sp.kind == "reduce":
-                c.reduce(s, r, sp.count, dt, op, sp.root, stream)
-            else:
-                c.reduceScatter(s, r, sp.count, dt, op, stream)
-            return
-        n, byte = sp.count * sp.itemsize, nccl.NCCL_UINT8
-        if sp.kind == "broadcast":
-            c.broadcast(s, r, n, byte, sp.root, stream)
-        elif sp.kind == "all_gather":
-            c.allGather(s, r, n, byte, stream)
-        elif sp.kind == "send":
-            c.send(s, n, byte, sp.root, stream)
-        elif sp.kind == "recv":
-            c.recv(r, n, byte, sp.root, stream)
-        elif sp.kind == "all_to_all":
-            for peer in range(self.size):
-                c.send(s + peer * n, n, byte, peer, stream)
-                c.recv(r + peer * n, n, byte, peer, stream)
+            count, dtype, redop = sp.count, self.dtypes[sp.dtype], self.redops[sp.op]
         else:
+            count, dtype, redop = sp.count * sp.itemsize, nccl.NCCL_UINT8, 0
+        if sp.kind == "all_to_all":
+            for peer in range(self.size):
+                c.send(s + peer * count, count, dtype, peer, stream)
+                c.recv(r + peer * count, count, dtype, peer, stream)
+        elif sp.kind == "barrier":
             if self._scratch is None:
                 self._scratch = self.device.alloc(4)
             p = self._scratch.ptr
             c.allReduce(p, p, 1, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream)
+        else:
+            method, args = _NCCL_CALLS[sp.kind]
+            given = {"send": s, "recv": r, "count": count, "dtype": dtype, "redop": redop, "root": sp.root,
+                     "stream": stream}
+            getattr(c, method)(*(given[a] for a in args.split()))
 
     def _async_failure(self, what: str) -> CollectiveError | None:
         if self._comm is None:
@@ -566,10 +549,10 @@ class NcclTransport(_Outcomes, Transport):
 
 
 # ---------------------------------------------------------------------------------------------
-# choice
+# what the plugin gives
 # ---------------------------------------------------------------------------------------------
 
-def _why_not(plugin: Any, lib: Any) -> str:
+def why_no_library(plugin: Any, lib: Any) -> str:
     """Why ``lib`` (what ``plugin.native_ccl()`` gave) drives no native transport."""
     if lib is None:
         return str(plugin.native_ccl_problem())
@@ -582,20 +565,4 @@ def native_library(device: Device) -> tuple[NativeLibrary | None, str]:
     lib = device.plugin.native_ccl()
     if isinstance(lib, NativeLibrary):
         return lib, ""
-    return None, _why_not(device.plugin, lib)
-
-
-def make_transport(device: Device, rank: int, size: int, comm_id: str, label: str = "world") -> Transport:
-    """The transport ``collectives.init`` uses for ``device`` (see the module docstring): what
-    the device's plugin gives through ``native_ccl()`` decides, never the backend's name."""
-    choice = transport_choice()
-    if choice != "host":
-        lib = device.plugin.native_ccl()
-        if isinstance(lib, NativeLibrary):
-            return NativeTransport(device, rank, size, comm_id, label, library=lib)
-        if lib is not None and hasattr(lib, "NcclCommunicator"):        # cupy.cuda.nccl (cuda)
-            return NcclTransport(device, rank, size, comm_id, label, nccl=lib)
-        if choice == "native":
-            raise UnsupportedError(f"{TRANSPORT_ENV}=native but {device} has no native collective library: "
-                                   f"{_why_not(device.plugin, lib)}")
-    return ShmTransport(device, rank, size, comm_id, label)
+    return None, why_no_library(device.plugin, lib)

@@ -1,17 +1,4 @@
-"""The host transport across hosts: which transport a job gets, and the hierarchical one.
-
-``ANYCHIP_HOST_TRANSPORT`` chooses for devices without a native collective library:
-
-* ``auto`` (default): the shared-memory engine when every rank is on one host; when
-  the ranks span hosts (an MPI launcher is required then), the hierarchical transport
-  below; flat MPI when the hosts hold different numbers of ranks;
-* ``shm``: the shared-memory engine (one host only);
-* ``mpi``: flat MPI between every pair of ranks (mpi4py), even on one host.
-
-Ranks are grouped by host: the host name, or ``ANYCHIP_HOSTID`` when set (as NCCL's
-``NCCL_HOSTID``; it also lets one machine play several hosts). Only the launcher's
-count of local ranks and, under an MPI launcher, the host keys gathered over MPI are
-used, so a one-host job never initialises MPI.
+"""The hierarchical transport: shared memory within each host, MPI between hosts.
 
 :class:`HierTransport` (L ranks on each of H hosts): within a host the shared-memory
 engine on host memory, between hosts MPI, so the network carries one host's share:
@@ -36,95 +23,30 @@ on return.
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..runtime.errors import CollectiveError, InvalidArgumentError, UnsupportedError
-from ._engine import DTYPES as CCL_DTYPES
-from ._engine import KINDS, REDOPS, engine
+from ...runtime.env import collective_timeout
+from ...runtime.errors import CollectiveError, InvalidArgumentError
+from .._engine import DTYPES as CCL_DTYPES
+from .._engine import KINDS, REDOPS, engine, error_of
+from .base import Transport
 from .mpi import MpiTransport
 from .staged import DTYPE_BYTES, Item, StagedTransport, finish_avg, from_acc, to_acc
-from .transport import ShmTransport, Transport, collective_timeout
 
 if TYPE_CHECKING:
-    from ..runtime.device import Device
-    from ._bootstrap import World
+    from ...runtime.device import Device
 
-__all__ = ["HOST_TRANSPORT_ENV", "HOSTID_ENV", "host_key", "host_transport", "HierTransport"]
+__all__ = ["HierTransport"]
 
-HOST_TRANSPORT_ENV = "ANYCHIP_HOST_TRANSPORT"
-HOSTID_ENV = "ANYCHIP_HOSTID"
 #: messages below this many bytes take the two-step all_reduce
 SMALL_BYTES = 8192
 
-def host_key() -> str:
-    """What groups ranks by host: ``ANYCHIP_HOSTID`` when set, else the host name."""
-    hid = os.environ.get(HOSTID_ENV, "").strip()
-    return f"id:{hid}" if hid else f"host:{socket.gethostname()}"
-
-
-def _short_hash(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
-
-
-def _mode() -> str:
-    mode = os.environ.get(HOST_TRANSPORT_ENV, "").strip().lower() or "auto"
-    if mode not in ("auto", "shm", "mpi"):
-        raise InvalidArgumentError(f"{HOST_TRANSPORT_ENV}={mode!r} is not understood; use auto, shm or mpi")
-    return mode
-
-
-def host_transport(device: Device, world: World, shm_id: str | None = None,
-                   one_host: Callable[[], Transport] | None = None) -> Transport:
-    """The host transport of the whole job for ``device`` (see the module docstring);
-    ``shm_id`` names the shared-memory communicator when every rank is on one host, and
-    ``one_host`` (when given) makes the transport used then instead (a native library)."""
-    ids = shm_id or f"{world.job_id}.world"
-    if one_host is None:
-        def one_host() -> Transport:
-            return ShmTransport(device, world.rank, world.size, ids, "world")
-    mode = _mode()
-    spans = world.local_size != world.size
-    mpi_launched = world.launcher in ("mpich", "openmpi")
-    if mode == "mpi":
-        return MpiTransport.world(device, world)
-    if spans and mode == "shm":
-        raise UnsupportedError(
-            f"{HOST_TRANSPORT_ENV}=shm: the job spans more than one host ({world.size} ranks, {world.local_size} on "
-            "this one) and the shared-memory engine works within one host; use auto or mpi under mpiexec")
-    if mode == "shm" or not mpi_launched:
-        if spans:
-            raise UnsupportedError(
-                f"the job spans more than one host ({world.size} ranks, {world.local_size} on this one, launched by "
-                f"{world.launcher}); between hosts anychip uses MPI: launch with mpiexec and install anychip[mpi]")
-        return one_host()
-    if not spans and not os.environ.get(HOSTID_ENV, "").strip():
-        return one_host()
-    flat = MpiTransport.world(device, world)
-    return for_comm(device, flat, "world")
-
-
-def for_comm(device: Device, flat: MpiTransport, label: str) -> Transport:
-    """The transport for the ranks of ``flat`` (an MPI transport, collective over it):
-    the engine when they share a host, hierarchical when every host has as many ranks,
-    else ``flat`` itself."""
-    keys = flat.comm.allgather(host_key())
-    token = flat.comm.bcast(os.urandom(6).hex() if flat.rank == 0 else None, root=0)
-    hosts = list(dict.fromkeys(keys))
-    members = [[r for r, k in enumerate(keys) if k == h] for h in hosts]
-    if len(hosts) == 1:
-        shm = ShmTransport(device, flat.rank, flat.size, f"mpi{token}", label)
-        flat.close()
-        return shm
-    if len({len(m) for m in members}) != 1:
-        return flat
-    return HierTransport(device, flat, members, token, label)
-
+#: how a sub-group's ranks get their transport (the chooser's ``over_mpi``): the device, the
+#: flat MPI transport of those ranks and the group's label
+Regroup = Callable[["Device", MpiTransport, str], Transport]
 
 def _ptr(arr: np.ndarray) -> int:
     return arr.ctypes.data if arr.nbytes else 0
@@ -156,8 +78,7 @@ class _ShmHost:
         rc = lib.ccl_run(self._comm, cops, len(ops))
         if rc:
             msg = ffi.string(lib.ccl_comm_error(self._comm)).decode("utf-8", "replace")
-            from .transport import _error
-            raise _error(rc, msg)
+            raise error_of(rc, msg)
 
     def abort(self, reason: str) -> None:
         if self._comm is not None:
@@ -180,9 +101,10 @@ class HierTransport(StagedTransport):
     name = "host/shm+mpi"
 
     def __init__(self, device: Device, flat: MpiTransport, members: list[list[int]], token: str,
-                 label: str) -> None:
+                 label: str, regroup: Regroup) -> None:
         super().__init__(device, label)
         self.flat = flat
+        self._regroup = regroup
         self.rank, self.size = flat.rank, flat.size
         self.hosts = members                                   # world ranks of each host, in order
         self.host = next(h for h, m in enumerate(members) if self.rank in m)
@@ -200,7 +122,7 @@ class HierTransport(StagedTransport):
         return self.flat.exchange(obj)
 
     def sub(self, ranks: list[int], tag: str, label: str) -> Transport:
-        return for_comm(self.device, self.flat.sub(ranks, tag, label), label)
+        return self._regroup(self.device, self.flat.sub(ranks, tag, label), label)
 
     def abort(self, reason: str) -> None:
         super().abort(reason)
