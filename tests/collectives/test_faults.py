@@ -173,17 +173,20 @@ def test_an_mpi_timeout_ends_the_job_when_a_rank_hangs():
         pytest.skip(reason)
     from test_mpi import _mpiexec
     token = f"job-{os.getpid()}-{time.monotonic_ns()}"
+    shm = set(os.listdir("/dev/shm"))
     env = dict(os.environ, ANYCHIP_HOST_TRANSPORT="mpi", ANYCHIP_COLLECTIVE_TIMEOUT="2", ANYCHIP_SIMULATE="always")
     env.pop("ANYCHIP_DEVICES", None)
     # rank 1 stops itself; before the fix rank 0 stayed in MPI_Finalize and the job never ended
     p = subprocess.run([_mpiexec(), "-n", "2", sys.executable, WORKER, "hang", token], capture_output=True,
                        text=True, env=env, timeout=CHILD_SECONDS)
-    assert "STEP op|" in p.stdout and "|CollectiveTimeout|all_reduce on group world (MPI) did not complete " \
-        "within 2 s" in p.stdout, p.stdout + p.stderr
+    assert "STEP op|" in p.stdout and "|CollectiveTimeout|all_reduce (op #1) on group world (MPI) did not complete " \
+        "within 2 s on rank 0 (ANYCHIP_COLLECTIVE_TIMEOUT): rank 1 has not called it" in p.stdout, p.stdout + p.stderr
     assert p.returncode != 0
     assert ("anychip: rank 0 is exiting with 1 collective(s) that timed out still incomplete (all_reduce on group "
             "world): MPI cannot finalize with them pending, so it aborts the job (MPI_Abort)") in p.stderr, p.stderr
     assert _all_gone(token) == []         # mpiexec's clean-up of the stopped rank may trail its exit
+    # the aborting rank removed MPICH's own segments, which MPI_Abort leaves behind
+    assert sorted(n for n in set(os.listdir("/dev/shm")) - shm if n.startswith(("mpich_shm_", "sm_segment."))) == []
 
 
 # -- the launcher always reaps its ranks ------------------------------------------------------

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import zlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -86,7 +87,28 @@ def _end_abandoned(MPI: Any) -> None:
         # mpiexec's proxy forwards a rank's output from a pipe it polls, and MPI_Abort tears
         # the job down at once: give it a moment to read the line, or the reason is lost
         time.sleep(0.25)
+        _unlink_mpi_segments()
         MPI.COMM_WORLD.Abort(1)
+
+
+#: The MPI libraries' own shared-memory segments: MPICH's and Open MPI's.
+MPI_SEGMENTS = ("mpich_shm_", "sm_segment.")
+
+
+def _unlink_mpi_segments() -> None:
+    """Remove the names of the MPI library's shared-memory segments this rank maps, which an
+    aborted job leaves in /dev/shm (MPI removes them only when it finalizes). Every rank of the
+    host mapped them at MPI_Init, so the memory stays theirs until they exit."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return
+    names = {line.split("/dev/shm/", 1)[1].split()[0] for line in maps.splitlines() if "/dev/shm/" in line}
+    for name in sorted(n for n in names if n.startswith(MPI_SEGMENTS)):
+        try:
+            os.unlink(f"/dev/shm/{name}")
+        except OSError:
+            pass
 
 
 def load_mpi() -> Any:
