@@ -5,7 +5,7 @@
  * enqueued on a blocking stream waits for the work queued before it on the null stream,
  * and hipStreamNonBlocking streams are exempt both ways. The simulator's stream hold makes
  * "has not run yet" deterministic; the last part checks the rule from two threads at once.
- * Built and run by tests/test_sim_c_abi.py; prints "hip null stream ok".
+ * Built and run by tests/devices/test_sim_c_abi.py; prints "hip null stream ok".
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>

@@ -5,7 +5,7 @@ by paddle.static.Executor on the device's place, with Paddle's CPU fallback off
 two, so every fetched value is exact and is compared with NumPy's for equality; the bridge's
 kernel counters (anychip_paddle_kernel_calls) say which of its kernels each run called. Prints one
 JSON line: {"checks": {name: true | "what differed"}, "calls": {kernel: calls per run}};
-tests/test_paddle_provider.py runs it."""
+tests/paddle_provider/test_paddle_provider.py runs it."""
 import ctypes
 import json
 import sys
