@@ -6,6 +6,7 @@ backend (``ANYCHIP_DEVICES`` narrows it, e.g. ``ANYCHIP_DEVICES=opencl:0 ci/test
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,23 @@ def _first_device_of_each_backend() -> list[str]:
 
 
 DEVICE_NAMES = _first_device_of_each_backend()
+
+
+def ccl_segments() -> set[str]:
+    """anychip's shared-memory segments in /dev/shm (other programs, MPI's among them, make their own)."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith("anychip-ccl-")} if os.path.isdir("/dev/shm") else set()
+
+
+def leaked_segments(before: set[str]) -> set[str]:
+    """anychip segments that appeared since ``before`` and stay. Another job on the machine can
+    hold one for a moment while its ranks join (it is unlinked once all have); a leak stays, so
+    a name still there after 2 s is one."""
+    deadline = time.monotonic() + 2.0
+    left = ccl_segments() - before
+    while left and time.monotonic() < deadline:
+        time.sleep(0.01)
+        left &= ccl_segments()
+    return left
 
 
 @pytest.fixture(params=DEVICE_NAMES)

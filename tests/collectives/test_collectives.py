@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import CHILD_SECONDS
+from conftest import CHILD_SECONDS, ccl_segments
 
 import anychip
 
@@ -30,23 +30,19 @@ BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(not _available(b), reason=f
             for b in ("cpu", "opencl", "ascend", "kunlun", "hygon")]
 
 
-def _shm_names() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("anychip-ccl-")}
-
-
 def _assert_no_segment_left(before: set[str]) -> None:
     """Nothing new stays in /dev/shm. Another job on the machine may hold a segment for
     the moment its ranks take to map it; a leaked one never goes away."""
     deadline = time.monotonic() + 5
-    while not _shm_names() <= before and time.monotonic() < deadline:
+    while not ccl_segments() <= before and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _shm_names() <= before, f"shared-memory segments were left in /dev/shm: {_shm_names() - before}"
+    assert ccl_segments() <= before, f"shared-memory segments were left in /dev/shm: {ccl_segments() - before}"
 
 
 def launch(n: int, device: str, *args: str, env: dict | None = None, timeout: float = CHILD_SECONDS) -> str:
     """`anychip launch -n N --device B tests/collectives/ccl_worker.py args...`; its output, checked for PASS
     per rank."""
-    before = _shm_names()
+    before = ccl_segments()
     cmd = [sys.executable, "-m", "anychip.cli", "launch", "-n", str(n), "--device", device, WORKER, *args]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
@@ -125,7 +121,7 @@ def _result(out: str) -> tuple[str, float, str]:
 
 @pytest.mark.parametrize("backend", ["cpu", "ascend"])
 def test_killed_rank_mid_all_reduce_fails_the_others_and_leaves_no_segment(backend: str) -> None:
-    before = _shm_names()
+    before = ccl_segments()
     results = _spawn(4, "kill", backend, {"ANYCHIP_COLLECTIVE_TIMEOUT": "60"})
     assert results[1][0] == -9
     for r in (0, 2, 3):

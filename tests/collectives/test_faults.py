@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import CHILD_SECONDS
+from conftest import CHILD_SECONDS, ccl_segments, leaked_segments
 
 import anychip
 
@@ -35,20 +35,6 @@ def _params(ids):
     return [pytest.param(t, marks=pytest.mark.skipif(not _available(TRANSPORTS[t][0]),
                                                      reason=f"{TRANSPORTS[t][0]} is unavailable"))
             for t in ids]
-
-
-def _shm_names() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("anychip-ccl-")}
-
-
-def _leaked(before: set[str]) -> set[str]:
-    """Segments made since ``before`` that stay (another job's are unlinked within moments)."""
-    deadline = time.monotonic() + 2.0
-    left = _shm_names() - before
-    while left and time.monotonic() < deadline:
-        time.sleep(0.01)
-        left &= _shm_names()
-    return left
 
 
 def _run(transport: str, suite: str) -> tuple[dict[str, tuple[float, str, str]], str, list[int]]:
@@ -86,7 +72,7 @@ def _run(transport: str, suite: str) -> tuple[dict[str, tuple[float, str, str]],
 
 @pytest.mark.parametrize("transport", _params(TRANSPORTS))
 def test_abort_fails_the_pending_op_and_every_later_call(transport):
-    before = _shm_names()
+    before = ccl_segments()
     steps, buf, codes = _run(transport, "abort")
     assert steps["abort"][1:] == ("none", ""), steps
     reason = "watchdog: step 7 made no progress"
@@ -105,12 +91,12 @@ def test_abort_fails_the_pending_op_and_every_later_call(transport):
     assert reason in msg and "aborted" in msg, msg
     assert steps["destroy"][1:] == ("none", ""), steps
     assert codes == [0, 0]
-    assert not _leaked(before)
+    assert not leaked_segments(before)
 
 
 @pytest.mark.parametrize("transport", _params(TRANSPORTS))
 def test_a_killed_peer_fails_the_pending_op_even_after_destroy(transport):
-    before = _shm_names()
+    before = ccl_segments()
     steps, buf, codes = _run(transport, "kill_destroy")
     assert codes[1] == -9
     failed = steps.get("wait", steps["op"])
@@ -119,24 +105,24 @@ def test_a_killed_peer_fails_the_pending_op_even_after_destroy(transport):
     assert "failed: missing rank 1 (pid " in msg and msg.endswith(" died)"), msg
     assert steps["destroy"][1:] == ("none", ""), steps
     assert buf == "1"
-    assert not _leaked(before)
+    assert not leaked_segments(before)
 
 
 @pytest.mark.parametrize("transport", _params(TRANSPORTS))
 def test_a_stopped_peer_is_a_timeout_naming_it(transport):
-    before = _shm_names()
+    before = ccl_segments()
     steps, _, codes = _run(transport, "stop")
     _, kind, msg = steps["op"]
     assert kind == "CollectiveTimeout", steps
     assert msg.startswith("all_reduce (op #1, group world.split1(color=0)) timed out after 2.0 s on rank 0: "
                           "waiting for rank 1"), msg
     assert codes == [0, -9]
-    assert not _leaked(before)
+    assert not leaked_segments(before)
 
 
 @pytest.mark.parametrize("transport", _params(["hccl", "shm-host"]))
 def test_a_forked_child_cannot_act_as_its_parents_rank(transport):
-    before = _shm_names()
+    before = ccl_segments()
     steps, buf, codes = _run(transport, "fork")
     _, kind, msg = steps["child_op"]
     assert kind == "InvalidArgumentError", steps
@@ -146,7 +132,7 @@ def test_a_forked_child_cannot_act_as_its_parents_rank(transport):
     assert steps["op"][1:] == ("none", "")                 # the parents still reduce together
     assert buf == "2"
     assert codes == [0, 0]
-    assert not _leaked(before)
+    assert not leaked_segments(before)
 
 
 def _mpi_skip() -> str | None:

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import CHILD_SECONDS
+from conftest import CHILD_SECONDS, ccl_segments, leaked_segments
 
 import anychip
 from anychip import collectives
@@ -39,24 +39,6 @@ def _available(backend: str) -> bool:
 
 SIM_PARAMS = [pytest.param(b, marks=pytest.mark.skipif(not _available(b), reason=f"{b} is unavailable"))
               for b in SIMS]
-
-
-def _shm_names() -> set[str]:
-    """The engine's segments (the only files anychip makes in /dev/shm). Other jobs on the
-    machine may have one open for a moment while their ranks join."""
-    return {n for n in os.listdir("/dev/shm") if n.startswith("anychip-ccl-")}
-
-def _leaked(before: set[str]) -> set[str]:
-    """Segments that appeared since ``before`` and stay. Another job on the machine can hold
-    one for a moment while its ranks join (it is unlinked once all have); a leak stays,
-    so a name still there after 2 s is one."""
-    deadline = time.monotonic() + 2.0
-    left = _shm_names() - before
-    while left and time.monotonic() < deadline:
-        time.sleep(0.01)
-        left &= _shm_names()
-    return left
-
 
 
 def _single(device: str, monkeypatch: pytest.MonkeyPatch, choice: str = "auto"):
@@ -303,7 +285,7 @@ def test_a_peer_that_never_arrives_is_a_timeout_on_the_others(backend):
 
 @pytest.mark.parametrize("backend", SIM_PARAMS)
 def test_a_killed_peer_fails_the_others_within_seconds(backend):
-    before = _shm_names()
+    before = ccl_segments()
     results = _spawn(3, "kill", backend, {"ANYCHIP_COLLECTIVE_TIMEOUT": "60"})
     assert results[1][0] == -9
     for r in (0, 2):
@@ -314,7 +296,7 @@ def test_a_killed_peer_fails_the_others_within_seconds(backend):
         assert secs < 10
         assert msg.startswith("all_reduce (op #1, group world) failed: missing rank 1 (pid "), msg
         assert msg.endswith(" died)"), msg
-    left = _leaked(before)
+    left = leaked_segments(before)
     assert not left, f"segments left in /dev/shm: {sorted(left)}"
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 
 import pytest
-from conftest import CHILD_SECONDS
+from conftest import CHILD_SECONDS, ccl_segments, leaked_segments
 
 from anychip.runtime._libs import find_library
 
@@ -74,33 +73,17 @@ def built(tmp_path_factory):
     return exes
 
 
-def _shm() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("anychip-ccl-")} if os.path.isdir("/dev/shm") else set()
-
-def _leaked(before: set[str]) -> set[str]:
-    """Segments that appeared since ``before`` and stay. Another job on the machine can hold
-    one for a moment while its ranks join (it is unlinked once all have); a leak stays,
-    so a name still there after 2 s is one."""
-    deadline = time.monotonic() + 2.0
-    left = _shm() - before
-    while left and time.monotonic() < deadline:
-        time.sleep(0.01)
-        left &= _shm()
-    return left
-
-
-
 @pytest.mark.parametrize("nranks", [2, 4])
 @pytest.mark.parametrize("source,libname,tag", PROGRAMS, ids=[p[2] for p in PROGRAMS])
 def test_c_program_runs_ranks_exactly(built, source, libname, tag, nranks):
-    before = _shm()
+    before = ccl_segments()
     env = {k: v for k, v in os.environ.items()
            if not k.endswith("VISIBLE_DEVICES") and not k.startswith(("ANYCHIP_SIM", "ANYCHIP_CCL"))}
     run = subprocess.run([built[source], str(nranks)], capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
     assert run.returncode == 0, run.stdout + run.stderr
     assert sorted(run.stdout.split("\n")[:-1]) == [f"{tag} ok rank {r}" for r in range(nranks)]
     assert run.stderr == ""
-    left = _leaked(before)
+    left = leaked_segments(before)
     assert not left, f"segments left in /dev/shm: {sorted(left)}"
 
 
@@ -142,12 +125,12 @@ def test_several_devices_per_process(tmp_path, source, libname, args, expected):
          str(exe), os.path.join(C_SOURCES, source), f"-L{libdir}", f"-l:{libfile}", f"-Wl,-rpath,{libdir}",
          "-lpthread"], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
-    before = _shm()
+    before = ccl_segments()
     env = {k: v for k, v in os.environ.items()
            if not k.endswith("VISIBLE_DEVICES") and not k.startswith(("ANYCHIP_SIM", "ANYCHIP_CCL"))}
     run = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.splitlines() == expected
     assert run.stderr == ""
-    left = _leaked(before)
+    left = leaked_segments(before)
     assert not left, f"segments left in /dev/shm: {sorted(left)}"

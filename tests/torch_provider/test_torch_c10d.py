@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (pip install 'anychip[torch]')")
 
-from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, ccl_segments
 
 from anychip._spawn import python_command  # noqa: E402
 
@@ -25,11 +25,6 @@ def _launch(n: int, *argv: str, timeout: float = CHILD_SECONDS) -> subprocess.Co
     env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH",)}
     cmd = python_command(["-m", "anychip", "launch", "-n", str(n), "--device", "ascend", *argv])
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
-
-
-def _shm() -> set[str]:
-    """anychip's segments in /dev/shm (other programs on the machine, MPI's among them, make their own)."""
-    return {n for n in os.listdir("/dev/shm") if n.startswith("anychip-ccl-")} if os.path.isdir("/dev/shm") else set()
 
 
 def _every_op(n: int) -> tuple[str, dict[int, int]]:
@@ -110,7 +105,7 @@ def _two_ranks(*argv: str) -> list[subprocess.CompletedProcess | None]:
 
 
 def test_a_killed_rank_fails_the_survivors_op_naming_it():
-    before = _shm()
+    before = ccl_segments()
     r0, r1 = _two_ranks("kill", "60")
     assert r1.returncode == -9
     assert r0.returncode == 3, r0.stdout + r0.stderr[-3000:]
@@ -119,17 +114,17 @@ def test_a_killed_rank_fails_the_survivors_op_naming_it():
     assert re.search(r"missing rank 1 \(pid \d+ died\)", line), line
     future = next(ln for ln in r0.stdout.splitlines() if ln.startswith("FUTURE"))
     assert future == "FUTURE DistBackendError: " + line.removeprefix("ERROR DistBackendError: "), future
-    assert _shm() - before == set()
+    assert ccl_segments() - before == set()
 
 
 def test_a_rank_that_never_joins_is_a_timeout_naming_it():
-    before = _shm()
+    before = ccl_segments()
     r0, r1 = _two_ranks("timeout", "2")
     assert r0.returncode == 3, r0.stdout + r0.stderr[-3000:]
     line = next(ln for ln in r0.stdout.splitlines() if ln.startswith("ERROR"))
     assert "timed out after 2.0 s on rank 0: waiting for rank 1" in line, line
     assert r1.returncode == 0
-    assert _shm() - before == set()
+    assert ccl_segments() - before == set()
     assert sys.executable
 
 
@@ -149,7 +144,7 @@ def test_conformance_framework_torch_prints_tables_and_passes():
 
 
 def test_work_wait_timeout_raises_naming_the_op_and_leaves_it_pending():
-    before = _shm()
+    before = ccl_segments()
     r0, r1 = _two_ranks("late", "60")
     assert r0.returncode == 0 and r1.returncode == 0, r0.stdout + r0.stderr[-3000:] + r1.stderr[-3000:]
     lines = {ln.split(" ", 1)[0]: ln for ln in r0.stdout.splitlines()}
@@ -158,4 +153,4 @@ def test_work_wait_timeout_raises_naming_the_op_and_leaves_it_pending():
                         lines["WAIT"]), lines
     assert lines["PENDING"] == "PENDING completed=False exception=None future_done=False"
     assert lines["DONE"] == "DONE completed=True exception=None value=4.0 future=4.0"
-    assert _shm() - before == set()
+    assert ccl_segments() - before == set()
