@@ -377,6 +377,11 @@ static anychip_status group_end(void) { return HcclGroupEnd(); }
 
 /* ---- the table -------------------------------------------------------------------------- */
 
+#ifdef ANYCHIP_SIMULATOR
+#define KERNEL_FAILED ACL_ERROR_INVALID_PARAM
+#include "sim/plugin_kernels.h"
+#endif
+
 ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
 {
     if (p->struct_size < sizeof *p)
@@ -431,5 +436,8 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
     p->recv = recv;
     p->group_start = group_start;
     p->group_end = group_end;
+#ifdef ANYCHIP_SIMULATOR
+    p->kernels = &SIM_KERNELS;
+#endif
     return ACL_SUCCESS;
 }

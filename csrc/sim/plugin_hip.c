@@ -360,6 +360,11 @@ static anychip_status group_end(void) { return nccl(ncclGroupEnd()); }
 
 /* ---- the table -------------------------------------------------------------------------- */
 
+#ifdef ANYCHIP_SIMULATOR
+#define KERNEL_FAILED hipErrorInvalidValue
+#include "sim/plugin_kernels.h"
+#endif
+
 ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
 {
     if (p->struct_size < sizeof *p)
@@ -415,5 +420,8 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
     p->recv = recv;
     p->group_start = group_start;
     p->group_end = group_end;
+#ifdef ANYCHIP_SIMULATOR
+    p->kernels = &SIM_KERNELS;
+#endif
     return hipSuccess;
 }

@@ -361,6 +361,11 @@ static anychip_status group_end(void) { return bkcl_group_end(); }
 
 /* ---- the table -------------------------------------------------------------------------- */
 
+#ifdef ANYCHIP_SIMULATOR
+#define KERNEL_FAILED XPUERR_INVALID_PARAM
+#include "sim/plugin_kernels.h"
+#endif
+
 ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
 {
     if (p->struct_size < sizeof *p)
@@ -415,5 +420,8 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
     p->recv = recv;
     p->group_start = group_start;
     p->group_end = group_end;
+#ifdef ANYCHIP_SIMULATOR
+    p->kernels = &SIM_KERNELS;
+#endif
     return XPU_SUCCESS;
 }

@@ -80,11 +80,13 @@ def _refusals(*paths: Path) -> dict[str, str]:
 
 def test_header_and_loader_agree() -> None:
     ffi, version = cplugin.abi()
-    assert version == (1, 0)
+    assert version == (1, 1)
     assert anychip.get_include() == str(Path(anychip.__file__).parent.parent / "csrc" / "include")
     assert (Path(anychip.get_include()) / "anychip" / "plugin.h").is_file()
-    # the header's reserved slots keep room for growth; the table is what anychip allocates
-    assert ffi.sizeof("anychip_plugin") == ffi.offsetof("anychip_plugin", "reserved") + 32 * ffi.sizeof("void *")
+    # the header's reserved slots keep room for growth; the table is what anychip allocates. Minor 1
+    # took the first slot for `kernels`, so the table's size and every minor-0 offset stayed.
+    assert ffi.offsetof("anychip_plugin", "reserved") == ffi.offsetof("anychip_plugin", "kernels") + ffi.sizeof("void *")
+    assert ffi.sizeof("anychip_plugin") == ffi.offsetof("anychip_plugin", "kernels") + 32 * ffi.sizeof("void *")
     assert ffi.sizeof("anychip_unique_id") == 128
     out = subprocess.run([*ANYCHIP, "plugin", "cflags"], capture_output=True, text=True, check=True).stdout
     assert out == f"-I{anychip.get_include()}\n"
@@ -96,7 +98,7 @@ def test_good_plugin_is_a_backend(libs: dict[str, Path], plugin_path) -> None:
     assert info is not None and info.available, info and info.reason
     assert info.device_count == 4 and info.simulated
     assert info.source == f"C library {libs['GOOD']} (from ANYCHIP_PLUGIN_PATH)"
-    assert info.reason == f"C plugin {libs['GOOD']} (ABI 1.0, tmpl 0.1.0 (host memory)); 4 device(s)"
+    assert info.reason == f"C plugin {libs['GOOD']} (ABI 1.1, tmpl 0.1.0 (host memory)); 4 device(s)"
     assert registry.refused() == []
     dev = anychip.device("tgood:2")
     assert dev.properties["name"] == "tmpl device 2 (host memory)"
@@ -192,10 +194,10 @@ def test_refusals_name_the_library_and_the_reason(libs: dict[str, Path], plugin_
             "exports none of the init symbols anychip_plugin_init, InitPlugin (not an anychip plugin, or a plugin "
             "for another ABI)",
         f"plugin library {libs['MAJOR2']} {src}":
-            "is built for plugin ABI 2.3, a newer major version; this anychip implements 1.0 and loads only plugins "
+            "is built for plugin ABI 2.3, a newer major version; this anychip implements 1.1 and loads only plugins "
             "of major version 1 (upgrade anychip)",
         f"plugin library {libs['MISSING']} {src}":
-            "tmissing: the required entries mem_alloc, copy are not set (plugin ABI 1.0)",
+            "tmissing: the required entries mem_alloc, copy are not set (plugin ABI 1.1)",
         f"plugin library {libs['INIT_FAIL']} {src}":
             "anychip_plugin_init failed with status 6 (system error: no tfail driver: /dev/tfail0 does not exist)",
         f"plugin library {libs['EVENTS_PARTIAL']} {src}":
@@ -236,7 +238,7 @@ def test_plugin_check_command(libs: dict[str, Path]) -> None:
     r = subprocess.run([*ANYCHIP, "plugin", "check", str(libs["MISSING"])], capture_output=True, text=True)
     assert r.returncode == 1
     assert r.stderr == (f"anychip plugin check: {libs['MISSING']} refused: tmissing: the required entries "
-                        "mem_alloc, copy are not set (plugin ABI 1.0)\n")
+                        "mem_alloc, copy are not set (plugin ABI 1.1)\n")
 
 
 def test_too_few_collective_entries_are_not_used(libs: dict[str, Path], plugin_path,

@@ -50,6 +50,9 @@
  *   get_last_error        messages carry no per-call detail
  *   collectives           see below; without them the host transport serves (device ->
  *                         host copies, anychip's shared-memory engine or MPI, host -> device)
+ *   kernels (minor 1)     see below; without them every tensor op runs on the host
+ *                         (device -> host copies, the host's kernel, host -> device), in anychip's
+ *                         tensor layer and in the Paddle and PyTorch providers
  *
  * COLLECTIVES (optional; NCCL-shaped). A plugin offering them sets at least
  * get_unique_id, comm_init_rank, comm_destroy and all_reduce; otherwise anychip ignores
@@ -63,6 +66,34 @@
  * of every type as ANYCHIP_UINT8 for the ops that do not reduce. ccl_dtype_mask and
  * ccl_redop_mask say which types and reductions the reducing ops support (bit
  * 1 << value; 0 = all); the others run on the host transport.
+ *
+ * KERNELS (optional, minor version 1): five tensor primitives that anychip's tensor layer and
+ * the Paddle and PyTorch providers build their device ops from (elementwise, activations,
+ * casts, reductions, matmul, softmax and their gradients, optimizer steps). `kernels` points
+ * to an anychip_kernels table that lives as long as the library; anychip reads it only when
+ * the plugin's minor is >= 1 and the table's `version` is one it knows. Each entry is
+ * enqueued on `stream` of `device` and returns at once, in order with the stream's copies and
+ * collectives; a NULL entry, or a dtype whose bit (1 << anychip_dtype) is not in the entry's
+ * mask, means "not on the device" (the host runs that op). Semantics, which the conformance
+ * check (`anychip plugin check`) compares with NumPy:
+ *   - shapes and strides are int64_t, strides in elements (0 broadcasts a dimension, negative
+ *     ones are allowed), at most ANYCHIP_KERNEL_MAX_DIMS dimensions (ndim 0 is a scalar; its
+ *     shape and stride pointers are not read); outputs are C-contiguous and never overlap an
+ *     input; device pointers may be offset by bytes, as a framework does with a tensor view;
+ *   - integer add / sub / mul / neg wrap; float16 and bfloat16 compute in float32 or wider
+ *     and round to nearest even; comparisons write ANYCHIP_BOOL (one byte, 0 or 1); max / min
+ *     propagate NaN; div, exp, log and sqrt take float types only; add, sub, mul, neg, relu,
+ *     exp and log do not take bool;
+ *   - unary COPY converts in_dtype to out_dtype as a C cast would (floats to integers truncate
+ *     toward zero; to bool: nonzero is 1); the other unary ops have out_dtype == in_dtype;
+ *   - reduce: x is C-contiguous of shape [outer, n, inner], out[o, i] = op over r of
+ *     x[o, r, i]; sums of float types accumulate in double and round once, integer sums in
+ *     int64 (wrapping); MEAN divides the sum by n; MAX propagates NaN; n == 0 gives 0 for SUM,
+ *     NaN for MEAN (and is not passed for MAX);
+ *   - gemm: out[m, n] (contiguous) = a[m, k] @ b[k, n], a and b strided (row and column
+ *     strides: a transpose is a stride swap); float types; accumulation at least in float32;
+ *   - fill: out[0:n] = the value converted to dtype: `fvalue` for float dtypes or when
+ *     from_float is set, else `ivalue` (exact to 64 bits).
  *
  * Handles: device memory is a `void *` (it need not be addressable by the host);
  * streams, events and communicators are opaque pointers the plugin hands out. anychip
@@ -81,12 +112,13 @@ extern "C" {
 #endif
 
 #define ANYCHIP_PLUGIN_API_MAJOR 1
-#define ANYCHIP_PLUGIN_API_MINOR 0
+#define ANYCHIP_PLUGIN_API_MINOR 1
 
 /* the symbol anychip looks up */
 #define ANYCHIP_PLUGIN_INIT_SYMBOL "anychip_plugin_init"
 
-/* slots kept for entries later minor versions add (the struct size never changes) */
+/* slots kept for entries later minor versions add (the struct size never changes; minor 1
+ * took one for `kernels`) */
 #define ANYCHIP_PLUGIN_RESERVED 32
 
 /* longest device type name, including the terminating NUL */
@@ -106,12 +138,60 @@ typedef enum anychip_copy_kind {
 
 typedef enum anychip_dtype {
     ANYCHIP_INT8 = 0, ANYCHIP_UINT8 = 1, ANYCHIP_INT32 = 2, ANYCHIP_INT64 = 3,
-    ANYCHIP_FLOAT16 = 4, ANYCHIP_BFLOAT16 = 5, ANYCHIP_FLOAT32 = 6, ANYCHIP_FLOAT64 = 7
+    ANYCHIP_FLOAT16 = 4, ANYCHIP_BFLOAT16 = 5, ANYCHIP_FLOAT32 = 6, ANYCHIP_FLOAT64 = 7,
+    ANYCHIP_BOOL = 8                      /* minor 1: kernels only (collectives move it as UINT8) */
 } anychip_dtype;
 
 typedef enum anychip_redop {
     ANYCHIP_SUM = 0, ANYCHIP_PROD = 1, ANYCHIP_MIN = 2, ANYCHIP_MAX = 3, ANYCHIP_AVG = 4
 } anychip_redop;
+
+/* ---- kernels (minor 1; see the top of this file) ----------------------------------------- */
+#define ANYCHIP_KERNELS_VERSION 1
+#define ANYCHIP_KERNEL_MAX_DIMS 16
+
+typedef enum anychip_binary_op {
+    ANYCHIP_OP_ADD = 0, ANYCHIP_OP_SUB = 1, ANYCHIP_OP_MUL = 2, ANYCHIP_OP_DIV = 3,
+    ANYCHIP_OP_EQ = 4, ANYCHIP_OP_NE = 5, ANYCHIP_OP_LT = 6, ANYCHIP_OP_LE = 7,
+    ANYCHIP_OP_GT = 8, ANYCHIP_OP_GE = 9, ANYCHIP_OP_MAX = 10, ANYCHIP_OP_MIN = 11
+} anychip_binary_op;
+
+typedef enum anychip_unary_op {
+    ANYCHIP_OP_COPY = 0, ANYCHIP_OP_RELU = 1, ANYCHIP_OP_EXP = 2, ANYCHIP_OP_LOG = 3,
+    ANYCHIP_OP_NEG = 4, ANYCHIP_OP_SQRT = 5
+} anychip_unary_op;
+
+typedef enum anychip_reduce_op {
+    ANYCHIP_REDUCE_SUM = 0, ANYCHIP_REDUCE_MEAN = 1, ANYCHIP_REDUCE_MAX = 2
+} anychip_reduce_op;
+
+typedef struct anychip_kernels {
+    uint32_t version;                     /* ANYCHIP_KERNELS_VERSION the plugin was built with */
+    /* per entry: bit (1 << anychip_dtype) set for each dtype it takes (unary: both dtypes) */
+    uint32_t binary_dtypes, unary_dtypes, reduce_dtypes, gemm_dtypes, fill_dtypes;
+    /* out = a <op> b over shape (out: dtype, or ANYCHIP_BOOL for EQ..GE) */
+    anychip_status (*binary)(int device, anychip_stream stream, anychip_binary_op op,
+                             anychip_dtype dtype, int ndim, const int64_t *shape, void *out,
+                             const void *a, const int64_t *a_strides, const void *b,
+                             const int64_t *b_strides);
+    /* out = op(x) over shape; COPY casts in_dtype to out_dtype */
+    anychip_status (*unary)(int device, anychip_stream stream, anychip_unary_op op,
+                            anychip_dtype out_dtype, anychip_dtype in_dtype, int ndim,
+                            const int64_t *shape, void *out, const void *x,
+                            const int64_t *x_strides);
+    /* out[o, i] = op over r of x[o, r, i], x contiguous [outer, n, inner] */
+    anychip_status (*reduce)(int device, anychip_stream stream, anychip_reduce_op op,
+                             anychip_dtype out_dtype, anychip_dtype in_dtype, int64_t outer,
+                             int64_t n, int64_t inner, void *out, const void *x);
+    /* out[m, n] = a[m, k] @ b[k, n] */
+    anychip_status (*gemm)(int device, anychip_stream stream, anychip_dtype dtype, int64_t m,
+                           int64_t k, int64_t n, void *out, const void *a, int64_t a_stride0,
+                           int64_t a_stride1, const void *b, int64_t b_stride0,
+                           int64_t b_stride1);
+    /* out[0:n] = value */
+    anychip_status (*fill)(int device, anychip_stream stream, anychip_dtype dtype, int64_t n,
+                           void *out, double fvalue, int64_t ivalue, int from_float);
+} anychip_kernels;
 
 /* flags */
 #define ANYCHIP_PLUGIN_SIMULATED (1u << 0)  /* a stand-in on the host, not real hardware:
@@ -216,8 +296,11 @@ typedef struct anychip_plugin {
     anychip_status (*group_start)(void);
     anychip_status (*group_end)(void);
 
+    /* ---- kernels (optional, minor 1, see the top of this file) ------------------------ */
+    const anychip_kernels *kernels;
+
     /* ---- growth ------------------------------------------------------------------- */
-    void *reserved[ANYCHIP_PLUGIN_RESERVED];
+    void *reserved[ANYCHIP_PLUGIN_RESERVED - 1];
 } anychip_plugin;
 
 /* whether `field` lies inside the struct anychip passed (a newer plugin on an older core) */
