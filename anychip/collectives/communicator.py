@@ -283,15 +283,17 @@ class Communicator:
     def _prepare_group(self, specs: list[OpSpec], stream: Stream) -> tuple[list[OpSpec], Any]:
         """The transport's prepared form of a group, reused when the same ops on the same
         buffers and stream come again (a send / recv ring issued every step)."""
-        key = (id(stream), *((sp.signature(), id(sp.send), id(sp.recv)) for sp in specs))
+        key = (id(stream), *((sp.signature(), _ident(sp.send), _ident(sp.recv)) for sp in specs))
         hit = self._group_prepared.get(key)
         if hit is not None and hit[0]() is stream and len(hit[1]) == len(specs) and all(
-                rs() is sp.send and rr() is sp.recv for (rs, rr), sp in zip(hit[1], specs, strict=True)):
+                rs() is _owner(sp.send) and rr() is _owner(sp.recv)
+                for (rs, rr), sp in zip(hit[1], specs, strict=True)):
             return specs, hit[2]
         specs, native = self._transport.prepare(specs)
         if len(self._group_prepared) >= 64:
             self._group_prepared.clear()
-        self._group_prepared[key] = (weakref.ref(stream), [(_ref(sp.send), _ref(sp.recv)) for sp in specs], native)
+        self._group_prepared[key] = (weakref.ref(stream), [(_ref(_owner(sp.send)), _ref(_owner(sp.recv)))
+                                                           for sp in specs], native)
         return specs, native
 
     # -- sub-groups -------------------------------------------------------------
@@ -369,16 +371,27 @@ class Communicator:
         stream = self._stream(kind, stream)
         g = getattr(self._tls, "group", None)
         # a call repeated with the same buffers, stream and arguments reuses its checked,
-        # prepared form (the buffers are only checked not to have been freed since)
+        # prepared form (the buffers are only checked not to have been freed since); a view
+        # (made afresh at each call, as a framework's tensor inside its storage is) is known by
+        # the buffer it views and its range
         full = (kind, id(send), id(recv), count, dtype, op, root, id(stream))
         key: tuple | None = full
         cache = self._prepared if g is None else self._group_checked
+        own_send, own_recv = send, recv
         try:
             hit = cache.get(full)
         except TypeError:                 # an unhashable argument: the checks below say what is wrong
             hit, key = None, None
-        hit = hit if hit is not None and hit[0]() is send and hit[1]() is recv and hit[2]() is stream and \
-            (send is None or not send.freed) and (recv is None or not recv.freed) else None
+        if hit is not None and not (hit[0]() is send and hit[1]() is recv and hit[2]() is stream):
+            hit = None
+        if hit is None and key is not None and (_viewed(send) is not None or _viewed(recv) is not None):
+            own_send, own_recv = _owner(send), _owner(recv)
+            key = (kind, _ident(send), _ident(recv), count, dtype, op, root, id(stream))
+            hit = cache.get(key)
+            if hit is not None and not (hit[0]() is own_send and hit[1]() is own_recv and hit[2]() is stream):
+                hit = None
+        if hit is not None and ((send is not None and send.freed) or (recv is not None and recv.freed)):
+            hit = None
         if g is not None:
             if hit is not None:
                 k, c, d, o, r = hit[3]
@@ -388,7 +401,7 @@ class Communicator:
                 if key is not None:
                     if len(cache) >= 64:
                         cache.clear()
-                    cache[key] = (_ref(send), _ref(recv), weakref.ref(stream), spec.signature())
+                    cache[key] = (_ref(own_send), _ref(own_recv), weakref.ref(stream), spec.signature())
             return self._group_add(g, kind, spec, stream)
         if hit is not None:
             k, c, d, o, r, native = hit[3]
@@ -408,7 +421,7 @@ class Communicator:
         # the cache holds the buffers weakly: their memory is released as usual when dropped;
         # and the spec list last submitted weakly, reused while the stream still holds it
         fields = (spec.kind, spec.count, spec.dtype, spec.op, spec.root, native)
-        self._prepared[key] = (_ref(send), _ref(recv), weakref.ref(stream), fields, [weakref.ref(specs)])
+        self._prepared[key] = (_ref(own_send), _ref(own_recv), weakref.ref(stream), fields, [weakref.ref(specs)])
         return self._transport.submit_prepared((specs, native), stream)
 
     def _group_add(self, g: _Group, kind: str, spec: OpSpec, stream: Stream) -> Work:
@@ -540,6 +553,25 @@ class _Specs(list):
 
 def _ref(obj: Any) -> Any:
     return _none if obj is None else weakref.ref(obj)
+
+
+def _viewed(buf: Any) -> Buffer | None:
+    """The buffer that ``buf`` views, or None (not a view, not a Buffer)."""
+    return buf._root if isinstance(buf, Buffer) else None
+
+
+def _owner(buf: Any) -> Any:
+    """The object whose identity the prepared-op caches check for ``buf``: the buffer a view
+    views (held weakly there, so a dropped or freed one misses), else ``buf`` itself."""
+    root = _viewed(buf)
+    return buf if root is None else root
+
+
+def _ident(buf: Any) -> Any:
+    """``buf``'s part of a prepared-op cache key: its id, or for a view the id of the buffer
+    it views and the view's range (the memory it names, whichever view object names it)."""
+    root = _viewed(buf)
+    return id(buf) if root is None else (id(root), buf._offset, buf.nbytes)
 
 
 def _op_name(kind: str, op: Any) -> str:

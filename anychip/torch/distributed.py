@@ -37,7 +37,7 @@ from ..collectives import Communicator, World
 from ..collectives.transports.choose import choose
 from ..runtime.env import launcher_int
 from ..runtime.errors import AnychipError, CollectiveTimeout
-from . import NAME, _storage_buffer, anychip_device, anychip_stream, device_count
+from . import _C, NAME, _state, anychip_device, anychip_stream, device_count
 
 __all__ = ["BACKEND", "ProcessGroupAnychip", "WorkAnychip"]
 
@@ -56,6 +56,9 @@ def _op_code(op: Any) -> int:
     return int(getattr(op, "op", op).value)
 
 
+_SUM = dist.ReduceOp.SUM
+#: the dtypes an all_reduce takes as they are (bool's reductions are remapped: the general path)
+_DIRECT = {k: v for k, v in _DTYPES.items() if k is not torch.bool}
 #: the native reductions by c10d's RedOpType code
 _NATIVE: dict[int, str] = {_op_code(k): v for k, v in _REDUCE.items()}
 #: bitwise reductions: anychip's collectives have none; they run as an all_gather and a local reduction
@@ -70,6 +73,12 @@ def _local_rank() -> int:
     return 0
 
 
+_work_init = dist.Work.__init__
+#: guards the lazy making of a Work's lock (one lock per Work, made by its first wait: the
+#: user's wait and the futures' thread may settle the same Work at once)
+_LOCK_MAKING = threading.Lock()
+
+
 class WorkAnychip(dist.Work):
     """The Work of one c10d op: anychip Works, then an event after the op's trailing copies.
 
@@ -78,17 +87,25 @@ class WorkAnychip(dist.Work):
     group when the op is still running then (the op stays pending: a later ``wait`` may
     still see it complete) or when it failed."""
 
+    # (class-level defaults: an op's Work sets only what differs, since one is made per call)
+    _after: Callable[[], None] | None = None
+    _event: torch.Event | None = None
+    _exc: BaseException | None = None
+    _done = False
+    _lock: threading.Lock | None = None       # made by the first wait (see _settle_lock)
+
     def __init__(self, pg: ProcessGroupAnychip, what: str, works: Sequence[Any], result: Any,
                  after: Callable[[], None] | None = None, trailing: bool = False) -> None:
-        super().__init__()
-        self._pg, self._what, self._works, self._result, self._after = pg, what, works, result, after
-        self._event: torch.Event | None = None
+        _work_init(self)
+        self._pg = pg
+        self._what = what
+        self._works = works
+        self._result = result
+        if after is not None:
+            self._after = after
         if trailing:        # device work enqueued after the collectives (copies out): an event after it
-            self._event = torch.Event(device=pg.device)
-            self._event.record(torch.accelerator.current_stream(pg.device.index))
-        self._exc: BaseException | None = None
-        self._done = False
-        self._lock = threading.Lock()
+            self._event = event = torch.Event(device=pg.device)
+            event.record(torch.accelerator.current_stream(pg.device.index))
 
     def _error(self, exc: BaseException | str) -> dist.DistBackendError:
         err = dist.DistBackendError(f"anychip c10d {self._what} (rank {self._pg.rank()} of {self._pg.size()}, "
@@ -102,7 +119,13 @@ class WorkAnychip(dist.Work):
         it; False when the deadline passed first."""
         if self._done:
             return True
-        if not self._lock.acquire(timeout=-1 if deadline is None else max(deadline - time.monotonic(), 0)):
+        lock = self._lock
+        if lock is None:
+            with _LOCK_MAKING:
+                lock = self._lock
+                if lock is None:
+                    lock = self._lock = threading.Lock()
+        if not lock.acquire(timeout=-1 if deadline is None else max(deadline - time.monotonic(), 0)):
             return False
         try:
             if self._done:
@@ -128,7 +151,7 @@ class WorkAnychip(dist.Work):
             self._done = True
             return True
         finally:
-            self._lock.release()
+            lock.release()
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         deadline = None
@@ -206,6 +229,8 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         index = _local_rank() % count
         torch.accelerator.set_device_index(index)
         self.device = torch.device(NAME, index)
+        self._index = index
+        self._streams = _state.streams[index]     # the device's anychip Streams by torch stream id
         self._adev = anychip_device(index)
         key = "anychip_c10d_job"
         if rank == 0:
@@ -277,10 +302,15 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         if not t.is_contiguous():
             raise ValueError(f"anychip c10d {what}: tensors must be contiguous (got shape {tuple(t.shape)}, "
                              f"strides {t.stride()}); call .contiguous()")
-        # the storage's own Buffer, the same object at every call, so that the communicator
-        # reuses the checked, prepared form of a repeated op (counts are passed explicitly); a
-        # view only for a tensor that starts inside its storage
-        buf, offset = _storage_buffer(t)
+        return self._device_buf(t)
+
+    @staticmethod
+    def _device_buf(t: torch.Tensor) -> Any:
+        """The Buffer of a contiguous tensor of this rank's device: its storage's own Buffer (the
+        same object at every call: the communicator reuses the checked, prepared form of a
+        repeated op; counts are passed explicitly), or for a tensor that starts inside its
+        storage a view of it (which the communicator's cache knows by its storage and range)."""
+        buf, offset = _C.buffer_of(t)
         return buf if offset == 0 else buf.view(offset, t.numel() * t.element_size())
 
     def _stage(self, tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], Callable[[], None] | None]:
@@ -334,20 +364,26 @@ class ProcessGroupAnychip(dist.ProcessGroup):
                                      op=self._redop(op, t, "all_reduce"), stream=stream)]
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> WorkAnychip:
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        op = opts.reduceOp if opts is not None else _SUM
+        if type(tensors) is list and len(tensors) == 1:
+            # the common case (DDP's buckets, a training loop's all_reduce): one contiguous tensor
+            # of this rank's device and a reduction the collectives have, issued straight to the
+            # communicator (the general path's staging and closures cost more than the op's
+            # issue on a small tensor); anything else takes the general path below
+            t = tensors[0]
+            red = "sum" if op == _SUM else _NATIVE.get(_op_code(op))
+            dtype = _DIRECT.get(t.dtype)
+            if red is not None and dtype is not None and t.get_device() == self._index and t.is_contiguous():
+                count = t.numel()
+                if count:
+                    try:
+                        w = self.comm.all_reduce(self._device_buf(t), None, count, dtype, red,
+                                                 self._streams[_C.current_stream_id(self._index)])
+                    except (AnychipError, RuntimeError) as exc:
+                        raise dist.DistBackendError(f"anychip c10d all_reduce (rank {self.rank()} of {self.size()}, "
+                                                    f"group {self._name}): {exc}") from exc
+                    return WorkAnychip(self, "all_reduce", [w], tensors)
         tensors = _as_list(tensors)
-        red = _NATIVE.get(_op_code(op)) if len(tensors) == 1 else None
-        t = tensors[0] if red is not None else None
-        if t is not None and red is not None and not t.is_cpu and t.dtype is not torch.bool and t.numel():
-            # the common case (DDP's buckets, a training loop's all_reduce): one device tensor and
-            # a reduction the collectives have, issued without the general path's staging
-            buf, dtype = self._buf(t, "all_reduce"), self._dtype(t, "all_reduce")
-            try:
-                w = self.comm.all_reduce(buf, count=t.numel(), dtype=dtype, op=red, stream=anychip_stream())
-            except (AnychipError, RuntimeError) as exc:
-                raise dist.DistBackendError(f"anychip c10d all_reduce (rank {self.rank()} of {self.size()}, group "
-                                            f"{self._name}): {exc}") from exc
-            return WorkAnychip(self, "all_reduce", [w], tensors)
 
         def issue(ts: list[torch.Tensor], stream: Any) -> list:
             works: list = []

@@ -184,6 +184,53 @@ def test_repeated_ops_take_the_prepared_path_and_reuse_their_events(backend, mon
 
 
 @pytest.mark.parametrize("backend", SIM_PARAMS)
+def test_fresh_views_of_one_range_reuse_the_prepared_op(backend, monkeypatch):
+    # a framework's tensor that starts inside its storage comes as a new view at every call:
+    # the cache knows it by the viewed buffer and the range, and still misses once that buffer
+    # is freed or dropped (its id and memory then serve another buffer)
+    comm = _single(f"{backend}:0", monkeypatch)
+    dev, t = comm.device, comm.transport
+    checks, prepares = [], []
+    check, prepare = comm._check, t.prepare
+    monkeypatch.setattr(comm, "_check", lambda *a: checks.append(a[0]) or check(*a))
+    monkeypatch.setattr(t, "prepare", lambda specs: prepares.append(len(specs)) or prepare(specs))
+    try:
+        base = dev.alloc(4 * 256).copy_from(np.arange(256, dtype=np.float32))
+        out = dev.alloc(4 * 256).memset(0)
+        for _ in range(50):
+            comm.all_reduce(base.view(4 * 16, 4 * 64), out.view(4 * 32, 4 * 64)).wait()
+        assert (checks, prepares) == (["all_reduce"], [1])
+        got = out.to_numpy(np.float32)
+        assert np.array_equal(got[32:96], np.arange(16, 80, dtype=np.float32))
+        assert not got[:32].any() and not got[96:].any()
+        for _ in range(20):                          # in place, another range: one more entry
+            comm.all_reduce(out.view(0, 4 * 8)).wait()
+        assert (checks, prepares) == (["all_reduce"] * 2, [1, 1])
+        for _ in range(10):                          # a group's sends and receives on fresh views
+            with comm.group():
+                a = comm.send(base.view(0, 4 * 8), 0, count=8)
+                b = comm.recv(out.view(4 * 200, 4 * 8), 0, count=8)
+            a.wait()
+            b.wait()
+        assert checks.count("send") == checks.count("recv") == 1
+        assert prepares == [1, 1, 2]
+        assert np.array_equal(out.to_numpy(np.float32)[200:208], np.arange(8, dtype=np.float32))
+        # freed under a view kept from before: refused, not served from the cache
+        kept = base.view(4 * 16, 4 * 64)
+        base.free()
+        with pytest.raises(InvalidArgumentError, match="send was freed"):
+            comm.all_reduce(kept, out.view(4 * 32, 4 * 64))
+        # dropped, and a new buffer in its place: checked and prepared anew, the new values
+        del base, kept
+        base = dev.alloc(4 * 256).copy_from(np.full(256, 7, dtype=np.float32))
+        comm.all_reduce(base.view(4 * 16, 4 * 64), out.view(4 * 32, 4 * 64)).wait()
+        assert checks.count("all_reduce") == 4 and prepares == [1, 1, 2, 1]
+        assert np.array_equal(out.to_numpy(np.float32)[32:96], np.full(64, 7, dtype=np.float32))
+    finally:
+        comm.destroy()
+
+
+@pytest.mark.parametrize("backend", SIM_PARAMS)
 def test_library_result_codes_for_bad_arguments(backend, monkeypatch):
     comm = _single(f"{backend}:0", monkeypatch)
     t = comm.transport

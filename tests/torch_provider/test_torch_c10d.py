@@ -75,6 +75,21 @@ def test_ddp_losses_equal_one_devices(n):
     assert f"losses equal one device's (4 steps, {n} ranks on ascend)" in done.stdout
 
 
+def test_views_inside_a_storage_reuse_the_prepared_op_and_keep_no_freed_memory():
+    # tests/torch_provider/views.py: a tensor that starts inside its storage, all_reduced 25
+    # times, is checked and prepared once; a freed, a reused and a resized storage are each
+    # prepared anew, with their own values, and the device memory returns to where it was
+    done = _launch(2, str(HERE / "views.py"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.findall(r"CHECK \S+ FAIL.*", done.stdout) == []
+    for r in range(2):
+        for what in ("values", "prepared_once", "async_entries", "freed_released", "reused_storage",
+                     "reused_prepared_again", "resized_values", "resized_prepared_again", "resized_old_released",
+                     "all_released"):
+            assert f"[{r}] CHECK view.{what} ok" in done.stdout, (r, what)
+        assert f"[{r}] DONE {r} failures=0" in done.stdout
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
