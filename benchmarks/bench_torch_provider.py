@@ -12,7 +12,11 @@ allreduce  float32 all_reduce on 2 ranks, in place: torch.distributed on the ``a
            nccl-tests' factor 2(n-1)/n (= 1 for 2 ranks). In each of --repeat jobs both run
            --rounds times, interleaved (the best of each counts); a plain anychip job (no
            torch) runs beside; --before FILE also runs another build's process group (its
-           anychip/torch/distributed.py) in the same jobs, for before / after figures.
+           anychip/torch/distributed.py) in the same jobs, for before / after figures. The
+           "cpu" columns are the issuing thread's CPU time per op (time.thread_time, best
+           round, the slower rank): on a machine whose cores are all busy (each rank's
+           stream workers spin for their next op) that, not the wall time, is what the
+           process group adds, and it is far steadier than the wall time under load.
 """
 from __future__ import annotations
 
@@ -100,6 +104,7 @@ for size in json.loads(sys.argv[1]):
 
     fns = [c10d, api] + [lambda g=g: c10d(g) for g in groups[1:]]
     best = [float("inf")] * len(fns)
+    cpu = [float("inf")] * len(fns)    # the issuing thread's CPU time per op (the slower rank's)
     for k in range(rounds):            # interleaved, in turn first: all see the same machine
         for i in range(k % len(fns), k % len(fns) + len(fns)):
             i %= len(fns)
@@ -107,11 +112,13 @@ for size in json.loads(sys.argv[1]):
             fn()
             anychip.torch.synchronize()
             comm.barrier().wait()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             fn()
             anychip.torch.synchronize()
-            best[i] = min(best[i], max(comm.exchange((time.perf_counter() - t0) / iters)))
-    out[size] = best
+            wall, used = zip(*comm.exchange(((time.perf_counter() - t0) / iters, (time.thread_time() - c0) / iters)))
+            best[i] = min(best[i], max(wall))
+            cpu[i] = min(cpu[i], max(used))
+    out[size] = {"wall": best, "cpu": cpu}
 if r == 0:
     print("RESULT " + json.dumps(out), flush=True)
 comm.destroy()
@@ -130,32 +137,33 @@ for size in json.loads(sys.argv[1]):
     count = size // 4
     buf = dev.alloc(size).copy_from(np.full(count, comm.rank + 1, np.float32))
     iters = max(20, min(200, (1 << 28) // size))
-    best = float("inf")
+    best = cpu = float("inf")
     for _ in range(rounds):
         for _ in range(iters):
             comm.all_reduce(buf, count=count)
         stream.synchronize()
         comm.barrier().wait()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(iters):
             last = comm.all_reduce(buf, count=count)
         last.wait()
         stream.synchronize()
-        best = min(best, max(comm.exchange((time.perf_counter() - t0) / iters)))
-    out[size] = [best]
+        wall, used = zip(*comm.exchange(((time.perf_counter() - t0) / iters, (time.thread_time() - c0) / iters)))
+        best, cpu = min(best, max(wall)), min(cpu, max(used))
+    out[size] = {"wall": [best], "cpu": [cpu]}
 if comm.rank == 0:
     print("RESULT " + json.dumps(out), flush=True)
 comm.destroy()
 """
 
 
-def _job(script: Path, sizes: str, rounds: int, *extra: str) -> dict[int, list[float]]:
+def _job(script: Path, sizes: str, rounds: int, *extra: str) -> dict[int, dict[str, list[float]]]:
     env = {**os.environ, "ANYCHIP_COLLECTIVE_TRANSPORT": "native", "ANYCHIP_TORCH": "ascend"}
     done = subprocess.run(python_command(["-m", "anychip", "launch", "-n", "2", "--device", "ascend", str(script),
                                           sizes, str(rounds), *extra]), env=env, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{script.name} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    return _result(done.stdout)  # type: ignore[return-value]  # (lists of seconds here)
+    return _result(done.stdout)  # type: ignore[return-value]  # (seconds per op here)
 
 
 def part_allreduce(repeat: int, rounds: int, before: str | None) -> None:
@@ -163,7 +171,8 @@ def part_allreduce(repeat: int, rounds: int, before: str | None) -> None:
     distributed.py of another build) that build's process group runs in the same job too."""
     sizes = json.dumps(SIZES)
     extra: list[str] = []
-    runs: list[tuple[dict[int, list[float]], dict[int, list[float]]]] = []
+    runs: list[tuple[dict[int, dict[str, list[float]]], dict[int, dict[str, list[float]]]]] = []
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         tscript, ascript = Path(tmp) / "torch_ar.py", Path(tmp) / "anychip_ar.py"
         tscript.write_text(TORCH_AR)
@@ -177,29 +186,34 @@ def part_allreduce(repeat: int, rounds: int, before: str | None) -> None:
             runs.append((_job(tscript, sizes, rounds, *extra), _job(ascript, sizes, rounds)))
     print(f"\nallreduce: float32, in place, 2 ranks on the simulated Ascend (HCCL); busbw GB/s. c10d and anychip's API "
           f"in the same job, {rounds} rounds interleaved, best of each; a plain anychip job (no torch) after it; "
-          f"{repeat} jobs: the best, and the range of the jobs' ratios")
+          f"{repeat} jobs: the best, and the range of the jobs' ratios; cpu: the issuing thread's CPU time per op "
+          f"(best round). Load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     print(f"{'size':>9}{'c10d us':>10}{'busbw':>7}{'api us':>10}{'busbw':>7}{'ratio':>7}{'range':>12}"
-          f"{'plain us':>10}{'ratio':>7}{'range':>12}")
+          f"{'plain us':>10}{'ratio':>7}{'range':>12}{'c10d cpu':>10}{'api cpu':>9}")
+
+    def best(j: int, s: int, i: int, what: str = "wall") -> float:
+        return min(r[j][s][what][i] for r in runs)
+
     for s in SIZES:
-        t = min(j[0][s][0] for j in runs)
-        a = min(j[0][s][1] for j in runs)
-        p = min(j[1][s][0] for j in runs)
-        same = [j[0][s][1] / j[0][s][0] for j in runs]
-        plain = [j[1][s][0] / j[0][s][0] for j in runs]
+        t, a, p = best(0, s, 0), best(0, s, 1), best(1, s, 0)
+        same = [r[0][s]["wall"][1] / r[0][s]["wall"][0] for r in runs]
+        plain = [r[1][s]["wall"][0] / r[0][s]["wall"][0] for r in runs]
         print(f"{s:>9}{t * 1e6:>10.1f}{s / t / 1e9:>7.2f}{a * 1e6:>10.1f}{s / a / 1e9:>7.2f}{a / t:>7.2f}"
               f"{f'{min(same):.2f}-{max(same):.2f}':>12}{p * 1e6:>10.1f}{p / t:>7.2f}"
-              f"{f'{min(plain):.2f}-{max(plain):.2f}':>12}")
+              f"{f'{min(plain):.2f}-{max(plain):.2f}':>12}{best(0, s, 0, 'cpu') * 1e6:>10.1f}"
+              f"{best(0, s, 1, 'cpu') * 1e6:>9.1f}")
     if before is not None:
         print(f"\nthe same jobs, the process group of {before} (before) against this one, busbw ratio to the API "
               "in the same job")
-        print(f"{'size':>9}{'before us':>11}{'ratio':>7}{'range':>12}{'now us':>10}{'ratio':>7}{'range':>12}")
+        print(f"{'size':>9}{'before us':>11}{'ratio':>7}{'range':>12}{'cpu':>7}{'now us':>10}{'ratio':>7}"
+              f"{'range':>12}{'cpu':>7}")
         for s in SIZES:
-            b, t = min(j[0][s][2] for j in runs), min(j[0][s][0] for j in runs)
-            a = min(j[0][s][1] for j in runs)
-            rb = [j[0][s][1] / j[0][s][2] for j in runs]
-            rt = [j[0][s][1] / j[0][s][0] for j in runs]
-            print(f"{s:>9}{b * 1e6:>11.1f}{a / b:>7.2f}{f'{min(rb):.2f}-{max(rb):.2f}':>12}{t * 1e6:>10.1f}"
-                  f"{a / t:>7.2f}{f'{min(rt):.2f}-{max(rt):.2f}':>12}")
+            b, t, a = best(0, s, 2), best(0, s, 0), best(0, s, 1)
+            rb = [r[0][s]["wall"][1] / r[0][s]["wall"][2] for r in runs]
+            rt = [r[0][s]["wall"][1] / r[0][s]["wall"][0] for r in runs]
+            print(f"{s:>9}{b * 1e6:>11.1f}{a / b:>7.2f}{f'{min(rb):.2f}-{max(rb):.2f}':>12}"
+                  f"{best(0, s, 2, 'cpu') * 1e6:>7.1f}{t * 1e6:>10.1f}{a / t:>7.2f}"
+                  f"{f'{min(rt):.2f}-{max(rt):.2f}':>12}{best(0, s, 0, 'cpu') * 1e6:>7.1f}")
 
 
 def main() -> int:

@@ -5,10 +5,10 @@
 
 A Python process group (a ``torch.distributed.ProcessGroup`` subclass, the way c10d takes
 third-party backends written in Python): each group is one anychip ``Communicator`` on the
-process's ``anychip`` device, and every op is enqueued on the current torch stream, which is
-an anychip Stream, so it runs with the chip's own library (HCCL / BKCL / RCCL on the
-simulated chips, a C plugin's collectives) or anychip's engine, asynchronously and in order
-with the stream's other work. ``Work.wait()`` blocks until the op is done and raises its
+process's ``anychip`` device, and every op is enqueued on that device's current torch
+stream, which is an anychip Stream, so it runs with the chip's own library (HCCL / BKCL /
+RCCL on the simulated chips, a C plugin's collectives) or anychip's engine, asynchronously
+and in order with the stream's other work. ``Work.wait()`` blocks until the op is done and raises its
 error (``torch.distributed.DistBackendError`` with anychip's message, which names the rank);
 ``is_completed()``, ``exception()`` and ``get_future()`` report the real state.
 
@@ -37,7 +37,7 @@ from ..collectives import Communicator, World
 from ..collectives.transports.choose import choose
 from ..runtime.env import launcher_int
 from ..runtime.errors import AnychipError, CollectiveTimeout
-from . import _C, NAME, _state, anychip_device, anychip_stream, device_count
+from . import _C, NAME, _state, anychip_device, device_count
 
 __all__ = ["BACKEND", "ProcessGroupAnychip", "WorkAnychip"]
 
@@ -334,7 +334,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
     def _run(self, what: str, tensors: Sequence[torch.Tensor], issue: Callable[[list[torch.Tensor], Any], list],
              result: Any) -> WorkAnychip:
         staged, back = self._stage(tensors)
-        stream = anychip_stream()
+        stream = self._streams[_C.current_stream_id(self._index)]
         self._trail = False
         try:
             works = issue(staged, stream)
