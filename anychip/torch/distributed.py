@@ -74,6 +74,7 @@ def _local_rank() -> int:
 
 
 _work_init = dist.Work.__init__
+_buffer_of, _current_stream_id = _C.buffer_of, _C.current_stream_id
 #: guards the lazy making of a Work's lock (one lock per Work, made by its first wait: the
 #: user's wait and the futures' thread may settle the same Work at once)
 _LOCK_MAKING = threading.Lock()
@@ -310,7 +311,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         same object at every call: the communicator reuses the checked, prepared form of a
         repeated op; counts are passed explicitly), or for a tensor that starts inside its
         storage a view of it (which the communicator's cache knows by its storage and range)."""
-        buf, offset = _C.buffer_of(t)
+        buf, offset = _buffer_of(t)
         return buf if offset == 0 else buf.view(offset, t.numel() * t.element_size())
 
     def _stage(self, tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], Callable[[], None] | None]:
@@ -334,7 +335,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
     def _run(self, what: str, tensors: Sequence[torch.Tensor], issue: Callable[[list[torch.Tensor], Any], list],
              result: Any) -> WorkAnychip:
         staged, back = self._stage(tensors)
-        stream = self._streams[_C.current_stream_id(self._index)]
+        stream = self._streams[_current_stream_id(self._index)]
         self._trail = False
         try:
             works = issue(staged, stream)
@@ -377,8 +378,11 @@ class ProcessGroupAnychip(dist.ProcessGroup):
                 count = t.numel()
                 if count:
                     try:
-                        w = self.comm.all_reduce(self._device_buf(t), None, count, dtype, red,
-                                                 self._streams[_C.current_stream_id(self._index)])
+                        buf, offset = _buffer_of(t)        # as _device_buf, inline
+                        if offset:
+                            buf = buf.view(offset, count * t.element_size())
+                        w = self.comm.all_reduce(buf, None, count, dtype, red,
+                                                 self._streams[_current_stream_id(self._index)])
                     except (AnychipError, RuntimeError) as exc:
                         raise dist.DistBackendError(f"anychip c10d all_reduce (rank {self.rank()} of {self.size()}, "
                                                     f"group {self._name}): {exc}") from exc
