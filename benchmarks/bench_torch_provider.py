@@ -12,17 +12,20 @@ allreduce  float32 all_reduce on 2 ranks, in place: torch.distributed on the ``a
            nccl-tests' factor 2(n-1)/n (= 1 for 2 ranks). In each of --repeat jobs both run
            --rounds times, interleaved (the best of each counts); a plain anychip job (no
            torch) runs beside; --before FILE also runs another build's process group (its
-           anychip/torch/distributed.py) in the same jobs, for before / after figures. The
-           "cpu" columns are the issuing thread's CPU time per op (time.thread_time, best
-           round, the slower rank): on a machine whose cores are all busy (each rank's
-           stream workers spin for their next op) that, not the wall time, is what the
-           process group adds, and it is far steadier than the wall time under load.
+           anychip/torch/distributed.py) in the same jobs, for before / after figures.
+           "paired": the median, over every round of every job, of the ratio of the API's
+           time to the process group's in the same round (a drift of the load between
+           rounds cancels out). "cpu": the issuing thread's CPU time per op
+           (time.thread_time, best round, the slower rank); where every core is busy (each
+           rank's stream workers spin for their next op) that is what the process group
+           adds to the op, and it is far steadier under load than the wall time.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -105,7 +108,9 @@ for size in json.loads(sys.argv[1]):
     fns = [c10d, api] + [lambda g=g: c10d(g) for g in groups[1:]]
     best = [float("inf")] * len(fns)
     cpu = [float("inf")] * len(fns)    # the issuing thread's CPU time per op (the slower rank's)
+    seen = []                          # each round's times, for the paired ratios
     for k in range(rounds):            # interleaved, in turn first: all see the same machine
+        seen.append([0.0] * len(fns))
         for i in range(k % len(fns), k % len(fns) + len(fns)):
             i %= len(fns)
             fn = fns[i]
@@ -118,7 +123,8 @@ for size in json.loads(sys.argv[1]):
             wall, used = zip(*comm.exchange(((time.perf_counter() - t0) / iters, (time.thread_time() - c0) / iters)))
             best[i] = min(best[i], max(wall))
             cpu[i] = min(cpu[i], max(used))
-    out[size] = {"wall": best, "cpu": cpu}
+            seen[-1][i] = max(wall)
+    out[size] = {"wall": best, "cpu": cpu, "rounds": seen}
 if r == 0:
     print("RESULT " + json.dumps(out), flush=True)
 comm.destroy()
@@ -186,13 +192,18 @@ def part_allreduce(repeat: int, rounds: int, before: str | None) -> None:
             runs.append((_job(tscript, sizes, rounds, *extra), _job(ascript, sizes, rounds)))
     print(f"\nallreduce: float32, in place, 2 ranks on the simulated Ascend (HCCL); busbw GB/s. c10d and anychip's API "
           f"in the same job, {rounds} rounds interleaved, best of each; a plain anychip job (no torch) after it; "
-          f"{repeat} jobs: the best, and the range of the jobs' ratios; cpu: the issuing thread's CPU time per op "
-          f"(best round). Load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+          f"{repeat} jobs: the best, and the range of the jobs' ratios; paired: the median over all rounds of the "
+          f"ratio of the two in the same round; cpu: the issuing thread's CPU time per op (best round). Load "
+          f"average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     print(f"{'size':>9}{'c10d us':>10}{'busbw':>7}{'api us':>10}{'busbw':>7}{'ratio':>7}{'range':>12}"
-          f"{'plain us':>10}{'ratio':>7}{'range':>12}{'c10d cpu':>10}{'api cpu':>9}")
+          f"{'plain us':>10}{'ratio':>7}{'range':>12}{'paired':>8}{'c10d cpu':>10}{'api cpu':>9}")
 
     def best(j: int, s: int, i: int, what: str = "wall") -> float:
         return min(r[j][s][what][i] for r in runs)
+
+    def paired(s: int, i: int) -> float:
+        """The median over every job's rounds of API time / method i's time in the same round."""
+        return statistics.median(rnd[1] / rnd[i] for r in runs for rnd in r[0][s]["rounds"])
 
     for s in SIZES:
         t, a, p = best(0, s, 0), best(0, s, 1), best(1, s, 0)
@@ -200,20 +211,20 @@ def part_allreduce(repeat: int, rounds: int, before: str | None) -> None:
         plain = [r[1][s]["wall"][0] / r[0][s]["wall"][0] for r in runs]
         print(f"{s:>9}{t * 1e6:>10.1f}{s / t / 1e9:>7.2f}{a * 1e6:>10.1f}{s / a / 1e9:>7.2f}{a / t:>7.2f}"
               f"{f'{min(same):.2f}-{max(same):.2f}':>12}{p * 1e6:>10.1f}{p / t:>7.2f}"
-              f"{f'{min(plain):.2f}-{max(plain):.2f}':>12}{best(0, s, 0, 'cpu') * 1e6:>10.1f}"
+              f"{f'{min(plain):.2f}-{max(plain):.2f}':>12}{paired(s, 0):>8.2f}{best(0, s, 0, 'cpu') * 1e6:>10.1f}"
               f"{best(0, s, 1, 'cpu') * 1e6:>9.1f}")
     if before is not None:
         print(f"\nthe same jobs, the process group of {before} (before) against this one, busbw ratio to the API "
               "in the same job")
-        print(f"{'size':>9}{'before us':>11}{'ratio':>7}{'range':>12}{'cpu':>7}{'now us':>10}{'ratio':>7}"
-              f"{'range':>12}{'cpu':>7}")
+        print(f"{'size':>9}{'before us':>11}{'ratio':>7}{'range':>12}{'paired':>8}{'cpu':>7}{'now us':>10}"
+              f"{'ratio':>7}{'range':>12}{'paired':>8}{'cpu':>7}")
         for s in SIZES:
             b, t, a = best(0, s, 2), best(0, s, 0), best(0, s, 1)
             rb = [r[0][s]["wall"][1] / r[0][s]["wall"][2] for r in runs]
             rt = [r[0][s]["wall"][1] / r[0][s]["wall"][0] for r in runs]
-            print(f"{s:>9}{b * 1e6:>11.1f}{a / b:>7.2f}{f'{min(rb):.2f}-{max(rb):.2f}':>12}"
+            print(f"{s:>9}{b * 1e6:>11.1f}{a / b:>7.2f}{f'{min(rb):.2f}-{max(rb):.2f}':>12}{paired(s, 2):>8.2f}"
                   f"{best(0, s, 2, 'cpu') * 1e6:>7.1f}{t * 1e6:>10.1f}{a / t:>7.2f}"
-                  f"{f'{min(rt):.2f}-{max(rt):.2f}':>12}{best(0, s, 0, 'cpu') * 1e6:>7.1f}")
+                  f"{f'{min(rt):.2f}-{max(rt):.2f}':>12}{paired(s, 0):>8.2f}{best(0, s, 0, 'cpu') * 1e6:>7.1f}")
 
 
 def main() -> int:
