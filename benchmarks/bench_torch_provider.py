@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from anychip._spawn import python_command
 
@@ -163,7 +164,7 @@ comm.destroy()
 """
 
 
-def _job(script: Path, sizes: str, rounds: int, *extra: str) -> dict[int, dict[str, list[float]]]:
+def _job(script: Path, sizes: str, rounds: int, *extra: str) -> dict[int, dict[str, Any]]:
     env = {**os.environ, "ANYCHIP_COLLECTIVE_TRANSPORT": "native", "ANYCHIP_TORCH": "ascend"}
     done = subprocess.run(python_command(["-m", "anychip", "launch", "-n", "2", "--device", "ascend", str(script),
                                           sizes, str(rounds), *extra]), env=env, capture_output=True, text=True)
@@ -177,7 +178,7 @@ def part_allreduce(repeat: int, rounds: int, before: str | None) -> None:
     distributed.py of another build) that build's process group runs in the same job too."""
     sizes = json.dumps(SIZES)
     extra: list[str] = []
-    runs: list[tuple[dict[int, dict[str, list[float]]], dict[int, dict[str, list[float]]]]] = []
+    runs: list[tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]] = []
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         tscript, ascript = Path(tmp) / "torch_ar.py", Path(tmp) / "anychip_ar.py"
