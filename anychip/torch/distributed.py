@@ -8,9 +8,10 @@ third-party backends written in Python): each group is one anychip ``Communicato
 process's ``anychip`` device, and every op is enqueued on that device's current torch
 stream, which is an anychip Stream, so it runs with the chip's own library (HCCL / BKCL /
 RCCL on the simulated chips, a C plugin's collectives) or anychip's engine, asynchronously
-and in order with the stream's other work. ``Work.wait()`` blocks until the op is done and raises its
-error (``torch.distributed.DistBackendError`` with anychip's message, which names the rank);
-``is_completed()``, ``exception()`` and ``get_future()`` report the real state.
+and in order with the stream's other work. ``Work.wait()`` blocks until the op is done and
+raises its error (``torch.distributed.DistBackendError`` with anychip's message, which
+names the rank); ``is_completed()``, ``exception()`` and ``get_future()`` report the real
+state.
 
 The device of rank r is ``anychip:<local rank>`` (anychip launch's ``ANYCHIP_LOCAL_RANK`` or
 torchrun's ``LOCAL_RANK``, modulo the device count); the group's ``timeout`` is anychip's
@@ -37,7 +38,7 @@ from ..collectives import Communicator, World
 from ..collectives.transports.choose import choose
 from ..runtime.env import launcher_int
 from ..runtime.errors import AnychipError, CollectiveTimeout
-from . import _C, NAME, _state, anychip_device, device_count
+from . import _C, NAME, _state, _storage_buffer, anychip_device, device_count
 
 __all__ = ["BACKEND", "ProcessGroupAnychip", "WorkAnychip"]
 
@@ -93,7 +94,7 @@ class WorkAnychip(dist.Work):
     _event: torch.Event | None = None
     _exc: BaseException | None = None
     _done = False
-    _lock: threading.Lock | None = None       # made by the first wait (see _settle_lock)
+    _lock: threading.Lock | None = None       # made by the first wait (_finish)
 
     def __init__(self, pg: ProcessGroupAnychip, what: str, works: Sequence[Any], result: Any,
                  after: Callable[[], None] | None = None, trailing: bool = False) -> None:
@@ -311,7 +312,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         same object at every call: the communicator reuses the checked, prepared form of a
         repeated op; counts are passed explicitly), or for a tensor that starts inside its
         storage a view of it (which the communicator's cache knows by its storage and range)."""
-        buf, offset = _buffer_of(t)
+        buf, offset = _storage_buffer(t)
         return buf if offset == 0 else buf.view(offset, t.numel() * t.element_size())
 
     def _stage(self, tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], Callable[[], None] | None]:
