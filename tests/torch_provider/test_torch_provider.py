@@ -293,6 +293,30 @@ def _delta(at, before: dict) -> dict:
     return {k: v - before[k] for k, v in _by_entry(at).items() if v != before[k]}
 
 
+def test_comparisons_maximum_minimum_and_neg_run_the_kernel_table_exactly(at):
+    d = torch.device("anychip:0")
+    g = torch.Generator().manual_seed(2)
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8,
+                  torch.bool):
+        a = (torch.randn(4, 1, 6, generator=g) * 3).round().to(dtype)
+        b = (torch.randn(5, 6, generator=g) * 3).round().to(dtype)          # broadcast to (4, 5, 6)
+        if dtype.is_floating_point:
+            a[0, 0, :3] = torch.tensor([float("nan"), float("inf"), -0.0])
+            b[1, :3] = torch.tensor([1.0, float("nan"), 0.0])
+        for f in (torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge, torch.maximum, torch.minimum):
+            before = _by_entry(at)
+            got = f(a.to(d), b.to(d))
+            assert _delta(at, before) == {"binary": 1}, (dtype, f)
+            want = f(a, b)
+            assert got.dtype == want.dtype and got.shape == want.shape, (dtype, f)
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
+        if dtype is not torch.bool:
+            before = _by_entry(at)
+            got = torch.neg(a.to(d))
+            assert _delta(at, before) == {"unary": 1}, dtype
+            torch.testing.assert_close(got.cpu(), torch.neg(a), rtol=0, atol=0, equal_nan=True)
+
+
 def test_relu_fill_and_integer_sums_run_the_kernel_table_exactly(at):
     """relu, fill_ and sums of integers run on the chip's kernel table (one launch each, the
     CPU's values bit for bit); float sums and mm stay on the CPU's kernels by default."""

@@ -848,8 +848,9 @@ at::Tensor device_binary(anychip_binary_op op, const at::Tensor &a, const at::Te
     c10::DimVector shape = at::infer_size_dimvector(a.sizes(), b.sizes());
     if (shape.size() > kMaxDims)
         return {};
+    bool compare = op >= ANYCHIP_OP_EQ && op <= ANYCHIP_OP_GE;         // (these write bool)
     c10::DeviceGuard guard(a.device());
-    at::Tensor out = at::empty(shape, a.options());
+    at::Tensor out = at::empty(shape, a.options().dtype(compare ? at::kBool : st));
     if (out.numel() == 0)
         return out;
     at::Tensor ea = a.expand(shape), eb = b.expand(shape);
@@ -901,23 +902,45 @@ at::Tensor mul_tensor(const at::Tensor &self, const at::Tensor &other)
     return at::native::call_fallback_fn<&cpu_fallback, at::_ops::mul_Tensor>::call(self, other);
 }
 
-at::Tensor relu(const at::Tensor &self)
+// comparisons (into bool), maximum and minimum (NaN propagates, as the CPU's)
+template <anychip_binary_op Op, typename Fallback>
+at::Tensor binary_op(const at::Tensor &self, const at::Tensor &other)
+{
+    at::Tensor out = device_binary(Op, self, other);
+    if (out.defined())
+        return out;
+    return at::native::call_fallback_fn<&cpu_fallback, Fallback>::call(self, other);
+}
+
+// op(x) by the table's unary entry, of a contiguous tensor of a dtype it takes (not bool: relu
+// and neg take none); else an undefined tensor
+at::Tensor device_unary(anychip_unary_op op, const at::Tensor &self)
 {
     int dt = kernel_dtype(self.scalar_type());
-    if (takes(K_UNARY, dt) && dt != ANYCHIP_BOOL && plain(self) && self.is_contiguous() && self.dim() <= kMaxDims) {
-        c10::DeviceGuard guard(self.device());
-        at::Tensor out = at::empty(self.sizes(), self.options());
-        if (out.numel() == 0)
-            return out;
-        int device = dev_index(self);
-        int nd = static_cast<int>(self.dim());
-        auto t = static_cast<anychip_dtype>(dt);
-        launched(K_UNARY, g_kernels->unary(device, kernel_stream(device), ANYCHIP_OP_RELU, t, t, nd,
-                                           nd ? self.sizes().data() : &kOne, out.data_ptr(), self.data_ptr(),
-                                           nd ? self.strides().data() : &kOne), device);
+    if (!takes(K_UNARY, dt) || dt == ANYCHIP_BOOL || !plain(self) || !self.is_contiguous() || self.dim() > kMaxDims)
+        return {};
+    c10::DeviceGuard guard(self.device());
+    at::Tensor out = at::empty(self.sizes(), self.options());
+    if (out.numel() == 0)
         return out;
-    }
-    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::relu>::call(self);
+    int device = dev_index(self);
+    int nd = static_cast<int>(self.dim());
+    auto t = static_cast<anychip_dtype>(dt);
+    launched(K_UNARY, g_kernels->unary(device, kernel_stream(device), op, t, t, nd, nd ? self.sizes().data() : &kOne,
+                                       out.data_ptr(), self.data_ptr(), nd ? self.strides().data() : &kOne), device);
+    return out;
+}
+
+at::Tensor relu(const at::Tensor &self)
+{
+    at::Tensor out = device_unary(ANYCHIP_OP_RELU, self);
+    return out.defined() ? out : at::native::call_fallback_fn<&cpu_fallback, at::_ops::relu>::call(self);
+}
+
+at::Tensor neg(const at::Tensor &self)
+{
+    at::Tensor out = device_unary(ANYCHIP_OP_NEG, self);
+    return out.defined() ? out : at::native::call_fallback_fn<&cpu_fallback, at::_ops::neg>::call(self);
 }
 
 // a[m, k] @ b[k, n] of one float dtype (ANYCHIP_TORCH_KERNELS=all): the table's gemm takes
@@ -1327,7 +1350,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
     m.impl("sub.Tensor", sub_tensor);
     m.impl("mul.Tensor", mul_tensor);
     m.impl("div.Tensor", div_tensor);
+    m.impl("eq.Tensor", binary_op<ANYCHIP_OP_EQ, at::_ops::eq_Tensor>);
+    m.impl("ne.Tensor", binary_op<ANYCHIP_OP_NE, at::_ops::ne_Tensor>);
+    m.impl("lt.Tensor", binary_op<ANYCHIP_OP_LT, at::_ops::lt_Tensor>);
+    m.impl("le.Tensor", binary_op<ANYCHIP_OP_LE, at::_ops::le_Tensor>);
+    m.impl("gt.Tensor", binary_op<ANYCHIP_OP_GT, at::_ops::gt_Tensor>);
+    m.impl("ge.Tensor", binary_op<ANYCHIP_OP_GE, at::_ops::ge_Tensor>);
+    m.impl("maximum", binary_op<ANYCHIP_OP_MAX, at::_ops::maximum>);
+    m.impl("minimum", binary_op<ANYCHIP_OP_MIN, at::_ops::minimum>);
     m.impl("relu", relu);
+    m.impl("neg", neg);
     m.impl("mm", mm);
     m.impl("sum", sum_all);
     m.impl("sum.dim_IntList", sum_dim);
