@@ -1675,7 +1675,7 @@ static const char *table_problem(void)
         snprintf(why, sizeof why, "the plugin is built against anychip/plugin.h %u.%u, which has no kernel table "
                  "(minor 1 adds it)", P.major, P.minor);
     else if (!P.kernels)
-        snprintf(why, sizeof why, "the plugin fills no kernel table (anychip/plugin.h `kernels`)");
+        snprintf(why, sizeof why, "the plugin fills no kernel table, plugin.h's `kernels`");
     else if (P.kernels->version < 1 || P.kernels->version > ANYCHIP_KERNELS_VERSION)
         snprintf(why, sizeof why, "the plugin's kernel table is version %u; this bridge knows version 1 to %d",
                  P.kernels->version, ANYCHIP_KERNELS_VERSION);

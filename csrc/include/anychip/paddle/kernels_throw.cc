@@ -1,13 +1,14 @@
-// The one C++ piece of the simulated chips' Paddle kernels (kernels_sim.c): a kernel that
-// cannot run raises, as Paddle's own kernels do, and Paddle turns the exception into the
-// op's Python error. The C callers are compiled with -fexceptions, so it unwinds through them.
+// The one C++ piece of the bridge's Paddle kernels (kernels.c): a kernel that cannot run
+// raises, as Paddle's own kernels do, and Paddle turns the exception into the op's Python
+// error. The C callers are compiled with -fexceptions, so it unwinds through them. Compiled
+// with a C++ compiler and linked into the bridge (setup.py; `anychip plugin paddle`).
 #include <stdexcept>
 
 extern "C" void anychip_paddle_raise(const char *msg) __attribute__((noreturn));
 
 extern "C" void anychip_paddle_raise(const char *msg) { throw std::runtime_error(msg); }
 
-// A Scalar or IntArray attribute of a kernel context (kernels_sim.c, ctx_scalar / ctx_axes): the
+// A Scalar or IntArray attribute of a kernel context (kernels.c, ctx_scalar / ctx_axes): the
 // C API's getter (`attr_at`: PD_KernelContextScalarAttrAt / IntArrayAttrAt), or, where Paddle's
 // executor computed the value in the program, a phi::TensorRef, which the C API cannot read:
 // phi::KernelContext::AttrAt<phi::TensorRef> (`tensor_ref_at`, exported by libphi_core.so; a const
