@@ -44,7 +44,7 @@ def _build(project: Path, variant: str, out: Path) -> Path:
            f"-I{project / 'include'}", f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"',
            f'-DNAME="{VARIANTS[variant]}"', f"-DVARIANT_{flag}", "-o", str(lib),
            str(HERE.parent / "c" / "plugin_variants.c"),
-           "-lpthread"]
+           "-lpthread", "-lm"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return lib
 
