@@ -273,7 +273,7 @@ def main_info(out: Any = sys.stdout) -> None:
     print(f"  bridge        {st['bridge'] or '(not built)'}", file=out)
     print(f"  found         {'yes' if st['found'] else 'no'}: {st['status']}", file=out)
     by_table: dict[str, list[str]] = {}
-    for t, table in st["kernels"].items():         # the device types with the same kernels (or the same reason for none)
+    for t, table in st["kernels"].items():         # types with the same kernels (or the same reason for none)
         key = json.dumps([table, "" if table else st["kernel_notes"].get(t, "")], sort_keys=True)
         by_table.setdefault(key, []).append(t)
     for key, same in by_table.items():
