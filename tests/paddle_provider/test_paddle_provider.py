@@ -453,6 +453,23 @@ def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
         "relu_grad_float32": {"relu": 1, "sum": 1, "relu_grad": 1}}
 
 
+@pytest.mark.parametrize("variant, old, new, note", [
+    pytest.param("tablev2", "    .version = ANYCHIP_KERNELS_VERSION,", "    .version = 2,",
+                 "the plugin's kernel table is version 2, which this bridge (kernel table version 1) does not know",
+                 id="version2"),
+    pytest.param("newbits", "    .fill_dtypes = ALL_DTYPES,", "    .fill_dtypes = ALL_DTYPES | BIT(12),",
+                 "the plugin's kernel table sets dtype mask bits 0x1000 beyond bool, which anychip/plugin.h 1.1 "
+                 "does not define", id="mask-bits"),
+])
+def test_a_kernel_table_the_bridge_does_not_know_is_not_used(variant: str, old: str, new: str, note: str,
+                                                             tmp_path: Path) -> None:
+    """A table of a later version, or with dtype bits plugin.h does not define: no kernels, and why."""
+    where, out = _scaffold(tmp_path, variant, (("kernels.c", old, new),))
+    lib = where / f"libanychip_{variant}.so"
+    assert paddle_provider.kernel_table(lib) == {} and paddle_provider.kernel_note(lib) == note
+    assert f"kernels: none ({note}); every op takes Paddle's CPU fallback" in out
+
+
 def test_a_bridge_built_without_a_cxx_compiler_has_no_kernels(tmp_path: Path, scaffolded: Path) -> None:
     """`anychip plugin paddle` where no C++ compiler is found (a PATH with only cc and the binutils)
     builds the bridge without its kernel layer, says so, and Paddle runs it through the fallback."""

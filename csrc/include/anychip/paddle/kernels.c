@@ -1665,7 +1665,8 @@ static int allowed(const kernel_def *d, C_DataType t)
 }
 
 /* Why the plugin's table gives no kernels ("" when it is usable); K is set when it is. The table
- * is read only from a plugin of minor >= 1, and only of a version this file knows. */
+ * is read only from a plugin of minor >= 1, only of a version this file knows, and only with mask
+ * bits of plugin.h's dtypes (as anychip's own loader reads it). */
 static const char *table_problem(void)
 {
     static char why[256];
@@ -1677,10 +1678,19 @@ static const char *table_problem(void)
     else if (!P.kernels)
         snprintf(why, sizeof why, "the plugin fills no kernel table, plugin.h's `kernels`");
     else if (P.kernels->version < 1 || P.kernels->version > ANYCHIP_KERNELS_VERSION)
-        snprintf(why, sizeof why, "the plugin's kernel table is version %u; this bridge knows version 1 to %d",
-                 P.kernels->version, ANYCHIP_KERNELS_VERSION);
+        snprintf(why, sizeof why, "the plugin's kernel table is version %u, which this bridge (kernel table "
+                 "version %d) does not know", P.kernels->version, ANYCHIP_KERNELS_VERSION);
     else {
-        K = P.kernels;
+        const anychip_kernels *k = P.kernels;
+        uint32_t known = (1u << (ANYCHIP_BOOL + 1)) - 1,
+                 all = k->binary_dtypes | k->unary_dtypes | k->reduce_dtypes | k->gemm_dtypes | k->fill_dtypes;
+        if (all & ~known) {               /* dtypes of a newer header: the table is not this file's */
+            snprintf(why, sizeof why, "the plugin's kernel table sets dtype mask bits %#x beyond bool, which "
+                     "anychip/plugin.h %d.%d does not define", all & ~known, ANYCHIP_PLUGIN_API_MAJOR,
+                     ANYCHIP_PLUGIN_API_MINOR);
+            return why;
+        }
+        K = k;
         return "";
     }
     return why;
