@@ -6,8 +6,11 @@ backend (``ANYCHIP_DEVICES`` narrows it, e.g. ``ANYCHIP_DEVICES=opencl:0 ci/test
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,6 +65,46 @@ def leaked_segments(before: set[str]) -> set[str]:
 @pytest.fixture(params=DEVICE_NAMES)
 def device(request: pytest.FixtureRequest) -> anychip.Device:
     return anychip.device(request.param)
+
+
+#: the backend name of the scaffolded C plugin (`anychip plugin new`, unchanged) some tests load
+SCAFFOLD = "tkern"
+
+
+def build_scaffold(directory: Path, name: str = SCAFFOLD) -> Path:
+    """Render `anychip plugin new NAME` (C) in ``directory`` and compile it as its Makefile does
+    (skips the test without a C compiler): the library's path."""
+    from anychip.scaffold import new_plugin
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) to build the scaffolded plugin")
+    project = new_plugin(name, "c", directory)
+    lib = project / f"lib{name}.so"
+    subprocess.run([cc, "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-fPIC",
+                    f"-I{project / 'include'}", "-shared", "-o", str(lib), str(project / "src" / f"{name}.c"),
+                    "-lpthread", "-lm"], check=True, capture_output=True, text=True)
+    return lib
+
+
+@pytest.fixture(scope="session")
+def scaffold_plugin(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The scaffolded C plugin, loaded once (its CPlugin instance; not registered)."""
+    from anychip.devices import cplugin
+
+    _, loader = cplugin.probe(str(build_scaffold(tmp_path_factory.mktemp("scaffold"))))
+    return loader()
+
+
+@pytest.fixture
+def scaffold_device(scaffold_plugin: Any):
+    """Device 0 of the scaffolded C plugin, registered for the test (backend SCAFFOLD)."""
+    anychip.runtime.registry.register_plugin(scaffold_plugin, source="the scaffolded C plugin (tests)")
+    try:
+        yield anychip.device(f"{SCAFFOLD}:0")
+    finally:
+        anychip.device(f"{SCAFFOLD}:0").synchronize()
+        anychip.runtime.registry.unregister_plugin(SCAFFOLD)
 
 
 @pytest.fixture

@@ -56,6 +56,15 @@ static uint16_t float_to_bfloat(float f) {
     return (uint16_t)((x + 0x7fff + (x >> 16 & 1)) >> 16);
 }
 
+/* d as a float "rounded to odd" (an inexact result gets an odd last bit): rounding that to
+ * float16 or bfloat16 rounds d only once, as a direct conversion would */
+static float float_odd(double d) {
+    float f = (float)d;
+    uint32_t u = float_bits(f);
+    if ((double)f != d && !(u & 1) && !isnan(d) && !isinf(f)) u += fabs((double)f) < fabs(d) ? 1 : (uint32_t)-1;
+    return bits_float(u);
+}
+
 /* ---- one element ------------------------------------------------------------------------- */
 typedef struct {
     int is_float;               /* which of the two holds the value */
@@ -89,8 +98,8 @@ static void store(char *p, anychip_dtype t, value v) {
         float f = v.is_float ? (float)v.f : (float)v.i;     /* rounded once from either class */
         uint16_t h;
         switch (t) {
-        case ANYCHIP_FLOAT16: h = float_to_f16(f); memcpy(p, &h, 2); break;
-        case ANYCHIP_BFLOAT16: h = float_to_bfloat(f); memcpy(p, &h, 2); break;
+        case ANYCHIP_FLOAT16: h = float_to_f16(float_odd(d)); memcpy(p, &h, 2); break;
+        case ANYCHIP_BFLOAT16: h = float_to_bfloat(float_odd(d)); memcpy(p, &h, 2); break;
         case ANYCHIP_FLOAT32: memcpy(p, &f, 4); break;
         default: memcpy(p, &d, 8); break;
         }
@@ -256,7 +265,7 @@ static anychip_status check_dtype(const char *what, anychip_dtype t, uint32_t ma
     return S_OK;
 }
 
-/* [p + lo * item, p + (hi + 1) * item) -- what `shape` with `strides` reads -- lies in one allocation */
+/* [p + lo * item, p + (hi + 1) * item), what `shape` with `strides` covers, lies in one allocation */
 static anychip_status check_operand(int d, const char *what, const void *p, int64_t item, int ndim,
                                     const int64_t *shape, const int64_t *strides) {
     int64_t lo = 0, hi = 0;
@@ -266,8 +275,8 @@ static anychip_status check_operand(int d, const char *what, const void *p, int6
         if (reach < 0) lo += reach; else hi += reach;
     }
     if (!valid_range(get_device(d), (const char *)p + lo * item, (size_t)((hi - lo + 1) * item)))
-        return fail(S_BAD_POINTER, "%s: %p reads elements [%lld, %lld], not memory of device %d", what, p,
-                    (long long)lo, (long long)hi, d);
+        return fail(S_BAD_POINTER, "%s: elements [%lld, %lld] from %p are not memory of device %d", what,
+                    (long long)lo, (long long)hi, p, d);
     return S_OK;
 }
 
