@@ -165,17 +165,18 @@ def status(environ: Any = None) -> dict[str, Any]:
                f"keeps it in {bridge_dir()}: set CUSTOM_DEVICE_ROOT={bridge_dir()}")
     kernels = kernel_table(bridge) if bridge else {}
     plugins = _plugin_bridges(where)
+    plugin_kernels = {t: kernel_table(lib) for t, lib in plugins.items()}
     return {"paddle": version, "bridge": str(bridge) if bridge else None, "paddle_dir": str(where) if where else None,
             "found": found and version is not None, "status": why,
             "device_type": device_type(chip) if chip else None, "chip": chip,
             "device_types": {b: device_type(b) for b in SIMULATED},
             # per device type: the ops with a device kernel; every other op takes Paddle's CPU fallback
             "kernels": {**{device_type(b): kernels for b in SIMULATED},
-                        **{t: kernel_table(lib) for t, lib in plugins.items()}},
+                        **plugin_kernels},
             # per device type without kernels: why
             "kernel_notes": {**({device_type(b): kernel_note(bridge) for b in SIMULATED} if bridge and not kernels
                                 else {}),
-                             **{t: kernel_note(lib) for t, lib in plugins.items() if not kernel_table(lib)}}}
+                             **{t: kernel_note(lib) for t, lib in plugins.items() if not plugin_kernels[t]}}}
 
 
 def _cxx_compiler(cxx: str | None) -> str | None:
