@@ -2,7 +2,7 @@
 bridge Paddle loads for it), with Paddle's CPU fallback on: the ops and dtypes its masks allow run
 on the device's kernels (the bridge's counters move), the others through the fallback (they do
 not), and both give NumPy's exact values; a cast to a dtype the plugin's unary kernel does not take
-converts on the host. Prints one JSON line: {"checks": {name: true | "what differed"},
+converts on the host, and a sum to a dtype its reduce kernel does not take is refused, saying so. Prints one JSON line: {"checks": {name: true | "what differed"},
 "calls": {case: {kernel: calls}}}; tests/paddle_provider/test_paddle_provider.py runs it."""
 import ctypes
 import json
@@ -50,6 +50,13 @@ def main() -> None:
         calls[name] = {k: after[k] - before[k] for k in KERNELS if after[k] != before[k]}
         ok = got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
         checks[name] = True if ok else f"got {got.dtype} {got.tolist()} want {want.dtype} {want.tolist()}"
+    try:                                  # an output dtype the plugin's reduce does not take: refused, saying so
+        got = paddle.sum(t(x), dtype="float64").numpy()
+        checks["sum_to_float64"] = f"no error: {got.dtype} {got.tolist()}"
+    except RuntimeError as exc:           # Paddle's error for a kernel that raised
+        want = ("sum kernel of anychip_narrow: the plugin's reduce kernel does not take float64 (its kernel "
+                "table's dtype mask)")
+        checks["sum_to_float64"] = True if want in str(exc) else str(exc)[-600:]
     print("RESULT " + json.dumps({"checks": checks, "calls": calls}), flush=True)
 
 

@@ -306,6 +306,21 @@ def test_kernels_can_be_left_unregistered() -> None:
     assert r.returncode == 0 and "[2.0, 2.0] ['anychip_ascend']" in r.stdout, r.stderr[-2000:]
 
 
+def test_a_kernel_that_cannot_run_is_a_python_error() -> None:
+    """A device kernel that refuses (AdamW's amsgrad) raises Paddle's own exception type, which Paddle
+    turns into the op's RuntimeError with the kernel's message; the process goes on."""
+    code = ("import numpy as np, paddle\npaddle.set_device('anychip_ascend:0')\n"
+            "p = paddle.to_tensor(np.ones(4, 'float32'), stop_gradient=False)\n"
+            "opt = paddle.optimizer.AdamW(parameters=[p], amsgrad=True)\n(p * 2).sum().backward()\n"
+            "try:\n    opt.step()\nexcept RuntimeError as exc:\n    print('RAISED', str(exc).splitlines()[0])\n"
+            "print('AFTER', (p + 1).numpy().tolist())\n")
+    r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert ("RAISED (PreconditionNotMet) adamw kernel of anychip_ascend: amsgrad=True is not implemented on this "
+            "device") in r.stdout
+    assert "AFTER [2.0, 2.0, 2.0, 2.0]" in r.stdout
+
+
 def test_phi_capi_mirror_matches_the_wheels_headers(tmp_path: Path) -> None:
     """anychip/paddle/phi_capi.h: every function has the type Paddle's headers declare, and the
     enum values are Paddle's."""
@@ -432,7 +447,8 @@ def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
     """A plugin whose kernel table takes float32 and int64 only, and no GEMM dtype: the bridge registers
     each kernel for the dtypes every primitive it uses takes (no matmul at all), exactly as Paddle then
     has them; with the fallback on, those run on the device and the rest through Paddle's CPU kernels,
-    all with NumPy's values (a cast to int32 or float16, outside the unary mask, converts on the host)."""
+    all with NumPy's values (a cast to int32 or float16, outside the unary mask, converts on the host; a
+    sum to float64, outside the reduce mask, is refused saying so)."""
     lib = narrow / "libanychip_narrow.so"
     table = paddle_provider.kernel_table(lib)
     assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_narrow", _env(narrow))
@@ -445,7 +461,7 @@ def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     report = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
     assert {k: v for k, v in report["checks"].items() if v is not True} == {}
-    assert len(report["checks"]) == 10
+    assert len(report["checks"]) == 11
     assert report["calls"] == {
         "add_float32": {"add": 1}, "add_int64": {"add": 1}, "add_float64": {}, "add_int32": {},
         "matmul_float32": {}, "cast_float32_to_int64": {"cast": 1}, "cast_float32_to_int32": {"cast": 1},
