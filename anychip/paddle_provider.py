@@ -143,8 +143,10 @@ def _plugin_bridges(where: Path | None) -> dict[str, str]:
             if not p.name.startswith(f"lib{PREFIX}sim")}
 
 
-def status(environ: Any = None) -> dict[str, Any]:
-    """What anychip provides to Paddle and whether Paddle finds it (for ``anychip info`` / ``devices``)."""
+def status(environ: Any = None, kernels: bool = True) -> dict[str, Any]:
+    """What anychip provides to Paddle and whether Paddle finds it (for ``anychip info`` / ``devices``).
+    With ``kernels``, also each device type's kernels, which loads every bridge in Paddle's
+    directory and its plugin (``anychip devices`` leaves them out)."""
     try:
         version: str | None = importlib.metadata.version("paddlepaddle")
     except importlib.metadata.PackageNotFoundError:
@@ -163,19 +165,19 @@ def status(environ: Any = None) -> dict[str, Any]:
     else:
         why = (f"Paddle reads {where} ({how}), which does not hold this anychip's bridge; an editable install "
                f"keeps it in {bridge_dir()}: set CUSTOM_DEVICE_ROOT={bridge_dir()}")
-    kernels = kernel_table(bridge) if bridge else {}
-    plugins = _plugin_bridges(where)
+    table = kernel_table(bridge) if bridge and kernels else {}
+    plugins = _plugin_bridges(where) if kernels else {}
     plugin_kernels = {t: kernel_table(lib) for t, lib in plugins.items()}
     return {"paddle": version, "bridge": str(bridge) if bridge else None, "paddle_dir": str(where) if where else None,
             "found": found and version is not None, "status": why,
             "device_type": device_type(chip) if chip else None, "chip": chip,
             "device_types": {b: device_type(b) for b in SIMULATED},
             # per device type: the ops with a device kernel; every other op takes Paddle's CPU fallback
-            "kernels": {**{device_type(b): kernels for b in SIMULATED},
+            "kernels": {**({device_type(b): table for b in SIMULATED} if kernels else {}),
                         **plugin_kernels},
             # per device type without kernels: why
-            "kernel_notes": {**({device_type(b): kernel_note(bridge) for b in SIMULATED} if bridge and not kernels
-                                else {}),
+            "kernel_notes": {**({device_type(b): kernel_note(bridge) for b in SIMULATED}
+                                if bridge and kernels and not table else {}),
                              **{t: kernel_note(lib) for t, lib in plugins.items() if not plugin_kernels[t]}}}
 
 
