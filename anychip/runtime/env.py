@@ -85,6 +85,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ANYCHIP_TORCH": ("(the launch device's backend, else the first built one)",
                       "the backend PyTorch's device 'anychip' is bound to (docs/torch.md)"),
     "ANYCHIP_TORCH_CACHE": ("~/.cache/anychip/torch", "where the PyTorch extension is compiled and kept"),
+    "ANYCHIP_TORCH_KERNELS": ("1", "ops of PyTorch's device on the chip's kernel table: 1 = those whose values are "
+                                   "the CPU's bit for bit, all = also mm and float sums (rounded differently), "
+                                   "0 = none (docs/torch.md)"),
     "ANYCHIP_STRESS_SECONDS": ("(short)", "tests: how long each stress test runs"),
     "ANYCHIP_LOG_LEVEL": ("WARNING", "level of the 'anychip' logger in the anychip command "
                                       "(DEBUG, INFO, WARNING, ERROR or CRITICAL)"),
@@ -254,6 +257,12 @@ def check_engine() -> None:
 def torch_backend() -> str:
     """``ANYCHIP_TORCH`` ("" when unset): the backend (or ``backend:index``) of PyTorch's device."""
     return _value("ANYCHIP_TORCH")
+
+
+def torch_kernels() -> int:
+    """``ANYCHIP_TORCH_KERNELS`` as the PyTorch extension takes it: 0 (none), 1 (the ops whose
+    values are the CPU's bit for bit; the default) or 2 (``all``); a bad value raises."""
+    return {"": 1, "0": 0, "1": 1, "all": 2}[_checked("ANYCHIP_TORCH_KERNELS")]
 
 
 def torch_cache() -> str:
@@ -435,6 +444,7 @@ _CHECKS: dict[str, Callable[[str], str | None]] = {
     "ANYCHIP_PADDLE": _paddle,
     "ANYCHIP_PADDLE_KERNELS": _choice("0", "1"),
     "ANYCHIP_PADDLE_PROFILE": _choice("0", "1"),
+    "ANYCHIP_TORCH_KERNELS": _choice("0", "1", "all"),
     "ANYCHIP_ALLOC_CONF": _alloc_conf,
     "ANYCHIP_LOG_LEVEL": _log_level,
 }

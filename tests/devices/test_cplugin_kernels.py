@@ -1,22 +1,26 @@
-"""The kernel table of C plugins (anychip/plugin.h minor 1) as the tensor layer's kernel set.
+"""The kernel table of C plugins (anychip/plugin.h minor 1): the tensor layer's kernel set, and
+`anychip plugin check`'s comparison of every entry and claimed dtype with NumPy.
 
 The plugins are the scaffolded device (`anychip plugin new`, whose src/kernels.c fills the
 table) and variants of it from tests/c/plugin_variants.c (a table of float32 only, none, an
-ABI 1.0 plugin, an unknown table version, a mask bit beyond bool).
+ABI 1.0 plugin, an unknown table version, a mask bit beyond bool, planted kernel defects).
 """
 from __future__ import annotations
 
 import logging
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import CHILD_SECONDS
 
 import anychip
+from anychip.conformance.kernel_table import check_kernel_table
 from anychip.devices import cplugin
 from anychip.devices._plugin_kernels import PluginKernels
 from anychip.runtime import kernels_of, registry
@@ -27,7 +31,8 @@ HERE = Path(__file__).parent
 CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc) to build the test plugins")
 VARIANTS = {"KERNELS_F32": "tkf32", "KERNELS_NONE": "tknone", "MINOR0": "tkminor0", "KERNELS_V2": "tkv2",
-            "KERNELS_BADMASK": "tkbadmask"}
+            "KERNELS_BADMASK": "tkbadmask", "KERNELS_MUTANT": "tkmutant"}
+ANYCHIP = [sys.executable, "-m", "anychip.cli"]
 
 
 def build_variant(project: Path, variant: str, name: str, out: Path) -> Path:
@@ -178,3 +183,67 @@ def test_a_table_anychip_cannot_read_is_refused_with_a_warning(load, variant: st
     assert [r.getMessage() for r in caplog.records] == [
         f"anychip: {plugin.path}: its kernel table is not used (every tensor op runs on the host): {problem}"]
     assert (anychip.tensor([1.0, 2.0], device=dev) * 2).tolist() == [2.0, 4.0]
+
+
+# -- anychip plugin check ---------------------------------------------------------------------
+
+def test_plugin_check_compares_every_entry_and_dtype_of_the_scaffold(scaffold_plugin: Any) -> None:
+    r = subprocess.run([*ANYCHIP, "plugin", "check", scaffold_plugin.path], capture_output=True, text=True,
+                       timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == ("kernels:     5 entries (binary, unary, reduce, gemm, fill), 249 dtype cases "
+                                         "checked (865 calls) against NumPy: all agree")
+
+
+@pytest.mark.parametrize("variant, line, rc", [
+    ("KERNELS_V2", "kernels:     refused, every tensor op runs on the host: tkv2: its kernel table has version 2; "
+                   "this anychip knows version 1", 1),
+    ("KERNELS_BADMASK", "kernels:     refused, every tensor op runs on the host: tkbadmask: the kernel table's "
+                        "binary_dtypes 0x3ff sets bits beyond ANYCHIP_BOOL", 1),
+    ("KERNELS_NONE", "kernels:     none (no kernel table (kernels is NULL)): every tensor op runs on the host", 0),
+    ("MINOR0", "kernels:     none (the plugin is of ABI 1.0): every tensor op runs on the host", 0),
+])
+def test_plugin_check_refuses_a_table_it_cannot_read(variant_libs: dict[str, Path], variant: str, line: str,
+                                                      rc: int) -> None:
+    r = subprocess.run([*ANYCHIP, "plugin", "check", str(variant_libs[variant])], capture_output=True, text=True,
+                       timeout=CHILD_SECONDS)
+    assert r.returncode == rc, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1].startswith(line)
+
+
+@pytest.mark.parametrize("defect, failure", [
+    ("sub_adds", "binary sub int8 [contiguous]: 14 of 15 elements wrong; first at (0, 0): expected 0, got -2"),
+    ("float16_as_bfloat16", "binary add float16 [contiguous]: 12 of 15 elements wrong; first at (0, 0): expected "
+                            "8.09375, got 6.859375"),
+    ("ignores_strides", "binary add int8 [negative stride]: 12 of 15 elements wrong; first at (0, 1): expected 0, "
+                        "got 55"),
+    ("mean_sums", "reduce mean int8 -> float64 [outer 3, n 4, inner 5]: 15 of 15 elements wrong; first at (0, 0): "
+                  "expected 0.25, got 1.0"),
+    ("fill_through_double", "fill int64 4611686018427387905: 7 of 7 elements wrong; first at (0,): expected "
+                            "4611686018427387905, got 4611686018427387904"),
+    ("none", None),
+])
+def test_the_check_names_each_planted_kernel_defect(load, monkeypatch: pytest.MonkeyPatch, defect: str,
+                                                    failure: str | None) -> None:
+    monkeypatch.setenv("KERNEL_DEFECT", defect)          # read by the variant's init
+    dev, plugin = load("KERNELS_MUTANT")
+    report = check_kernel_table(dev)
+    assert report.failure == failure
+    assert report.entries == ["binary", "unary", "reduce", "gemm", "fill"]
+
+
+def test_the_simulated_chips_faces_pass_the_check() -> None:
+    """The simulated chips' plugin.h faces fill the table from the simulator's kernels, an
+    implementation of its own: NumPy agrees with it too."""
+    for chip in ("ascend", "kunlun", "hygon"):
+        _, loader = cplugin.probe(anychip.device(f"{chip}:0").plugin.library_path)
+        face = loader()
+        face.name = f"{chip}_face"                      # (beside the built-in backend of the name)
+        registry.register_plugin(face, source="the simulator's plugin.h face (tests)")
+        try:
+            report = check_kernel_table(anychip.device(f"{chip}_face:0"))
+            assert report.failure is None
+            assert (report.cases, report.calls) == (246, 857)      # no bool sums: its reduce mask leaves bool out
+        finally:
+            anychip.device(f"{chip}_face:0").synchronize()
+            registry.unregister_plugin(f"{chip}_face")
