@@ -2,8 +2,9 @@
 bridge Paddle loads for it), with Paddle's CPU fallback on: the ops and dtypes its masks allow run
 on the device's kernels (the bridge's counters move), the others through the fallback (they do
 not), and both give NumPy's exact values; a cast to a dtype the plugin's unary kernel does not take
-converts on the host, and a sum to a dtype its reduce kernel does not take is refused, saying so. Prints one JSON line: {"checks": {name: true | "what differed"},
-"calls": {case: {kernel: calls}}}; tests/paddle_provider/test_paddle_provider.py runs it."""
+converts on the host, and a sum to a dtype its reduce kernel does not take is refused, saying so.
+Prints one JSON line: {"checks": {name: true | "what differed"}, "calls": {case: {kernel: calls}}};
+tests/paddle_provider/test_paddle_provider.py runs it."""
 import ctypes
 import json
 import sys
