@@ -1671,7 +1671,7 @@ static const char *table_problem(void)
 {
     static char why[256];
     if (!target_ready())
-        return "the plugin did not load (see the message above)";
+        return "the bridge loaded no plugin: ANYCHIP_PADDLE=none for the simulated chips' bridge, else see what it printed";
     if (P.minor < 1)
         snprintf(why, sizeof why, "the plugin is built against anychip/plugin.h %u.%u, which has no kernel table "
                  "(minor 1 adds it)", P.major, P.minor);
