@@ -248,8 +248,8 @@ static void un(const char *op, anychip_stream s, anychip_unary_op u, int out_dt,
     kcheck(op, "unary", K->unary(t_device, s, u, (anychip_dtype)out_dt, (anychip_dtype)in_dt, 1, &n, out, x, &one));
 }
 
-static void kreduce(const char *op, anychip_stream s, anychip_reduce_op r, int out_dt, int in_dt, int64_t outer, int64_t n,
-                    int64_t inner, void *out, const void *x)
+static void kreduce(const char *op, anychip_stream s, anychip_reduce_op r, int out_dt, int in_dt, int64_t outer,
+                    int64_t n, int64_t inner, void *out, const void *x)
 {
     takes(op, "reduce", MASK(reduce), out_dt);
     takes(op, "reduce", MASK(reduce), in_dt);
@@ -308,8 +308,8 @@ static void *constant(temps *T, anychip_stream s, C_DataType cdt, double v)
 /* out = x reduced (ANYCHIP_REDUCE_SUM / ANYCHIP_REDUCE_MEAN) over the dims flagged in `red`, x contiguous of `dim`;
  * out has the kept dims' elements, of out_dt. A mean over several runs of dimensions is a
  * sum divided by the count, as Paddle's CPU kernel computes it. */
-static void reduce_dims(temps *T, anychip_stream s, int op, int nd, const int64_t *dim, const int *red, const void *x, int in_dt,
-                        C_DataType out_cdt, void *out)
+static void reduce_dims(temps *T, anychip_stream s, int op, int nd, const int64_t *dim, const int *red, const void *x,
+                        int in_dt, C_DataType out_cdt, void *out)
 {
     int out_dt = to_dtype(out_cdt);
     int64_t size[MAXD];
@@ -359,8 +359,8 @@ static void reduce_dims(temps *T, anychip_stream s, int op, int nd, const int64_
         int last = done == nred - 1;
         int64_t kept_dims[1] = {outer * inner};
         void *dst = last && (op == ANYCHIP_REDUCE_SUM || one_step_mean) ? out : temp(T, 1, kept_dims, out_cdt);
-        kreduce(T->op, s, one_step_mean ? ANYCHIP_REDUCE_MEAN : ANYCHIP_REDUCE_SUM, out_dt, cur_dt, outer, size[r], inner,
-            dst, cur);
+        kreduce(T->op, s, one_step_mean ? ANYCHIP_REDUCE_MEAN : ANYCHIP_REDUCE_SUM, out_dt, cur_dt, outer, size[r],
+                inner, dst, cur);
         cur = dst;
         cur_dt = out_dt;
         /* drop the run; merge its neighbours when both are kept */
@@ -386,7 +386,8 @@ static void reduce_dims(temps *T, anychip_stream s, int op, int nd, const int64_
 }
 
 /* dx = dout summed over the dims x was broadcast along (dout's shape is the output's) */
-static void unbroadcast(temps *T, anychip_stream s, const tview *dout, const void *src, const tview *x, int axis, void *dx)
+static void unbroadcast(temps *T, anychip_stream s, const tview *dout, const void *src, const tview *x, int axis,
+                        void *dx)
 {
     int nd = dout->nd, red[MAXD];
     int64_t st[MAXD];
@@ -462,8 +463,8 @@ static void k_sub_grad(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tenso
 }
 
 /* t = dout <e> other (other broadcast to dout's shape), then summed to `to`'s shape into out */
-static void grad_term(temps *T, anychip_stream s, int e, const tview *g, const tview *other, const void *other_p, int axis,
-                      const tview *to, void *out)
+static void grad_term(temps *T, anychip_stream s, int e, const tview *g, const tview *other, const void *other_p,
+                      int axis, const tview *to, void *out)
 {
     int64_t gs[MAXD], os[MAXD];
     contiguous_strides(g->nd, g->dim, gs);
@@ -1671,7 +1672,8 @@ static const char *table_problem(void)
 {
     static char why[256];
     if (!target_ready())
-        return "the bridge loaded no plugin: ANYCHIP_PADDLE=none for the simulated chips' bridge, else see what it printed";
+        return "the bridge loaded no plugin: ANYCHIP_PADDLE=none for the simulated chips' bridge, else see what "
+               "it printed";
     if (P.minor < 1)
         snprintf(why, sizeof why, "the plugin is built against anychip/plugin.h %u.%u, which has no kernel table "
                  "(minor 1 adds it)", P.major, P.minor);
