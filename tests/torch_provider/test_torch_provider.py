@@ -460,6 +460,15 @@ def test_the_other_simulated_chips_serve_the_device(chip):
     assert done.stdout.split("\n")[-2] == f"{chip} {chip}:1 [0.0, 6.0, 2.0, 8.0, 4.0, 10.0]"
 
 
+def test_a_bad_kernel_setting_is_refused_naming_the_choices():
+    env = {**os.environ, "ANYCHIP_TORCH_KERNELS": "fast"}
+    done = subprocess.run(python_command(["-c", "import anychip.torch"]), capture_output=True, text=True, env=env,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 1
+    assert "anychip.runtime.errors.InvalidArgumentError: ANYCHIP_TORCH_KERNELS='fast' is invalid: want one of 0, 1, " \
+           "all" in done.stderr
+
+
 def test_an_unknown_backend_is_refused_naming_the_choices():
     env = {**os.environ, "ANYCHIP_TORCH": "nosuchchip"}
     done = subprocess.run(python_command(["-c", "import anychip.torch"]), capture_output=True, text=True, env=env,
