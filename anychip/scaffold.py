@@ -151,10 +151,11 @@ def _check_kernels(plugin: Any) -> bool:
 
 
 def _cmd_paddle(args: argparse.Namespace) -> int:
-    from .paddle_provider import build_bridge
+    from .paddle_provider import build_bridge, kernels_summary
     out = build_bridge(args.library, args.dest)
     print(f"{out}\nPaddle loads it when CUSTOM_DEVICE_ROOT names {out.parent} (or, unset, when that is "
           "<site-packages>/paddle_custom_device)")
+    print(kernels_summary(out))
     return 0
 
 

@@ -53,8 +53,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                        "directory is read too, see docs/paddle.md)"),
     "ANYCHIP_PADDLE": ("ascend", "the simulated chip Paddle sees as its device anychip_<chip>: ascend, kunlun, "
                                  "hygon or none (Paddle's launcher takes one device type; docs/paddle.md)"),
-    "ANYCHIP_PADDLE_KERNELS": ("1", "0 = the simulated chips' Paddle bridge registers none of its device kernels "
-                                    "(every op then takes Paddle's CPU fallback; docs/paddle.md)"),
+    "ANYCHIP_PADDLE_KERNELS": ("1", "0 = the Paddle bridges (the simulated chips' and C plugins') register none "
+                                    "of their device kernels (every op then takes Paddle's CPU fallback; "
+                                    "docs/paddle.md)"),
     "ANYCHIP_PADDLE_PROFILE": ("0", "1 = the Paddle bridge writes, at exit, the calls and host time of each of its "
                                     "entries and how many stream waits it elided (docs/paddle.md)"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"

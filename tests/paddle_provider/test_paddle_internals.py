@@ -1,5 +1,6 @@
-"""The one place the Paddle bridge's kernels depend on Paddle's internals, checked against the
-installed wheel's own headers and library.
+"""The two places the Paddle bridge's kernels depend on Paddle's internals, checked against the
+installed wheel's own headers and library: the TensorRef attributes (below) and the exception a
+kernel that cannot run raises (Paddle's own EnforceNotMet, kernels_throw.cc; at the end).
 
 Paddle's kernel C API cannot read an attribute the static executor computed in the program
 (a one-element tensor standing for a Scalar or an IntArray). The bridge reads it through
@@ -98,6 +99,61 @@ int main() {
     return 0;
 }
 """, "-o", "check")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = subprocess.run([str(tmp_path / "check")], capture_output=True, text=True, timeout=CHILD_SECONDS)
+    assert (run.returncode, run.stdout) == (0, "same\n")
+
+
+# ---- the exception a kernel that cannot run raises (anychip/paddle/kernels_throw.cc) ------------------
+
+ENFORCE_RE = re.compile(r'"(_Z[A-Za-z0-9_]*EnforceNotMet[A-Za-z0-9_]*)"')
+
+
+def _enforce_symbols() -> list[str]:
+    """The constructor, destructor and type_info names kernels_throw.cc looks up in libphi_core.so."""
+    text = (Path(anychip.get_include()) / "anychip" / "paddle" / "kernels_throw.cc").read_text()
+    names = ENFORCE_RE.findall(text)
+    assert len(names) == 3, f"want the constructor, destructor and type_info names, found {names}"
+    return names
+
+
+def test_the_bridge_builds_enforce_not_met_by_the_names_the_headers_give(tmp_path: Path) -> None:
+    # throwing one makes the compiler emit (weakly) the inline constructor, the destructor and the
+    # type_info under the names libphi_core.so exports them by
+    done = _compile(tmp_path, """
+#include "paddle/common/enforce.h"
+void raise_it(const common::ErrorSummary &s) { throw common::enforce::EnforceNotMet(s, "f", 1); }
+""", "-c", "-o", "check.o")
+    assert done.returncode == 0, done.stderr[-3000:]
+    nm = subprocess.run(["nm", str(tmp_path / "check.o")], capture_output=True, text=True, check=True).stdout
+    emitted = {line.split()[-1] for line in nm.splitlines()}
+    assert [name for name in _enforce_symbols() if name not in emitted] == []
+    libs = sorted(Path(paddle.__file__).parent.rglob("libphi_core.so"))
+    exported = subprocess.run(["nm", "-D", "--defined-only", str(libs[0])], capture_output=True, text=True,
+                              check=True).stdout
+    assert [n for n in _enforce_symbols() if not re.search(rf"\s[TWV]\s{re.escape(n)}$", exported, re.M)] == []
+
+
+def test_error_summary_and_enforce_not_met_have_the_layout_the_bridge_uses(tmp_path: Path) -> None:
+    """kernels_throw.cc lays out common::ErrorSummary as {int code; std::string msg;}, uses the code
+    PRECONDITION_NOT_MET = 6 and allocates 512 bytes for an EnforceNotMet."""
+    libs = Path(paddle.__file__).parent / "libs"          # Paddle's libcommon.so: the header's inline code calls it
+    done = _compile(tmp_path, """
+#include "paddle/common/enforce.h"
+#include <cstdio>
+#include <cstring>
+#include <string>
+struct error_summary { int code; std::string msg; };
+static_assert(sizeof(common::ErrorSummary) == sizeof(error_summary), "ErrorSummary's size differs");
+static_assert(common::ErrorCode::PRECONDITION_NOT_MET == 6, "PRECONDITION_NOT_MET is not 6");
+static_assert(sizeof(common::enforce::EnforceNotMet) <= 512, "EnforceNotMet is larger than 512 bytes");
+int main() {
+    common::ErrorSummary s(common::ErrorCode::PRECONDITION_NOT_MET, std::string("a message"));
+    const error_summary *mine = reinterpret_cast<const error_summary *>(&s);
+    std::printf("%s\\n", mine->code == 6 && mine->msg == "a message" ? "same" : "differs");
+    return 0;
+}
+""", "-o", "check", f"-L{libs}", "-lcommon", f"-Wl,-rpath,{libs}")
     assert done.returncode == 0, done.stderr[-3000:]
     run = subprocess.run([str(tmp_path / "check")], capture_output=True, text=True, timeout=CHILD_SECONDS)
     assert (run.returncode, run.stdout) == (0, "same\n")
