@@ -187,9 +187,46 @@ struct kernel_call {
     value fill;
 };
 
+/* float32 and float64 operands laid out contiguously (a broadcast scalar too) take a loop per op
+ * with direct loads, which the compiler vectorizes; the result is the general loop's: + - * / in
+ * the operands' own type round exactly as in double then rounded once. */
+static int contiguous(const struct kernel_call *c, const int64_t *strides) {
+    int64_t want = 1;
+    for (int d = c->ndim - 1; d >= 0; d--) {
+        if (c->shape[d] != 1 && strides[d] != want) return 0;
+        want *= c->shape[d];
+    }
+    return 1;
+}
+
+#define FAST_BINARY(T)                                                                           \
+    do {                                                                                         \
+        const T *x = (const T *)c->a, *y = (const T *)c->b;                                      \
+        T *o = (T *)c->out;                                                                      \
+        int64_t sy = scalar_b ? 0 : 1;                                                           \
+        switch (c->op) {                                                                         \
+        case ANYCHIP_OP_ADD: for (int64_t e = 0; e < count; e++) o[e] = x[e] + y[e * sy]; break; \
+        case ANYCHIP_OP_SUB: for (int64_t e = 0; e < count; e++) o[e] = x[e] - y[e * sy]; break; \
+        case ANYCHIP_OP_MUL: for (int64_t e = 0; e < count; e++) o[e] = x[e] * y[e * sy]; break; \
+        default: for (int64_t e = 0; e < count; e++) o[e] = x[e] / y[e * sy]; break;             \
+        }                                                                                        \
+    } while (0)
+
+static int run_fast(const struct kernel_call *c, int64_t count) {
+    int floats = c->in_dtype == ANYCHIP_FLOAT32 || c->in_dtype == ANYCHIP_FLOAT64;
+    if (c->kind != K_BINARY || !floats || c->op > ANYCHIP_OP_DIV || !contiguous(c, c->a_strides)) return 0;
+    int scalar_b = 1;
+    for (int d = 0; d < c->ndim; d++) scalar_b &= c->b_strides[d] == 0 || c->shape[d] == 1;
+    if (!scalar_b && !contiguous(c, c->b_strides)) return 0;
+    if (c->in_dtype == ANYCHIP_FLOAT32) FAST_BINARY(float);
+    else FAST_BINARY(double);
+    return 1;
+}
+
 static void run_elementwise(struct kernel_call *c) {
     int64_t count = 1, idx[MAX_DIMS] = {0}, at_a = 0, at_b = 0;
     for (int d = 0; d < c->ndim; d++) count *= c->shape[d];
+    if (run_fast(c, count)) return;
     int64_t out_item = ITEM[c->dtype], in_item = ITEM[c->in_dtype];
     for (int64_t e = 0; e < count; e++) {
         value x = load(c->a + at_a * in_item, c->in_dtype);
@@ -227,16 +264,46 @@ static void run_reduce(struct kernel_call *c) {
         }
 }
 
+/* element `at` (in elements) of a float operand, as a double */
+static double float_at(const char *p, anychip_dtype t, int64_t at) {
+    if (t == ANYCHIP_FLOAT32) return ((const float *)p)[at];
+    if (t == ANYCHIP_FLOAT64) return ((const double *)p)[at];
+    return load(p + at * ITEM[t], t).f;
+}
+
+/* out[i, j] = the sum over kk of a[i, kk] * b[kk, j], in double, kk ascending, rounded once. The
+ * loops run i, kk, j, so that b's rows and the row of sums are walked in order (a chip's GEMM would
+ * tile for its caches and units; this is the reference). */
 static void run_gemm(struct kernel_call *c) {
     int64_t m = c->shape[0], k = c->shape[1], n = c->shape[2], item = ITEM[c->dtype];
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < n; j++) {
-            double acc = 0.0;                                    /* in double, rounded once */
-            for (int64_t kk = 0; kk < k; kk++)
-                acc += load(c->a + (i * c->a_strides[0] + kk * c->a_strides[1]) * item, c->dtype).f *
-                       load(c->b + (kk * c->b_strides[0] + j * c->b_strides[1]) * item, c->dtype).f;
-            store(c->out + (i * n + j) * item, c->dtype, float_value(acc));
+    int64_t as0 = c->a_strides[0], as1 = c->a_strides[1], bs0 = c->b_strides[0], bs1 = c->b_strides[1];
+    double one_sum, *sums = n > 1 ? malloc((size_t)n * sizeof *sums) : &one_sum;
+    for (int64_t i = 0; i < m; i++) {
+        if (!sums) {                          /* no host memory for the row: one sum at a time */
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0.0;
+                for (int64_t kk = 0; kk < k; kk++)
+                    acc += float_at(c->a, c->dtype, i * as0 + kk * as1) * float_at(c->b, c->dtype, kk * bs0 + j * bs1);
+                store(c->out + (i * n + j) * item, c->dtype, float_value(acc));
+            }
+            continue;
         }
+        for (int64_t j = 0; j < n; j++) sums[j] = 0.0;
+        for (int64_t kk = 0; kk < k; kk++) {
+            double x = float_at(c->a, c->dtype, i * as0 + kk * as1);
+            if (c->dtype == ANYCHIP_FLOAT32 && bs1 == 1) {
+                const float *row = (const float *)c->b + kk * bs0;
+                for (int64_t j = 0; j < n; j++) sums[j] += x * (double)row[j];
+            } else if (c->dtype == ANYCHIP_FLOAT64 && bs1 == 1) {
+                const double *row = (const double *)c->b + kk * bs0;
+                for (int64_t j = 0; j < n; j++) sums[j] += x * row[j];
+            } else {
+                for (int64_t j = 0; j < n; j++) sums[j] += x * float_at(c->b, c->dtype, kk * bs0 + j * bs1);
+            }
+        }
+        for (int64_t j = 0; j < n; j++) store(c->out + (i * n + j) * item, c->dtype, float_value(sums[j]));
+    }
+    if (sums != &one_sum) free(sums);
 }
 
 static void run_fill(struct kernel_call *c) {
