@@ -163,15 +163,17 @@ ext_modules = [
     )
     for name, (sources, libs) in C_LIBRARIES.items()
 ]
-# With it, the simulated chips' phi kernels (csrc/paddle/kernels_sim.c): written against
-# anychip's copy of Paddle's kernel C API (phi_capi.h) and bound to Paddle's libphi_core at
-# run time, so the library builds, and the install works, with or without Paddle. A kernel
-# that cannot run raises a C++ exception (kernels_throw.cc), so the C is built to unwind.
+# With it, the bridge's phi kernels (csrc/include/anychip/paddle/kernels.c, over the faces' kernel
+# tables, as for any C plugin): written against anychip's copy of Paddle's kernel C API
+# (phi_capi.h) and bound to Paddle's libphi_core at run time, so the library builds, and the
+# install works, with or without Paddle. A kernel that cannot run raises a C++ exception
+# (kernels_throw.cc), so the C is built to unwind.
 ext_modules.append(
     Extension("paddle_custom_device.libanychip_sim",
-              sources=["csrc/paddle/provider_sim.c", "csrc/paddle/kernels_throw.cc"],
+              sources=["csrc/paddle/provider_sim.c", "csrc/include/anychip/paddle/kernels_throw.cc"],
               depends=["csrc/include/anychip/paddle/bridge.c", "csrc/include/anychip/paddle/device_ext.h",
-                       "csrc/include/anychip/paddle/phi_capi.h", "csrc/paddle/kernels_sim.c", "csrc/sim/kernels.h"],
+                       "csrc/include/anychip/paddle/phi_capi.h", "csrc/include/anychip/paddle/kernels.c",
+                       "csrc/include/anychip/plugin.h"],
               include_dirs=["csrc/include", "csrc"], libraries=["pthread", "dl"],
               extra_compile_args=[*COMMON_FLAGS, "-fexceptions", f'-DANYCHIP_EXT_SUFFIX="{_SUFFIX}"']))
 # CPython's method signatures fix parameters (self, args, closure) a function may not use

@@ -65,7 +65,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     for what, why in registry.refused():
         print(f"refused: {what}: {why}")
     from .paddle_provider import status as paddle_status
-    pd = paddle_status()
+    pd = paddle_status(kernels=False)
     if pd["bridge"]:
         types = ", ".join(f"{t} = {b}" for b, t in pd["device_types"].items())
         print(f"\nPaddle device types: {types}; Paddle's device here: {pd['device_type'] or 'none'} "

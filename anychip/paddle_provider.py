@@ -11,6 +11,10 @@ it loads one device type, named ``anychip_<backend>``:
 * a vendor's C plugin: :func:`build_bridge` (``anychip plugin paddle LIBRARY``) compiles a
   copy of the bridge bound to that library.
 
+Both register Paddle phi kernels built from the plugin's kernel table (``anychip/plugin.h``
+minor 1; ``anychip/paddle/kernels.c``), per dtype its masks allow; every other op takes
+Paddle's CPU fallback.
+
 Paddle reads ``CUSTOM_DEVICE_ROOT``, or, when it is unset, ``<site-packages>/paddle_custom_device``
 of the site directory holding ``paddle/libs`` (paddle/base/core.py of Paddle 3.3.1).
 """
@@ -33,7 +37,7 @@ from .runtime.env import PADDLE_CHIPS, paddle_chip
 from .runtime.errors import AnychipError
 
 __all__ = ["SIMULATED", "PREFIX", "device_type", "bridge_dir", "simulator_bridge", "paddle_dir", "status",
-           "build_bridge", "kernel_table"]
+           "build_bridge", "kernel_table", "kernel_note", "kernels_summary"]
 
 #: the simulated chips the bridge serves, in the order ANYCHIP_PADDLE accepts them
 SIMULATED = PADDLE_CHIPS
@@ -81,29 +85,54 @@ def paddle_dir(environ: Any = None) -> tuple[Path | None, str]:
     return site_dir / DIR_NAME, f"the default of Paddle in {site_dir} (CUSTOM_DEVICE_ROOT unset)"
 
 
-def kernel_table(bridge: str | os.PathLike[str] | None = None) -> dict[str, list[str]]:
-    """The phi kernels a bridge registers for its device type, {op: [dtype, ...]}, read from the
-    library without Paddle (the simulated chips' bridge by default). A bridge over a vendor's C
-    plugin registers none (plugin.h has no kernel interface): {} -- every op takes Paddle's CPU
-    fallback there."""
+def _bridge_text(bridge: str | os.PathLike[str] | None, symbol: str) -> str | None:
+    """The text a bridge's function ``symbol`` returns (None when it lacks it), read without Paddle."""
     import ctypes
 
     path = Path(bridge) if bridge is not None else simulator_bridge()
     if path is None:
-        return {}
+        return None
     try:
         lib = ctypes.CDLL(str(path))
     except OSError as exc:
         raise AnychipError(f"cannot load the Paddle bridge {path}: {exc}") from None
-    fn = getattr(lib, "anychip_paddle_kernel_table", None)
+    fn = getattr(lib, symbol, None)
     if fn is None:
-        return {}
+        return None
     fn.restype = ctypes.c_char_p
+    return (fn() or b"").decode()
+
+
+def kernel_table(bridge: str | os.PathLike[str] | None = None) -> dict[str, list[str]]:
+    """The phi kernels a bridge registers for its device type, {op: [dtype, ...]}, read from the
+    library without Paddle (the simulated chips' bridge by default). It loads the bridge's plugin,
+    whose kernel table (plugin.h minor 1) and its dtype masks decide: {} for a plugin without the
+    table, or a bridge built without its kernel layer -- every op takes Paddle's CPU fallback there
+    (:func:`kernel_note` says why)."""
     table: dict[str, list[str]] = {}
-    for line in (fn() or b"").decode().splitlines():
+    for line in (_bridge_text(bridge, "anychip_paddle_kernel_table") or "").splitlines():
         name, _, dtypes = line.partition("\t")
         table[name] = dtypes.split(",")
     return table
+
+
+def kernel_note(bridge: str | os.PathLike[str] | None = None) -> str:
+    """Why a bridge registers no kernels ("" when it registers some)."""
+    note = _bridge_text(bridge, "anychip_paddle_kernel_note")
+    return "the bridge was built before its kernel layer existed; rebuild it" if note is None else note
+
+
+def kernels_summary(bridge: str | os.PathLike[str]) -> str:
+    """One line on a bridge's kernels, as ``anychip plugin paddle`` prints it after the build."""
+    table = kernel_table(bridge)
+    if not table:
+        return f"kernels: none ({kernel_note(bridge)}); every op takes Paddle's CPU fallback"
+    dtypes = sorted({t for types in table.values() for t in types}, key=_DTYPE_ORDER.index)
+    return (f"kernels: {len(table)} ops run on the device ({', '.join(dtypes)}, as the plugin's kernel table "
+            "allows; `anychip info` lists them); every other op takes Paddle's CPU fallback")
+
+
+_DTYPE_ORDER = ["float32", "float64", "float16", "bfloat16", "int32", "int64"]
 
 
 def _plugin_bridges(where: Path | None) -> dict[str, str]:
@@ -114,8 +143,10 @@ def _plugin_bridges(where: Path | None) -> dict[str, str]:
             if not p.name.startswith(f"lib{PREFIX}sim")}
 
 
-def status(environ: Any = None) -> dict[str, Any]:
-    """What anychip provides to Paddle and whether Paddle finds it (for ``anychip info`` / ``devices``)."""
+def status(environ: Any = None, kernels: bool = True) -> dict[str, Any]:
+    """What anychip provides to Paddle and whether Paddle finds it (for ``anychip info`` / ``devices``).
+    With ``kernels``, also each device type's kernels, which loads every bridge in Paddle's
+    directory and its plugin (``anychip devices`` leaves them out)."""
     try:
         version: str | None = importlib.metadata.version("paddlepaddle")
     except importlib.metadata.PackageNotFoundError:
@@ -134,19 +165,46 @@ def status(environ: Any = None) -> dict[str, Any]:
     else:
         why = (f"Paddle reads {where} ({how}), which does not hold this anychip's bridge; an editable install "
                f"keeps it in {bridge_dir()}: set CUSTOM_DEVICE_ROOT={bridge_dir()}")
-    kernels = kernel_table(bridge) if bridge else {}
+    table = kernel_table(bridge) if bridge and kernels else {}
+    plugins = _plugin_bridges(where) if kernels else {}
+    plugin_kernels = {t: kernel_table(lib) for t, lib in plugins.items()}
     return {"paddle": version, "bridge": str(bridge) if bridge else None, "paddle_dir": str(where) if where else None,
             "found": found and version is not None, "status": why,
             "device_type": device_type(chip) if chip else None, "chip": chip,
             "device_types": {b: device_type(b) for b in SIMULATED},
             # per device type: the ops with a device kernel; every other op takes Paddle's CPU fallback
-            "kernels": {**{device_type(b): kernels for b in SIMULATED},
-                        **{t: {} for t in _plugin_bridges(where)}}}
+            "kernels": {**({device_type(b): table for b in SIMULATED} if kernels else {}),
+                        **plugin_kernels},
+            # per device type without kernels: why
+            "kernel_notes": {**({device_type(b): kernel_note(bridge) for b in SIMULATED}
+                                if bridge and kernels and not table else {}),
+                             **{t: kernel_note(lib) for t, lib in plugins.items() if not plugin_kernels[t]}}}
 
 
-def build_bridge(library: str, dest: str | os.PathLike[str] | None = None, cc: str | None = None) -> Path:
+def _cxx_compiler(cxx: str | None) -> str | None:
+    """The C++ compiler the kernel layer is built with: ``cxx``, else $CXX, else c++ / g++ / clang++ on PATH."""
+    name = cxx or os.environ.get("CXX")
+    if name:
+        found = shutil.which(name)
+        if found is None:
+            raise AnychipError(f"the C++ compiler {name!r} ({'CXX' if not cxx else 'cxx'}) was not found")
+        return found
+    return next((p for p in (shutil.which(c) for c in ("c++", "g++", "clang++")) if p), None)
+
+
+#: the reason a bridge built without a C++ compiler gives (`anychip info`, kernel_note)
+NO_CXX = ("no C++ compiler was found when the bridge was built (set CXX and rerun `anychip plugin paddle`): "
+          "its kernel layer raises C++ exceptions (anychip/paddle/kernels_throw.cc)")
+
+
+def build_bridge(library: str, dest: str | os.PathLike[str] | None = None, cc: str | None = None,
+                 cxx: str | None = None) -> Path:
     """Compile the bridge bound to the plugin.h library ``library`` into ``dest`` (default:
-    the directory Paddle reads): ``libanychip_<backend>.so``. Returns its path."""
+    the directory Paddle reads): ``libanychip_<backend>.so``. Returns its path.
+
+    With a C++ compiler (``cxx``, $CXX, or c++ / g++ / clang++) the bridge carries its kernel
+    layer (anychip/paddle/kernels.c, registered per the plugin's kernel table); without one it is
+    built without kernels, and :func:`kernel_note` on it says so."""
     from .runtime import registry
     from .runtime.errors import PluginError
 
@@ -179,13 +237,28 @@ def build_bridge(library: str, dest: str | os.PathLike[str] | None = None, cc: s
     ccl_inc = next((d for d in (inc, str(Path(inc).parent)) if (Path(d) / "ccl" / "ccl.h").exists()), None)
     if ccl_inc is None:
         raise AnychipError(f"anychip's ccl/ccl.h is missing beside {inc}; reinstall anychip")
-    cmd = [compiler, "-O2", "-std=gnu11", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{inc}",
-           f"-I{ccl_inc}", f"-DANYCHIP_PADDLE_TARGET={_c_string(str(lib))}",
-           f"-DANYCHIP_PADDLE_CCL={_c_string(engine)}", os.path.join(inc, "anychip", "paddle", "bridge.c"),
-           "-o", str(out), "-ldl", "-lpthread"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise AnychipError(f"compiling the Paddle bridge failed ({' '.join(cmd)}):\n{done.stderr.strip()}")
+    paddle_src = os.path.join(inc, "anychip", "paddle")
+    flags = ["-O2", "-fPIC", "-Wall", "-Wextra", "-Werror"]
+    c_cmd = [compiler, *flags, "-std=gnu11", f"-I{inc}", f"-I{ccl_inc}",
+             f"-DANYCHIP_PADDLE_TARGET={_c_string(str(lib))}", f"-DANYCHIP_PADDLE_CCL={_c_string(engine)}"]
+    libs = ["-ldl", "-lpthread", "-lm"]
+    cxx_path = _cxx_compiler(cxx)
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="anychip-bridge-") as tmp:
+        if cxx_path is None:
+            steps = [[*c_cmd, f"-DANYCHIP_PADDLE_NO_KERNELS={_c_string(NO_CXX)}", "-shared",
+                      os.path.join(paddle_src, "bridge.c"), "-o", str(out), *libs]]
+        else:                             # the kernel layer: C built to unwind, its C++ piece, linked as C++
+            bridge_o, throw_o = os.path.join(tmp, "bridge.o"), os.path.join(tmp, "kernels_throw.o")
+            steps = [[*c_cmd, "-fexceptions", "-DANYCHIP_PADDLE_KERNELS=1", "-c",
+                      os.path.join(paddle_src, "bridge.c"), "-o", bridge_o],
+                     [cxx_path, *flags, "-std=c++11", "-c", os.path.join(paddle_src, "kernels_throw.cc"), "-o",
+                      throw_o],
+                     [cxx_path, "-shared", bridge_o, throw_o, "-o", str(out), *libs]]
+        for cmd in steps:
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise AnychipError(f"compiling the Paddle bridge failed ({' '.join(cmd)}):\n{done.stderr.strip()}")
     return out
 
 
@@ -203,15 +276,14 @@ def main_info(out: Any = sys.stdout) -> None:
     print(f"  bridge        {st['bridge'] or '(not built)'}", file=out)
     print(f"  found         {'yes' if st['found'] else 'no'}: {st['status']}", file=out)
     by_table: dict[str, list[str]] = {}
-    for t, table in st["kernels"].items():
-        key = json.dumps(table, sort_keys=True)
+    for t, table in st["kernels"].items():         # types with the same kernels (or the same reason for none)
+        key = json.dumps([table, "" if table else st["kernel_notes"].get(t, "")], sort_keys=True)
         by_table.setdefault(key, []).append(t)
     for key, same in by_table.items():
-        table = json.loads(key)
+        table, note = json.loads(key)
         print(f"  kernels       {', '.join(same)}: ", end="", file=out)
         if not table:
-            print("none (a C plugin: plugin.h has no kernel interface); every op takes Paddle's CPU fallback",
-                  file=out)
+            print(f"none ({note}); every op takes Paddle's CPU fallback", file=out)
             continue
         print(f"{len(table)} ops run on the device; every other op takes Paddle's CPU fallback", file=out)
         for name, dtypes in table.items():

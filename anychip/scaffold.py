@@ -6,7 +6,8 @@
   ``pip install ./NAME``, registers itself and passes ``anychip conformance``.
 * ``anychip plugin cflags`` prints the compiler flag that finds ``anychip/plugin.h``.
 * ``anychip plugin check LIBRARY`` loads a C plugin library as anychip would and says
-  what it offers, or why it is refused.
+  what it offers, or why it is refused; a kernel table (plugin.h minor 1) is run entry by
+  entry and dtype by dtype against NumPy (``conformance/kernel_table.py``).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from ._data import get_include, plugin_header, templates_dir
 from ._spawn import python_command
@@ -115,14 +117,45 @@ def _cmd_check(args: argparse.Namespace) -> int:
     problem = plugin.collectives_problem()
     kinds = "" if problem else ", ".join(sorted(plugin.native_ccl().kinds))
     print(f"collectives: {problem or 'native (' + kinds + ')'}; the host transport runs the rest")
-    return 0 if ok else 1
+    kernels_ok = _check_kernels(plugin) if ok else True
+    return 0 if ok and kernels_ok else 1
+
+
+def _check_kernels(plugin: Any) -> bool:
+    """Print the kernel table's verdict (plugin.h minor 1): whether it is used, and every entry
+    and claimed dtype compared with NumPy on device 0. False when it is refused or disagrees."""
+    from .conformance.kernel_table import check_kernel_table
+    from .runtime import registry
+    from .runtime.device import device as get_device
+
+    problem = plugin.kernels_problem()
+    if problem is not None:
+        print(f"kernels:     refused, every tensor op runs on the host: {problem}")
+        return False
+    if plugin.kernels is None:
+        why = "the plugin is of ABI 1.0" if plugin.abi[1] < 1 else "no kernel table (kernels is NULL)"
+        print(f"kernels:     none ({why}): every tensor op runs on the host")
+        return True
+    info = registry.backend(plugin.name)
+    if info is None:
+        registry.register_plugin(plugin, source=f"anychip plugin check {plugin.path}")
+    elif os.path.realpath(getattr(info.plugin, "path", "") or "") != os.path.realpath(plugin.path):
+        print(f"kernels:     not checked: the backend name {plugin.name} is taken by {info.source} here")
+        return False
+    if plugin.device_count() == 0:
+        print("kernels:     not checked: the plugin has no device")
+        return True
+    report = check_kernel_table(get_device(f"{plugin.name}:0"))
+    print(f"kernels:     {report.summary()}")
+    return report.failure is None
 
 
 def _cmd_paddle(args: argparse.Namespace) -> int:
-    from .paddle_provider import build_bridge
+    from .paddle_provider import build_bridge, kernels_summary
     out = build_bridge(args.library, args.dest)
     print(f"{out}\nPaddle loads it when CUSTOM_DEVICE_ROOT names {out.parent} (or, unset, when that is "
           "<site-packages>/paddle_custom_device)")
+    print(kernels_summary(out))
     return 0
 
 
@@ -161,6 +194,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pd.add_argument("--dest", help="directory for libanychip_NAME.so (default: where Paddle looks, "
                                    "CUSTOM_DEVICE_ROOT or <site-packages>/paddle_custom_device)")
     pd.set_defaults(func=_cmd_paddle)
-    k = psub.add_parser("check", help="load a C plugin library as anychip would and report on it")
+    k = psub.add_parser("check", help="load a C plugin library as anychip would and report on it (its kernel "
+                                      "table compared with NumPy)")
     k.add_argument("library", help="path of the shared library")
     k.set_defaults(func=_cmd_check)

@@ -1,12 +1,15 @@
 """PaddlePaddle on anychip's simulated Ascend (the Paddle provider, docs/paddle.md), each
 figure against its peer in the same run:
 
-    python benchmarks/bench_paddle_provider.py [--parts ops,fence,allreduce]
+    python benchmarks/bench_paddle_provider.py [--parts ops,cplugin,fence,allreduce]
 
 ops        time per eager op and per AdamW training step of an MLP on anychip_ascend:0 with
            the device's kernels, on the same chip without them (ANYCHIP_PADDLE_KERNELS=0:
            Paddle's CPU kernel between a D2H and an H2D copy through the bridge), and on
            Paddle's CPU place, each in a process of its own;
+cplugin    the same on a C plugin from `anychip plugin new` (its host-loop kernel table),
+           built here with make and `anychip plugin paddle`: with its kernels, without them
+           (ANYCHIP_PADDLE_KERNELS=0), and Paddle's CPU place;
 fence      the bridge's synchronous-copy fence, timed in C through the bridge's own
            entry points: a 4-byte D2H copy with nothing pending, after async work on one
            stream (the fence synchronizes it), and after a whole-device synchronize (the
@@ -103,20 +106,21 @@ def _time_ops_and_steps(dev: str) -> dict[str, float]:
     return out
 
 
-def _child(mode: str) -> dict[str, float]:
-    """The timings of one mode in a process of its own: the device's kernels (anychip_ascend:0),
-    the same chip with no kernels registered (ANYCHIP_PADDLE_KERNELS=0: Paddle's CPU fallback), or
-    Paddle's CPU place."""
-    env = _env(**({"ANYCHIP_PADDLE_KERNELS": "0"} if mode == "fallback" else {}))
-    r = subprocess.run([sys.executable, __file__, "--child", "cpu" if mode == "cpu" else "anychip_ascend:0"],
+def _child(mode: str, device: str = "anychip_ascend:0", root: str | None = None) -> dict[str, float]:
+    """The timings of one mode in a process of its own: the device's kernels (`device`, its bridge
+    in `root`), the same device with no kernels registered (ANYCHIP_PADDLE_KERNELS=0: Paddle's CPU
+    fallback), or Paddle's CPU place."""
+    env = _env(**({"ANYCHIP_PADDLE_KERNELS": "0"} if mode == "fallback" else {}),
+               **({"CUSTOM_DEVICE_ROOT": root} if root else {}))
+    r = subprocess.run([sys.executable, __file__, "--child", "cpu" if mode == "cpu" else device],
                        env=env, capture_output=True, text=True, check=True)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def part_ops_and_steps() -> None:
-    rows = {mode: _child(mode) for mode in ("kernels", "fallback", "cpu")}
+def part_ops_and_steps(device: str = "anychip_ascend:0", root: str | None = None) -> None:
+    rows = {mode: _child(mode, device, root) for mode in ("kernels", "fallback", "cpu")}
     k, f, c = rows["kernels"], rows["fallback"], rows["cpu"]
-    print("ops: time per eager op, us (best of 5 x 200; of 2 x 3 for 1M elements); anychip_ascend:0 with "
+    print(f"ops: time per eager op, us (best of 5 x 200; of 2 x 3 for 1M elements); {device} with "
           "its kernels, the same without them (Paddle's CPU fallback), Paddle's CPU place")
     print(f"{'op':<22}{'kernels':>12}{'fallback':>12}{'cpu':>10}")
     for n in (1 << 10, 1 << 20):
@@ -130,6 +134,18 @@ def part_ops_and_steps() -> None:
         key = f"step {width}"
         print(f"{f'MLP {width}-{width}-4, batch {batch}':<26}{k[key] * 1e3:>12.2f}{f[key] * 1e3:>12.2f}"
               f"{c[key] * 1e3:>10.2f}")
+
+
+def part_cplugin() -> None:
+    """part_ops_and_steps on a scaffolded C plugin (`anychip plugin new`, its host-loop kernel table)."""
+    anychip = python_command(["-m", "anychip"])
+    with tempfile.TemporaryDirectory(prefix="bench-cplugin-") as tmp:
+        subprocess.run([*anychip, "plugin", "new", "mychip", "--dir", tmp], check=True, capture_output=True)
+        subprocess.run(["make", "-s", "-C", os.path.join(tmp, "mychip")], check=True, capture_output=True)
+        subprocess.run([*anychip, "plugin", "paddle", os.path.join(tmp, "mychip", "libmychip.so"), "--dest",
+                        os.path.join(tmp, "paddle")], check=True, capture_output=True)
+        print("\n(a C plugin: `anychip plugin new mychip`, its host-loop kernel table)")
+        part_ops_and_steps("anychip_mychip:0", os.path.join(tmp, "paddle"))
 
 
 FENCE_C = r"""
@@ -308,7 +324,7 @@ def part_allreduce(repeat: int, before: str | None) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--parts", default="ops,fence,allreduce")
+    ap.add_argument("--parts", default="ops,cplugin,fence,allreduce")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=2, help="rounds of the all_reduce jobs (the best is kept)")
     ap.add_argument("--before", metavar="DIR", help="also time Paddle's all_reduce with the bridge in DIR "
@@ -321,6 +337,8 @@ def main() -> int:
     os.environ.update({k: v for k, v in _env().items() if k in ("CUSTOM_DEVICE_ROOT", "GLOG_minloglevel")})
     if "ops" in parts:
         part_ops_and_steps()
+    if "cplugin" in parts:
+        part_cplugin()
     if "fence" in parts:
         part_fence()
     if "allreduce" in parts:

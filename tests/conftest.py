@@ -6,8 +6,11 @@ backend (``ANYCHIP_DEVICES`` narrows it, e.g. ``ANYCHIP_DEVICES=opencl:0 ci/test
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,6 +65,46 @@ def leaked_segments(before: set[str]) -> set[str]:
 @pytest.fixture(params=DEVICE_NAMES)
 def device(request: pytest.FixtureRequest) -> anychip.Device:
     return anychip.device(request.param)
+
+
+#: the backend name of the scaffolded C plugin (`anychip plugin new`, unchanged) some tests load
+SCAFFOLD = "tkern"
+
+
+def build_scaffold(directory: Path, name: str = SCAFFOLD) -> Path:
+    """Render `anychip plugin new NAME` (C) in ``directory`` and compile it as its Makefile does
+    (skips the test without a C compiler): the library's path."""
+    from anychip.scaffold import new_plugin
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) to build the scaffolded plugin")
+    project = new_plugin(name, "c", directory)
+    lib = project / f"lib{name}.so"
+    subprocess.run([cc, "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-fPIC",
+                    f"-I{project / 'include'}", "-shared", "-o", str(lib), str(project / "src" / f"{name}.c"),
+                    "-lpthread", "-lm"], check=True, capture_output=True, text=True)
+    return lib
+
+
+@pytest.fixture(scope="session")
+def scaffold_plugin(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The scaffolded C plugin, loaded once (its CPlugin instance; not registered)."""
+    from anychip.devices import cplugin
+
+    _, loader = cplugin.probe(str(build_scaffold(tmp_path_factory.mktemp("scaffold"))))
+    return loader()
+
+
+@pytest.fixture
+def scaffold_device(scaffold_plugin: Any):
+    """Device 0 of the scaffolded C plugin, registered for the test (backend SCAFFOLD)."""
+    anychip.runtime.registry.register_plugin(scaffold_plugin, source="the scaffolded C plugin (tests)")
+    try:
+        yield anychip.device(f"{SCAFFOLD}:0")
+    finally:
+        anychip.device(f"{SCAFFOLD}:0").synchronize()
+        anychip.runtime.registry.unregister_plugin(SCAFFOLD)
 
 
 @pytest.fixture
@@ -126,6 +169,9 @@ test_paddle.py::test_two_ranks_run_every_collective_through_xccl
 test_paddle.py::test_xccl_all_reduce_that_moves_nothing_fails_the_suite
 test_paddle_provider.py::test_collective_timeout_is_a_paddle_error_naming_the_rank
 test_paddle_provider.py::test_info_lists_the_kernels_each_device_type_registers
+test_paddle_provider.py::test_kernels_follow_the_plugins_masks
+test_paddle_provider.py::test_a_kernel_table_the_bridge_does_not_know_is_not_used
+test_paddle_provider.py::test_a_bridge_built_without_a_cxx_compiler_has_no_kernels
 test_paddle_provider.py::test_collectives_four_ranks
 test_paddle_provider.py::test_collectives_two_ranks
 test_paddle_provider.py::test_conformance_framework_paddle
@@ -155,6 +201,7 @@ test_torch_c10d.py::test_work_wait_timeout_raises_naming_the_op_and_leaves_it_pe
 test_torch_c10d.py::test_every_op_by_value_on_four_ranks
 test_torch_c10d.py::test_views_inside_a_storage_reuse_the_prepared_op_and_keep_no_freed_memory
 test_torch_opinfo.py::test_opinfo_every_float32_op_agrees_with_the_cpu
+test_torch_opinfo.py::test_opinfo_subset_on_a_c_plugins_kernel_table
 test_torch_provider.py::test_the_other_simulated_chips_serve_the_device
 test_twohost.py::test_a_hosts_ranks_killed_end_the_job_naming_the_host
 test_twohost.py::test_hierarchical_all_reduce_of_two_by_two_ranks_across_namespaces

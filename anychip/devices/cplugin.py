@@ -12,7 +12,9 @@ code, the plugin's text for it (``get_error_string``) and the detail of the thre
 last failure (``get_last_error``). Optional entries fall back as the header says
 (synchronous copies ordered on the stream, host-timestamp events after a stream
 synchronize, host staging for peer copies). A plugin with collectives gets a native
-transport (:class:`PluginCollectives`); without, the host transport serves.
+transport (:class:`PluginCollectives`); without, the host transport serves. A plugin with a
+kernel table (minor 1) gets a tensor kernel set (``kernels``, devices/_plugin_kernels.py);
+without, every tensor op takes the host fallback.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from ..runtime.errors import DeviceError, PluginError, UnsupportedError
 from ..runtime.native_ccl import NativeLibrary
 from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
 from ..runtime.status import StatusCodes
+from . import _plugin_kernels
 
 __all__ = ["CPlugin", "PluginCollectives", "probe", "cdef", "abi", "REQUIRED_ENTRIES", "EVENT_ENTRIES",
            "INIT_SYMBOL"]
@@ -209,6 +212,11 @@ class CPlugin(DevicePlugin):
         if problem is not None and "lack" in problem:      # some collective entries set, not enough
             log.warning("anychip: %s: its collective entries are not used (the host transport serves): %s",
                         path, problem)
+        problem = self.kernels_problem()
+        if problem is not None:
+            log.warning("anychip: %s: its kernel table is not used (every tensor op runs on the host): %s",
+                        path, problem)
+        self._kernels: Any = None
 
     # -- errors ------------------------------------------------------------------
     def _text(self, code: int) -> str:
@@ -461,6 +469,21 @@ class CPlugin(DevicePlugin):
             self._stream_synchronize(index, s)
         if self.t.device_synchronize != self.ffi.NULL:
             self._call("device_synchronize", index)
+
+    # -- kernels ----------------------------------------------------------------------
+    def kernels_problem(self) -> str | None:
+        """Why the plugin's kernel table is not used, or None (also when it has none)."""
+        return _plugin_kernels.table_problem(self)
+
+    @property
+    def kernels(self) -> Any:
+        """The kernel table as a tensor kernel set (``_plugin_kernels.PluginKernels``), or None
+        when the plugin has no usable table (minor 0, no table, or one refused at load)."""
+        if self._kernels is None and _plugin_kernels.has_table(self):
+            with self._lock:
+                if self._kernels is None:
+                    self._kernels = _plugin_kernels.PluginKernels(self)
+        return self._kernels
 
     # -- collectives ------------------------------------------------------------------
     def collectives_problem(self) -> str | None:

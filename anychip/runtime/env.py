@@ -53,8 +53,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                        "directory is read too, see docs/paddle.md)"),
     "ANYCHIP_PADDLE": ("ascend", "the simulated chip Paddle sees as its device anychip_<chip>: ascend, kunlun, "
                                  "hygon or none (Paddle's launcher takes one device type; docs/paddle.md)"),
-    "ANYCHIP_PADDLE_KERNELS": ("1", "0 = the simulated chips' Paddle bridge registers none of its device kernels "
-                                    "(every op then takes Paddle's CPU fallback; docs/paddle.md)"),
+    "ANYCHIP_PADDLE_KERNELS": ("1", "0 = the Paddle bridges (the simulated chips' and C plugins') register none "
+                                    "of their device kernels (every op then takes Paddle's CPU fallback; "
+                                    "docs/paddle.md)"),
     "ANYCHIP_PADDLE_PROFILE": ("0", "1 = the Paddle bridge writes, at exit, the calls and host time of each of its "
                                     "entries and how many stream waits it elided (docs/paddle.md)"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
@@ -85,6 +86,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ANYCHIP_TORCH": ("(the launch device's backend, else the first built one)",
                       "the backend PyTorch's device 'anychip' is bound to (docs/torch.md)"),
     "ANYCHIP_TORCH_CACHE": ("~/.cache/anychip/torch", "where the PyTorch extension is compiled and kept"),
+    "ANYCHIP_TORCH_KERNELS": ("1", "ops of PyTorch's device on the chip's kernel table: 1 = those whose values are "
+                                   "the CPU's bit for bit, all = also mm and float sums (rounded differently), "
+                                   "0 = none (docs/torch.md)"),
     "ANYCHIP_STRESS_SECONDS": ("(short)", "tests: how long each stress test runs"),
     "ANYCHIP_LOG_LEVEL": ("WARNING", "level of the 'anychip' logger in the anychip command "
                                       "(DEBUG, INFO, WARNING, ERROR or CRITICAL)"),
@@ -254,6 +258,12 @@ def check_engine() -> None:
 def torch_backend() -> str:
     """``ANYCHIP_TORCH`` ("" when unset): the backend (or ``backend:index``) of PyTorch's device."""
     return _value("ANYCHIP_TORCH")
+
+
+def torch_kernels() -> int:
+    """``ANYCHIP_TORCH_KERNELS`` as the PyTorch extension takes it: 0 (none), 1 (the ops whose
+    values are the CPU's bit for bit; the default) or 2 (``all``); a bad value raises."""
+    return {"": 1, "0": 0, "1": 1, "all": 2}[_checked("ANYCHIP_TORCH_KERNELS")]
 
 
 def torch_cache() -> str:
@@ -435,6 +445,7 @@ _CHECKS: dict[str, Callable[[str], str | None]] = {
     "ANYCHIP_PADDLE": _paddle,
     "ANYCHIP_PADDLE_KERNELS": _choice("0", "1"),
     "ANYCHIP_PADDLE_PROFILE": _choice("0", "1"),
+    "ANYCHIP_TORCH_KERNELS": _choice("0", "1", "all"),
     "ANYCHIP_ALLOC_CONF": _alloc_conf,
     "ANYCHIP_LOG_LEVEL": _log_level,
 }

@@ -27,7 +27,7 @@ import torch
 
 from ..runtime.device import Device
 from ..runtime.device import device as _anychip_device
-from ..runtime.env import launch_device, torch_backend
+from ..runtime.env import launch_device, torch_backend, torch_kernels
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.registry import backends as _backends
 from ..runtime.stream import Stream
@@ -147,7 +147,7 @@ _state = _State()
 _C = load_extension()
 _C._init(_state.library, _state.backend, len(_state.devices),
          [_native(d, s[0]._handle) for d, s in zip(_state.devices, _state.streams, strict=True)],
-         _state.alloc, _state.record, _state.new_stream, _state.stats)
+         _state.alloc, _state.record, _state.new_stream, _state.stats, torch_kernels())
 
 torch.utils.rename_privateuse1_backend(NAME)
 torch._register_device_module(NAME, sys.modules[__name__])

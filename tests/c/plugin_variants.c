@@ -17,6 +17,15 @@
  *                         (int32 / int64 / float32 / float64; sum, min, max), all_gather and
  *                         broadcast, run in the calling thread after a stream synchronize; anything
  *                         else is left to anychip's host transport
+ * VARIANT_KERNELS_NONE    no kernel table (every tensor op on the host)
+ * VARIANT_MINOR0          claims plugin ABI 1.0 and keeps the table (which anychip must not read)
+ * VARIANT_KERNELS_V2      a kernel table of an unknown version (2)
+ * VARIANT_KERNELS_BADMASK a binary mask with bit 9 set (beyond ANYCHIP_BOOL)
+ * VARIANT_KERNELS_F32     kernels for float32 only, and no gemm
+ * VARIANT_KERNELS_MUTANT  the table with the one defect KERNEL_DEFECT names (read at init):
+ *                         sub_adds, float16_as_bfloat16 (binary), ignores_strides (binary and
+ *                         unary treat every input as contiguous), mean_sums (reduce),
+ *                         fill_through_double (integer fills lose bits past 2^53)
  */
 #define anychip_plugin_init template_plugin_init
 #include TEMPLATE_SOURCE
@@ -272,6 +281,63 @@ static anychip_status partial_all_reduce(const void *send, void *recv, size_t co
 }
 #endif
 
+#if defined(VARIANT_KERNELS_V2) || defined(VARIANT_KERNELS_BADMASK) || defined(VARIANT_KERNELS_F32) || \
+    defined(VARIANT_KERNELS_MUTANT)
+static anychip_kernels variant_kernels;
+#endif
+
+#ifdef VARIANT_KERNELS_MUTANT
+static const char *kernel_defect = "";
+
+static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
+    int64_t step = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        strides[d] = step;
+        step *= shape[d];
+    }
+}
+
+static anychip_status mutant_binary(int d, anychip_stream s, anychip_binary_op op, anychip_dtype t, int ndim,
+                                    const int64_t *shape, void *out, const void *a, const int64_t *as,
+                                    const void *b, const int64_t *bs) {
+    int64_t flat[MAX_DIMS];
+    if (!strcmp(kernel_defect, "sub_adds") && op == ANYCHIP_OP_SUB) op = ANYCHIP_OP_ADD;
+    if (!strcmp(kernel_defect, "float16_as_bfloat16") && t == ANYCHIP_FLOAT16) t = ANYCHIP_BFLOAT16;
+    if (!strcmp(kernel_defect, "ignores_strides") && ndim > 0 && ndim <= MAX_DIMS) {
+        contiguous_strides(ndim, shape, flat);
+        as = bs = flat;
+    }
+    return k_binary(d, s, op, t, ndim, shape, out, a, as, b, bs);
+}
+
+static anychip_status mutant_unary(int d, anychip_stream s, anychip_unary_op op, anychip_dtype out_t,
+                                   anychip_dtype in_t, int ndim, const int64_t *shape, void *out, const void *x,
+                                   const int64_t *xs) {
+    int64_t flat[MAX_DIMS];
+    if (!strcmp(kernel_defect, "ignores_strides") && ndim > 0 && ndim <= MAX_DIMS) {
+        contiguous_strides(ndim, shape, flat);
+        xs = flat;
+    }
+    return k_unary(d, s, op, out_t, in_t, ndim, shape, out, x, xs);
+}
+
+static anychip_status mutant_reduce(int d, anychip_stream s, anychip_reduce_op op, anychip_dtype out_t,
+                                    anychip_dtype in_t, int64_t outer, int64_t n, int64_t inner, void *out,
+                                    const void *x) {
+    if (!strcmp(kernel_defect, "mean_sums") && op == ANYCHIP_REDUCE_MEAN) op = ANYCHIP_REDUCE_SUM;
+    return k_reduce(d, s, op, out_t, in_t, outer, n, inner, out, x);
+}
+
+static anychip_status mutant_fill(int d, anychip_stream s, anychip_dtype t, int64_t n, void *out, double fvalue,
+                                  int64_t ivalue, int from_float) {
+    if (!strcmp(kernel_defect, "fill_through_double") && !from_float) {
+        fvalue = (double)ivalue;
+        from_float = 1;
+    }
+    return k_fill(d, s, t, n, out, fvalue, ivalue, from_float);
+}
+#endif
+
 ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p);
 
 #ifndef VARIANT_NO_INIT
@@ -296,6 +362,33 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     p->event_create = NULL; p->event_destroy = NULL; p->event_record = NULL; p->event_synchronize = NULL;
     p->event_query = NULL; p->event_elapsed_ms = NULL;
     p->get_error_string = NULL; p->get_last_error = NULL;
+#elif defined(VARIANT_KERNELS_NONE)
+    p->kernels = NULL;
+#elif defined(VARIANT_MINOR0)
+    p->minor = 0;
+#elif defined(VARIANT_KERNELS_V2)
+    variant_kernels = KERNELS;
+    variant_kernels.version = 2;
+    p->kernels = &variant_kernels;
+#elif defined(VARIANT_KERNELS_BADMASK)
+    variant_kernels = KERNELS;
+    variant_kernels.binary_dtypes |= 1u << 9;
+    p->kernels = &variant_kernels;
+#elif defined(VARIANT_KERNELS_F32)
+    variant_kernels = KERNELS;
+    variant_kernels.binary_dtypes = variant_kernels.unary_dtypes = variant_kernels.reduce_dtypes =
+        variant_kernels.fill_dtypes = 1u << ANYCHIP_FLOAT32;
+    variant_kernels.gemm_dtypes = 0;
+    variant_kernels.gemm = NULL;
+    p->kernels = &variant_kernels;
+#elif defined(VARIANT_KERNELS_MUTANT)
+    kernel_defect = getenv("KERNEL_DEFECT") ? getenv("KERNEL_DEFECT") : "";
+    variant_kernels = KERNELS;
+    variant_kernels.binary = mutant_binary;
+    variant_kernels.unary = mutant_unary;
+    variant_kernels.reduce = mutant_reduce;
+    variant_kernels.fill = mutant_fill;
+    p->kernels = &variant_kernels;
 #elif defined(VARIANT_CCL_PARTIAL)
     p->get_unique_id = partial_unique_id;
     p->all_reduce = partial_all_reduce;

@@ -44,7 +44,7 @@ def _build(project: Path, variant: str, out: Path) -> Path:
            f"-I{project / 'include'}", f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"',
            f'-DNAME="{VARIANTS[variant]}"', f"-DVARIANT_{flag}", "-o", str(lib),
            str(HERE.parent / "c" / "plugin_variants.c"),
-           "-lpthread"]
+           "-lpthread", "-lm"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return lib
 
@@ -85,7 +85,8 @@ def test_header_and_loader_agree() -> None:
     assert (Path(anychip.get_include()) / "anychip" / "plugin.h").is_file()
     # the header's reserved slots keep room for growth; the table is what anychip allocates. Minor 1
     # took the first slot for `kernels`, so the table's size and every minor-0 offset stayed.
-    assert ffi.offsetof("anychip_plugin", "reserved") == ffi.offsetof("anychip_plugin", "kernels") + ffi.sizeof("void *")
+    kernels_at = ffi.offsetof("anychip_plugin", "kernels")
+    assert ffi.offsetof("anychip_plugin", "reserved") == kernels_at + ffi.sizeof("void *")
     assert ffi.sizeof("anychip_plugin") == ffi.offsetof("anychip_plugin", "kernels") + 32 * ffi.sizeof("void *")
     assert ffi.sizeof("anychip_unique_id") == 128
     out = subprocess.run([*ANYCHIP, "plugin", "cflags"], capture_output=True, text=True, check=True).stdout

@@ -47,7 +47,7 @@ def test_projects_have_what_the_vendor_needs(tmp_path: Path) -> None:
     c = new_plugin("mychip", "c", tmp_path)
     assert sorted(str(p.relative_to(c)) for p in c.rglob("*") if p.is_file()) == [
         ".gitignore", "Makefile", "README.md", "anychip_mychip/__init__.py", "include/anychip/plugin.h",
-        "pyproject.toml", "setup.py", "src/mychip.c"]
+        "pyproject.toml", "setup.py", "src/kernels.c", "src/mychip.c"]
     source = (c / "src" / "mychip.c").read_text()
     assert "@name@" not in source and "@NAME@" not in source          # every token rendered
     assert source.count("DRIVER") >= 5 and "MYCHIP_DEVICES" in source

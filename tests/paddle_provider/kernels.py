@@ -2,7 +2,8 @@
 (FLAGS_enable_api_kernel_fallback=0, set by the caller): every op below must run on the
 device's own kernels or fail, and so must an MLP's whole AdamW step. Inputs are small
 integers and powers of two, so every result is exact and is compared with NumPy's for
-equality (exp / log / softmax of general values to float32 rounding). Prints one JSON line:
+equality (exp / log / softmax of general values to float32 rounding), and some also with Paddle's
+CPU place's. Prints one JSON line:
 {name: true | "what differed"}; tests/paddle_provider/test_paddle_provider.py runs it."""
 import json
 import sys
@@ -126,6 +127,31 @@ def sgd_step(out: dict) -> None:
     out["sgd_step"] = True if np.array_equal(got, want) else f"got {got.tolist()} want {want.tolist()}"
 
 
+def against_cpu(out: dict) -> None:
+    """The same ops, and a gradient, on Paddle's CPU place and on the device: equal values, dtypes and
+    shapes (small-integer inputs: both are exact)."""
+    dev = paddle.get_device()
+    x = np.arange(12, dtype=F).reshape(3, 4) - 5
+    m = np.arange(8, dtype=F).reshape(4, 2) - 3
+
+    def run(place: str) -> dict:
+        paddle.set_device(place)
+        X, M, G = t(x), t(m), t(x, grad=True)
+        (paddle.nn.functional.relu(paddle.matmul(G, M)) * t(np.array([1, 2], F))).sum().backward()
+        return {"add": (X + X).numpy(), "multiply": (X * t(np.array([1, 2, 4, 8], F))).numpy(),
+                "matmul": paddle.matmul(X, M).numpy(),
+                "relu": paddle.nn.functional.relu(X).numpy(), "sum": X.sum(axis=1).numpy(),
+                "mean": X.mean(axis=0).numpy(), "softmax": paddle.nn.functional.softmax(paddle.zeros([2, 4])).numpy(),
+                "cast": t(x / 4).astype("int32").numpy(), "full": paddle.full([2, 3], 7.0).numpy(),
+                "matmul_relu_grad": G.grad.numpy()}
+    cpu, got = run("cpu"), run(dev)
+    paddle.set_device(dev)
+    for name, want in cpu.items():
+        g = got[name]
+        ok = g.dtype == want.dtype and g.shape == want.shape and np.array_equal(g, want)
+        out["cpu_" + name] = True if ok else f"got {g.dtype}{list(g.shape)} {g.tolist()} want {want.tolist()}"
+
+
 def mlp_coverage(out: dict) -> None:
     """An MLP's AdamW training step without fallback: forward, backward and the update run on
     the device, and give the parameters the same step on Paddle's CPU gives them (to float32
@@ -165,6 +191,7 @@ def main() -> None:
     forward(out)
     backward(out)
     sgd_step(out)
+    against_cpu(out)
     mlp_coverage(out)
     print("RESULT " + json.dumps(out))
 

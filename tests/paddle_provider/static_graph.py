@@ -1,5 +1,6 @@
-"""A static Paddle program (paddle.static: Paddle's executor, not eager mode) on a simulated
-chip: a forward pass, a loss, its gradients and an SGD update built with paddle.static and run
+"""A static Paddle program (paddle.static: Paddle's executor, not eager mode) on a device type
+anychip provides (argv[1]; argv[2]: the bridge library Paddle loads for it, the simulated chips'
+by default): a forward pass, a loss, its gradients and an SGD update built with paddle.static and run
 by paddle.static.Executor on the device's place, with Paddle's CPU fallback off
 (FLAGS_enable_api_kernel_fallback=0, set by the caller). Inputs are small integers and powers of
 two, so every fetched value is exact and is compared with NumPy's for equality; the bridge's
@@ -23,7 +24,7 @@ KERNELS = ("matmul", "add", "relu", "subtract", "square", "mean", "scale", "sum"
 def main() -> None:
     device = sys.argv[1]
     kind, _, index = device.partition(":")
-    lib = ctypes.CDLL(str(simulator_bridge()))        # the copy Paddle loaded: its counters
+    lib = ctypes.CDLL(sys.argv[2] if len(sys.argv) > 2 else str(simulator_bridge()))   # the copy Paddle loaded
     lib.anychip_paddle_kernel_calls.restype = ctypes.c_ulonglong
     lib.anychip_paddle_kernel_calls.argtypes = [ctypes.c_char_p]
 

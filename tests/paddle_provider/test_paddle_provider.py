@@ -106,18 +106,59 @@ def test_simulator_plugin_faces_load_as_anychip_c_plugins() -> None:
 
 # ---- one process per device type -----------------------------------------------------------
 
+def _scaffold(top: Path, name: str, edits: tuple[tuple[str, str, str], ...] = ()) -> tuple[Path, str]:
+    """A C plugin from `anychip plugin new NAME`, with `edits` (a file under src/, old text, new text)
+    made, built with make, and its Paddle bridge: (the bridge's directory, what the build printed)."""
+    subprocess.run([*ANYCHIP, "plugin", "new", name, "--dir", str(top)], check=True, capture_output=True)
+    for file, old, new in edits:
+        src = top / name / "src" / file.replace("@name@", name)
+        text = src.read_text()
+        assert text.count(old) == 1, (file, old)
+        src.write_text(text.replace(old, new))
+    r = subprocess.run(["make", "-s", "-C", str(top / name)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([*ANYCHIP, "plugin", "paddle", str(top / name / f"lib{name}.so"), "--dest",
+                        str(top / "paddle")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (top / "paddle" / f"libanychip_{name}.so").exists()
+    return top / "paddle", r.stdout
+
+
 @pytest.fixture(scope="module")
 def scaffolded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A C plugin from `anychip plugin new`, built with make, and its Paddle bridge (no collectives:
-    the bridge serves them with anychip's engine)."""
-    top = tmp_path_factory.mktemp("scaffold")
-    subprocess.run([*ANYCHIP, "plugin", "new", "mychip", "--dir", str(top)], check=True, capture_output=True)
-    subprocess.run(["make", "-s", "-C", str(top / "mychip")], check=True, capture_output=True)
-    r = subprocess.run([*ANYCHIP, "plugin", "paddle", str(top / "mychip" / "libmychip.so"), "--dest",
-                        str(top / "paddle")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert (top / "paddle" / "libanychip_mychip.so").exists()
-    return top / "paddle"
+    the bridge serves them with anychip's engine; the scaffold's kernel table: every kernel)."""
+    where, out = _scaffold(tmp_path_factory.mktemp("scaffold"), "mychip")
+    assert "kernels: 34 ops run on the device (float32, float64, float16, bfloat16, int32, int64, as the " \
+           "plugin's kernel table allows; `anychip info` lists them); every other op takes Paddle's CPU fallback" in out
+    return where
+
+
+@pytest.fixture(scope="module")
+def tableless(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scaffold without its kernel table (a plugin.h 1.0-style plugin): its bridge's directory."""
+    where, out = _scaffold(tmp_path_factory.mktemp("tableless"), "plain",
+                           (("@name@.c", "    p->kernels = &KERNELS;\n", "    (void)KERNELS;\n"),))
+    assert "kernels: none (the plugin fills no kernel table, plugin.h's `kernels`); every op takes Paddle's CPU " \
+           "fallback" in out
+    return where
+
+
+#: the masks of the `narrow` plugin: float32 and int64 (unary: and bool), and a GEMM of no dtype
+NARROW = ("F32 | I64", "F32 | I64 | BIT(ANYCHIP_BOOL)", "F32 | I64", "0", "F32 | I64")
+
+
+@pytest.fixture(scope="module")
+def narrow(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scaffold with narrower kernel masks (NARROW): its bridge's directory."""
+    masks = "".join(f"    .{e}_dtypes = {m},\n" for e, m in zip(("binary", "unary", "reduce", "gemm", "fill"), NARROW,
+                                                               strict=True))
+    where, _ = _scaffold(tmp_path_factory.mktemp("narrow"), "narrow", (
+        ("kernels.c", "    .binary_dtypes = ALL_DTYPES,\n    .unary_dtypes = ALL_DTYPES,\n    .reduce_dtypes = "
+         "ALL_DTYPES,\n    .gemm_dtypes = FLOATS,\n    .fill_dtypes = ALL_DTYPES,\n", masks),
+        ("kernels.c", "static const anychip_kernels KERNELS = {",
+         "#define F32 BIT(ANYCHIP_FLOAT32)\n#define I64 BIT(ANYCHIP_INT64)\nstatic const anychip_kernels KERNELS = {")))
+    return where
 
 
 #: collectives that return success and move nothing, like PaddleCustomDevice's custom_cpu
@@ -183,10 +224,12 @@ def _single(device: str, env: dict[str, str]) -> dict:
     return json.loads(line[len("RESULT "):])
 
 
-@pytest.mark.parametrize("chip", ["ascend", "kunlun", "hygon", "scaffolded"])
+@pytest.mark.parametrize("chip", ["ascend", "kunlun", "hygon", "scaffolded", "tableless"])
 def test_one_process(chip: str, request: pytest.FixtureRequest) -> None:
     if chip == "scaffolded":
         env, device = _env(request.getfixturevalue("scaffolded")), "anychip_mychip:0"
+    elif chip == "tableless":
+        env, device = _env(request.getfixturevalue("tableless")), "anychip_plain:0"
     else:
         env, device = _env(ANYCHIP_PADDLE=chip), f"anychip_{chip}:1"
     report = _single(device, env)
@@ -196,7 +239,7 @@ def test_one_process(chip: str, request: pytest.FixtureRequest) -> None:
     assert {k for k, v in ops.items() if v is not True} == set()
     assert len(ops) == 16
     assert len(report["losses_device"]) == 5
-    if chip == "scaffolded":          # no device kernels: Paddle's CPU kernels through the fallback
+    if chip == "tableless":           # no device kernels: Paddle's CPU kernels through the fallback
         assert report["losses_device"] == report["losses_cpu"]      # bit for bit
     else:                             # the device's kernels sum in their own order: float32 rounding apart
         for got, want in zip(report["losses_device"], report["losses_cpu"], strict=True):
@@ -204,18 +247,23 @@ def test_one_process(chip: str, request: pytest.FixtureRequest) -> None:
     assert report["losses_device"][-1] < report["losses_device"][0]
 
 
-@pytest.mark.parametrize("chip", ["ascend", "kunlun", "hygon"])
-def test_kernels_run_on_the_device_without_fallback(chip: str) -> None:
+@pytest.mark.parametrize("chip", ["ascend", "kunlun", "hygon", "scaffolded"])
+def test_kernels_run_on_the_device_without_fallback(chip: str, request: pytest.FixtureRequest) -> None:
     """With FLAGS_enable_api_kernel_fallback=0 every op of tests/paddle_provider/kernels.py runs
-    on the simulated chip's own kernels, forward and backward, with NumPy's exact values, and an
+    on the device's kernels (a simulated chip's, through its plugin.h face's kernel table; the
+    scaffolded C plugin's host loops), forward and backward, with NumPy's exact values, and an
     MLP's whole AdamW step runs there with Paddle-CPU's parameters to float32 rounding."""
-    env = _env(ANYCHIP_PADDLE=chip, FLAGS_enable_api_kernel_fallback="0")
-    r = subprocess.run([sys.executable, str(WORKERS / "kernels.py"), f"anychip_{chip}:0"], env=env,
+    if chip == "scaffolded":
+        env = _env(request.getfixturevalue("scaffolded"), FLAGS_enable_api_kernel_fallback="0")
+        device = "anychip_mychip:0"
+    else:
+        env, device = _env(ANYCHIP_PADDLE=chip, FLAGS_enable_api_kernel_fallback="0"), f"anychip_{chip}:0"
+    r = subprocess.run([sys.executable, str(WORKERS / "kernels.py"), device], env=env,
                        capture_output=True, text=True, timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     report = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
     assert {k: v for k, v in report.items() if v is not True} == {}
-    assert len(report) == 52
+    assert len(report) == 62
 
 
 STATIC_CALLS = {"matmul": 1, "add": 2, "relu": 1, "subtract": 1, "square": 1, "mean": 1, "scale": 2, "sum": 1,
@@ -223,14 +271,20 @@ STATIC_CALLS = {"matmul": 1, "add": 2, "relu": 1, "subtract": 1, "square": 1, "m
                 "subtract_grad": 1, "square_grad": 1, "mean_grad": 1, "sgd": 2}
 
 
-@pytest.mark.parametrize("chip", ["ascend", "hygon"])
-def test_static_program_runs_on_the_devices_kernels(chip: str) -> None:
+@pytest.mark.parametrize("chip", ["ascend", "hygon", "scaffolded"])
+def test_static_program_runs_on_the_devices_kernels(chip: str, request: pytest.FixtureRequest) -> None:
     """paddle.static (Paddle's executor, PIR): a forward pass, a loss, its gradients and SGD's
     update, run twice by an Executor on the device with the fallback off, give NumPy's exact
-    values, and the bridge's counters show each op ran on the device's kernel once per run
-    (scale's and full_like's values and sum's axes arrive from the executor as tensors)."""
-    env = _env(ANYCHIP_PADDLE=chip, FLAGS_enable_api_kernel_fallback="0")
-    r = subprocess.run([sys.executable, str(WORKERS / "static_graph.py"), f"anychip_{chip}:0"], env=env,
+    values -- the parameters train, on the scaffolded C plugin too -- and the bridge's counters
+    show each op ran on the device's kernel once per run (scale's and full_like's values and
+    sum's axes arrive from the executor as tensors)."""
+    if chip == "scaffolded":
+        where = request.getfixturevalue("scaffolded")
+        env = _env(where, FLAGS_enable_api_kernel_fallback="0")
+        args = ["anychip_mychip:0", str(where / "libanychip_mychip.so")]
+    else:
+        env, args = _env(ANYCHIP_PADDLE=chip, FLAGS_enable_api_kernel_fallback="0"), [f"anychip_{chip}:0"]
+    r = subprocess.run([sys.executable, str(WORKERS / "static_graph.py"), *args], env=env,
                        capture_output=True, text=True, timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     report = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
@@ -250,6 +304,21 @@ def test_kernels_can_be_left_unregistered() -> None:
     r = subprocess.run([sys.executable, "-c", code], env=_env(ANYCHIP_PADDLE_KERNELS="0"), capture_output=True,
                        text=True, timeout=CHILD_SECONDS)
     assert r.returncode == 0 and "[2.0, 2.0] ['anychip_ascend']" in r.stdout, r.stderr[-2000:]
+
+
+def test_a_kernel_that_cannot_run_is_a_python_error() -> None:
+    """A device kernel that refuses (AdamW's amsgrad) raises Paddle's own exception type, which Paddle
+    turns into the op's RuntimeError with the kernel's message; the process goes on."""
+    code = ("import numpy as np, paddle\npaddle.set_device('anychip_ascend:0')\n"
+            "p = paddle.to_tensor(np.ones(4, 'float32'), stop_gradient=False)\n"
+            "opt = paddle.optimizer.AdamW(parameters=[p], amsgrad=True)\n(p * 2).sum().backward()\n"
+            "try:\n    opt.step()\nexcept RuntimeError as exc:\n    print('RAISED', str(exc).splitlines()[0])\n"
+            "print('AFTER', (p + 1).numpy().tolist())\n")
+    r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert ("RAISED (PreconditionNotMet) adamw kernel of anychip_ascend: amsgrad=True is not implemented on this "
+            "device") in r.stdout
+    assert "AFTER [2.0, 2.0, 2.0, 2.0]" in r.stdout
 
 
 def test_phi_capi_mirror_matches_the_wheels_headers(tmp_path: Path) -> None:
@@ -316,41 +385,130 @@ def test_info_says_where_paddle_finds_the_bridge() -> None:
         assert info["found"] is False and f"set CUSTOM_DEVICE_ROOT={BRIDGE.parent}" in info["status"]
 
 
-def test_info_lists_the_kernels_each_device_type_registers(scaffolded: Path) -> None:
-    """`anychip info` lists, per Paddle device type, the ops with a device kernel and their
-    dtypes -- exactly what Paddle has registered for that type once it loaded the bridge -- and
-    says that a C plugin's type (here the scaffolded one, in the same directory) has none."""
-    code = ("import json, paddle; from paddle.base import core; t = 'anychip_kunlun'; "
+def _registered(device_type: str, env: dict[str, str]) -> dict[str, list[str]]:
+    """{op: sorted dtypes} of the phi kernels Paddle has registered for `device_type` once it loaded the bridges."""
+    code = ("import json, sys, paddle; from paddle.base import core; t = sys.argv[1]; "
             "print(json.dumps({n: sorted(k[k.rindex(', ') + 2:-1] for k in v if k.startswith('(' + t + ',')) "
             "for n, v in core._get_registered_phi_kernels('function').items()}))")
-    r = subprocess.run([sys.executable, "-c", code], env=_env(ANYCHIP_PADDLE="kunlun"), capture_output=True,
-                       text=True, timeout=CHILD_SECONDS)
+    r = subprocess.run([sys.executable, "-c", code, device_type], env=env, capture_output=True, text=True,
+                       timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stderr[-2000:]
-    registered = {n: v for n, v in json.loads(r.stdout.strip().splitlines()[-1]).items() if v}
+    return {n: v for n, v in json.loads(r.stdout.strip().splitlines()[-1]).items() if v}
+
+
+def test_info_lists_the_kernels_each_device_type_registers(scaffolded: Path, tableless: Path) -> None:
+    """`anychip info` lists, per Paddle device type, the ops with a device kernel and their
+    dtypes -- exactly what Paddle has registered for that type once it loaded the bridge -- for the
+    simulated chips and for a C plugin with a kernel table (the scaffolded one, in the same
+    directory), and says why a C plugin without the table has none."""
     table = paddle_provider.kernel_table()
-    assert {n: sorted(v) for n, v in table.items()} == registered
+    assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_kunlun", _env(ANYCHIP_PADDLE="kunlun"))
     assert len(table) == 34 and table["matmul"] == ["float32", "float64", "float16", "bfloat16"]
     assert table["add"] == ["float32", "float64", "float16", "bfloat16", "int32", "int64"]
     assert table["adamw"] == table["sgd"] == ["float32", "float64"]
-    assert paddle_provider.kernel_table(scaffolded / "libanychip_mychip.so") == {}
+    mine = scaffolded / "libanychip_mychip.so"
+    assert paddle_provider.kernel_table(mine) == table             # the scaffold's masks take every dtype
+    assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_mychip", _env(scaffolded))
+    plain = tableless / "libanychip_plain.so"
+    assert paddle_provider.kernel_table(plain) == {}
+    assert paddle_provider.kernel_note(plain) == "the plugin fills no kernel table, plugin.h's `kernels`"
+    assert paddle_provider.kernel_note(mine) == ""
 
-    root = scaffolded.parent / "both"                 # the simulated chips' bridge and a C plugin's, side by side
+    root = scaffolded.parent / "both"                 # the simulated chips' bridge and C plugins', side by side
     root.mkdir(exist_ok=True)
-    for lib in (BRIDGE, scaffolded / "libanychip_mychip.so"):
+    for lib in (BRIDGE, mine, plain):
         if not (root / lib.name).exists():
             (root / lib.name).symlink_to(lib)
     r = subprocess.run([*ANYCHIP, "info", "--json"], env=_env(root), capture_output=True, text=True,
                        timeout=CHILD_SECONDS)
-    kernels = json.loads(r.stdout)["paddle"]["kernels"]
-    assert kernels == {"anychip_ascend": table, "anychip_kunlun": table, "anychip_hygon": table,
-                       "anychip_mychip": {}}
+    info = json.loads(r.stdout)["paddle"]
+    assert info["kernels"] == {"anychip_ascend": table, "anychip_kunlun": table, "anychip_hygon": table,
+                               "anychip_mychip": table, "anychip_plain": {}}
+    assert info["kernel_notes"] == {"anychip_plain": "the plugin fills no kernel table, plugin.h's `kernels`"}
     r = subprocess.run([*ANYCHIP, "info"], env=_env(root), capture_output=True, text=True, timeout=CHILD_SECONDS)
     lines = r.stdout.splitlines()
-    assert ("  kernels       anychip_ascend, anychip_kunlun, anychip_hygon: 34 ops run on the device; every other "
-            "op takes Paddle's CPU fallback") in lines
+    assert ("  kernels       anychip_ascend, anychip_kunlun, anychip_hygon, anychip_mychip: 34 ops run on the device; "
+            "every other op takes Paddle's CPU fallback") in lines
     assert "    matmul          float32, float64, float16, bfloat16" in lines
-    assert ("  kernels       anychip_mychip: none (a C plugin: plugin.h has no kernel interface); every op takes "
-            "Paddle's CPU fallback") in lines
+    assert ("  kernels       anychip_plain: none (the plugin fills no kernel table, plugin.h's `kernels`); every op "
+            "takes Paddle's CPU fallback") in lines
+
+
+def test_a_plugin_without_the_kernel_table_registers_no_kernels(tableless: Path) -> None:
+    """Without the fallback an op on the tableless plugin's device type is Paddle's "not registered"
+    error (with it, test_one_process[tableless] trains through Paddle's CPU kernels)."""
+    code = "import paddle; paddle.set_device('anychip_plain:0'); print((paddle.ones([2]) * 2).numpy().tolist())"
+    r = subprocess.run([sys.executable, "-c", code], env=_env(tableless, FLAGS_enable_api_kernel_fallback="0"),
+                       capture_output=True, text=True, timeout=CHILD_SECONDS)
+    assert r.returncode != 0 and "of kernel `full` is not registered" in r.stderr, r.stderr[-2000:]
+
+
+def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
+    """A plugin whose kernel table takes float32 and int64 only, and no GEMM dtype: the bridge registers
+    each kernel for the dtypes every primitive it uses takes (no matmul at all), exactly as Paddle then
+    has them; with the fallback on, those run on the device and the rest through Paddle's CPU kernels,
+    all with NumPy's values (a cast to int32 or float16, outside the unary mask, converts on the host; a
+    sum to float64, outside the reduce mask, is refused saying so)."""
+    lib = narrow / "libanychip_narrow.so"
+    table = paddle_provider.kernel_table(lib)
+    assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_narrow", _env(narrow))
+    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 32
+    assert table["add"] == table["sum"] == table["cast"] == table["add_grad"] == ["float32", "int64"]
+    assert table["divide"] == table["relu"] == table["relu_grad"] == table["softmax"] == ["float32"]
+    assert table["adamw"] == table["sgd"] == ["float32"]
+    r = subprocess.run([sys.executable, str(WORKERS / "masks.py"), "anychip_narrow:0", str(lib)], env=_env(narrow),
+                       capture_output=True, text=True, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    report = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    assert {k: v for k, v in report["checks"].items() if v is not True} == {}
+    assert len(report["checks"]) == 11
+    assert report["calls"] == {
+        "add_float32": {"add": 1}, "add_int64": {"add": 1}, "add_float64": {}, "add_int32": {},
+        "matmul_float32": {}, "cast_float32_to_int64": {"cast": 1}, "cast_float32_to_int32": {"cast": 1},
+        "cast_float32_to_float16": {"cast": 1}, "sum_float32": {"sum": 1},
+        "relu_grad_float32": {"relu": 1, "sum": 1, "relu_grad": 1}}
+
+
+@pytest.mark.parametrize("variant, old, new, note", [
+    pytest.param("tablev2", "    .version = ANYCHIP_KERNELS_VERSION,", "    .version = 2,",
+                 "the plugin's kernel table is version 2, which this bridge (kernel table version 1) does not know",
+                 id="version2"),
+    pytest.param("newbits", "    .fill_dtypes = ALL_DTYPES,", "    .fill_dtypes = ALL_DTYPES | BIT(12),",
+                 "the plugin's kernel table sets dtype mask bits 0x1000 beyond bool, which anychip/plugin.h 1.1 "
+                 "does not define", id="mask-bits"),
+])
+def test_a_kernel_table_the_bridge_does_not_know_is_not_used(variant: str, old: str, new: str, note: str,
+                                                             tmp_path: Path) -> None:
+    """A table of a later version, or with dtype bits plugin.h does not define: no kernels, and why."""
+    where, out = _scaffold(tmp_path, variant, (("kernels.c", old, new),))
+    lib = where / f"libanychip_{variant}.so"
+    assert paddle_provider.kernel_table(lib) == {} and paddle_provider.kernel_note(lib) == note
+    assert f"kernels: none ({note}); every op takes Paddle's CPU fallback" in out
+
+
+def test_a_bridge_built_without_a_cxx_compiler_has_no_kernels(tmp_path: Path, scaffolded: Path) -> None:
+    """`anychip plugin paddle` where no C++ compiler is found (a PATH with only cc and the binutils)
+    builds the bridge without its kernel layer, says so, and Paddle runs it through the fallback."""
+    import shutil
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("cc", "as", "ld"):
+        found = shutil.which(tool)
+        assert found, f"no {tool} on PATH"
+        (bin_dir / tool).symlink_to(found)
+    lib = scaffolded.parent / "mychip" / "libmychip.so"
+    env = {k: v for k, v in _env().items() if k not in ("CC", "CXX")}
+    env["PATH"] = str(bin_dir)
+    r = subprocess.run([*ANYCHIP, "plugin", "paddle", str(lib), "--dest", str(tmp_path / "paddle")], env=env,
+                       capture_output=True, text=True, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stderr
+    assert f"kernels: none ({paddle_provider.NO_CXX}); every op takes Paddle's CPU fallback" in r.stdout
+    out = tmp_path / "paddle" / "libanychip_mychip.so"
+    assert paddle_provider.kernel_table(out) == {} and paddle_provider.kernel_note(out) == paddle_provider.NO_CXX
+    code = "import paddle; paddle.set_device('anychip_mychip:0'); print((paddle.ones([2]) * 3).numpy().tolist())"
+    r = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "paddle"), capture_output=True, text=True,
+                       timeout=CHILD_SECONDS)
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "[3.0, 3.0]", r.stderr[-2000:]
 
 
 def test_plugin_paddle_refuses_what_is_not_a_plugin(tmp_path: Path) -> None:

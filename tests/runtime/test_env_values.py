@@ -28,6 +28,7 @@ BAD = [
     ("ANYCHIP_COLLECTIVE_TIMEOUT", "1_0", "want a number of seconds > 0 (inf: never)"),
     ("ANYCHIP_CCL_SMALL", "4096.5", "want a whole number of bytes > 0"),
     ("ANYCHIP_CCL_SPIN_US", "0x10", "want a number of microseconds > 0"),
+    ("ANYCHIP_TORCH_KERNELS", "fast", "want one of 0, 1, all"),
 ]
 GOOD = [("ANYCHIP_COLLECTIVE_TIMEOUT", "inf"), ("ANYCHIP_COLLECTIVE_TIMEOUT", "0.5"),
         ("ANYCHIP_COLLECTIVE_CHECK", "ON"), ("ANYCHIP_CCL_SMALL", "4096"), ("ANYCHIP_CCL_SPIN_US", "2.5"),

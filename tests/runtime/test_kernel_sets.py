@@ -6,8 +6,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import SCAFFOLD
 
 import anychip
+from anychip.devices._plugin_kernels import PluginKernels
 from anychip.devices._sim_kernels import SimKernels
 from anychip.devices.cuda.kernels import CudaKernels
 from anychip.devices.opencl.kernels import OpenCLKernels
@@ -16,7 +18,15 @@ from anychip.runtime.kernels import ELEMENTWISE_OPS, kernel_set_problem
 
 #: one device of every backend with a kernel set that runs here
 WITH_KERNELS = [d.name for d in anychip.devices() if d.index == 0 and d.plugin.kernels is not None]
+#: and the scaffolded C plugin's kernel table (plugin.h minor 1), registered by a fixture
+ALL = [*WITH_KERNELS, f"{SCAFFOLD}:0"]
 METHODS = ("elementwise", "unary", "reduce", "gemm")
+
+
+def _device(name: str, request: pytest.FixtureRequest) -> anychip.Device:
+    if name.startswith(f"{SCAFFOLD}:"):
+        return request.getfixturevalue("scaffold_device")
+    return anychip.device(name)
 
 
 def test_the_backends_with_kernel_sets_here() -> None:
@@ -24,14 +34,14 @@ def test_the_backends_with_kernel_sets_here() -> None:
     assert {"ascend:0", "kunlun:0", "hygon:0"} <= set(WITH_KERNELS)
 
 
-@pytest.mark.parametrize("cls", [SimKernels, OpenCLKernels, CudaKernels])
+@pytest.mark.parametrize("cls", [SimKernels, OpenCLKernels, CudaKernels, PluginKernels])
 def test_every_backends_set_implements_the_protocol(cls: type) -> None:
     assert kernel_set_problem(cls) is None
 
 
-@pytest.mark.parametrize("name", WITH_KERNELS)
-def test_the_live_sets_implement_the_protocol(name: str) -> None:
-    dev = anychip.device(name)
+@pytest.mark.parametrize("name", ALL)
+def test_the_live_sets_implement_the_protocol(name: str, request: pytest.FixtureRequest) -> None:
+    dev = _device(name, request)
     assert isinstance(dev.plugin.kernels, KernelSet)
     assert kernel_set_problem(dev.plugin.kernels) is None
     assert kernels_of(dev).set is dev.plugin.kernels
@@ -78,9 +88,9 @@ def test_a_backend_with_a_set_off_the_protocol_is_refused(monkeypatch: pytest.Mo
         x + x
 
 
-@pytest.mark.parametrize("name", WITH_KERNELS)
-def test_a_checked_call_runs_on_every_backend(name: str) -> None:
-    dev = anychip.device(name)
+@pytest.mark.parametrize("name", ALL)
+def test_a_checked_call_runs_on_every_backend(name: str, request: pytest.FixtureRequest) -> None:
+    dev = _device(name, request)
     k = kernels_of(dev)
     assert k is not None and k.supports("add", "float32") and not k.supports("add", "complex64")
     a = dev.alloc(16)
@@ -140,10 +150,10 @@ def _bad_calls(dev: anychip.Device) -> list[tuple[Any, str]]:
 
 
 @pytest.mark.parametrize("case", range(17))
-@pytest.mark.parametrize("name", WITH_KERNELS)
-def test_bad_arguments_are_refused_once_with_one_message(name: str, case: int,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    dev = anychip.device(name)
+@pytest.mark.parametrize("name", ALL)
+def test_bad_arguments_are_refused_once_with_one_message(name: str, case: int, monkeypatch: pytest.MonkeyPatch,
+                                                         request: pytest.FixtureRequest) -> None:
+    dev = _device(name, request)
     call, message = _bad_calls(dev)[case]
     k = kernels_of(dev)
     reached: list[str] = []

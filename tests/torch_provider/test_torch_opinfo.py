@@ -9,11 +9,13 @@ list must not grow, and an op on it that starts to agree fails the test until it
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
+import subprocess
 
 import pytest
-from conftest import LONG_TEST_SECONDS
+from conftest import LONG_CHILD_SECONDS, LONG_TEST_SECONDS
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'anychip[torch]')")
 pytest.importorskip("expecttest", reason="torch's OpInfo database needs expecttest (pip install expecttest)")
@@ -129,3 +131,35 @@ def test_opinfo_every_float32_op_agrees_with_the_cpu(op_db):
           f"(all expected), {len(out['no sample'])} without a float32 sample")
     assert len(out["pass"]) + len(out["fail"]) + len(out["no sample"]) == len(op_db)
     assert len(out["fail"]) == len(EXPECTED_FAILURES)
+
+
+#: the subset in a child process whose PyTorch device is the scaffolded C plugin: its kernel
+#: table (src/kernels.c) runs the elementwise ops, relu, neg, fill_ and integer sums
+C_PLUGIN_SUBSET = """
+import json, sys
+sys.path[:0] = sys.argv[1:3]
+import anychip.torch as at
+from torch.testing._internal.common_methods_invocations import op_db
+import test_torch_opinfo as t
+ops = [op for op in op_db if op.name in t.SUBSET]
+verdicts = {f"{op.name}.{op.variant_test_name}": t.run_op(op) for op in ops}
+print("RESULT " + json.dumps({"backend": at.backend(), "launches": at._C.kernel_launches()[2],
+                              "fail": {k: v for k, v in verdicts.items() if v.startswith("fail")}}))
+"""
+
+
+@pytest.mark.timeout(LONG_TEST_SECONDS)
+def test_opinfo_subset_on_a_c_plugins_kernel_table(scaffold_plugin):
+    from pathlib import Path
+
+    from anychip._spawn import python_command
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "ANYCHIP_TORCH": scaffold_plugin.name, "ANYCHIP_PLUGIN_PATH": scaffold_plugin.path}
+    env.pop("ANYCHIP_LAUNCH_DEVICE", None)
+    done = subprocess.run(python_command(["-c", C_PLUGIN_SUBSET, str(here.parent), str(here)]), capture_output=True,
+                          text=True, env=env, timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+    assert out["backend"] == scaffold_plugin.name
+    assert out["fail"] == {}
+    assert out["launches"]["binary"] > 0 and out["launches"]["fill"] > 0 and out["launches"]["unary"] > 0

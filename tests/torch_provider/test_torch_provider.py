@@ -4,6 +4,7 @@ This process binds PrivateUse1 to the simulated Ascend (one backend per process)
 other simulated chips are checked in child processes."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -284,6 +285,143 @@ def test_add_sub_mul_div_run_the_chips_kernels_where_they_fit_else_the_cpus(at):
     assert z.cpu().equal(torch.full((6,), 3.0)) and kernel == 28
 
 
+def _by_entry(at) -> dict:
+    return dict(at._C.kernel_launches()[2])
+
+
+def _delta(at, before: dict) -> dict:
+    return {k: v - before[k] for k, v in _by_entry(at).items() if v != before[k]}
+
+
+def test_comparisons_maximum_minimum_and_neg_run_the_kernel_table_exactly(at):
+    d = torch.device("anychip:0")
+    g = torch.Generator().manual_seed(2)
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8,
+                  torch.bool):
+        a = (torch.randn(4, 1, 6, generator=g) * 3).round().to(dtype)
+        b = (torch.randn(5, 6, generator=g) * 3).round().to(dtype)          # broadcast to (4, 5, 6)
+        if dtype.is_floating_point:
+            a[0, 0, :3] = torch.tensor([float("nan"), float("inf"), -0.0])
+            b[1, :3] = torch.tensor([1.0, float("nan"), 0.0])
+        for f in (torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge, torch.maximum, torch.minimum):
+            before = _by_entry(at)
+            got = f(a.to(d), b.to(d))
+            assert _delta(at, before) == {"binary": 1}, (dtype, f)
+            want = f(a, b)
+            assert got.dtype == want.dtype and got.shape == want.shape, (dtype, f)
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
+        if dtype is not torch.bool:
+            before = _by_entry(at)
+            got = torch.neg(a.to(d))
+            assert _delta(at, before) == {"unary": 1}, dtype
+            torch.testing.assert_close(got.cpu(), torch.neg(a), rtol=0, atol=0, equal_nan=True)
+
+
+def test_relu_fill_and_integer_sums_run_the_kernel_table_exactly(at):
+    """relu, fill_ and sums of integers run on the chip's kernel table (one launch each, the
+    CPU's values bit for bit); float sums and mm stay on the CPU's kernels by default."""
+    d = torch.device("anychip:0")
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8):
+        x = (torch.randn(4, 6, generator=g) * 20).to(dtype)
+        x[0, 0] = 0
+        xd = x.to(d)
+        before = _by_entry(at)
+        got = torch.relu(xd)
+        assert _delta(at, before) == {"unary": 1}, dtype
+        assert got.cpu().equal(torch.relu(x)) and got.dtype == dtype
+    nan = torch.tensor([float("nan"), -1.0, 2.0], device=d)
+    assert torch.relu(nan).cpu().tolist()[1:] == [0.0, 2.0] and torch.relu(nan).cpu()[0].isnan()
+    before = _by_entry(at)
+    assert torch.relu(xd.t()).cpu().equal(torch.relu(x.t()))             # not contiguous: the CPU's
+    assert _delta(at, before) == {}
+    for dtype, value in ((torch.float32, 1.5), (torch.float16, 0.1), (torch.bfloat16, 0.1), (torch.float64, -0.25),
+                         (torch.int64, 2**62 + 1), (torch.int32, -7)):
+        t = torch.empty(9, dtype=dtype, device=d)
+        before = _by_entry(at)
+        t.fill_(value)
+        assert _delta(at, before) == {"fill": 1}, dtype
+        assert t.cpu().equal(torch.full((9,), value, dtype=dtype)), dtype
+    before = _by_entry(at)
+    assert torch.zeros(5, device=d).cpu().equal(torch.zeros(5))           # one repeated byte: a memset
+    assert torch.ones(3, dtype=torch.bool, device=d).cpu().all()
+    assert torch.full((3,), 200, dtype=torch.uint8, device=d).cpu().tolist() == [200] * 3   # one byte
+    assert _delta(at, before) == {}
+    for dtype in (torch.int32, torch.int64, torch.int8, torch.uint8):
+        info = torch.iinfo(dtype)
+        x = torch.randint(info.min, info.max, (3, 4, 5), generator=g, dtype=torch.int64).to(dtype)
+        xd = x.to(d)
+        for args, kwargs in (((), {}), ((1,), {}), ((0,), {"keepdim": True}), ((-1,), {})):
+            before = _by_entry(at)
+            got = xd.sum(*args, **kwargs)
+            assert _delta(at, before) == {"reduce": 1}, (dtype, args, kwargs)
+            want = x.sum(*args, **kwargs)
+            assert got.cpu().equal(want) and got.dtype == torch.int64 and got.shape == want.shape
+    before = _by_entry(at)
+    f = torch.randn(3, 4, generator=g)
+    for got, want in ((xd.sum((0, 1)), x.sum((0, 1))),                    # two dims: the CPU's
+                      (f.to(d).sum(), f.sum()), (f.to(d).sum(1), f.sum(1)),   # float sums: the CPU's
+                      (f.to(d) @ f.t().to(d), f @ f.t()),                 # mm: the CPU's
+                      (torch.ones(4, dtype=torch.bool, device=d).sum(), torch.tensor(4))):   # no bool in its mask
+        assert got.cpu().equal(want)
+    assert _delta(at, before) == {}
+
+
+KERNELS_PROGRAM = textwrap.dedent("""
+    import json, torch, anychip.torch as at
+    d = torch.device("anychip:0")
+    g = torch.Generator().manual_seed(3)
+    def by_entry():
+        return dict(at._C.kernel_launches()[2])
+    out = {"backend": at.backend(), "has": at._C.kernel_launches()[1], "ops": {}}
+    a = torch.randn(5, 7, generator=g)
+    b = torch.randn(7, 3, generator=g)
+    i = torch.randint(-9, 9, (5, 7), generator=g)
+    for name, fn, args in (("add", torch.add, (a, a)), ("mul", torch.mul, (i, i)), ("relu", torch.relu, (a,)),
+                           ("mm", torch.mm, (a, b)), ("mm_t", torch.mm, (b.t(), a.t())),
+                           ("mm_int_valued", torch.mm, (i.float(), i.float().t())),
+                           ("sum_f32", torch.sum, (a,)), ("sum_i64", torch.sum, (i,)),
+                           ("fill", lambda t: torch.empty_like(t).fill_(2.5), (a,))):
+        before = by_entry()
+        got = fn(*(x.to(d) for x in args)).cpu()
+        want = fn(*args)
+        delta = {k: v - before[k] for k, v in by_entry().items() if v != before[k]}
+        out["ops"][name] = [delta, bool(got.equal(want)), bool(torch.allclose(got, want, rtol=1e-5, atol=1e-5))]
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.parametrize("setting", ["all", "0", "c plugin"])
+def test_the_kernel_table_setting_and_a_c_plugins_table(setting, scaffold_plugin):
+    """ANYCHIP_TORCH_KERNELS=all adds mm and float sums (close to the CPU's, rounded in the chip's
+    order), =0 turns the table off; a C plugin's table (the scaffold's loops) serves as the
+    simulated chips' does."""
+    env = {**os.environ, "ANYCHIP_TORCH": "ascend", "ANYCHIP_TORCH_KERNELS": setting}
+    env.pop("ANYCHIP_LAUNCH_DEVICE", None)
+    if setting == "c plugin":
+        env.update(ANYCHIP_TORCH=scaffold_plugin.name, ANYCHIP_PLUGIN_PATH=scaffold_plugin.path,
+                   ANYCHIP_TORCH_KERNELS="1")
+    done = subprocess.run(python_command(["-c", KERNELS_PROGRAM]), capture_output=True, text=True, env=env,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    ops = out["ops"]
+    assert out["backend"] == ("ascend" if setting != "c plugin" else scaffold_plugin.name)
+    assert out["has"] is (setting != "0")
+    exact = {"add": {"binary": 1}, "mul": {"binary": 1}, "relu": {"unary": 1}, "sum_i64": {"reduce": 1},
+             "fill": {"fill": 1}}
+    if setting == "0":
+        assert all(delta == {} and same for delta, same, _ in ops.values()), ops
+        return
+    for name, delta in exact.items():
+        assert ops[name][:2] == [delta, True], (name, ops[name])
+    chip = {"mm": {"gemm": 1}, "mm_t": {"gemm": 1}, "mm_int_valued": {"gemm": 1}, "sum_f32": {"reduce": 1}}
+    for name, delta in chip.items():
+        assert ops[name][0] == (delta if setting == "all" else {}), (name, ops[name])
+        assert ops[name][2] is True                                       # close to the CPU's
+    assert ops["mm_int_valued"][1] is True                                # small integers: exact in any order
+
+
 @pytest.mark.filterwarnings("error")
 def test_autograd_linear_sgd_matches_the_cpu_exactly(at):
     torch.manual_seed(0)
@@ -344,6 +482,15 @@ def test_the_other_simulated_chips_serve_the_device(chip):
                           timeout=LONG_CHILD_SECONDS)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[-2] == f"{chip} {chip}:1 [0.0, 6.0, 2.0, 8.0, 4.0, 10.0]"
+
+
+def test_a_bad_kernel_setting_is_refused_naming_the_choices():
+    env = {**os.environ, "ANYCHIP_TORCH_KERNELS": "fast"}
+    done = subprocess.run(python_command(["-c", "import anychip.torch"]), capture_output=True, text=True, env=env,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 1
+    assert "anychip.runtime.errors.InvalidArgumentError: ANYCHIP_TORCH_KERNELS='fast' is invalid: want one of 0, 1, " \
+           "all" in done.stderr
 
 
 def test_an_unknown_backend_is_refused_naming_the_choices():

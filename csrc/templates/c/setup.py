@@ -19,10 +19,11 @@ setup(
     ext_modules=[
         Extension(
             "anychip_@name@.lib@name@",
-            sources=["src/@name@.c"],
+            sources=["src/@name@.c"],              # (it includes src/kernels.c)
+            depends=["src/kernels.c"],
             include_dirs=["include"],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-fvisibility=hidden"],
-            libraries=["pthread"],
+            libraries=["pthread", "m"],
         )
     ],
     cmdclass={"build_ext": build_plugin},

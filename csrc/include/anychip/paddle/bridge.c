@@ -30,6 +30,12 @@
  * its stream, stages the data through host memory (device -> host, the engine between the
  * ranks of this machine, host -> device) and returns when done; send / recv between
  * group_start and group_end run together at group_end. Without either, no xccl entries.
+ *
+ * Kernels: built with ANYCHIP_PADDLE_KERNELS, the bridge includes kernels.c (below), which
+ * registers Paddle phi kernels built from the plugin's kernel table (plugin.h minor 1), per
+ * dtype its masks allow; kernels_throw.cc (C++) is linked beside it, and the C is compiled
+ * with -fexceptions. Without ANYCHIP_PADDLE_KERNELS every op takes Paddle's CPU fallback and
+ * anychip_paddle_kernel_note() says why (ANYCHIP_PADDLE_NO_KERNELS).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -1320,7 +1326,7 @@ static const char *chosen_simulator(char *buf, size_t len)
 }
 #endif
 
-/* `path` itself when absolute, else relative to the directory of this library */
+/* `path` itself when absolute, else relative to the directory of this library (its real path) */
 static int resolve(const char *path, char *out, size_t len)
 {
     if (path[0] == '/') {
@@ -1333,7 +1339,8 @@ static int resolve(const char *path, char *out, size_t len)
         return -1;
     }
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", info.dli_fname);
+    if (!realpath(info.dli_fname, dir))   /* a symlink to the bridge: the directory it lies in */
+        snprintf(dir, sizeof dir, "%s", info.dli_fname);
     char *slash = strrchr(dir, '/');
     if (slash)
         *slash = 0;
@@ -1439,8 +1446,26 @@ static void fill_collectives(C_DeviceInterface *i)
     i->xccl_all_to_all = xccl_all_to_all;
 }
 
+/* the plugin, loaded once per process: by InitPlugin, or by a tool asking for the kernel table */
+static pthread_once_t g_target_once = PTHREAD_ONCE_INIT;
+static int g_target_ok;
+
+static void load_target_once(void) { g_target_ok = load_target() == 0; }
+
+static int target_ready(void)
+{
+    pthread_once(&g_target_once, load_target_once);
+    return g_target_ok;
+}
+
 #ifdef ANYCHIP_PADDLE_KERNELS
-static void register_kernels(void *target);
+static void register_kernels(void);
+#else
+/* why this bridge registers no kernels (`anychip info`): it was built without the kernel layer */
+#ifndef ANYCHIP_PADDLE_NO_KERNELS
+#define ANYCHIP_PADDLE_NO_KERNELS "the bridge was built without its kernel layer"
+#endif
+EXPORT const char *anychip_paddle_kernel_note(void) { return ANYCHIP_PADDLE_NO_KERNELS; }
 #endif
 
 EXPORT void InitPlugin(struct CustomRuntimeParams *params)
@@ -1460,7 +1485,7 @@ EXPORT void InitPlugin(struct CustomRuntimeParams *params)
     params->version.major = ANYCHIP_PADDLE_RUNTIME_MAJOR;
     params->version.minor = ANYCHIP_PADDLE_RUNTIME_MINOR;
     params->version.patch = ANYCHIP_PADDLE_RUNTIME_PATCH;
-    if (load_target() != 0)
+    if (!target_ready())
         return;                           /* device_type stays NULL: Paddle skips the library */
     params->device_type = g_type;
     params->sub_device_type = g_type + strlen("anychip_");
@@ -1502,6 +1527,10 @@ EXPORT void InitPlugin(struct CustomRuntimeParams *params)
     i->is_bfloat16_supported = bool_true;
     fill_collectives(i);
 #ifdef ANYCHIP_PADDLE_KERNELS
-    register_kernels(g_lib);              /* the device's phi kernels (a file included after this one) */
+    register_kernels();                   /* the device's phi kernels, from the plugin's kernel table */
 #endif
 }
+
+#ifdef ANYCHIP_PADDLE_KERNELS
+#include "anychip/paddle/kernels.c"
+#endif

@@ -10,7 +10,8 @@
 // library instance in the process).
 //
 // Compute ops run on the CPU through at::native::cpu_fallback: the inputs are copied to
-// the host, the CPU kernel runs, the outputs are copied back.
+// the host, the CPU kernel runs, the outputs are copied back; a few run on the chip's own
+// kernels where the library has plugin.h's kernel table (minor 1; "the chip's kernels" below).
 #include <dlfcn.h>
 #include <sys/mman.h>
 
@@ -565,6 +566,75 @@ void resize_bytes(c10::StorageImpl *storage, size_t nbytes)
     storage->set_nbytes(nbytes);
 }
 
+// ---- the chip's kernels: plugin.h's kernel table ------------------------------------------------
+// A library of plugin.h minor 1 may hand a kernel table (plugin.h, "KERNELS"): the simulated
+// chips' faces fill it with the simulator's kernels (csrc/sim/kernels.c), a C plugin with its
+// own. The ops below run on it where the operands fit an entry and its dtype mask, enqueued on
+// the current stream and run over device memory, in order with the stream's copies; anything
+// else takes the CPU kernel through the fallback. ANYCHIP_TORCH_KERNELS=0 turns them off; =all
+// adds mm and float sums, whose values round differently from the CPU's.
+
+const anychip_kernels *g_kernels = nullptr;
+// ANYCHIP_TORCH_KERNELS=all: also the ops whose float results round differently from the CPU's
+// (mm: the chip's GEMM accumulates in its own order; float sums: in double, rounded once)
+bool g_all_kernels = false;
+enum Entry { K_BINARY, K_UNARY, K_REDUCE, K_GEMM, K_FILL, K_ENTRIES };
+const char *const kEntryNames[K_ENTRIES] = {"binary", "unary", "reduce", "gemm", "fill"};
+std::atomic<int64_t> g_launches[K_ENTRIES];
+
+int kernel_dtype(at::ScalarType t)      // plugin.h's anychip_dtype; -1: none
+{
+    switch (t) {
+    case at::kChar: return ANYCHIP_INT8;
+    case at::kByte: return ANYCHIP_UINT8;
+    case at::kInt: return ANYCHIP_INT32;
+    case at::kLong: return ANYCHIP_INT64;
+    case at::kHalf: return ANYCHIP_FLOAT16;
+    case at::kBFloat16: return ANYCHIP_BFLOAT16;
+    case at::kFloat: return ANYCHIP_FLOAT32;
+    case at::kDouble: return ANYCHIP_FLOAT64;
+    case at::kBool: return ANYCHIP_BOOL;
+    default: return -1;
+    }
+}
+
+// whether the table's `entry` is set and its mask takes dtype `dt`
+bool takes(Entry entry, int dt)
+{
+    if (!g_kernels || dt < 0)
+        return false;
+    const void *fn = entry == K_BINARY ? reinterpret_cast<const void *>(g_kernels->binary)
+                     : entry == K_UNARY ? reinterpret_cast<const void *>(g_kernels->unary)
+                     : entry == K_REDUCE ? reinterpret_cast<const void *>(g_kernels->reduce)
+                     : entry == K_GEMM ? reinterpret_cast<const void *>(g_kernels->gemm)
+                                       : reinterpret_cast<const void *>(g_kernels->fill);
+    uint32_t mask = entry == K_BINARY ? g_kernels->binary_dtypes
+                    : entry == K_UNARY ? g_kernels->unary_dtypes
+                    : entry == K_REDUCE ? g_kernels->reduce_dtypes
+                    : entry == K_GEMM ? g_kernels->gemm_dtypes
+                                      : g_kernels->fill_dtypes;
+    return fn && ((mask >> dt) & 1u);
+}
+
+bool is_float_dtype(int dt) { return dt >= ANYCHIP_FLOAT16 && dt <= ANYCHIP_FLOAT64; }
+
+// an operand a kernel reads as it is: on an anychip device, no lazy conjugate / negative bit
+bool plain(const at::Tensor &t) { return t.device().type() == kType && !t.is_conj() && !t.is_neg(); }
+
+// the device made current for an entry's call, and its stream
+anychip_stream kernel_stream(int device)
+{
+    if (g_plugin.set_device)
+        check(g_plugin.set_device(device), "set_device", device);
+    return static_cast<anychip_stream>(current_stream(device));
+}
+
+void launched(Entry entry, anychip_status st, int device)
+{
+    check(st, (std::string("the kernel table's ") + kEntryNames[entry]).c_str(), device);
+    ++g_launches[entry];
+}
+
 // ---- kernels -----------------------------------------------------------------------------
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
@@ -694,6 +764,17 @@ at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &value)
                                       static_cast<anychip_stream>(current_stream(device))), "fill_async", device);
             return self;
         }
+        int dt = kernel_dtype(self.scalar_type());
+        if (takes(K_FILL, dt)) {
+            // the value as the CPU converted it (one element of the dtype), which the kernel's
+            // conversion then keeps exactly: the bits are the CPU's
+            bool fl = is_float_dtype(dt);
+            double fvalue = fl ? one.to(at::kDouble).item<double>() : 0.0;
+            int64_t ivalue = fl ? 0 : one.to(at::kLong).item<int64_t>();
+            launched(K_FILL, g_kernels->fill(device, kernel_stream(device), static_cast<anychip_dtype>(dt),
+                                             self.numel(), self.data_ptr(), fvalue, ivalue, 0), device);
+            return self;
+        }
         at::Tensor host = at::full({self.numel()}, value, self.options().device(c10::kCPU));
         raw_copy(device, self.data_ptr(), host.data_ptr(), nbytes, ANYCHIP_COPY_H2D);
         return self;
@@ -745,71 +826,47 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
     at::native::cpu_fallback(op, stack);
 }
 
-// ---- the chip's own kernels ------------------------------------------------------------------
-// The simulated chips' libraries export their tensor kernels (csrc/sim/kernels.c: enqueued on
-// a stream, run by its worker over device memory); plugin.h has no kernel interface, so C
-// plugins and chips without the symbols take the CPU fallback. ANYCHIP_TORCH_KERNELS=0 turns
-// the kernels off.
+// ---- ops on the chip's kernels (the table above) ------------------------------------------------
+// Each takes the kernel where its operands fit: on one anychip device, one dtype the entry's mask
+// takes (no type promotion), contiguous inputs (broadcasting included; the result is contiguous,
+// as the CPU's is for such inputs), at most ANYCHIP_KERNEL_MAX_DIMS dimensions. The values are
+// the CPU's bit for bit (one IEEE operation per element, half types rounded once, integers wrap),
+// but for mm and float sums, which only ANYCHIP_TORCH_KERNELS=all puts on the chip.
 
-using simk_elementwise_fn = int (*)(void *stream, int op, int dtype, int ndim, const int64_t *shape, void *out,
-                                    const void *a, const int64_t *as, const void *b, const int64_t *bs);
-simk_elementwise_fn g_simk_elementwise = nullptr;
-const char *(*g_sim_last_error)(void) = nullptr;
-std::atomic<int64_t> g_kernel_launches{0};
-enum { SIMK_ADD = 0, SIMK_SUB = 1, SIMK_MUL = 2, SIMK_DIV = 3 };   // csrc/sim/kernels.h's E_ADD ... E_DIV
+constexpr int kMaxDims = ANYCHIP_KERNEL_MAX_DIMS;
+const int64_t kOne = 1;          // what a 0-d operand passes for its shape and strides (never read)
 
-int simk_dtype(at::ScalarType t)        // csrc/sim/kernels.h's K_* codes; -1: none
+at::Tensor device_binary(anychip_binary_op op, const at::Tensor &a, const at::Tensor &b)
 {
-    switch (t) {
-    case at::kChar: return 1;
-    case at::kByte: return 2;
-    case at::kInt: return 3;
-    case at::kLong: return 4;
-    case at::kHalf: return 5;
-    case at::kBFloat16: return 6;
-    case at::kFloat: return 7;
-    case at::kDouble: return 8;
-    default: return -1;
-    }
-}
-
-// a <op> b by the chip's kernel, on the current stream, where the operands fit it: both on one
-// anychip device, one dtype and no promotion, C-contiguous (broadcasting included), no lazy
-// conjugate / negative bits; else an undefined tensor (the caller takes the CPU fallback)
-at::Tensor device_binary(int op, const at::Tensor &a, const at::Tensor &b)
-{
-    if (!g_simk_elementwise || a.device() != b.device() || a.device().type() != kType)
-        return {};
-    at::ScalarType dt = a.scalar_type();
-    if (b.scalar_type() != dt || simk_dtype(dt) < 0 || a.is_conj() || b.is_conj() || a.is_neg() || b.is_neg() ||
+    at::ScalarType st = a.scalar_type();
+    int dt = kernel_dtype(st);
+    if (!takes(K_BINARY, dt) || !plain(a) || !plain(b) || a.device() != b.device() || b.scalar_type() != st ||
         !a.is_contiguous() || !b.is_contiguous())
         return {};
+    if ((op == ANYCHIP_OP_DIV && !is_float_dtype(dt)) || (op <= ANYCHIP_OP_MUL && dt == ANYCHIP_BOOL))
+        return {};                          // (plugin.h: div takes floats, add / sub / mul no bool)
     c10::DimVector shape = at::infer_size_dimvector(a.sizes(), b.sizes());
-    if (shape.size() > 16)
+    if (shape.size() > kMaxDims)
         return {};
+    bool compare = op >= ANYCHIP_OP_EQ && op <= ANYCHIP_OP_GE;         // (these write bool)
     c10::DeviceGuard guard(a.device());
-    at::Tensor out = at::empty(shape, a.options());
+    at::Tensor out = at::empty(shape, a.options().dtype(compare ? at::kBool : st));
     if (out.numel() == 0)
         return out;
     at::Tensor ea = a.expand(shape), eb = b.expand(shape);
     int device = dev_index(a);
-    if (g_plugin.set_device)
-        check(g_plugin.set_device(device), "set_device", device);
-    const int64_t one = 1;
     int nd = static_cast<int>(shape.size());
-    int rc = g_simk_elementwise(current_stream(device), op, simk_dtype(dt), nd ? nd : 1, nd ? shape.data() : &one,
-                                out.data_ptr(), ea.data_ptr(), nd ? ea.strides().data() : &one, eb.data_ptr(),
-                                nd ? eb.strides().data() : &one);
-    TORCH_CHECK(rc == 0, "anychip ", g_backend, ":", device, ": elementwise kernel failed: ",
-                g_sim_last_error ? g_sim_last_error() : "status " + std::to_string(rc));
-    ++g_kernel_launches;
+    launched(K_BINARY, g_kernels->binary(device, kernel_stream(device), op, static_cast<anychip_dtype>(dt), nd,
+                                         nd ? shape.data() : &kOne, out.data_ptr(), ea.data_ptr(),
+                                         nd ? ea.strides().data() : &kOne, eb.data_ptr(),
+                                         nd ? eb.strides().data() : &kOne), device);
     return out;
 }
 
 at::Tensor add_tensor(const at::Tensor &self, const at::Tensor &other, const at::Scalar &alpha)
 {
     if (alpha.equal(1)) {
-        at::Tensor out = device_binary(SIMK_ADD, self, other);
+        at::Tensor out = device_binary(ANYCHIP_OP_ADD, self, other);
         if (out.defined())
             return out;
     }
@@ -819,7 +876,7 @@ at::Tensor add_tensor(const at::Tensor &self, const at::Tensor &other, const at:
 at::Tensor sub_tensor(const at::Tensor &self, const at::Tensor &other, const at::Scalar &alpha)
 {
     if (alpha.equal(1)) {
-        at::Tensor out = device_binary(SIMK_SUB, self, other);
+        at::Tensor out = device_binary(ANYCHIP_OP_SUB, self, other);
         if (out.defined())
             return out;
     }
@@ -830,7 +887,7 @@ at::Tensor sub_tensor(const at::Tensor &self, const at::Tensor &other, const at:
 at::Tensor div_tensor(const at::Tensor &self, const at::Tensor &other)
 {
     if (at::isFloatingType(self.scalar_type())) {
-        at::Tensor out = device_binary(SIMK_DIV, self, other);
+        at::Tensor out = device_binary(ANYCHIP_OP_DIV, self, other);
         if (out.defined())
             return out;
     }
@@ -839,10 +896,128 @@ at::Tensor div_tensor(const at::Tensor &self, const at::Tensor &other)
 
 at::Tensor mul_tensor(const at::Tensor &self, const at::Tensor &other)
 {
-    at::Tensor out = device_binary(SIMK_MUL, self, other);
+    at::Tensor out = device_binary(ANYCHIP_OP_MUL, self, other);
     if (out.defined())
         return out;
     return at::native::call_fallback_fn<&cpu_fallback, at::_ops::mul_Tensor>::call(self, other);
+}
+
+// comparisons (into bool), maximum and minimum (NaN propagates, as the CPU's)
+template <anychip_binary_op Op, typename Fallback>
+at::Tensor binary_op(const at::Tensor &self, const at::Tensor &other)
+{
+    at::Tensor out = device_binary(Op, self, other);
+    if (out.defined())
+        return out;
+    return at::native::call_fallback_fn<&cpu_fallback, Fallback>::call(self, other);
+}
+
+// op(x) by the table's unary entry, of a contiguous tensor of a dtype it takes (not bool: relu
+// and neg take none); else an undefined tensor
+at::Tensor device_unary(anychip_unary_op op, const at::Tensor &self)
+{
+    int dt = kernel_dtype(self.scalar_type());
+    if (!takes(K_UNARY, dt) || dt == ANYCHIP_BOOL || !plain(self) || !self.is_contiguous() || self.dim() > kMaxDims)
+        return {};
+    c10::DeviceGuard guard(self.device());
+    at::Tensor out = at::empty(self.sizes(), self.options());
+    if (out.numel() == 0)
+        return out;
+    int device = dev_index(self);
+    int nd = static_cast<int>(self.dim());
+    auto t = static_cast<anychip_dtype>(dt);
+    launched(K_UNARY, g_kernels->unary(device, kernel_stream(device), op, t, t, nd, nd ? self.sizes().data() : &kOne,
+                                       out.data_ptr(), self.data_ptr(), nd ? self.strides().data() : &kOne), device);
+    return out;
+}
+
+at::Tensor relu(const at::Tensor &self)
+{
+    at::Tensor out = device_unary(ANYCHIP_OP_RELU, self);
+    return out.defined() ? out : at::native::call_fallback_fn<&cpu_fallback, at::_ops::relu>::call(self);
+}
+
+at::Tensor neg(const at::Tensor &self)
+{
+    at::Tensor out = device_unary(ANYCHIP_OP_NEG, self);
+    return out.defined() ? out : at::native::call_fallback_fn<&cpu_fallback, at::_ops::neg>::call(self);
+}
+
+// a[m, k] @ b[k, n] of one float dtype (ANYCHIP_TORCH_KERNELS=all): the table's gemm takes
+// strided operands (a transpose is a stride swap) and writes a contiguous result, as the CPU's
+// mm does; its sums run in the chip's order, so the last bits may differ from the CPU's
+at::Tensor mm(const at::Tensor &a, const at::Tensor &b)
+{
+    at::ScalarType st = a.scalar_type();
+    int dt = kernel_dtype(st);
+    if (g_all_kernels && takes(K_GEMM, dt) && is_float_dtype(dt) && plain(a) && plain(b) && a.device() == b.device() &&
+        b.scalar_type() == st && a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) && a.size(1) > 0) {
+        c10::DeviceGuard guard(a.device());
+        at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+        if (out.numel() == 0)
+            return out;
+        int device = dev_index(a);
+        launched(K_GEMM, g_kernels->gemm(device, kernel_stream(device), static_cast<anychip_dtype>(dt), a.size(0),
+                                         a.size(1), b.size(1), out.data_ptr(), a.data_ptr(), a.stride(0),
+                                         a.stride(1), b.data_ptr(), b.stride(0), b.stride(1)), device);
+        return out;
+    }
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::mm>::call(a, b);
+}
+
+// sums of integers and bool are exact everywhere; a float sum is the CPU's only by chance
+bool sum_on_device(int dt) { return g_all_kernels || !is_float_dtype(dt); }
+
+// the sum over every dimension, or over one, of a contiguous tensor whose dtype the reduce entry
+// takes: x as [outer, n, inner] (integers and bool sum into int64, wrapping, as the CPU's)
+at::Tensor device_sum(const at::Tensor &self, at::OptionalIntArrayRef dim, bool keepdim,
+                      std::optional<at::ScalarType> dtype)
+{
+    at::ScalarType in = self.scalar_type();
+    at::ScalarType result = at::isIntegralType(in, /*includeBool=*/true) ? at::kLong : in;
+    int dt = kernel_dtype(in), rt = kernel_dtype(result);
+    if ((dtype.has_value() && *dtype != result) || !sum_on_device(dt) || !takes(K_REDUCE, dt) || !takes(K_REDUCE, rt) ||
+        !plain(self) || !self.is_contiguous() || self.numel() == 0)
+        return {};
+    bool all = !dim.has_value() || dim->empty();
+    if (!all && dim->size() != 1)
+        return {};
+    int64_t nd = self.dim(), d = all ? 0 : c10::maybe_wrap_dim((*dim)[0], nd);
+    int64_t outer = 1, n = all ? self.numel() : (nd ? self.size(d) : 1), inner = 1;
+    c10::DimVector shape;
+    for (int64_t i = 0; i < nd; ++i) {
+        if (all || i == d) {
+            if (keepdim)
+                shape.push_back(1);
+            continue;
+        }
+        shape.push_back(self.size(i));
+        (i < d ? outer : inner) *= self.size(i);
+    }
+    c10::DeviceGuard guard(self.device());
+    at::Tensor out = at::empty(shape, self.options().dtype(result));
+    int device = dev_index(self);
+    launched(K_REDUCE, g_kernels->reduce(device, kernel_stream(device), ANYCHIP_REDUCE_SUM,
+                                         static_cast<anychip_dtype>(rt), static_cast<anychip_dtype>(dt), outer, n,
+                                         inner, out.data_ptr(), self.data_ptr()), device);
+    return out;
+}
+
+at::Tensor sum_dim(const at::Tensor &self, at::OptionalIntArrayRef dim, bool keepdim,
+                   std::optional<at::ScalarType> dtype)
+{
+    at::Tensor out = device_sum(self, dim, keepdim, dtype);
+    if (out.defined())
+        return out;
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::sum_dim_IntList>::call(self, dim, keepdim, dtype);
+}
+
+at::Tensor sum_all(const at::Tensor &self, std::optional<at::ScalarType> dtype)
+{
+    at::Tensor out = device_sum(self, std::nullopt, false, dtype);
+    if (out.defined())
+        return out;
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::sum>::call(self, dtype);
 }
 
 // ---- the device guard ----------------------------------------------------------------------
@@ -1081,7 +1256,7 @@ Hooks g_hooks;
 // ---- set up from Python --------------------------------------------------------------------------
 
 void init(const std::string &library, const std::string &backend, int count, py::list default_streams,
-          py::object alloc, py::object record, py::object make_stream, py::object stats)
+          py::object alloc, py::object record, py::object make_stream, py::object stats, int kernels)
 {
     TORCH_CHECK(!g_ready, "the anychip device is already bound to ", g_backend,
                 " in this process (PrivateUse1 is one device type per process)");
@@ -1109,10 +1284,15 @@ void init(const std::string &library, const std::string &backend, int count, py:
     g_record = record.release().ptr();
     g_new_stream = make_stream.release().ptr();
     g_stats = stats.release().ptr();
-    const char *kernels = std::getenv("ANYCHIP_TORCH_KERNELS");
-    if ((g_plugin.flags & ANYCHIP_PLUGIN_SIMULATED) && !(kernels && std::string(kernels) == "0")) {
-        g_simk_elementwise = reinterpret_cast<simk_elementwise_fn>(dlsym(lib, "anychip_simk_elementwise"));
-        g_sim_last_error = reinterpret_cast<const char *(*)(void)>(dlsym(lib, "anychip_sim_last_error"));
+    // the kernel table: read from minor 1 on, when its version is this header's and its masks
+    // name dtypes only (as anychip's runtime reads it, devices/_plugin_kernels.py)
+    // (kernels: ANYCHIP_TORCH_KERNELS as runtime/env.py reads it, 0 = none, 1 = exact, 2 = all)
+    const anychip_kernels *k = g_plugin.minor >= 1 ? g_plugin.kernels : nullptr;
+    const uint32_t known = (1u << (ANYCHIP_BOOL + 1)) - 1;
+    if (k && k->version == ANYCHIP_KERNELS_VERSION && !((k->binary_dtypes | k->unary_dtypes | k->reduce_dtypes |
+                                                          k->gemm_dtypes | k->fill_dtypes) & ~known) && kernels > 0) {
+        g_kernels = k;
+        g_all_kernels = kernels == 2;
     }
     c10::SetAllocator(kType, &g_allocator);
     at::RegisterPrivateUse1HooksInterface(&g_hooks);
@@ -1134,8 +1314,17 @@ int current_device() { return t_device; }
 
 int64_t current_stream_id(int device) { return current_id(device); }
 
-// kernel launches of the chip's own kernels so far, and whether the chip has them
-py::tuple kernel_launches() { return py::make_tuple(g_kernel_launches.load(), g_simk_elementwise != nullptr); }
+// launches of the chip's kernels so far, whether the chip has them, and the launches by entry
+py::tuple kernel_launches()
+{
+    py::dict by_entry;
+    int64_t total = 0;
+    for (int e = 0; e < K_ENTRIES; ++e) {
+        by_entry[kEntryNames[e]] = g_launches[e].load();
+        total += g_launches[e].load();
+    }
+    return py::make_tuple(total, g_kernels != nullptr, by_entry);
+}
 
 }  // namespace
 
@@ -1161,6 +1350,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
     m.impl("sub.Tensor", sub_tensor);
     m.impl("mul.Tensor", mul_tensor);
     m.impl("div.Tensor", div_tensor);
+    m.impl("eq.Tensor", binary_op<ANYCHIP_OP_EQ, at::_ops::eq_Tensor>);
+    m.impl("ne.Tensor", binary_op<ANYCHIP_OP_NE, at::_ops::ne_Tensor>);
+    m.impl("lt.Tensor", binary_op<ANYCHIP_OP_LT, at::_ops::lt_Tensor>);
+    m.impl("le.Tensor", binary_op<ANYCHIP_OP_LE, at::_ops::le_Tensor>);
+    m.impl("gt.Tensor", binary_op<ANYCHIP_OP_GT, at::_ops::gt_Tensor>);
+    m.impl("ge.Tensor", binary_op<ANYCHIP_OP_GE, at::_ops::ge_Tensor>);
+    m.impl("maximum", binary_op<ANYCHIP_OP_MAX, at::_ops::maximum>);
+    m.impl("minimum", binary_op<ANYCHIP_OP_MIN, at::_ops::minimum>);
+    m.impl("relu", relu);
+    m.impl("neg", neg);
+    m.impl("mm", mm);
+    m.impl("sum", sum_all);
+    m.impl("sum.dim_IntList", sum_dim);
     // ops with a CompositeExplicitAutograd decomposition that backends without a kernel get:
     // the CPU kernel instead, through the fallback, so that the values are the CPU's bit for bit
     // (mse_loss and smooth_l1_loss: their generic kernel writes a reduced loss into an output the

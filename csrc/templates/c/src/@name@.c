@@ -6,7 +6,9 @@
  *     allocations, so running out of memory and freeing a bad pointer are errors, not crashes;
  *   - streams: one worker thread each, running queued copies, fills, event records and
  *     event waits in order, so work really is asynchronous;
- *   - events: a recorded generation and a completion timestamp (CLOCK_MONOTONIC).
+ *   - events: a recorded generation and a completion timestamp (CLOCK_MONOTONIC);
+ *   - tensor kernels (src/kernels.c): elementwise, casts, reductions, GEMM and fill as plain
+ *     loops, run by the stream workers in order with the copies.
  * Devices: @NAME@_DEVICES (default 4).
  *
  * To bring up a real chip, replace the functions marked DRIVER with your driver's calls
@@ -212,7 +214,10 @@ static void event_release(struct anychip_event_s *e) {
 }
 
 /* ---- streams: a worker thread running queued tasks in order ------------------------- */
-typedef enum { T_COPY, T_FILL, T_RECORD, T_WAIT } task_kind;
+typedef enum { T_COPY, T_FILL, T_RECORD, T_WAIT, T_KERNEL } task_kind;
+
+struct kernel_call;                               /* a tensor kernel's arguments (kernels.c) */
+static void run_kernel(struct kernel_call *call); /* runs it, then frees it */
 
 typedef struct task {
     task_kind kind;
@@ -222,6 +227,7 @@ typedef struct task {
     int value;
     anychip_event event;
     uint64_t generation;
+    struct kernel_call *kernel;
     struct task *next;
 } task;
 
@@ -256,6 +262,7 @@ static void run(task *t) {   /* DRIVER: what the chip does for each queued comma
         pthread_mutex_unlock(&t->event->lock);
         event_release(t->event);
         break;
+    case T_KERNEL: run_kernel(t->kernel); break;
     }
 }
 
@@ -486,6 +493,9 @@ static anychip_status stream_wait_event(int d, anychip_stream s, anychip_event e
     return gen ? enqueue_event_task(s, (task){.kind = T_WAIT, .event = e, .generation = gen}) : S_OK;
 }
 
+/* ---- tensor kernels: the KERNELS table (one translation unit with this file) --------------- */
+#include "kernels.c"
+
 /* ---- the table ------------------------------------------------------------------------ */
 ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     if (!p || p->struct_size < offsetof(anychip_plugin, reserved))
@@ -526,5 +536,7 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     p->event_synchronize = event_synchronize;
     p->event_query = event_query;
     p->event_elapsed_ms = event_elapsed_ms;
+
+    p->kernels = &KERNELS;
     return S_OK;
 }

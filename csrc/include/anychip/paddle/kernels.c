@@ -1,10 +1,17 @@
 /*
- * Paddle phi kernels of the simulated chips: the ops a training step spends its time in,
- * registered for the bridge's device type through Paddle's kernel C API (phi_capi.h) and
- * run by the simulator's own tensor kernels (csrc/sim/kernels.c: elementwise, unary and
- * cast, one-axis reductions, GEMM, fill) on the stream Paddle gives the op, over device
- * memory: no copy to the host. Included by provider_sim.c after the bridge, whose streams
- * (stream_rec) and fence flags the kernels use.
+ * The bridge's phi kernels: the ops a training step spends its time in, registered for the
+ * bridge's device type through Paddle's kernel C API (phi_capi.h) and built from the five
+ * primitives of the target plugin's kernel table (anychip/plugin.h minor 1, `kernels`:
+ * strided binary ops with broadcasting, unary ops and casts, [outer, n, inner] reductions,
+ * strided GEMM, fill), enqueued on the stream Paddle gives the op, over device memory: no
+ * copy to the host. Included at the end of bridge.c (ANYCHIP_PADDLE_KERNELS), whose plugin
+ * table (P), streams (stream_rec) and fence flags the kernels use; a kernel that cannot run
+ * raises a C++ exception (kernels_throw.cc, linked beside), so this is compiled to unwind
+ * (-fexceptions).
+ *
+ * A kernel is registered for a dtype only when every primitive it uses takes that dtype (the
+ * table's masks) and the table's version is one this file knows; the other ops and dtypes
+ * take Paddle's CPU fallback. A plugin without the table gets no kernels.
  *
  * Each kernel has two entries, as Paddle calls both: fn(PD_KernelContext *), used by
  * Paddle's executors, and the "variadic" one, which eager Paddle calls with the C++
@@ -12,31 +19,28 @@
  * by value, DenseTensor * outputs): references and pointers arrive as the C API's handles,
  * a DataType attribute as a phi::DataType value.
  *
- * Composite ops (softmax, the gradients) are sequences of those kernels on the one stream,
+ * Composite ops (softmax, the gradients) are sequences of those primitives on the one stream,
  * with temporaries from Paddle's allocator for the device (freed when the op returns: the
  * next user of that memory is ordered after this op on the stream, as with any caching
  * allocator). The formulas are Paddle's CPU kernels', in the same order, so results agree
  * with Paddle-CPU to the rounding of each step.
+ *
+ * ANYCHIP_PADDLE_BEFORE_GEMM, when defined, names a function (void) called before the first
+ * GEMM of a matmul (the simulated chips hand their GEMM NumPy's BLAS there).
  */
+#include <math.h>
+
 #include "anychip/paddle/phi_capi.h"
-
-#include <link.h>
-
-#include "sim/kernels.h"
 
 static anychip_phi_api PD;
 
-/* the simulator's kernel entry points (anychip_simk_*, csrc/sim/kernels.c) */
-static struct {
-    int (*elementwise)(void *, int, int, int, const int64_t *, void *, const void *, const int64_t *, const void *,
-                       const int64_t *);
-    int (*unary)(void *, int, int, int, int, const int64_t *, void *, const void *, const int64_t *);
-    int (*reduce)(void *, int, int, int, int64_t, int64_t, int64_t, void *, const void *);
-    int (*gemm)(void *, int, int64_t, int64_t, int64_t, void *, const void *, int64_t, int64_t, const void *,
-                int64_t, int64_t);
-    int (*fill)(void *, int, int64_t, void *, double, int64_t, int);
-    const char *(*last_error)(void);
-} SK;
+#define MAXD ANYCHIP_KERNEL_MAX_DIMS
+
+/* the plugin's kernel table, once register_kernels (or the table query) accepted it */
+static const anychip_kernels *K;
+
+/* an entry's mask, 0 for an entry left NULL */
+#define MASK(entry) (K->entry ? K->entry##_dtypes : 0u)
 
 /* raise a C++ exception with the message (kernels_throw.cc): Paddle reports it as the op's error */
 void anychip_paddle_raise(const char *msg) __attribute__((noreturn));
@@ -53,27 +57,39 @@ static void fail(const char *op, const char *fmt, ...)
     anychip_paddle_raise(line);
 }
 
+static const char *const DTYPE_NAMES[] = {"int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32",
+                                          "float64", "bool"};
+static const int ITEMSZ[] = {1, 1, 4, 8, 2, 2, 4, 8, 1};      /* by anychip_dtype */
+
+static int64_t numel(int nd, const int64_t *dim)
+{
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++)
+        n *= dim[d];
+    return n;
+}
+
 /* ---- tensors -------------------------------------------------------------------------------- */
 
 typedef struct {
     void *p;
-    int nd, dt;                           /* dt: the simulator's dtype code */
+    int nd, dt;                           /* dt: its anychip_dtype */
     C_DataType cdt;
-    int64_t dim[K_MAXDIM], n;
+    int64_t dim[MAXD], n;
 } tview;
 
-static int sim_dtype(C_DataType t)
+static int to_dtype(C_DataType t)
 {
     switch (t) {
-    case BOOL: return K_BOOL;
-    case INT8: return K_I8;
-    case UINT8: return K_U8;
-    case INT32: return K_I32;
-    case INT64: return K_I64;
-    case FLOAT16: return K_F16;
-    case BFLOAT16: return K_BF16;
-    case FLOAT32: return K_F32;
-    case FLOAT64: return K_F64;
+    case BOOL: return ANYCHIP_BOOL;
+    case INT8: return ANYCHIP_INT8;
+    case UINT8: return ANYCHIP_UINT8;
+    case INT32: return ANYCHIP_INT32;
+    case INT64: return ANYCHIP_INT64;
+    case FLOAT16: return ANYCHIP_FLOAT16;
+    case BFLOAT16: return ANYCHIP_BFLOAT16;
+    case FLOAT32: return ANYCHIP_FLOAT32;
+    case FLOAT64: return ANYCHIP_FLOAT64;
     default: return -1;
     }
 }
@@ -95,8 +111,8 @@ static void shape_of(const char *op, const PD_Tensor *t, tview *v)
 {
     C_Status st = C_SUCCESS;
     int64_t nd = PD.PD_TensorGetNumDims(t, &st);
-    if (st != C_SUCCESS || nd < 0 || nd > K_MAXDIM)
-        fail(op, "a tensor of %lld dimensions (the device's kernels take up to %d)", (long long)nd, K_MAXDIM);
+    if (st != C_SUCCESS || nd < 0 || nd > MAXD)
+        fail(op, "a tensor of %lld dimensions (the device's kernels take up to %d)", (long long)nd, MAXD);
     v->nd = (int)nd;
     v->n = 1;
     for (int d = 0; d < v->nd; d++) {
@@ -104,7 +120,7 @@ static void shape_of(const char *op, const PD_Tensor *t, tview *v)
         v->n *= v->dim[d];
     }
     v->cdt = PD.PD_TensorGetPDDataType(t, &st);
-    v->dt = sim_dtype(v->cdt);
+    v->dt = to_dtype(v->cdt);
     if (v->dt < 0)
         fail(op, "data type %d is not one of the device's (bool, int8, uint8, int32, int64, float16, bfloat16, "
              "float32, float64)", (int)v->cdt);
@@ -132,7 +148,7 @@ static void output(const char *op, const PD_DeviceContext *ctx, PD_Tensor *t, C_
     shape_of(op, t, v);
     C_Status st = C_SUCCESS;
     v->cdt = cdt;
-    v->dt = sim_dtype(cdt);
+    v->dt = to_dtype(cdt);
     v->p = PD.PD_DeviceContextAllocateTensor(ctx, t, 0, cdt, &st);
     if (st != C_SUCCESS || (!v->p && v->n))
         fail(op, "allocating the output (%lld elements) failed", (long long)v->n);
@@ -148,7 +164,6 @@ typedef struct {
 
 static void *temp(temps *T, int nd, const int64_t *dim, C_DataType cdt)
 {
-    static const int ITEM[] = {1, 1, 1, 4, 8, 2, 2, 4, 8};
     if (T->n == (int)(sizeof T->t / sizeof *T->t))
         fail(T->op, "more than %d temporaries", (int)(sizeof T->t / sizeof *T->t));
     int64_t n = 1, one = 1;
@@ -157,7 +172,7 @@ static void *temp(temps *T, int nd, const int64_t *dim, C_DataType cdt)
     PD_Tensor *t = PD.PD_NewTensor();
     C_Status st = C_SUCCESS;
     PD.PD_TensorSetDims(t, nd ? nd : 1, nd ? dim : &one, &st);
-    void *p = PD.PD_DeviceContextAllocateTensor(T->ctx, t, (size_t)(n ? n : 1) * (size_t)ITEM[sim_dtype(cdt)], cdt,
+    void *p = PD.PD_DeviceContextAllocateTensor(T->ctx, t, (size_t)(n ? n : 1) * (size_t)ITEMSZ[to_dtype(cdt)], cdt,
                                                 &st);
     if (st != C_SUCCESS || !p) {
         PD.PD_DeleteTensor(t);
@@ -176,7 +191,7 @@ static void temps_free(temps *T)
 
 static void count_call(const char *op);
 
-static void *stream_of(const char *op, const PD_DeviceContext *ctx)
+static anychip_stream stream_of(const char *op, const PD_DeviceContext *ctx)
 {
     count_call(op);
     C_Status st = C_SUCCESS;
@@ -187,10 +202,67 @@ static void *stream_of(const char *op, const PD_DeviceContext *ctx)
     return REC(s)->s;
 }
 
-static void sim_check(const char *op, int rc)
+/* a primitive's failure: the plugin's status, its text and the detail of this thread's last failure */
+static void kcheck(const char *op, const char *prim, anychip_status rc)
 {
-    if (rc)
-        fail(op, "%s", SK.last_error ? SK.last_error() : "the simulator refused the kernel");
+    if (rc == 0)
+        return;
+    const char *text = P.get_error_string ? P.get_error_string(rc) : NULL;
+    const char *detail = P.get_last_error ? P.get_last_error() : NULL;
+    fail(op, "the plugin's %s kernel failed: status %d%s%s%s%s%s", prim, (int)rc, text ? " (" : "", text ? text : "",
+         text ? ")" : "", detail && detail[0] ? ": " : "", detail && detail[0] ? detail : "");
+}
+
+/* the registration checked each kernel's dtypes against the masks; what an attribute picks
+ * at run time (cast's and sum's output dtype) is checked here */
+static void takes(const char *op, const char *prim, uint32_t mask, int dt)
+{
+    if (dt < 0 || !(mask & (1u << dt)))
+        fail(op, "the plugin's %s kernel does not take %s (its kernel table's dtype mask)", prim,
+             dt < 0 ? "this data type" : DTYPE_NAMES[dt]);
+}
+
+/* ---- the five primitives (anychip/plugin.h, KERNELS) --------------------------------------------- */
+
+/* out[dim] = a <e> b, a and b broadcast (strides as, bs) */
+static void ew(const char *op, anychip_stream s, anychip_binary_op e, int dt, int nd, const int64_t *dim, void *out,
+               const void *a, const int64_t *as, const void *b, const int64_t *bs)
+{
+    static const int64_t ONE[1] = {1};
+    if (numel(nd, dim) == 0)
+        return;
+    takes(op, "binary", MASK(binary), dt);
+    kcheck(op, "binary", K->binary(t_device, s, e, (anychip_dtype)dt, nd, nd ? dim : ONE, out, a, nd ? as : ONE, b,
+                                   nd ? bs : ONE));
+}
+
+/* out[0:n] = u(x) (COPY: x cast from in_dt to out_dt) */
+static void un(const char *op, anychip_stream s, anychip_unary_op u, int out_dt, int in_dt, int64_t n, void *out,
+               const void *x)
+{
+    int64_t one = 1;
+    if (n == 0)
+        return;
+    takes(op, "unary", MASK(unary), out_dt);
+    takes(op, "unary", MASK(unary), in_dt);
+    kcheck(op, "unary", K->unary(t_device, s, u, (anychip_dtype)out_dt, (anychip_dtype)in_dt, 1, &n, out, x, &one));
+}
+
+static void kreduce(const char *op, anychip_stream s, anychip_reduce_op r, int out_dt, int in_dt, int64_t outer,
+                    int64_t n, int64_t inner, void *out, const void *x)
+{
+    takes(op, "reduce", MASK(reduce), out_dt);
+    takes(op, "reduce", MASK(reduce), in_dt);
+    kcheck(op, "reduce", K->reduce(t_device, s, r, (anychip_dtype)out_dt, (anychip_dtype)in_dt, outer, n, inner, out,
+                                   x));
+}
+
+static void fill(const char *op, anychip_stream s, int dt, int64_t n, void *out, double f, int64_t i, int from_float)
+{
+    if (n == 0)
+        return;
+    takes(op, "fill", MASK(fill), dt);
+    kcheck(op, "fill", K->fill(t_device, s, (anychip_dtype)dt, n, out, f, i, from_float));
 }
 
 /* ---- building blocks -------------------------------------------------------------------------- */
@@ -211,7 +283,7 @@ static void broadcast_strides(const char *op, const tview *v, int nd, const int6
     int off = (axis < 0 || v->nd == nd) ? nd - v->nd : axis;
     if (off < 0 || off + v->nd > nd)
         fail(op, "cannot broadcast a %d-d operand to %d dimensions at axis %d", v->nd, nd, axis);
-    int64_t own[K_MAXDIM];
+    int64_t own[MAXD];
     contiguous_strides(v->nd, v->dim, own);
     for (int d = 0; d < nd; d++) {
         int k = d - off;
@@ -225,41 +297,23 @@ static void broadcast_strides(const char *op, const tview *v, int nd, const int6
     }
 }
 
-/* out[dim] = a <e> b, a and b broadcast (strides as, bs) */
-static void ew(const char *op, void *s, int e, int dt, int nd, const int64_t *dim, void *out, const void *a,
-               const int64_t *as, const void *b, const int64_t *bs)
-{
-    static const int64_t ONE[1] = {1};
-    if (numel(nd, dim) == 0)
-        return;
-    sim_check(op, SK.elementwise(s, e, dt, nd, nd ? dim : ONE, out, a, nd ? as : ONE, b, nd ? bs : ONE));
-}
-
-static void un(const char *op, void *s, int u, int out_dt, int in_dt, int64_t n, void *out, const void *x)
-{
-    int64_t one = 1;
-    if (n == 0)
-        return;
-    sim_check(op, SK.unary(s, u, out_dt, in_dt, 1, &n, out, x, &one));
-}
-
 /* a device constant of one element (broadcast with stride 0) */
-static void *constant(temps *T, void *s, C_DataType cdt, double v)
+static void *constant(temps *T, anychip_stream s, C_DataType cdt, double v)
 {
     void *p = temp(T, 0, NULL, cdt);
-    sim_check(T->op, SK.fill(s, sim_dtype(cdt), 1, p, v, (int64_t)v, 1));
+    fill(T->op, s, to_dtype(cdt), 1, p, v, (int64_t)v, 1);
     return p;
 }
 
-/* out = x reduced (R_SUM / R_MEAN) over the dims flagged in `red`, x contiguous of `dim`;
+/* out = x reduced (ANYCHIP_REDUCE_SUM / ANYCHIP_REDUCE_MEAN) over the dims flagged in `red`, x contiguous of `dim`;
  * out has the kept dims' elements, of out_dt. A mean over several runs of dimensions is a
  * sum divided by the count, as Paddle's CPU kernel computes it. */
-static void reduce_dims(temps *T, void *s, int op, int nd, const int64_t *dim, const int *red, const void *x, int in_dt,
-                        C_DataType out_cdt, void *out)
+static void reduce_dims(temps *T, anychip_stream s, int op, int nd, const int64_t *dim, const int *red, const void *x,
+                        int in_dt, C_DataType out_cdt, void *out)
 {
-    int out_dt = sim_dtype(out_cdt);
-    int64_t size[K_MAXDIM];
-    int flag[K_MAXDIM], runs = 0, reduced = 0;
+    int out_dt = to_dtype(out_cdt);
+    int64_t size[MAXD];
+    int flag[MAXD], runs = 0, reduced = 0;
     int64_t count = 1, total = 1;
     for (int d = 0; d < nd; d++) {
         total *= dim[d];
@@ -280,17 +334,17 @@ static void reduce_dims(temps *T, void *s, int op, int nd, const int64_t *dim, c
         for (int d = 0; d < nd; d++)
             kept *= red[d] ? 1 : dim[d];
         if (kept)
-            sim_check(T->op, SK.fill(s, out_dt, kept, out, op == R_MEAN ? NAN : 0.0, 0, op == R_MEAN));
+            fill(T->op, s, out_dt, kept, out, op == ANYCHIP_REDUCE_MEAN ? NAN : 0.0, 0, op == ANYCHIP_REDUCE_MEAN);
         return;
     }
     if (!reduced) {
-        un(T->op, s, U_COPY, out_dt, in_dt, total, out, x);
+        un(T->op, s, ANYCHIP_OP_COPY, out_dt, in_dt, total, out, x);
         return;
     }
     int nred = 0;
     for (int r = 0; r < runs; r++)
         nred += flag[r];
-    int one_step_mean = op == R_MEAN && nred == 1;
+    int one_step_mean = op == ANYCHIP_REDUCE_MEAN && nred == 1;
     const void *cur = x;
     int cur_dt = in_dt;
     for (int done = 0; done < nred; done++) {
@@ -304,8 +358,9 @@ static void reduce_dims(temps *T, void *s, int op, int nd, const int64_t *dim, c
             inner *= size[k];
         int last = done == nred - 1;
         int64_t kept_dims[1] = {outer * inner};
-        void *dst = last && (op == R_SUM || one_step_mean) ? out : temp(T, 1, kept_dims, out_cdt);
-        sim_check(T->op, SK.reduce(s, one_step_mean ? R_MEAN : R_SUM, out_dt, cur_dt, outer, size[r], inner, dst, cur));
+        void *dst = last && (op == ANYCHIP_REDUCE_SUM || one_step_mean) ? out : temp(T, 1, kept_dims, out_cdt);
+        kreduce(T->op, s, one_step_mean ? ANYCHIP_REDUCE_MEAN : ANYCHIP_REDUCE_SUM, out_dt, cur_dt, outer, size[r],
+                inner, dst, cur);
         cur = dst;
         cur_dt = out_dt;
         /* drop the run; merge its neighbours when both are kept */
@@ -323,22 +378,23 @@ static void reduce_dims(temps *T, void *s, int op, int nd, const int64_t *dim, c
             runs--;
         }
     }
-    if (op == R_MEAN && !one_step_mean) {
+    if (op == ANYCHIP_REDUCE_MEAN && !one_step_mean) {
         int64_t kept = total / count, zero = 0;
         void *c = constant(T, s, out_cdt, (double)count);
-        ew(T->op, s, E_DIV, out_dt, 1, &kept, out, cur, (int64_t[]){1}, c, &zero);
+        ew(T->op, s, ANYCHIP_OP_DIV, out_dt, 1, &kept, out, cur, (int64_t[]){1}, c, &zero);
     }
 }
 
 /* dx = dout summed over the dims x was broadcast along (dout's shape is the output's) */
-static void unbroadcast(temps *T, void *s, const tview *dout, const void *src, const tview *x, int axis, void *dx)
+static void unbroadcast(temps *T, anychip_stream s, const tview *dout, const void *src, const tview *x, int axis,
+                        void *dx)
 {
-    int nd = dout->nd, red[K_MAXDIM];
-    int64_t st[K_MAXDIM];
+    int nd = dout->nd, red[MAXD];
+    int64_t st[MAXD];
     broadcast_strides(T->op, x, nd, dout->dim, axis, st);
     for (int d = 0; d < nd; d++)
         red[d] = st[d] == 0 && dout->dim[d] != 1;
-    reduce_dims(T, s, R_SUM, nd, dout->dim, red, src, dout->dt, x->cdt, dx);
+    reduce_dims(T, s, ANYCHIP_REDUCE_SUM, nd, dout->dim, red, src, dout->dt, x->cdt, dx);
 }
 
 /* ---- elementwise ---------------------------------------------------------------------------- */
@@ -350,9 +406,9 @@ static void binary(const char *op, int e, PD_DeviceContext *ctx, PD_Tensor *x, P
     input(op, y, &b);
     if (a.cdt != b.cdt)
         fail(op, "operands of data types %d and %d (Paddle casts them to one first)", (int)a.cdt, (int)b.cdt);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     output(op, ctx, out, a.cdt, &o);
-    int64_t as[K_MAXDIM], bs[K_MAXDIM];
+    int64_t as[MAXD], bs[MAXD];
     broadcast_strides(op, &a, o.nd, o.dim, -1, as);
     broadcast_strides(op, &b, o.nd, o.dim, -1, bs);
     ew(op, s, e, o.dt, o.nd, o.dim, o.p, a.p, as, b.p, bs);
@@ -360,12 +416,12 @@ static void binary(const char *op, int e, PD_DeviceContext *ctx, PD_Tensor *x, P
 
 #define BINARY(fn, name, e)                                                                 \
     static void fn(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tensor *o) { binary(name, e, c, x, y, o); }
-BINARY(k_add, "add", E_ADD)
-BINARY(k_sub, "subtract", E_SUB)
-BINARY(k_mul, "multiply", E_MUL)
-BINARY(k_div, "divide", E_DIV)
-BINARY(k_max, "maximum", E_MAX)
-BINARY(k_min, "minimum", E_MIN)
+BINARY(k_add, "add", ANYCHIP_OP_ADD)
+BINARY(k_sub, "subtract", ANYCHIP_OP_SUB)
+BINARY(k_mul, "multiply", ANYCHIP_OP_MUL)
+BINARY(k_div, "divide", ANYCHIP_OP_DIV)
+BINARY(k_max, "maximum", ANYCHIP_OP_MAX)
+BINARY(k_min, "minimum", ANYCHIP_OP_MIN)
 
 /* dx, dy of add (sign 1) and subtract (sign -1): dout summed to each operand's shape */
 static void add_sub_grad(const char *op, int sign, PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y,
@@ -375,7 +431,7 @@ static void add_sub_grad(const char *op, int sign, PD_DeviceContext *ctx, PD_Ten
     shape_of(op, x, &a);                  /* x and y: their shapes only (Paddle may pass no memory) */
     shape_of(op, y, &b);
     input(op, dout, &g);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     temps T = {ctx, op, {0}, 0};
     if (dx) {
         output(op, ctx, dx, a.cdt, &o);
@@ -387,7 +443,7 @@ static void add_sub_grad(const char *op, int sign, PD_DeviceContext *ctx, PD_Ten
             unbroadcast(&T, s, &g, g.p, &b, axis, o.p);
         else {
             void *neg = temp(&T, g.nd, g.dim, g.cdt);
-            un(op, s, U_NEG, g.dt, g.dt, g.n, neg, g.p);
+            un(op, s, ANYCHIP_OP_NEG, g.dt, g.dt, g.n, neg, g.p);
             unbroadcast(&T, s, &g, neg, &b, axis, o.p);
         }
     }
@@ -407,10 +463,10 @@ static void k_sub_grad(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *y, PD_Tenso
 }
 
 /* t = dout <e> other (other broadcast to dout's shape), then summed to `to`'s shape into out */
-static void grad_term(temps *T, void *s, int e, const tview *g, const tview *other, const void *other_p, int axis,
-                      const tview *to, void *out)
+static void grad_term(temps *T, anychip_stream s, int e, const tview *g, const tview *other, const void *other_p,
+                      int axis, const tview *to, void *out)
 {
-    int64_t gs[K_MAXDIM], os[K_MAXDIM];
+    int64_t gs[MAXD], os[MAXD];
     contiguous_strides(g->nd, g->dim, gs);
     broadcast_strides(T->op, other, g->nd, g->dim, axis, os);
     void *t = temp(T, g->nd, g->dim, g->cdt);
@@ -426,15 +482,15 @@ static void k_mul_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_Ten
     input(op, x, &a);
     input(op, y, &b);
     input(op, dout, &g);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     temps T = {ctx, op, {0}, 0};
     if (dx) {
         output(op, ctx, dx, a.cdt, &o);
-        grad_term(&T, s, E_MUL, &g, &b, b.p, axis, &a, o.p);              /* dout * y */
+        grad_term(&T, s, ANYCHIP_OP_MUL, &g, &b, b.p, axis, &a, o.p);              /* dout * y */
     }
     if (dy) {
         output(op, ctx, dy, b.cdt, &o);
-        grad_term(&T, s, E_MUL, &g, &a, a.p, axis, &b, o.p);              /* dout * x */
+        grad_term(&T, s, ANYCHIP_OP_MUL, &g, &a, a.p, axis, &b, o.p);              /* dout * x */
     }
     temps_free(&T);
 }
@@ -448,21 +504,21 @@ static void k_div_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_Ten
     input(op, y, &b);
     input(op, out, &q);
     input(op, dout, &g);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     temps T = {ctx, op, {0}, 0};
     if (dx) {
         output(op, ctx, dx, a.cdt, &o);
-        grad_term(&T, s, E_DIV, &g, &b, b.p, axis, &a, o.p);              /* dout / y */
+        grad_term(&T, s, ANYCHIP_OP_DIV, &g, &b, b.p, axis, &a, o.p);              /* dout / y */
     }
     if (dy) {                                                             /* -(dout * out / y) */
         output(op, ctx, dy, b.cdt, &o);
-        int64_t gs[K_MAXDIM], ys[K_MAXDIM];
+        int64_t gs[MAXD], ys[MAXD];
         contiguous_strides(g.nd, g.dim, gs);
         broadcast_strides(op, &b, g.nd, g.dim, axis, ys);
         void *t = temp(&T, g.nd, g.dim, g.cdt);
-        ew(op, s, E_MUL, g.dt, g.nd, g.dim, t, g.p, gs, q.p, gs);
-        ew(op, s, E_DIV, g.dt, g.nd, g.dim, t, t, gs, b.p, ys);
-        un(op, s, U_NEG, g.dt, g.dt, g.n, t, t);
+        ew(op, s, ANYCHIP_OP_MUL, g.dt, g.nd, g.dim, t, g.p, gs, q.p, gs);
+        ew(op, s, ANYCHIP_OP_DIV, g.dt, g.nd, g.dim, t, t, gs, b.p, ys);
+        un(op, s, ANYCHIP_OP_NEG, g.dt, g.dt, g.n, t, t);
         unbroadcast(&T, s, &g, t, &b, axis, o.p);
     }
     temps_free(&T);
@@ -474,23 +530,23 @@ static void unary_op(const char *op, int u, PD_DeviceContext *ctx, PD_Tensor *x,
 {
     tview a, o;
     input(op, x, &a);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     output(op, ctx, out, a.cdt, &o);
     un(op, s, u, o.dt, a.dt, a.n, o.p, a.p);
 }
 
-static void k_relu(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *o) { unary_op("relu", U_RELU, c, x, o); }
-static void k_exp(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *o) { unary_op("exp", U_EXP, c, x, o); }
-static void k_log(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *o) { unary_op("log", U_LOG, c, x, o); }
+static void k_relu(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *o) { unary_op("relu", ANYCHIP_OP_RELU, c, x, o); }
+static void k_exp(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *o) { unary_op("exp", ANYCHIP_OP_EXP, c, x, o); }
+static void k_log(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *o) { unary_op("log", ANYCHIP_OP_LOG, c, x, o); }
 
 static void k_square(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *out)
 {
     tview a, o;
     input("square", x, &a);
-    void *s = stream_of("square", ctx);
+    anychip_stream s = stream_of("square", ctx);
     output("square", ctx, out, a.cdt, &o);
     int64_t one = 1;
-    ew("square", s, E_MUL, o.dt, 1, &a.n, o.p, a.p, &one, a.p, &one);
+    ew("square", s, ANYCHIP_OP_MUL, o.dt, 1, &a.n, o.p, a.p, &one, a.p, &one);
 }
 
 /* dx = dout <e> v (same shapes) */
@@ -499,7 +555,7 @@ static void same_shape_grad(const char *op, int e, PD_DeviceContext *ctx, PD_Ten
     tview a, g, o;
     input(op, v, &a);
     input(op, dout, &g);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     output(op, ctx, dx, g.cdt, &o);
     int64_t one = 1;
     ew(op, s, e, o.dt, 1, &g.n, o.p, g.p, &one, a.p, &one);
@@ -507,12 +563,12 @@ static void same_shape_grad(const char *op, int e, PD_DeviceContext *ctx, PD_Ten
 
 static void k_exp_grad(PD_DeviceContext *c, PD_Tensor *out, PD_Tensor *g, PD_Tensor *dx)
 {
-    same_shape_grad("exp_grad", E_MUL, c, out, g, dx);                    /* dout * out */
+    same_shape_grad("exp_grad", ANYCHIP_OP_MUL, c, out, g, dx);                    /* dout * out */
 }
 
 static void k_log_grad(PD_DeviceContext *c, PD_Tensor *x, PD_Tensor *g, PD_Tensor *dx)
 {
-    same_shape_grad("log_grad", E_DIV, c, x, g, dx);                      /* dout / x */
+    same_shape_grad("log_grad", ANYCHIP_OP_DIV, c, x, g, dx);                      /* dout / x */
 }
 
 /* dx = dout * (out > 0), as Paddle's CPU kernel computes it */
@@ -522,16 +578,16 @@ static void k_relu_grad(PD_DeviceContext *ctx, PD_Tensor *out, PD_Tensor *dout, 
     tview a, g, o;
     input(op, out, &a);
     input(op, dout, &g);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     output(op, ctx, dx, g.cdt, &o);
     temps T = {ctx, op, {0}, 0};
     int64_t one = 1, zero = 0;
     void *z = constant(&T, s, a.cdt, 0.0);
     void *mask = temp(&T, 1, &g.n, BOOL);
     void *maskf = temp(&T, 1, &g.n, g.cdt);
-    ew(op, s, E_GT, a.dt, 1, &a.n, mask, a.p, &one, z, &zero);
-    un(op, s, U_COPY, g.dt, K_BOOL, g.n, maskf, mask);
-    ew(op, s, E_MUL, g.dt, 1, &g.n, o.p, g.p, &one, maskf, &one);
+    ew(op, s, ANYCHIP_OP_GT, a.dt, 1, &a.n, mask, a.p, &one, z, &zero);
+    un(op, s, ANYCHIP_OP_COPY, g.dt, ANYCHIP_BOOL, g.n, maskf, mask);
+    ew(op, s, ANYCHIP_OP_MUL, g.dt, 1, &g.n, o.p, g.p, &one, maskf, &one);
     temps_free(&T);
 }
 
@@ -542,22 +598,129 @@ static void k_square_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *dout, 
     tview a, g, o;
     input(op, x, &a);
     input(op, dout, &g);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     output(op, ctx, dx, g.cdt, &o);
     int64_t one = 1;
-    ew(op, s, E_ADD, g.dt, 1, &g.n, o.p, g.p, &one, g.p, &one);
-    ew(op, s, E_MUL, g.dt, 1, &g.n, o.p, o.p, &one, a.p, &one);
+    ew(op, s, ANYCHIP_OP_ADD, g.dt, 1, &g.n, o.p, g.p, &one, g.p, &one);
+    ew(op, s, ANYCHIP_OP_MUL, g.dt, 1, &g.n, o.p, o.p, &one, a.p, &one);
+}
+
+static float half_to_float(uint16_t h);
+
+static uint16_t float_to_half(float f)            /* round to nearest even */
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
+    if (e == 0xff)
+        return (uint16_t)(sign | 0x7c00u | (m ? 0x200u | (m >> 13) : 0));
+    int ex = (int)e - 127 + 15;
+    if (ex >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    if (ex <= 0) {                                /* subnormal or zero */
+        if (ex < -10)
+            return (uint16_t)sign;
+        m |= 0x800000u;
+        int shift = 14 - ex;
+        uint32_t half = m >> shift, rest = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rest > mid || (rest == mid && (half & 1)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = ((uint32_t)ex << 10) | (m >> 13), rest = m & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (half & 1)))
+        half++;                                   /* a carry into the exponent is right, up to infinity */
+    return (uint16_t)(sign | half);
+}
+
+static uint16_t float_to_bf16(float f)            /* round to nearest even */
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);     /* a quiet NaN */
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* A cast whose output dtype the plugin's unary kernel does not take: the conversion runs on the
+ * host, as a C cast (what Paddle's CPU fallback would do), through the plugin's synchronous copies
+ * (the copy fence orders them after the stream's work). A float64 source cast to float16 or
+ * bfloat16 is rounded through float32 there. */
+static void host_cast(const char *op, const tview *a, const tview *o)
+{
+    size_t n = (size_t)a->n;
+    unsigned char *src = malloc(n * (size_t)ITEMSZ[a->dt] + 1), *dst = malloc(n * (size_t)ITEMSZ[o->dt] + 1);
+    if (!src || !dst) {
+        free(src);
+        free(dst);
+        fail(op, "out of host memory for a cast of %zu elements on the host", n);
+    }
+    if (sync_copy(t_device, src, a->p, n * (size_t)ITEMSZ[a->dt], ANYCHIP_COPY_D2H) != C_SUCCESS) {
+        free(src);
+        free(dst);
+        fail(op, "copying the input to the host failed (the message above says why)");
+    }
+    for (size_t k = 0; k < n; k++) {
+        const unsigned char *p = src + k * (size_t)ITEMSZ[a->dt];
+        double f = 0;
+        int64_t i = 0;
+        int is_f = 1;
+        switch (a->dt) {
+        case ANYCHIP_FLOAT64: memcpy(&f, p, 8); break;
+        case ANYCHIP_FLOAT32: { float v; memcpy(&v, p, 4); f = v; break; }
+        case ANYCHIP_FLOAT16: case ANYCHIP_BFLOAT16: {
+            uint16_t h;
+            memcpy(&h, p, 2);
+            if (a->dt == ANYCHIP_FLOAT16)
+                f = half_to_float(h);
+            else {
+                uint32_t bits = (uint32_t)h << 16;
+                float v;
+                memcpy(&v, &bits, 4);
+                f = v;
+            }
+            break;
+        }
+        case ANYCHIP_INT64: memcpy(&i, p, 8); is_f = 0; break;
+        case ANYCHIP_INT32: { int32_t v; memcpy(&v, p, 4); i = v; is_f = 0; break; }
+        case ANYCHIP_INT8: i = (int8_t)p[0]; is_f = 0; break;
+        default: i = p[0]; is_f = 0; break;       /* uint8, bool */
+        }
+        /* a float to an integer truncates toward zero; out of int64's range (or NaN) gives INT64_MIN,
+         * as x86's conversion does */
+        int64_t iv = !is_f ? i : (f > -9223372036854775808.0 && f < 9223372036854775808.0) ? (int64_t)f : INT64_MIN;
+        float fv = is_f ? (float)f : (float)i;
+        unsigned char *q = dst + k * (size_t)ITEMSZ[o->dt];
+        switch (o->dt) {
+        case ANYCHIP_FLOAT64: { double v = is_f ? f : (double)i; memcpy(q, &v, 8); break; }
+        case ANYCHIP_FLOAT32: memcpy(q, &fv, 4); break;
+        case ANYCHIP_FLOAT16: { uint16_t h = float_to_half(fv); memcpy(q, &h, 2); break; }
+        case ANYCHIP_BFLOAT16: { uint16_t h = float_to_bf16(fv); memcpy(q, &h, 2); break; }
+        case ANYCHIP_INT64: memcpy(q, &iv, 8); break;
+        case ANYCHIP_INT32: { int32_t v = (int32_t)iv; memcpy(q, &v, 4); break; }
+        case ANYCHIP_BOOL: q[0] = is_f ? f != 0 : i != 0; break;
+        default: q[0] = (unsigned char)iv; break; /* int8, uint8 */
+        }
+    }
+    C_Status st = sync_copy(t_device, o->p, dst, n * (size_t)ITEMSZ[o->dt], ANYCHIP_COPY_H2D);
+    free(src);
+    free(dst);
+    if (st != C_SUCCESS)
+        fail(op, "copying the result to the device failed (the message above says why)");
 }
 
 static void cast_to(PD_DeviceContext *ctx, PD_Tensor *x, C_DataType to, PD_Tensor *out)
 {
     tview a, o;
     input("cast", x, &a);
-    if (sim_dtype(to) < 0)
+    if (to_dtype(to) < 0)
         fail("cast", "to data type %d, which is not one of the device's", (int)to);
-    void *s = stream_of("cast", ctx);
+    anychip_stream s = stream_of("cast", ctx);
     output("cast", ctx, out, to, &o);
-    un("cast", s, U_COPY, o.dt, a.dt, a.n, o.p, a.p);
+    if (MASK(unary) & (1u << o.dt))
+        un("cast", s, ANYCHIP_OP_COPY, o.dt, a.dt, a.n, o.p, a.p);
+    else if (a.n)
+        host_cast("cast", &a, &o);
 }
 
 static void k_cast(PD_DeviceContext *c, PD_Tensor *x, int phi_dtype, PD_Tensor *o)
@@ -666,18 +829,18 @@ static void scale_op(PD_DeviceContext *ctx, PD_Tensor *x, double scale, double b
     const char *op = "scale";
     tview a, o;
     input(op, x, &a);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     output(op, ctx, out, a.cdt, &o);
     temps T = {ctx, op, {0}, 0};
     void *k = constant(&T, s, a.cdt, scale);
     void *c = constant(&T, s, a.cdt, bias);
     int64_t one = 1, zero = 0;
     if (after) {
-        ew(op, s, E_MUL, a.dt, 1, &a.n, o.p, a.p, &one, k, &zero);
-        ew(op, s, E_ADD, a.dt, 1, &a.n, o.p, o.p, &one, c, &zero);
+        ew(op, s, ANYCHIP_OP_MUL, a.dt, 1, &a.n, o.p, a.p, &one, k, &zero);
+        ew(op, s, ANYCHIP_OP_ADD, a.dt, 1, &a.n, o.p, o.p, &one, c, &zero);
     } else {
-        ew(op, s, E_ADD, a.dt, 1, &a.n, o.p, a.p, &one, c, &zero);
-        ew(op, s, E_MUL, a.dt, 1, &a.n, o.p, o.p, &one, k, &zero);
+        ew(op, s, ANYCHIP_OP_ADD, a.dt, 1, &a.n, o.p, a.p, &one, c, &zero);
+        ew(op, s, ANYCHIP_OP_MUL, a.dt, 1, &a.n, o.p, o.p, &one, k, &zero);
     }
     temps_free(&T);
 }
@@ -692,13 +855,13 @@ static void k_scale(PD_DeviceContext *ctx, PD_Tensor *x, PD_Scalar *scale, PD_Sc
 static void fill_value(const char *op, PD_DeviceContext *ctx, scal_v val, C_DataType cdt, PD_Tensor *out)
 {
     tview o;
-    if (sim_dtype(cdt) < 0)
+    if (to_dtype(cdt) < 0)
         fail(op, "data type %d is not one of the device's", (int)cdt);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     output(op, ctx, out, cdt, &o);
     int is_f = cdt == FLOAT16 || cdt == BFLOAT16 || cdt == FLOAT32 || cdt == FLOAT64;
     if (o.n)
-        sim_check(op, SK.fill(s, o.dt, o.n, o.p, is_f ? val.f : 0.0, is_f ? 0 : val.i, 0));
+        fill(op, s, o.dt, o.n, o.p, is_f ? val.f : 0.0, is_f ? 0 : val.i, 0);
 }
 
 static void k_full(PD_DeviceContext *c, PD_IntArray *shape, PD_Scalar *v, int phi_dtype, PD_Tensor *o)
@@ -718,7 +881,7 @@ static void k_full_like(PD_DeviceContext *c, PD_Tensor *x, PD_Scalar *v, int phi
 /* ---- reductions --------------------------------------------------------------------------------- */
 
 /* the axes of a reduction: an IntArray attribute's values */
-typedef struct { size_t n; int64_t v[2 * K_MAXDIM]; } axes_v;
+typedef struct { size_t n; int64_t v[2 * MAXD]; } axes_v;
 
 static axes_v axes_of(const char *op, PD_IntArray *dims)
 {
@@ -753,19 +916,19 @@ static void reduce_op(const char *op, int r, PD_DeviceContext *ctx, PD_Tensor *x
 {
     tview a, o;
     input(op, x, &a);
-    int red[K_MAXDIM];
+    int red[MAXD];
     reduced_dims(op, dims, 0, &a, red);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     if (to == UNDEFINED) {                /* no dtype attribute: the one InferMeta gave the output */
         C_Status st = C_SUCCESS;
         to = PD.PD_TensorGetPDDataType(out, &st);
-        if (st != C_SUCCESS || sim_dtype(to) < 0)
+        if (st != C_SUCCESS || to_dtype(to) < 0)
             to = a.cdt;
     }
     output(op, ctx, out, to, &o);
     temps T = {ctx, op, {0}, 0};
     if (a.nd == 0)
-        un(op, s, U_COPY, o.dt, a.dt, 1, o.p, a.p);
+        un(op, s, ANYCHIP_OP_COPY, o.dt, a.dt, 1, o.p, a.p);
     else
         reduce_dims(&T, s, r, a.nd, a.dim, red, a.p, a.dt, o.cdt, o.p);
     temps_free(&T);
@@ -775,26 +938,26 @@ static void k_sum(PD_DeviceContext *c, PD_Tensor *x, PD_IntArray *dims, int phi_
 {
     (void)keep;
     axes_v a = axes_of("sum", dims);
-    reduce_op("sum", R_SUM, c, x, &a, from_phi(phi_dtype), o);
+    reduce_op("sum", ANYCHIP_REDUCE_SUM, c, x, &a, from_phi(phi_dtype), o);
 }
 
 static void k_mean(PD_DeviceContext *c, PD_Tensor *x, PD_IntArray *dims, bool keep, PD_Tensor *o)
 {
     (void)keep;
     axes_v a = axes_of("mean", dims);
-    reduce_op("mean", R_MEAN, c, x, &a, UNDEFINED, o);
+    reduce_op("mean", ANYCHIP_REDUCE_MEAN, c, x, &a, UNDEFINED, o);
 }
 
 static void k_mean_all(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *out)
 {
     tview a, o;
     input("mean_all", x, &a);
-    void *s = stream_of("mean_all", ctx);
+    anychip_stream s = stream_of("mean_all", ctx);
     output("mean_all", ctx, out, a.cdt, &o);
     temps T = {ctx, "mean_all", {0}, 0};
     int64_t n = a.n;
     int red = 1;
-    reduce_dims(&T, s, R_MEAN, 1, &n, &red, a.p, a.dt, a.cdt, o.p);
+    reduce_dims(&T, s, ANYCHIP_REDUCE_MEAN, 1, &n, &red, a.p, a.dt, a.cdt, o.p);
     temps_free(&T);
 }
 
@@ -805,18 +968,18 @@ static void reduce_grad(const char *op, int mean, PD_DeviceContext *ctx, PD_Tens
     tview a, g, o;
     shape_of(op, x, &a);                  /* x: its shape only */
     input(op, dout, &g);
-    int red[K_MAXDIM];
+    int red[MAXD];
     if (dims)
         reduced_dims(op, dims, reduce_all, &a, red);
     else
         for (int k = 0; k < a.nd; k++)
             red[k] = 1;
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     output(op, ctx, dx, a.cdt, &o);
     if (!o.n)
         return;
     /* dout has x's dims with the reduced ones removed or kept as 1: strides over x's dims */
-    int64_t gs[K_MAXDIM], acc = 1, count = 1;
+    int64_t gs[MAXD], acc = 1, count = 1;
     for (int d = a.nd - 1; d >= 0; d--) {
         gs[d] = red[d] ? 0 : acc;
         acc *= red[d] ? 1 : a.dim[d];
@@ -826,10 +989,10 @@ static void reduce_grad(const char *op, int mean, PD_DeviceContext *ctx, PD_Tens
     void *c = constant(&T, s, g.cdt, mean ? (double)count : 0.0);
     if (a.nd == 0) {
         int64_t one = 1, zero = 0;
-        ew(op, s, mean ? E_DIV : E_ADD, o.dt, 1, &one, o.p, g.p, &one, c, &zero);
+        ew(op, s, mean ? ANYCHIP_OP_DIV : ANYCHIP_OP_ADD, o.dt, 1, &one, o.p, g.p, &one, c, &zero);
     } else {
-        int64_t zeros[K_MAXDIM] = {0};
-        ew(op, s, mean ? E_DIV : E_ADD, o.dt, a.nd, a.dim, o.p, g.p, gs, c, zeros);
+        int64_t zeros[MAXD] = {0};
+        ew(op, s, mean ? ANYCHIP_OP_DIV : ANYCHIP_OP_ADD, o.dt, a.nd, a.dim, o.p, g.p, gs, c, zeros);
     }
     temps_free(&T);
 }
@@ -880,18 +1043,18 @@ static void k_softmax(PD_DeviceContext *ctx, PD_Tensor *x, int axis, PD_Tensor *
     input(op, x, &a);
     int64_t outer, n, inner;
     axis_split(op, &a, axis, &outer, &n, &inner);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     output(op, ctx, out, a.cdt, &o);
     if (!a.n)
         return;
     temps T = {ctx, op, {0}, 0};
     int64_t dim[3] = {outer, n, inner}, full[3] = {n * inner, inner, 1}, bc[3] = {inner, 0, 1}, rows = outer * inner;
     void *m = temp(&T, 1, &rows, a.cdt), *sum = temp(&T, 1, &rows, a.cdt);
-    sim_check(op, SK.reduce(s, R_MAX, a.dt, a.dt, outer, n, inner, m, a.p));
-    ew(op, s, E_SUB, a.dt, 3, dim, o.p, a.p, full, m, bc);
-    un(op, s, U_EXP, a.dt, a.dt, a.n, o.p, o.p);
-    sim_check(op, SK.reduce(s, R_SUM, a.dt, a.dt, outer, n, inner, sum, o.p));
-    ew(op, s, E_DIV, a.dt, 3, dim, o.p, o.p, full, sum, bc);
+    kreduce(op, s, ANYCHIP_REDUCE_MAX, a.dt, a.dt, outer, n, inner, m, a.p);
+    ew(op, s, ANYCHIP_OP_SUB, a.dt, 3, dim, o.p, a.p, full, m, bc);
+    un(op, s, ANYCHIP_OP_EXP, a.dt, a.dt, a.n, o.p, o.p);
+    kreduce(op, s, ANYCHIP_REDUCE_SUM, a.dt, a.dt, outer, n, inner, sum, o.p);
+    ew(op, s, ANYCHIP_OP_DIV, a.dt, 3, dim, o.p, o.p, full, sum, bc);
     temps_free(&T);
 }
 
@@ -904,7 +1067,7 @@ static void k_softmax_grad(PD_DeviceContext *ctx, PD_Tensor *out, PD_Tensor *dou
     input(op, dout, &g);
     int64_t outer, n, inner;
     axis_split(op, &y, axis, &outer, &n, &inner);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     output(op, ctx, dx, y.cdt, &o);
     if (!y.n)
         return;
@@ -912,10 +1075,10 @@ static void k_softmax_grad(PD_DeviceContext *ctx, PD_Tensor *out, PD_Tensor *dou
     int64_t dim[3] = {outer, n, inner}, full[3] = {n * inner, inner, 1}, bc[3] = {inner, 0, 1}, rows = outer * inner;
     int64_t one = 1;
     void *t = temp(&T, 1, &y.n, y.cdt), *sum = temp(&T, 1, &rows, y.cdt);
-    ew(op, s, E_MUL, y.dt, 1, &y.n, t, g.p, &one, y.p, &one);
-    sim_check(op, SK.reduce(s, R_SUM, y.dt, y.dt, outer, n, inner, sum, t));
-    ew(op, s, E_SUB, y.dt, 3, dim, t, g.p, full, sum, bc);
-    ew(op, s, E_MUL, y.dt, 1, &y.n, o.p, y.p, &one, t, &one);
+    ew(op, s, ANYCHIP_OP_MUL, y.dt, 1, &y.n, t, g.p, &one, y.p, &one);
+    kreduce(op, s, ANYCHIP_REDUCE_SUM, y.dt, y.dt, outer, n, inner, sum, t);
+    ew(op, s, ANYCHIP_OP_SUB, y.dt, 3, dim, t, g.p, full, sum, bc);
+    ew(op, s, ANYCHIP_OP_MUL, y.dt, 1, &y.n, o.p, y.p, &one, t, &one);
     temps_free(&T);
 }
 
@@ -937,23 +1100,23 @@ static mat as_mat(const tview *v, int t)
     return m;
 }
 
-static const int ITEMSZ[] = {1, 1, 1, 4, 8, 2, 2, 4, 8};
-
-static void gemm(const char *op, void *s, int dt, void *out, mat a, mat b)
+static void gemm(const char *op, anychip_stream s, int dt, void *out, mat a, mat b)
 {
     if (a.rows == 0 || b.cols == 0)
         return;
     if (a.cols == 0) {
-        sim_check(op, SK.fill(s, dt, a.rows * b.cols, out, 0.0, 0, 1));
+        fill(op, s, dt, a.rows * b.cols, out, 0.0, 0, 1);
         return;
     }
-    sim_check(op, SK.gemm(s, dt, a.rows, a.cols, b.cols, out, a.p, a.s0, a.s1, b.p, b.s0, b.s1));
+    takes(op, "gemm", MASK(gemm), dt);
+    kcheck(op, "gemm", K->gemm(t_device, s, (anychip_dtype)dt, a.rows, a.cols, b.cols, out, a.p, a.s0, a.s1, b.p, b.s0,
+                               b.s1));
 }
 
 /* batch geometry of a matmul: the broadcast batch dims of x and y (all but the last two) */
 typedef struct {
     int nb;
-    int64_t bdim[K_MAXDIM], xb[K_MAXDIM], yb[K_MAXDIM], count;
+    int64_t bdim[MAXD], xb[MAXD], yb[MAXD], count;
 } batches;
 
 static void batch_of(const char *op, const tview *x, const tview *y, batches *B)
@@ -996,43 +1159,23 @@ static mat at(mat m, int64_t off, int item)
     return m;
 }
 
-/* The simulator's GEMM calls a CBLAS when given one, as a chip's runtime links its BLAS; in
- * anychip's own processes the Python side hands over NumPy's OpenBLAS. Paddle imports NumPy,
- * so its OpenBLAS is loaded here too: found among the loaded objects at the first matmul. */
-static int find_numpy_blas(struct dl_phdr_info *info, size_t size, void *path)
-{
-    (void)size;
-    if (!info->dlpi_name || !strstr(info->dlpi_name, "libscipy_openblas64_"))
-        return 0;
-    snprintf(path, PATH_MAX, "%s", info->dlpi_name);
-    return 1;
-}
-
-static void give_blas(void)
-{
-    static atomic_int given;
-    if (atomic_exchange(&given, 1))
-        return;
-    char path[PATH_MAX] = "";
-    dl_iterate_phdr(find_numpy_blas, path);
-    void *blas = path[0] ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
-    void (*set)(void *, void *) = (void (*)(void *, void *))dlsym(g_lib, "anychip_simk_set_blas");
-    void *sgemm = blas ? dlsym(blas, "scipy_cblas_sgemm64_") : NULL;
-    void *dgemm = blas ? dlsym(blas, "scipy_cblas_dgemm64_") : NULL;
-    if (set && sgemm && dgemm)
-        set(sgemm, dgemm);
-}
+#ifdef ANYCHIP_PADDLE_BEFORE_GEMM
+static void ANYCHIP_PADDLE_BEFORE_GEMM(void);
+#define before_gemm ANYCHIP_PADDLE_BEFORE_GEMM
+#else
+static void before_gemm(void) {}
+#endif
 
 static void k_matmul(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, bool tx, bool ty, PD_Tensor *out)
 {
-    give_blas();
+    before_gemm();
     const char *op = "matmul";
     tview a, b, o;
     input(op, x, &a);
     input(op, y, &b);
     if (a.cdt != b.cdt)
         fail(op, "operands of data types %d and %d", (int)a.cdt, (int)b.cdt);
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     output(op, ctx, out, a.cdt, &o);
     /* a 1-d x is a row, a 1-d y a column (Paddle's rule); their transposes do not apply */
     mat A = as_mat(&a, a.nd >= 2 && tx), Bm = as_mat(&b, b.nd >= 2 && ty);
@@ -1053,7 +1196,7 @@ static void k_matmul(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, bool tx,
 
 /* gradient of one operand: per output batch, the product `l @ r` (views chosen by the
  * caller), summed over the batches the operand was broadcast along */
-static void matmul_grad_term(temps *T, void *s, const tview *self, const batches *B, int is_x, const tview *g,
+static void matmul_grad_term(temps *T, anychip_stream s, const tview *self, const batches *B, int is_x, const tview *g,
                              mat (*pick)(const mat *, const mat *, const mat *, int), const mat *X, const mat *Y,
                              const mat *G, void *out)
 {
@@ -1075,15 +1218,15 @@ static void matmul_grad_term(temps *T, void *s, const tview *self, const batches
     if (own_batches)
         return;
     /* sum the per-batch results over the broadcast batch dims */
-    int64_t dim[K_MAXDIM + 1];
-    int red[K_MAXDIM + 1], nd = 0;
+    int64_t dim[MAXD + 1];
+    int red[MAXD + 1], nd = 0;
     for (int d = 0; d < B->nb; d++) {
         dim[nd] = B->bdim[d];
         red[nd++] = (is_x ? B->xb[d] : B->yb[d]) == 0;
     }
     dim[nd] = per;
     red[nd++] = 0;
-    reduce_dims(T, s, R_SUM, nd, dim, red, dst, g->dt, g->cdt, out);
+    reduce_dims(T, s, ANYCHIP_REDUCE_SUM, nd, dim, red, dst, g->dt, g->cdt, out);
 }
 
 static mat tr(mat m) { return (mat){m.p, m.cols, m.rows, m.s1, m.s0}; }
@@ -1113,7 +1256,7 @@ static void k_matmul_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_
                           PD_Tensor *dx, PD_Tensor *dy)
 {
     const char *op = "matmul_grad";
-    give_blas();
+    before_gemm();
     tview a, b, g, o;
     input(op, x, &a);
     input(op, y, &b);
@@ -1135,7 +1278,7 @@ static void k_matmul_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_
     }
     if (a.nd == 0 || b.nd == 0)
         fail(op, "a 0-d operand");
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     batches B;
     batch_of(op, &a2, &b2, &B);
     tview g2 = g;
@@ -1198,7 +1341,7 @@ static void adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_T
              (long long)a1.n, (long long)a2.n, (long long)l.n, (long long)q1.n, (long long)q2.n);
     if (g.cdt != p.cdt || l.cdt != p.cdt || a1.cdt != p.cdt || a2.cdt != p.cdt || q1.cdt != p.cdt || q2.cdt != p.cdt)
         fail(op, "tensors of different data types (this device's AdamW takes one)");
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     if (skip) {
         tview k;
         input(op, skip, &k);
@@ -1223,38 +1366,38 @@ static void adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_T
     void *slr = temp(&T, 0, NULL, c), *seps = temp(&T, 0, NULL, c);
     const void *pin = p.p;
     if (with_decay) {                     /* p -= ((lr * lr_ratio) * coeff) * p */
-        ew(op, s, E_MUL, dt, 1, &unit, sc, l.p, &zero, constant(&T, s, c, lr_ratio), &zero);
-        ew(op, s, E_MUL, dt, 1, &unit, sc, sc, &zero, constant(&T, s, c, coeff), &zero);
-        ew(op, s, E_MUL, dt, 1, &n, t1, sc, &zero, pin, &one);
-        ew(op, s, E_SUB, dt, 1, &n, po.p, pin, &one, t1, &one);
+        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &unit, sc, l.p, &zero, constant(&T, s, c, lr_ratio), &zero);
+        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &unit, sc, sc, &zero, constant(&T, s, c, coeff), &zero);
+        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t1, sc, &zero, pin, &one);
+        ew(op, s, ANYCHIP_OP_SUB, dt, 1, &n, po.p, pin, &one, t1, &one);
         pin = po.p;
     }
     void *kb1 = constant(&T, s, c, b1), *kb2 = constant(&T, s, c, b2);
-    ew(op, s, E_MUL, dt, 1, &n, t1, kb1, &zero, a1.p, &one);                       /* m1 */
-    ew(op, s, E_MUL, dt, 1, &n, t2, constant(&T, s, c, 1.0 - b1), &zero, g.p, &one);
-    ew(op, s, E_ADD, dt, 1, &n, o1.p, t1, &one, t2, &one);
-    ew(op, s, E_MUL, dt, 1, &n, t1, kb2, &zero, a2.p, &one);                       /* m2 */
-    ew(op, s, E_MUL, dt, 1, &n, t2, constant(&T, s, c, 1.0 - b2), &zero, g.p, &one);
-    ew(op, s, E_MUL, dt, 1, &n, t2, t2, &one, g.p, &one);
-    ew(op, s, E_ADD, dt, 1, &n, o2.p, t1, &one, t2, &one);
+    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t1, kb1, &zero, a1.p, &one);                       /* m1 */
+    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t2, constant(&T, s, c, 1.0 - b1), &zero, g.p, &one);
+    ew(op, s, ANYCHIP_OP_ADD, dt, 1, &n, o1.p, t1, &one, t2, &one);
+    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t1, kb2, &zero, a2.p, &one);                       /* m2 */
+    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t2, constant(&T, s, c, 1.0 - b2), &zero, g.p, &one);
+    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t2, t2, &one, g.p, &one);
+    ew(op, s, ANYCHIP_OP_ADD, dt, 1, &n, o2.p, t1, &one, t2, &one);
     void *k1 = constant(&T, s, c, 1.0);                                             /* the scalars */
-    ew(op, s, E_SUB, dt, 1, &unit, sq, k1, &zero, q2.p, &zero);
-    un(op, s, U_SQRT, dt, dt, 1, sq, sq);                                          /* sqrt(1 - b2^t) */
-    ew(op, s, E_SUB, dt, 1, &unit, sd, k1, &zero, q1.p, &zero);                    /* 1 - b1^t */
-    ew(op, s, E_DIV, dt, 1, &unit, sd, sq, &zero, sd, &zero);
-    ew(op, s, E_MUL, dt, 1, &unit, slr, l.p, &zero, sd, &zero);
-    ew(op, s, E_MUL, dt, 1, &unit, seps, constant(&T, s, c, e), &zero, sq, &zero);
-    un(op, s, U_SQRT, dt, dt, n, t1, o2.p);                                        /* the update */
-    ew(op, s, E_ADD, dt, 1, &n, t1, t1, &one, seps, &zero);
-    ew(op, s, E_DIV, dt, 1, &n, t1, o1.p, &one, t1, &one);
-    ew(op, s, E_MUL, dt, 1, &n, t1, slr, &zero, t1, &one);
-    ew(op, s, E_SUB, dt, 1, &n, po.p, pin, &one, t1, &one);
+    ew(op, s, ANYCHIP_OP_SUB, dt, 1, &unit, sq, k1, &zero, q2.p, &zero);
+    un(op, s, ANYCHIP_OP_SQRT, dt, dt, 1, sq, sq);                                          /* sqrt(1 - b2^t) */
+    ew(op, s, ANYCHIP_OP_SUB, dt, 1, &unit, sd, k1, &zero, q1.p, &zero);                    /* 1 - b1^t */
+    ew(op, s, ANYCHIP_OP_DIV, dt, 1, &unit, sd, sq, &zero, sd, &zero);
+    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &unit, slr, l.p, &zero, sd, &zero);
+    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &unit, seps, constant(&T, s, c, e), &zero, sq, &zero);
+    un(op, s, ANYCHIP_OP_SQRT, dt, dt, n, t1, o2.p);                                        /* the update */
+    ew(op, s, ANYCHIP_OP_ADD, dt, 1, &n, t1, t1, &one, seps, &zero);
+    ew(op, s, ANYCHIP_OP_DIV, dt, 1, &n, t1, o1.p, &one, t1, &one);
+    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t1, slr, &zero, t1, &one);
+    ew(op, s, ANYCHIP_OP_SUB, dt, 1, &n, po.p, pin, &one, t1, &one);
     if (!use_global_beta_pow) {
         tview r1, r2;
         output(op, ctx, b1p_out, c, &r1);
         output(op, ctx, b2p_out, c, &r2);
-        ew(op, s, E_MUL, dt, 1, &unit, r1.p, q1.p, &zero, kb1, &zero);
-        ew(op, s, E_MUL, dt, 1, &unit, r2.p, q2.p, &zero, kb2, &zero);
+        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &unit, r1.p, q1.p, &zero, kb1, &zero);
+        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &unit, r2.p, q2.p, &zero, kb2, &zero);
     }
     temps_free(&T);
 }
@@ -1275,13 +1418,13 @@ static void sgd(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *lr, PD_Tenso
              "element)", (long long)p.n, (long long)g.n, (long long)l.n);
     if (g.cdt != p.cdt || l.cdt != p.cdt)
         fail(op, "param, learning rate and grad of different data types (this device's SGD takes one)");
-    void *s = stream_of(op, ctx);
+    anychip_stream s = stream_of(op, ctx);
     output(op, ctx, param_out, p.cdt, &po);
     temps T = {ctx, op, {0}, 0};
     int64_t n = p.n, one = 1, zero = 0;
     void *t = temp(&T, 1, &n, p.cdt);
-    ew(op, s, E_MUL, p.dt, 1, &n, t, l.p, &zero, g.p, &one);
-    ew(op, s, E_SUB, p.dt, 1, &n, po.p, p.p, &one, t, &one);
+    ew(op, s, ANYCHIP_OP_MUL, p.dt, 1, &n, t, l.p, &zero, g.p, &one);
+    ew(op, s, ANYCHIP_OP_SUB, p.dt, 1, &n, po.p, p.p, &one, t, &one);
     temps_free(&T);
 }
 
@@ -1383,12 +1526,12 @@ static void c_full_like(PD_KernelContext *c)
 static void c_sum(PD_KernelContext *c)
 {
     axes_v a = ARR("sum", 0);
-    reduce_op("sum", R_SUM, CTX, IN(0), &a, DTYPE(1), OUT(0));
+    reduce_op("sum", ANYCHIP_REDUCE_SUM, CTX, IN(0), &a, DTYPE(1), OUT(0));
 }
 static void c_mean(PD_KernelContext *c)
 {
     axes_v a = ARR("mean", 0);
-    reduce_op("mean", R_MEAN, CTX, IN(0), &a, UNDEFINED, OUT(0));
+    reduce_op("mean", ANYCHIP_REDUCE_MEAN, CTX, IN(0), &a, UNDEFINED, OUT(0));
 }
 static void c_mean_all(PD_KernelContext *c) { k_mean_all(CTX, IN(0), OUT(0)); }
 static void c_sum_grad(PD_KernelContext *c)
@@ -1429,9 +1572,14 @@ static void c_matmul_grad(PD_KernelContext *c)
 
 enum { FLOATS = 1, INTS = 2, ALL = FLOATS | INTS, ADAMW_TYPES = 4 };
 
+/* the primitives a kernel uses, each with the kernel's dtype; BOOL_MASK: also a unary cast from
+ * bool (a comparison's result); WIDEN: an integer sum, which Paddle accumulates into int64 */
+enum { BIN = 1, UN = 2, RED = 4, GEMM = 8, FIL = 16, BOOL_MASK = 32, WIDEN = 64 };
+
 typedef struct {
     const char *name;
     int types;                            /* FLOATS, INTS */
+    int uses;                             /* BIN, UN, RED, GEMM, FIL, BOOL_MASK, WIDEN */
     int nin, nattr, nout;
     PD_KernelArgumentType attr[12];
     void (*fn)(PD_KernelContext *);
@@ -1446,48 +1594,109 @@ typedef struct {
 static const PD_KernelArgumentType ADAMW_IN[] = {T_, T_, T_, T_, T_, O_, T_, T_, O_, O_};
 static const PD_KernelArgumentType SGD_IN[] = {T_, T_, T_, O_};
 
+/* reductions over several axes or none (sums, means, the gradients that unbroadcast) */
+#define REDUCING (RED | UN | FIL)
+
 #define V(f) ((void *)(f))
 static const kernel_def KERNELS[] = {
-    {"add", ALL, 2, 0, 1, {0}, c_add, V(k_add), 0, NULL},
-    {"subtract", ALL, 2, 0, 1, {0}, c_sub, V(k_sub), 0, NULL},
-    {"multiply", ALL, 2, 0, 1, {0}, c_mul, V(k_mul), 0, NULL},
-    {"divide", FLOATS, 2, 0, 1, {0}, c_div, V(k_div), 0, NULL},
-    {"maximum", ALL, 2, 0, 1, {0}, c_max, V(k_max), 0, NULL},
-    {"minimum", ALL, 2, 0, 1, {0}, c_min, V(k_min), 0, NULL},
-    {"add_grad", ALL, 3, 1, 2, {I_}, c_add_grad, V(k_add_grad), 0, NULL},
-    {"subtract_grad", ALL, 3, 1, 2, {I_}, c_sub_grad, V(k_sub_grad), 0, NULL},
-    {"multiply_grad", ALL, 3, 1, 2, {I_}, c_mul_grad, V(k_mul_grad), 0, NULL},
-    {"divide_grad", FLOATS, 4, 1, 2, {I_}, c_div_grad, V(k_div_grad), 0, NULL},
-    {"relu", FLOATS, 1, 0, 1, {0}, c_relu, V(k_relu), 0, NULL},
-    {"exp", FLOATS, 1, 0, 1, {0}, c_exp, V(k_exp), 0, NULL},
-    {"log", FLOATS, 1, 0, 1, {0}, c_log, V(k_log), 0, NULL},
-    {"square", ALL, 1, 0, 1, {0}, c_square, V(k_square), 0, NULL},
-    {"relu_grad", FLOATS, 2, 0, 1, {0}, c_relu_grad, V(k_relu_grad), 0, NULL},
-    {"exp_grad", FLOATS, 2, 0, 1, {0}, c_exp_grad, V(k_exp_grad), 0, NULL},
-    {"log_grad", FLOATS, 2, 0, 1, {0}, c_log_grad, V(k_log_grad), 0, NULL},
-    {"square_grad", ALL, 2, 0, 1, {0}, c_square_grad, V(k_square_grad), 0, NULL},
-    {"cast", ALL, 1, 1, 1, {D_}, c_cast, V(k_cast), 1, NULL},
-    {"scale", ALL, 1, 3, 1, {S_, S_, B_}, c_scale, V(k_scale), 0, NULL},
-    {"full", ALL, 0, 3, 1, {A_, S_, D_}, c_full, V(k_full), 0, NULL},
-    {"full_like", ALL, 1, 2, 1, {S_, D_}, c_full_like, V(k_full_like), 0, NULL},
-    {"sum", ALL, 1, 3, 1, {A_, D_, B_}, c_sum, V(k_sum), 1, NULL},
-    {"mean", FLOATS, 1, 2, 1, {A_, B_}, c_mean, V(k_mean), 0, NULL},
-    {"mean_all", FLOATS, 1, 0, 1, {0}, c_mean_all, V(k_mean_all), 0, NULL},
-    {"sum_grad", ALL, 2, 3, 1, {A_, B_, B_}, c_sum_grad, V(k_sum_grad), 0, NULL},
-    {"mean_grad", FLOATS, 2, 3, 1, {A_, B_, B_}, c_mean_grad, V(k_mean_grad), 0, NULL},
-    {"mean_all_grad", FLOATS, 2, 0, 1, {0}, c_mean_all_grad, V(k_mean_all_grad), 0, NULL},
-    {"softmax", FLOATS, 1, 1, 1, {I_}, c_softmax, V(k_softmax), 0, NULL},
-    {"softmax_grad", FLOATS, 2, 1, 1, {I_}, c_softmax_grad, V(k_softmax_grad), 0, NULL},
-    {"matmul", FLOATS, 2, 2, 1, {B_, B_}, c_matmul, V(k_matmul), 0, NULL},
-    {"matmul_grad", FLOATS, 3, 2, 2, {B_, B_}, c_matmul_grad, V(k_matmul_grad), 0, NULL},
-    {"adamw", ADAMW_TYPES, 10, 11, 7, {S_, S_, S_, F32_, F32_, B_, B_, I64_, B_, B_, B_}, c_adamw, V(k_adamw), 0,
-     ADAMW_IN},
-    {"sgd", ADAMW_TYPES, 4, 1, 2, {B_}, c_sgd, V(k_sgd), 0, SGD_IN},
+    {"add", ALL, BIN, 2, 0, 1, {0}, c_add, V(k_add), 0, NULL},
+    {"subtract", ALL, BIN, 2, 0, 1, {0}, c_sub, V(k_sub), 0, NULL},
+    {"multiply", ALL, BIN, 2, 0, 1, {0}, c_mul, V(k_mul), 0, NULL},
+    {"divide", FLOATS, BIN, 2, 0, 1, {0}, c_div, V(k_div), 0, NULL},
+    {"maximum", ALL, BIN, 2, 0, 1, {0}, c_max, V(k_max), 0, NULL},
+    {"minimum", ALL, BIN, 2, 0, 1, {0}, c_min, V(k_min), 0, NULL},
+    {"add_grad", ALL, REDUCING, 3, 1, 2, {I_}, c_add_grad, V(k_add_grad), 0, NULL},
+    {"subtract_grad", ALL, REDUCING, 3, 1, 2, {I_}, c_sub_grad, V(k_sub_grad), 0, NULL},
+    {"multiply_grad", ALL, BIN | REDUCING, 3, 1, 2, {I_}, c_mul_grad, V(k_mul_grad), 0, NULL},
+    {"divide_grad", FLOATS, BIN | REDUCING, 4, 1, 2, {I_}, c_div_grad, V(k_div_grad), 0, NULL},
+    {"relu", FLOATS, UN, 1, 0, 1, {0}, c_relu, V(k_relu), 0, NULL},
+    {"exp", FLOATS, UN, 1, 0, 1, {0}, c_exp, V(k_exp), 0, NULL},
+    {"log", FLOATS, UN, 1, 0, 1, {0}, c_log, V(k_log), 0, NULL},
+    {"square", ALL, BIN, 1, 0, 1, {0}, c_square, V(k_square), 0, NULL},
+    {"relu_grad", FLOATS, BIN | UN | FIL | BOOL_MASK, 2, 0, 1, {0}, c_relu_grad, V(k_relu_grad), 0, NULL},
+    {"exp_grad", FLOATS, BIN, 2, 0, 1, {0}, c_exp_grad, V(k_exp_grad), 0, NULL},
+    {"log_grad", FLOATS, BIN, 2, 0, 1, {0}, c_log_grad, V(k_log_grad), 0, NULL},
+    {"square_grad", ALL, BIN, 2, 0, 1, {0}, c_square_grad, V(k_square_grad), 0, NULL},
+    {"cast", ALL, UN, 1, 1, 1, {D_}, c_cast, V(k_cast), 1, NULL},
+    {"scale", ALL, BIN | FIL, 1, 3, 1, {S_, S_, B_}, c_scale, V(k_scale), 0, NULL},
+    {"full", ALL, FIL, 0, 3, 1, {A_, S_, D_}, c_full, V(k_full), 0, NULL},
+    {"full_like", ALL, FIL, 1, 2, 1, {S_, D_}, c_full_like, V(k_full_like), 0, NULL},
+    {"sum", ALL, REDUCING | WIDEN, 1, 3, 1, {A_, D_, B_}, c_sum, V(k_sum), 1, NULL},
+    {"mean", FLOATS, BIN | REDUCING, 1, 2, 1, {A_, B_}, c_mean, V(k_mean), 0, NULL},
+    {"mean_all", FLOATS, BIN | REDUCING, 1, 0, 1, {0}, c_mean_all, V(k_mean_all), 0, NULL},
+    {"sum_grad", ALL, BIN | FIL, 2, 3, 1, {A_, B_, B_}, c_sum_grad, V(k_sum_grad), 0, NULL},
+    {"mean_grad", FLOATS, BIN | FIL, 2, 3, 1, {A_, B_, B_}, c_mean_grad, V(k_mean_grad), 0, NULL},
+    {"mean_all_grad", FLOATS, BIN | FIL, 2, 0, 1, {0}, c_mean_all_grad, V(k_mean_all_grad), 0, NULL},
+    {"softmax", FLOATS, BIN | UN | RED, 1, 1, 1, {I_}, c_softmax, V(k_softmax), 0, NULL},
+    {"softmax_grad", FLOATS, BIN | RED, 2, 1, 1, {I_}, c_softmax_grad, V(k_softmax_grad), 0, NULL},
+    {"matmul", FLOATS, GEMM | FIL, 2, 2, 1, {B_, B_}, c_matmul, V(k_matmul), 0, NULL},
+    {"matmul_grad", FLOATS, GEMM | REDUCING, 3, 2, 2, {B_, B_}, c_matmul_grad, V(k_matmul_grad), 0, NULL},
+    {"adamw", ADAMW_TYPES, BIN | UN | FIL, 10, 11, 7, {S_, S_, S_, F32_, F32_, B_, B_, I64_, B_, B_, B_}, c_adamw,
+     V(k_adamw), 0, ADAMW_IN},
+    {"sgd", ADAMW_TYPES, BIN, 4, 1, 2, {B_}, c_sgd, V(k_sgd), 0, SGD_IN},
 };
+#define NKERNELS (sizeof KERNELS / sizeof *KERNELS)
 
+/* each family's dtypes, in registration order */
 static const C_DataType FLOAT_TYPES[] = {FLOAT32, FLOAT64, FLOAT16, BFLOAT16};
 static const C_DataType INT_TYPES[] = {INT32, INT64};
 static const C_DataType ADAMW_DTYPES[] = {FLOAT32, FLOAT64};
+static const struct {
+    int family;
+    const C_DataType *types;
+    size_t n;
+} FAMILIES[] = {{FLOATS, FLOAT_TYPES, 4}, {INTS, INT_TYPES, 2}, {ADAMW_TYPES, ADAMW_DTYPES, 2}};
+
+static const char *const PHI_NAMES[] = {[FLOAT32] = "float32", [FLOAT64] = "float64", [FLOAT16] = "float16",
+                                        [BFLOAT16] = "bfloat16", [INT32] = "int32", [INT64] = "int64"};
+
+/* whether every primitive kernel `d` uses takes dtype `t` */
+static int allowed(const kernel_def *d, C_DataType t)
+{
+    uint32_t bit = 1u << to_dtype(t), i64 = 1u << ANYCHIP_INT64;
+    if (((d->uses & BIN) && !(MASK(binary) & bit)) || ((d->uses & UN) && !(MASK(unary) & bit)) ||
+        ((d->uses & RED) && !(MASK(reduce) & bit)) || ((d->uses & GEMM) && !(MASK(gemm) & bit)) ||
+        ((d->uses & FIL) && !(MASK(fill) & bit)))
+        return 0;
+    if ((d->uses & BOOL_MASK) && !(MASK(unary) & (1u << ANYCHIP_BOOL)))
+        return 0;
+    if ((d->uses & WIDEN) && t == INT32 && !(MASK(reduce) & MASK(unary) & MASK(fill) & i64))
+        return 0;
+    return 1;
+}
+
+/* Why the plugin's table gives no kernels ("" when it is usable); K is set when it is. The table
+ * is read only from a plugin of minor >= 1, only of a version this file knows, and only with mask
+ * bits of plugin.h's dtypes (as anychip's own loader reads it). */
+static const char *table_problem(void)
+{
+    static char why[256];
+    if (!target_ready())
+        return "the bridge loaded no plugin: ANYCHIP_PADDLE=none for the simulated chips' bridge, else see what "
+               "it printed";
+    if (P.minor < 1)
+        snprintf(why, sizeof why, "the plugin is built against anychip/plugin.h %u.%u, which has no kernel table "
+                 "(minor 1 adds it)", P.major, P.minor);
+    else if (!P.kernels)
+        snprintf(why, sizeof why, "the plugin fills no kernel table, plugin.h's `kernels`");
+    else if (P.kernels->version < 1 || P.kernels->version > ANYCHIP_KERNELS_VERSION)
+        snprintf(why, sizeof why, "the plugin's kernel table is version %u, which this bridge (kernel table "
+                 "version %d) does not know", P.kernels->version, ANYCHIP_KERNELS_VERSION);
+    else {
+        const anychip_kernels *k = P.kernels;
+        uint32_t known = (1u << (ANYCHIP_BOOL + 1)) - 1,
+                 all = k->binary_dtypes | k->unary_dtypes | k->reduce_dtypes | k->gemm_dtypes | k->fill_dtypes;
+        if (all & ~known) {               /* dtypes of a newer header: the table is not this file's */
+            snprintf(why, sizeof why, "the plugin's kernel table sets dtype mask bits %#x beyond bool, which "
+                     "anychip/plugin.h %d.%d does not define", all & ~known, ANYCHIP_PLUGIN_API_MAJOR,
+                     ANYCHIP_PLUGIN_API_MINOR);
+            return why;
+        }
+        K = k;
+        return "";
+    }
+    return why;
+}
 
 /* outputs whose dtype an attribute sets accept any dtype (Paddle's cast / sum kernels do this) */
 static void any_output_dtype(const PD_KernelKey *key, PD_Kernel *kernel)
@@ -1514,11 +1723,11 @@ EXPORT const char *anychip_paddle_kernels(void) { return g_kernel_names; }
 
 /* How many times each kernel ran (its name's entry in KERNELS), for tests and tools that check
  * where a program's ops ran: anychip_paddle_kernel_calls("matmul"); ~0 for a name not in the table. */
-static atomic_ullong g_calls[sizeof KERNELS / sizeof *KERNELS];
+static atomic_ullong g_calls[NKERNELS];
 
 static void count_call(const char *op)
 {
-    for (size_t k = 0; k < sizeof KERNELS / sizeof *KERNELS; k++)
+    for (size_t k = 0; k < NKERNELS; k++)
         if (strcmp(KERNELS[k].name, op) == 0) {
             atomic_fetch_add(&g_calls[k], 1);
             return;
@@ -1527,33 +1736,49 @@ static void count_call(const char *op)
 
 EXPORT unsigned long long anychip_paddle_kernel_calls(const char *name)
 {
-    for (size_t k = 0; k < sizeof KERNELS / sizeof *KERNELS; k++)
+    for (size_t k = 0; k < NKERNELS; k++)
         if (strcmp(KERNELS[k].name, name) == 0)
             return atomic_load(&g_calls[k]);
     return ~0ull;
 }
 
-/* The kernel table as text, without registering anything (`anychip info` reads it from the
- * library, Paddle or not): a line per op, "name<TAB>dtype,dtype,...", in registration order. */
+/* The kernels this bridge registers for the plugin's table, as text, without registering anything
+ * (`anychip info` reads it from the library, Paddle or not; it loads the plugin): a line per op,
+ * "name<TAB>dtype,dtype,...", in registration order; empty when the table gives none. */
 static char g_kernel_table[4096];
 
 EXPORT const char *anychip_paddle_kernel_table(void)
 {
-    static const char *const FLOAT_NAMES = "float32,float64,float16,bfloat16", *const INT_NAMES = "int32,int64",
-                             *const ADAMW_NAMES = "float32,float64";
     size_t used = 0;
-    for (size_t k = 0; k < sizeof KERNELS / sizeof *KERNELS && used < sizeof g_kernel_table; k++) {
+    g_kernel_table[0] = 0;
+    if (table_problem()[0])
+        return g_kernel_table;
+    for (size_t k = 0; k < NKERNELS; k++) {
         const kernel_def *d = &KERNELS[k];
-        used += (size_t)snprintf(g_kernel_table + used, sizeof g_kernel_table - used, "%s\t%s%s%s\n", d->name,
-                                 d->types & FLOATS ? FLOAT_NAMES : d->types & ADAMW_TYPES ? ADAMW_NAMES : "",
-                                 (d->types & (FLOATS | ADAMW_TYPES)) && (d->types & INTS) ? "," : "",
-                                 d->types & INTS ? INT_NAMES : "");
+        char types[128] = "";
+        size_t tu = 0;
+        for (size_t f = 0; f < sizeof FAMILIES / sizeof *FAMILIES; f++)
+            for (size_t i = 0; (d->types & FAMILIES[f].family) && i < FAMILIES[f].n; i++)
+                if (allowed(d, FAMILIES[f].types[i]))
+                    tu += (size_t)snprintf(types + tu, sizeof types - tu, "%s%s", tu ? "," : "",
+                                           PHI_NAMES[FAMILIES[f].types[i]]);
+        if (tu && used < sizeof g_kernel_table)
+            used += (size_t)snprintf(g_kernel_table + used, sizeof g_kernel_table - used, "%s\t%s\n", d->name, types);
     }
     return g_kernel_table;
 }
 
+/* why the bridge registers no kernels, "" when it registers some (`anychip info`) */
+EXPORT const char *anychip_paddle_kernel_note(void)
+{
+    const char *why = table_problem();
+    if (why[0])
+        return why;
+    return anychip_paddle_kernel_table()[0] ? "" : "the plugin's kernel table's dtype masks allow none of the kernels";
+}
+
 /* ANYCHIP_PADDLE_KERNELS=0 registers none (every op then takes Paddle's CPU fallback) */
-static void register_kernels(void *target)
+static void register_kernels(void)
 {
     const char *off = getenv("ANYCHIP_PADDLE_KERNELS");      /* "0", blanks around it ignored */
     if (off) {
@@ -1561,6 +1786,8 @@ static void register_kernels(void *target)
         if (off[0] == '0' && off[strspn(off + 1, " \t") + 1] == '\0')
             return;
     }
+    if (table_problem()[0])
+        return;                           /* no usable kernel table: every op takes the fallback */
     void *phi = dlopen("libphi_core.so", RTLD_NOW | RTLD_NOLOAD);
     if (!phi)
         return;                           /* not inside Paddle (a tool probing the bridge) */
@@ -1576,35 +1803,25 @@ static void register_kernels(void *target)
     ANYCHIP_PHI_FUNCTIONS(CHECK)
 #undef CHECK
     g_tensor_ref_at = dlsym(phi, "_ZNK3phi13KernelContext6AttrAtINS_9TensorRefEEERKT_m");
-    *(void **)&SK.elementwise = dlsym(target, "anychip_simk_elementwise");
-    *(void **)&SK.unary = dlsym(target, "anychip_simk_unary");
-    *(void **)&SK.reduce = dlsym(target, "anychip_simk_reduce");
-    *(void **)&SK.gemm = dlsym(target, "anychip_simk_gemm");
-    *(void **)&SK.fill = dlsym(target, "anychip_simk_fill");
-    *(void **)&SK.last_error = dlsym(target, "anychip_sim_last_error");
-    if (!SK.elementwise || !SK.unary || !SK.reduce || !SK.gemm || !SK.fill)
-        return;                           /* a library without the simulator's kernels */
     PD_KernelArgumentType tensors[12] = {T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_, T_};
     size_t used = 0;
-    for (size_t k = 0; k < sizeof KERNELS / sizeof *KERNELS; k++) {
+    for (size_t k = 0; k < NKERNELS; k++) {
         const kernel_def *d = &KERNELS[k];
         PD_KernelArgumentType attrs[12], ins[12];
         memcpy(attrs, d->attr, sizeof attrs);
         memcpy(ins, d->in ? d->in : tensors, sizeof ins[0] * (size_t)d->nin);
-        for (int fam = 0; fam < 3; fam++) {
-            static const int FAMILY[] = {FLOATS, INTS, ADAMW_TYPES};
-            if (!(d->types & FAMILY[fam]))
-                continue;
-            const C_DataType *ts = fam == 1 ? INT_TYPES : fam == 2 ? ADAMW_DTYPES : FLOAT_TYPES;
-            size_t nt = fam == 1   ? sizeof INT_TYPES / sizeof *INT_TYPES
-                        : fam == 2 ? sizeof ADAMW_DTYPES / sizeof *ADAMW_DTYPES
-                                   : sizeof FLOAT_TYPES / sizeof *FLOAT_TYPES;
-            for (size_t i = 0; i < nt; i++)
-                PD.PD_RegisterPhiKernel(d->name, g_type, ts[i], ANYCHIP_PD_LAYOUT_ANY, (size_t)d->nin, ins,
-                                        (size_t)d->nattr, attrs, (size_t)d->nout, tensors,
+        int any = 0;
+        for (size_t f = 0; f < sizeof FAMILIES / sizeof *FAMILIES; f++)
+            for (size_t i = 0; (d->types & FAMILIES[f].family) && i < FAMILIES[f].n; i++) {
+                if (!allowed(d, FAMILIES[f].types[i]))
+                    continue;
+                PD.PD_RegisterPhiKernel(d->name, g_type, FAMILIES[f].types[i], ANYCHIP_PD_LAYOUT_ANY,
+                                        (size_t)d->nin, ins, (size_t)d->nattr, attrs, (size_t)d->nout, tensors,
                                         d->out_any_dtype ? any_output_dtype : no_arg_changes, d->fn, d->variadic);
-        }
-        used += (size_t)snprintf(g_kernel_names + used, sizeof g_kernel_names - used, "%s%s", k ? " " : "",
-                                 d->name);
+                any = 1;
+            }
+        if (any && used < sizeof g_kernel_names)
+            used += (size_t)snprintf(g_kernel_names + used, sizeof g_kernel_names - used, "%s%s", used ? " " : "",
+                                     d->name);
     }
 }
