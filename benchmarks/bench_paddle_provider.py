@@ -18,7 +18,9 @@ allreduce  float32 all_reduce on 2 ranks: paddle.distributed under Paddle's laun
            through the bridge (HCCL of the simulator) against anychip's own collectives API
            on the same chip (`anychip launch`, native transport = the same HCCL); busbw with
            nccl-tests' factor 2(n-1)/n. Paddle's job also times its use_calc_stream=True form
-           (no collective stream, no events) and, for both, the host's time per call.
+           (no collective stream, no events) and, for both, the host's time per call; anychip's
+           job also times Paddle's default pattern through its own API ("2-stream": a second
+           stream for the collective, an event each way per call).
 """
 from __future__ import annotations
 
@@ -246,10 +248,12 @@ if r == 0:
 
 ANYCHIP_AR = r"""
 import json, sys, time, numpy as np
+import anychip
 from anychip import collectives
 comm = collectives.init()
 dev = comm.device
 stream = dev.current_stream()
+side = anychip.Stream(dev)                   # a collective stream, as Paddle's process group has
 out = {}
 for size in json.loads(sys.argv[1]):
     count = size // 4
@@ -265,6 +269,16 @@ for size in json.loads(sys.argv[1]):
     last.wait()
     stream.synchronize()
     out[size] = max(comm.exchange((time.perf_counter() - t0) / iters))
+    # Paddle's default pattern through anychip's API: the collective stream waits for the compute
+    # stream, the collective runs there, the compute stream waits for it
+    comm.barrier().wait()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        side.wait_event(stream.record_event())
+        comm.all_reduce(send, recv, count, stream=side)
+        stream.wait_event(side.record_event())
+    stream.synchronize()
+    out[f"two {size}"] = max(comm.exchange((time.perf_counter() - t0) / iters))
 if comm.rank == 0:
     print("RESULT " + json.dumps(out), flush=True)
 comm.destroy()
@@ -311,7 +325,7 @@ def part_allreduce(repeat: int, before: str | None) -> None:
     head = f"{'size':>8}{'paddle us':>12}{'busbw':>8}{'ratio':>7}{'host us':>9}"
     if before:
         head += f"{'before us':>12}{'busbw':>8}{'ratio':>7}{'host us':>9}"
-    print(head + f"{'calc-stream us':>16}{'host us':>9}{'anychip us':>12}{'busbw':>8}")
+    print(head + f"{'calc-stream us':>16}{'host us':>9}{'anychip us':>12}{'busbw':>8}{'2-stream us':>14}")
     for s in SIZES:
         a = best["anychip"][s]
         row = f"{s:>8}"
@@ -319,7 +333,9 @@ def part_allreduce(repeat: int, before: str | None) -> None:
             p = best[name][s]
             row += f"{p * 1e6:>12.1f}{s / p / 1e9:>8.2f}{a / p:>7.2f}{best[name][f'host {s}'] * 1e6:>9.1f}"
         calc, calc_host = best["paddle"][f"calc {s}"], best["paddle"][f"calc host {s}"]
-        print(row + f"{calc * 1e6:>16.1f}{calc_host * 1e6:>9.1f}{a * 1e6:>12.1f}{s / a / 1e9:>8.2f}")
+        two = best["anychip"][f"two {s}"]
+        print(row + f"{calc * 1e6:>16.1f}{calc_host * 1e6:>9.1f}{a * 1e6:>12.1f}{s / a / 1e9:>8.2f}"
+              f"{two * 1e6:>14.1f}")
 
 
 def main() -> int:
