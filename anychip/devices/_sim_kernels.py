@@ -46,7 +46,7 @@ DTYPES = ("bool", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "flo
 _DT = {name: i for i, name in enumerate(DTYPES)}
 ELEMENTWISE = ("add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum")
 _EW = {name: i for i, name in enumerate(ELEMENTWISE)}
-UNARY = ("copy", "relu", "exp", "log", "neg")
+UNARY = ("copy", "relu", "exp", "log", "neg", "sqrt")     # csrc/sim/kernels.h's U_* order
 _UN = {name: i for i, name in enumerate(UNARY)}
 REDUCE = ("sum", "mean", "max")
 _RED = {name: i for i, name in enumerate(REDUCE)}
@@ -105,9 +105,9 @@ class SimKernels:
     def supports(self, index: int, op: str, dtype: str) -> bool:
         if dtype not in _DT:
             return False
-        if op in ("add", "sub", "mul", "neg", "relu", "exp", "log") and dtype == "bool":
+        if op in ("add", "sub", "mul", "neg", "relu", "exp", "log", "sqrt") and dtype == "bool":
             return False
-        if op in ("exp", "log") and dtype not in ("float16", "bfloat16", "float32", "float64"):
+        if op in ("exp", "log", "sqrt") and dtype not in ("float16", "bfloat16", "float32", "float64"):
             return False
         if op == "div" and dtype not in ("float16", "bfloat16", "float32", "float64"):
             return False

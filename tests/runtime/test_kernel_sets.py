@@ -101,6 +101,24 @@ def test_a_checked_call_runs_on_every_backend(name: str, request: pytest.Fixture
     assert out.to_numpy(np.float32).tolist() == [2.0, 4.0, 6.0, 8.0]
 
 
+@pytest.mark.parametrize("name", ["ascend:0", "kunlun:0", "hygon:0", f"{SCAFFOLD}:0"])
+def test_sqrt_runs_on_the_chips_kernel_where_the_set_has_it(name: str, request: pytest.FixtureRequest) -> None:
+    # the simulated chips' C kernel and the plugin table both have sqrt (float types only); the
+    # values are the correctly rounded roots, NaN for a negative input
+    dev = _device(name, request)
+    k = kernels_of(dev)
+    assert k is not None and k.supports("sqrt", "float32") and k.supports("sqrt", "float64")
+    assert not k.supports("sqrt", "int32") and not k.supports("sqrt", "bool")
+    x = np.array([0.0, 2.0, 9.0, -1.0, 1e-30], np.float32)
+    a = dev.alloc(x.nbytes)
+    a.copy_from(x)
+    out = dev.alloc(x.nbytes)
+    k.unary("sqrt", (out, 0), "float32", (a, 0, (1,)), "float32", (5,))
+    dev.synchronize()
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(out.to_numpy(np.float32), np.sqrt(x))
+
+
 def _bad_calls(dev: anychip.Device) -> list[tuple[Any, str]]:
     buf = dev.alloc(16)
     freed = dev.alloc(16)
