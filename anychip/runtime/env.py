@@ -57,7 +57,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                     "of their device kernels (every op then takes Paddle's CPU fallback; "
                                     "docs/paddle.md)"),
     "ANYCHIP_PADDLE_PROFILE": ("0", "1 = the Paddle bridge writes, at exit, the calls and host time of each of its "
-                                    "entries and how many stream waits it elided (docs/paddle.md)"),
+                                    "entries (docs/paddle.md)"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
                                       "garbage_collection_threshold:F, or backend:native to turn caching off"),
     "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers before it raises "
