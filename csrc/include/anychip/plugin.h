@@ -307,6 +307,19 @@ typedef struct anychip_plugin {
 #define ANYCHIP_PLUGIN_HAS(p, field) \
     (offsetof(anychip_plugin, field) + sizeof(((anychip_plugin *)0)->field) <= (p)->struct_size)
 
+/* The kernel table a consumer may use (minor 1): the plugin's `kernels` when the plugin is of
+ * minor 1 or later, the table's version is ANYCHIP_KERNELS_VERSION and its masks name only
+ * plugin.h's dtypes; else NULL (every op then runs on the host). The Paddle bridge and the
+ * PyTorch device decide through it; anychip's own loader applies the same rule. */
+static inline const anychip_kernels *anychip_plugin_kernels(const anychip_plugin *p)
+{
+    const anychip_kernels *k = p->minor >= 1 && ANYCHIP_PLUGIN_HAS(p, kernels) ? p->kernels : NULL;
+    if (!k || k->version != ANYCHIP_KERNELS_VERSION)
+        return NULL;
+    uint32_t used = k->binary_dtypes | k->unary_dtypes | k->reduce_dtypes | k->gemm_dtypes | k->fill_dtypes;
+    return used & ~((1u << (ANYCHIP_BOOL + 1)) - 1) ? NULL : k;
+}
+
 /* the one symbol a plugin exports */
 typedef anychip_status (*anychip_plugin_init_fn)(anychip_plugin *plugin);
 

@@ -1665,35 +1665,31 @@ static int allowed(const kernel_def *d, C_DataType t)
     return 1;
 }
 
-/* Why the plugin's table gives no kernels ("" when it is usable); K is set when it is. The table
- * is read only from a plugin of minor >= 1, only of a version this file knows, and only with mask
- * bits of plugin.h's dtypes (as anychip's own loader reads it). */
+/* Why the plugin's table gives no kernels ("" when it is usable); K is set when it is. plugin.h's
+ * anychip_plugin_kernels decides (as anychip's own loader reads the table); this says why not. */
 static const char *table_problem(void)
 {
     static char why[256];
     if (!target_ready())
         return "the bridge loaded no plugin: ANYCHIP_PADDLE=none for the simulated chips' bridge, else see what "
                "it printed";
+    K = anychip_plugin_kernels(&P);          /* the header's rule decides; the rest says why not */
+    if (K)
+        return "";
     if (P.minor < 1)
         snprintf(why, sizeof why, "the plugin is built against anychip/plugin.h %u.%u, which has no kernel table "
                  "(minor 1 adds it)", P.major, P.minor);
     else if (!P.kernels)
         snprintf(why, sizeof why, "the plugin fills no kernel table, plugin.h's `kernels`");
-    else if (P.kernels->version < 1 || P.kernels->version > ANYCHIP_KERNELS_VERSION)
+    else if (P.kernels->version != ANYCHIP_KERNELS_VERSION)
         snprintf(why, sizeof why, "the plugin's kernel table is version %u, which this bridge (kernel table "
                  "version %d) does not know", P.kernels->version, ANYCHIP_KERNELS_VERSION);
-    else {
+    else {                                /* dtypes of a newer header: the table is not this file's */
         const anychip_kernels *k = P.kernels;
-        uint32_t known = (1u << (ANYCHIP_BOOL + 1)) - 1,
-                 all = k->binary_dtypes | k->unary_dtypes | k->reduce_dtypes | k->gemm_dtypes | k->fill_dtypes;
-        if (all & ~known) {               /* dtypes of a newer header: the table is not this file's */
-            snprintf(why, sizeof why, "the plugin's kernel table sets dtype mask bits %#x beyond bool, which "
-                     "anychip/plugin.h %d.%d does not define", all & ~known, ANYCHIP_PLUGIN_API_MAJOR,
-                     ANYCHIP_PLUGIN_API_MINOR);
-            return why;
-        }
-        K = k;
-        return "";
+        uint32_t all = k->binary_dtypes | k->unary_dtypes | k->reduce_dtypes | k->gemm_dtypes | k->fill_dtypes;
+        snprintf(why, sizeof why, "the plugin's kernel table sets dtype mask bits %#x beyond bool, which "
+                 "anychip/plugin.h %d.%d does not define", all & ~((1u << (ANYCHIP_BOOL + 1)) - 1),
+                 ANYCHIP_PLUGIN_API_MAJOR, ANYCHIP_PLUGIN_API_MINOR);
     }
     return why;
 }

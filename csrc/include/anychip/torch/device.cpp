@@ -1284,13 +1284,10 @@ void init(const std::string &library, const std::string &backend, int count, py:
     g_record = record.release().ptr();
     g_new_stream = make_stream.release().ptr();
     g_stats = stats.release().ptr();
-    // the kernel table: read from minor 1 on, when its version is this header's and its masks
-    // name dtypes only (as anychip's runtime reads it, devices/_plugin_kernels.py)
+    // the kernel table, where plugin.h's rule (anychip_plugin_kernels) lets it be used
     // (kernels: ANYCHIP_TORCH_KERNELS as runtime/env.py reads it, 0 = none, 1 = exact, 2 = all)
-    const anychip_kernels *k = g_plugin.minor >= 1 ? g_plugin.kernels : nullptr;
-    const uint32_t known = (1u << (ANYCHIP_BOOL + 1)) - 1;
-    if (k && k->version == ANYCHIP_KERNELS_VERSION && !((k->binary_dtypes | k->unary_dtypes | k->reduce_dtypes |
-                                                          k->gemm_dtypes | k->fill_dtypes) & ~known) && kernels > 0) {
+    const anychip_kernels *k = anychip_plugin_kernels(&g_plugin);
+    if (k && kernels > 0) {
         g_kernels = k;
         g_all_kernels = kernels == 2;
     }
