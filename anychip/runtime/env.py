@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["VARIABLES", "in_effect", "problem", "problems", "parse_sim_memory", "log_level", "collective_check",
            "collective_timeout", "zero_copy_min", "collective_transport", "host_transport", "host_id", "launch_device",
            "check_engine", "devices", "plugin_path", "alloc_conf", "simulate", "paddle_chip", "torch_backend",
-           "torch_cache", "job_id", "launcher_int", "value", "set_backend_lookup", "NEVER_S"]
+           "torch_c10d_direct", "torch_cache", "job_id", "launcher_int", "value", "set_backend_lookup", "NEVER_S"]
 
 #: name -> (default, meaning)
 VARIABLES: dict[str, tuple[str, str]] = {
@@ -89,6 +89,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ANYCHIP_TORCH_KERNELS": ("1", "ops of PyTorch's device on the chip's kernel table: 1 = those whose values are "
                                    "the CPU's bit for bit, all = also mm and float sums (rounded differently), "
                                    "0 = none (docs/torch.md)"),
+    "ANYCHIP_TORCH_C10D_DIRECT": ("1", "1 = the c10d backend issues a one-tensor all_reduce in C++, straight to the "
+                                       "chip's collective library; 0 = through anychip's communicator, as every "
+                                       "other op (docs/torch.md)"),
     "ANYCHIP_STRESS_SECONDS": ("(short)", "tests: how long each stress test runs"),
     "ANYCHIP_LOG_LEVEL": ("WARNING", "level of the 'anychip' logger in the anychip command "
                                       "(DEBUG, INFO, WARNING, ERROR or CRITICAL)"),
@@ -264,6 +267,12 @@ def torch_kernels() -> int:
     """``ANYCHIP_TORCH_KERNELS`` as the PyTorch extension takes it: 0 (none), 1 (the ops whose
     values are the CPU's bit for bit; the default) or 2 (``all``); a bad value raises."""
     return {"": 1, "0": 0, "1": 1, "all": 2}[_checked("ANYCHIP_TORCH_KERNELS")]
+
+
+def torch_c10d_direct() -> bool:
+    """``ANYCHIP_TORCH_C10D_DIRECT`` (default 1): whether the c10d backend's one-tensor
+    all_reduce takes its C++ path; a bad value raises."""
+    return _checked("ANYCHIP_TORCH_C10D_DIRECT") != "0"
 
 
 def torch_cache() -> str:
@@ -446,6 +455,7 @@ _CHECKS: dict[str, Callable[[str], str | None]] = {
     "ANYCHIP_PADDLE_KERNELS": _choice("0", "1"),
     "ANYCHIP_PADDLE_PROFILE": _choice("0", "1"),
     "ANYCHIP_TORCH_KERNELS": _choice("0", "1", "all"),
+    "ANYCHIP_TORCH_C10D_DIRECT": _choice("0", "1"),
     "ANYCHIP_ALLOC_CONF": _alloc_conf,
     "ANYCHIP_LOG_LEVEL": _log_level,
 }

@@ -1,4 +1,4 @@
-"""Compiling the PrivateUse1 extension (anychip/torch/device.cpp in anychip's headers) against
+"""Compiling the PrivateUse1 extension (anychip/torch/device.cpp and c10d.cpp in anychip's headers) against
 the torch that is installed, once, into a cache directory.
 
 The extension is built on first ``import anychip.torch`` rather than at ``pip install``:
@@ -30,14 +30,21 @@ from .._data import get_include
 from ..runtime.env import torch_cache
 from ..runtime.errors import AnychipError
 
-__all__ = ["source", "cache_dir", "load_extension"]
+__all__ = ["source", "sources", "cache_dir", "load_extension"]
 
 MODULE = "_anychip_torch"
 
 
 def source() -> Path:
-    """The extension's C++ source, shipped with anychip's headers."""
+    """The extension's main C++ source (the device), shipped with anychip's headers."""
     return Path(get_include()) / "anychip" / "torch" / "device.cpp"
+
+
+def sources() -> list[Path]:
+    """Every file the extension is built from: the device, the c10d backend's direct ops, the
+    header they share."""
+    here = source().parent
+    return [here / "device.cpp", here / "c10d.cpp", here / "device.h"]
 
 
 def cache_dir() -> Path:
@@ -48,7 +55,7 @@ def cache_dir() -> Path:
     return Path(base) / "anychip" / "torch"
 
 
-def _command(src: Path, out: Path) -> list[str]:
+def _command(out: Path) -> list[str]:
     import torch
     from torch.utils import cpp_extension
 
@@ -60,20 +67,21 @@ def _command(src: Path, out: Path) -> list[str]:
            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-DTORCH_EXTENSION_NAME={MODULE}", "-DTORCH_API_INCLUDE_EXTENSION_H",
            f"-I{get_include()}", f"-I{sysconfig.get_paths()['include']}"]
     cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
-    cmd += [str(src), "-o", str(out)]
+    cmd += [str(p) for p in sources() if p.suffix == ".cpp"] + ["-o", str(out)]
     for lib_dir in cpp_extension.library_paths():
         cmd += [f"-L{lib_dir}", f"-Wl,-rpath,{lib_dir}"]
     cmd += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", "-ldl"]
     return cmd
 
 
-def _key(src: Path, cmd: list[str]) -> str:
+def _key(cmd: list[str]) -> str:
     import torch
 
     h = hashlib.sha256()
-    h.update(src.read_bytes())
+    for p in sources():
+        h.update(p.read_bytes())
     h.update((Path(get_include()) / "anychip" / "plugin.h").read_bytes())
-    h.update("\0".join(c for c in cmd if c not in (str(src), "OUT")).encode())
+    h.update("\0".join(c for c in cmd if c not in (*(str(p) for p in sources()), "OUT")).encode())
     h.update(f"{torch.__version__}\0{torch.__file__}\0{sys.version}".encode())
     return h.hexdigest()[:20]
 
@@ -89,12 +97,12 @@ def _import(path: Path) -> ModuleType:
 
 def load_extension(verbose: bool = False) -> ModuleType:
     """The compiled extension, built first if this torch and source have no cached build."""
-    src = source()
-    if not src.exists():
-        raise AnychipError(f"anychip's torch extension source {src} is missing; reinstall anychip")
+    for p in sources():
+        if not p.exists():
+            raise AnychipError(f"anychip's torch extension source {p} is missing; reinstall anychip")
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    probe = _command(src, Path("OUT"))
-    key = _key(src, probe)
+    probe = _command(Path("OUT"))
+    key = _key(probe)
     where = cache_dir() / key
     target = where / f"{MODULE}{suffix}"
     if target.exists():
@@ -104,7 +112,7 @@ def load_extension(verbose: bool = False) -> ModuleType:
         fcntl.flock(lock, fcntl.LOCK_EX)      # one compile; the other processes wait for it
         if not target.exists():
             tmp = where / f".{MODULE}.{os.getpid()}{suffix}"
-            cmd = _command(src, tmp)
+            cmd = _command(tmp)
             print(f"anychip.torch: compiling the PrivateUse1 extension for torch into {where} (once per torch "
                   "version; about a minute)", file=sys.stderr, flush=True)
             start = time.monotonic()

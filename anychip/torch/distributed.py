@@ -36,7 +36,8 @@ from torch.futures import Future
 
 from ..collectives import Communicator, World
 from ..collectives.transports.choose import choose
-from ..runtime.env import launcher_int
+from ..collectives.transports.native import NativeTransport
+from ..runtime.env import launcher_int, torch_c10d_direct
 from ..runtime.errors import AnychipError, CollectiveTimeout
 from . import _C, NAME, _state, _storage_buffer, anychip_device, device_count
 
@@ -242,8 +243,23 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         comm_id = f"{job}.{name}"
         transport = choose(self._adev, world, comm_id, name)
         self.comm = Communicator(transport, self._adev, name)
+        self._direct = self._make_direct(transport)
         self._trail = False           # set by an op that enqueues device work after its collectives
         self._queue: queue.Queue | None = None
+
+    def _make_direct(self, transport: Any) -> Any:
+        """The C++ side of the hot op (anychip/torch/c10d.cpp), where the group's transport is
+        the device library's own collectives and that library is the device's: a one-tensor
+        all_reduce is then enqueued in C++, straight to the library. None where it is not (or
+        ``ANYCHIP_TORCH_C10D_DIRECT=0``): every op then runs through the communicator."""
+        if not (torch_c10d_direct() and isinstance(transport, NativeTransport) and _C.c10d_direct_available()):
+            return None
+        handle = transport.handle()
+        if handle is None or os.path.realpath(handle[1]) != os.path.realpath(_state.library):
+            return None
+        comm, _, null_stream = handle
+        return _C.C10dDirect(comm, self._index, self.rank(), self.size(), self._name, not null_stream,
+                             transport.failure)
 
     # -- c10d bookkeeping ------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -270,9 +286,13 @@ class ProcessGroupAnychip(dist.ProcessGroup):
             _settle(work, fut)
 
     def shutdown(self) -> None:
+        if self._direct is not None:
+            self._direct.close()       # its pending ops settle first; then it no longer uses the communicator
         self.comm.destroy()
 
     def abort(self) -> None:
+        if self._direct is not None:
+            self._direct.abort()
         self.comm.abort("torch.distributed abort")
 
     # -- arguments ---------------------------------------------------------------------
@@ -365,7 +385,12 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         return [self.comm.all_reduce(self._buf(t, "all_reduce"), count=t.numel(), dtype=self._dtype(t, "all_reduce"),
                                      op=self._redop(op, t, "all_reduce"), stream=stream)]
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> WorkAnychip:
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        direct = self._direct
+        if direct is not None:        # in C++ (c10d.cpp) where it takes the op; None: it does not
+            work = direct.all_reduce(tensors, opts)
+            if work is not None:
+                return work
         op = opts.reduceOp if opts is not None else _SUM
         if type(tensors) is list and len(tensors) == 1:
             # the common case (DDP's buckets, a training loop's all_reduce): one contiguous tensor

@@ -1,5 +1,6 @@
 """A c10d fault on the anychip backend: `kill` (rank 1 dies by SIGKILL), `timeout` (rank 1 never
-joins) or `late` (rank 1 joins 1.5 s late: rank 0's Work.wait(timeout=0.3 s) runs out first)."""
+joins) or `late` (rank 1 joins 1.5 s late: rank 0's Work.wait(timeout=0.3 s) runs out first).
+Rank 0 prints PATH direct|python: whether its all_reduce took the process group's C++ path."""
 import os
 import signal
 import sys
@@ -9,7 +10,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-import anychip.torch.distributed  # noqa: F401
+import anychip.torch.distributed
 
 fault = sys.argv[1]
 dist.init_process_group("anychip", timeout=timedelta(seconds=float(sys.argv[2])))
@@ -28,6 +29,7 @@ if rank == 1:
     time.sleep(float(sys.argv[2]) * 3)     # never joins the next op
     sys.exit(0)
 work = dist.all_reduce(t, async_op=True)
+print(f"PATH {'python' if isinstance(work, anychip.torch.distributed.WorkAnychip) else 'direct'}", flush=True)
 fut = work.get_future()
 if fault == "late":
     try:

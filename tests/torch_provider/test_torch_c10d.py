@@ -21,8 +21,9 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 
 
-def _launch(n: int, *argv: str, timeout: float = CHILD_SECONDS) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH",)}
+def _launch(n: int, *argv: str, timeout: float = CHILD_SECONDS, **extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_TORCH_C10D_DIRECT")}
+    env.update(extra)
     cmd = python_command(["-m", "anychip", "launch", "-n", str(n), "--device", "ascend", *argv])
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
 
@@ -75,13 +76,17 @@ def test_ddp_losses_equal_one_devices(n):
     assert f"losses equal one device's (4 steps, {n} ranks on ascend)" in done.stdout
 
 
-def test_views_inside_a_storage_reuse_the_prepared_op_and_keep_no_freed_memory():
+@pytest.mark.parametrize("direct", ["0", "1"])
+def test_views_inside_a_storage_reuse_the_prepared_op_and_keep_no_freed_memory(direct):
     # tests/torch_provider/views.py: a tensor that starts inside its storage, all_reduced 25
-    # times, is checked and prepared once; a freed, a reused and a resized storage are each
-    # prepared anew, with their own values, and the device memory returns to where it was
-    done = _launch(2, str(HERE / "views.py"))
+    # times, is checked and prepared once by the communicator (and never on the C++ path); a
+    # freed, a reused and a resized storage are each prepared anew, with their own values, and
+    # the device memory returns to where it was
+    done = _launch(2, str(HERE / "views.py"), ANYCHIP_TORCH_C10D_DIRECT=direct)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.findall(r"CHECK \S+ FAIL.*", done.stdout) == []
+    mode = "direct" if direct == "1" else "communicator"
+    assert done.stdout.count(f"] MODE {mode}") == 2, done.stdout[-2000:]
     for r in range(2):
         for what in ("values", "prepared_once", "async_entries", "freed_released", "reused_storage",
                      "reused_prepared_again", "resized_values", "resized_prepared_again", "resized_old_released",
@@ -96,13 +101,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _two_ranks(*argv: str) -> list[subprocess.CompletedProcess | None]:
-    """Two ranks started directly (no launcher stops the survivor): their results, in rank order."""
+def _two_ranks(*argv: str, direct: str) -> list[subprocess.CompletedProcess]:
+    """Two ranks started directly (no launcher stops the survivor): their results, in rank order;
+    rank 0's all_reduce on the C++ path (direct "1") or the Python one ("0"), which it says."""
     port = _free_port()
     procs = []
     for r in range(2):
         env = {**os.environ, "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "ANYCHIP_LAUNCH_DEVICE": "ascend"}
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "ANYCHIP_LAUNCH_DEVICE": "ascend",
+               "ANYCHIP_TORCH_C10D_DIRECT": direct}
         for k in ("ANYCHIP_RANK", "ANYCHIP_WORLD_SIZE", "ANYCHIP_LOCAL_RANK", "ANYCHIP_LOCAL_SIZE", "ANYCHIP_JOB_ID",
                   "ANYCHIP_TORCH", "ANYCHIP_COLLECTIVE_TIMEOUT"):
             env.pop(k, None)
@@ -116,12 +123,15 @@ def _two_ranks(*argv: str) -> list[subprocess.CompletedProcess | None]:
             p.kill()
             o, e = p.communicate()
         out.append(subprocess.CompletedProcess(p.args, p.returncode, o, e))
+    path = "direct" if direct == "1" else "python"
+    assert f"PATH {path}\n" in out[0].stdout, out[0].stdout + out[0].stderr[-3000:]
     return out
 
 
-def test_a_killed_rank_fails_the_survivors_op_naming_it():
+@pytest.mark.parametrize("direct", ["0", "1"])
+def test_a_killed_rank_fails_the_survivors_op_naming_it(direct):
     before = ccl_segments()
-    r0, r1 = _two_ranks("kill", "60")
+    r0, r1 = _two_ranks("kill", "60", direct=direct)
     assert r1.returncode == -9
     assert r0.returncode == 3, r0.stdout + r0.stderr[-3000:]
     line = next(ln for ln in r0.stdout.splitlines() if ln.startswith("ERROR"))
@@ -132,9 +142,10 @@ def test_a_killed_rank_fails_the_survivors_op_naming_it():
     assert ccl_segments() - before == set()
 
 
-def test_a_rank_that_never_joins_is_a_timeout_naming_it():
+@pytest.mark.parametrize("direct", ["0", "1"])
+def test_a_rank_that_never_joins_is_a_timeout_naming_it(direct):
     before = ccl_segments()
-    r0, r1 = _two_ranks("timeout", "2")
+    r0, r1 = _two_ranks("timeout", "2", direct=direct)
     assert r0.returncode == 3, r0.stdout + r0.stderr[-3000:]
     line = next(ln for ln in r0.stdout.splitlines() if ln.startswith("ERROR"))
     assert "timed out after 2.0 s on rank 0: waiting for rank 1" in line, line
@@ -158,9 +169,10 @@ def test_conformance_framework_torch_prints_tables_and_passes():
     assert len(rows) >= 4 * 7 and all(wrong == "0" for _, _, wrong in rows)
 
 
-def test_work_wait_timeout_raises_naming_the_op_and_leaves_it_pending():
+@pytest.mark.parametrize("direct", ["0", "1"])
+def test_work_wait_timeout_raises_naming_the_op_and_leaves_it_pending(direct):
     before = ccl_segments()
-    r0, r1 = _two_ranks("late", "60")
+    r0, r1 = _two_ranks("late", "60", direct=direct)
     assert r0.returncode == 0 and r1.returncode == 0, r0.stdout + r0.stderr[-3000:] + r1.stderr[-3000:]
     lines = {ln.split(" ", 1)[0]: ln for ln in r0.stdout.splitlines()}
     assert re.fullmatch(r"WAIT DistBackendError: anychip c10d all_reduce \(rank 0 of 2, group \S+\): Work.wait "

@@ -276,6 +276,22 @@ class NativeTransport(_Outcomes, Transport):
         stream._keep_alive(specs)
         return _EventWork(what, self, event, specs)
 
+    def handle(self) -> tuple[int, str, bool] | None:
+        """For a caller that enqueues this group's ops itself, in C, through the library
+        (the PyTorch device's c10d backend, anychip/torch/c10d.cpp): the communicator as an
+        integer, the path of the library that made it, and whether the library takes the NULL
+        stream; None once it is destroyed or aborted. The caller reads the failures of its ops
+        back through ``failure``."""
+        if self._comm is None:
+            return None
+        return int(self.lib.ffi.cast("uintptr_t", self._comm)), self.lib.path, self.lib.null_stream
+
+    def failure(self, what: str) -> str | None:
+        """The communicator's asynchronous failure as this transport's own Works report it
+        (naming the rank that failed or did not join); None: there is none."""
+        exc = self._async_failure(what)
+        return None if exc is None else str(exc)
+
     def exchange(self, obj: Any) -> list[Any]:
         self._live()
         return self._boot.exchange(obj)

@@ -38,16 +38,21 @@
 #include <torch/library.h>
 
 #include "anychip/plugin.h"
+#include "anychip/torch/device.h"
 
 namespace py = pybind11;
 
+namespace anychip_torch {
+anychip_plugin g_plugin;
+}  // namespace anychip_torch
+
 namespace {
 
+using anychip_torch::g_plugin;
 constexpr auto kType = c10::DeviceType::PrivateUse1;
 
 // ---- the plugin ------------------------------------------------------------------------
 
-anychip_plugin g_plugin;
 std::string g_backend = "anychip";
 int g_count = 0;
 bool g_ready = false;
@@ -1325,6 +1330,20 @@ py::tuple kernel_launches()
 
 }  // namespace
 
+namespace anychip_torch {
+
+const std::string &backend_name() { return g_backend; }
+
+std::string status_text(anychip_status st) { return ::status_text(st); }
+
+void *current_stream_of(int device, int64_t *id)
+{
+    *id = current_id(device);
+    return stream_handle(device, *id);
+}
+
+}  // namespace anychip_torch
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
     m.impl("empty.memory_format", empty_memory_format);
@@ -1397,4 +1416,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("current_device", &current_device);
     m.def("current_stream_id", &current_stream_id);
     m.def("kernel_launches", &kernel_launches);
+    anychip_torch::bind_c10d(m);
 }

@@ -1,0 +1,492 @@
+// The c10d backend's direct ops (anychip/torch/distributed.py; docs/torch.md).
+//
+// The process group is Python. Its hot op, a one-tensor all_reduce of the device (DDP's
+// buckets, a training loop's all_reduce), skips both its Python and anychip's
+// communicator: a `Direct` enqueues it with the device library's own collective entry
+// (plugin.h's all_reduce) on the communicator anychip's native transport made for the
+// group, on the current torch stream, and returns a C++ Work: an event recorded after
+// the op. What a Direct does not take (other dtypes and reductions, other ops) the
+// Python side runs through the communicator, on the same library and stream, so the
+// ops of one group stay in program order.
+//
+// Failures keep the Python side's words: an op whose library reports an asynchronous
+// failure gets the native transport's message (which names the rank that failed or did
+// not join), a Work.wait that runs out of time names the op, the rank and the group, and
+// an aborted group fails what is still pending.
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "anychip/torch/device.h"
+
+namespace py = pybind11;
+using anychip_torch::g_plugin;
+
+namespace {
+
+int ccl_dtype(at::ScalarType t)         // plugin.h's anychip_dtype of a reducing op; -1: none
+{
+    switch (t) {
+    case at::kChar: return ANYCHIP_INT8;
+    case at::kByte: return ANYCHIP_UINT8;
+    case at::kInt: return ANYCHIP_INT32;
+    case at::kLong: return ANYCHIP_INT64;
+    case at::kHalf: return ANYCHIP_FLOAT16;
+    case at::kBFloat16: return ANYCHIP_BFLOAT16;
+    case at::kFloat: return ANYCHIP_FLOAT32;
+    case at::kDouble: return ANYCHIP_FLOAT64;
+    default: return -1;                 // bool: the Python side remaps its reductions
+    }
+}
+
+int ccl_redop(c10d::ReduceOp::RedOpType op)     // anychip_redop; -1: none (bitwise, PREMUL_SUM)
+{
+    switch (op) {
+    case c10d::ReduceOp::SUM: return ANYCHIP_SUM;
+    case c10d::ReduceOp::PRODUCT: return ANYCHIP_PROD;
+    case c10d::ReduceOp::MIN: return ANYCHIP_MIN;
+    case c10d::ReduceOp::MAX: return ANYCHIP_MAX;
+    case c10d::ReduceOp::AVG: return ANYCHIP_AVG;
+    default: return -1;
+    }
+}
+
+bool in_mask(uint32_t mask, int bit) { return mask == 0 || ((mask >> bit) & 1u); }
+
+std::exception_ptr backend_error(const std::string &msg)
+{
+    try {
+        C10_THROW_ERROR(DistBackendError, msg);
+    } catch (...) {
+        return std::current_exception();
+    }
+}
+
+class DirectWork;
+
+// One process group's communicator, as the direct ops use it.
+struct Direct : std::enable_shared_from_this<Direct> {
+    anychip_comm comm;
+    int device, rank, size;
+    std::string group;
+    bool side_needed;                   // the library refuses the NULL stream (HCCL): a side stream
+    PyObject *failure;                  // (what) -> str | None: the transport's message (owned)
+
+    std::mutex mu;                      // guards what follows
+    bool closing = false, closed = false, aborted = false;
+    std::string closed_error;           // after close: the failure still pending ops get ("" none)
+    std::vector<anychip_event> events;  // passed events, recorded again
+    std::unordered_set<DirectWork *> pending;
+    anychip_stream side = nullptr;
+    anychip_event before = nullptr, after = nullptr;
+
+    std::mutex qmu;                     // the futures' completion thread
+    std::condition_variable qcv;
+    std::deque<c10::intrusive_ptr<DirectWork>> queue;
+    bool thread_started = false, stopping = false;
+
+    Direct(uintptr_t comm_, int device_, int rank_, int size_, std::string group_, bool side_needed_,
+           py::object failure_)
+        : comm(reinterpret_cast<anychip_comm>(comm_)), device(device_), rank(rank_), size(size_),
+          group(std::move(group_)), side_needed(side_needed_), failure(failure_.release().ptr())
+    {
+    }
+
+    ~Direct()
+    {
+        if (Py_IsInitialized()) {
+            py::gil_scoped_acquire gil;
+            Py_DECREF(failure);
+        }
+    }
+
+    std::string prefix(const char *what) const
+    {
+        return std::string("anychip c10d ") + what + " (rank " + std::to_string(rank) + " of " +
+               std::to_string(size) + ", group " + group + "): ";
+    }
+
+    void check(anychip_status st, const char *what, const char *call) const
+    {
+        if (st != 0)
+            C10_THROW_ERROR(DistBackendError, prefix(what) + backend_name_of() + " " + call + " failed: " +
+                                                  anychip_torch::status_text(st));
+    }
+
+    static std::string backend_name_of() { return anychip_torch::backend_name(); }
+
+    anychip_event take_event()
+    {
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            if (!events.empty()) {
+                anychip_event ev = events.back();
+                events.pop_back();
+                return ev;
+            }
+        }
+        anychip_event ev = nullptr;
+        check(g_plugin.event_create(device, &ev), "all_reduce", "event_create");
+        return ev;
+    }
+
+    void give_event(anychip_event ev)
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!closed && (closing || events.size() < 64))
+            events.push_back(ev);
+        else
+            g_plugin.event_destroy(device, ev);
+    }
+
+    // the failure of an op that has passed ("" none): the library's asynchronous error, in
+    // the transport's words (asked for only when there is one)
+    std::string failure_of(const char *what)
+    {
+        anychip_status err = 0;
+        bool was_aborted = false;
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            was_aborted = aborted;
+            if (closed && !aborted)
+                return closed_error;
+            if (!closed && g_plugin.comm_get_async_error) {
+                anychip_status st = g_plugin.comm_get_async_error(comm, &err);
+                if (st != 0)
+                    err = st;
+            }
+            if (!closed && err == 0)
+                return "";
+        }
+        if (!Py_IsInitialized())
+            return prefix(what) + "failed: " + anychip_torch::status_text(err);
+        py::gil_scoped_acquire gil;
+        py::object said = py::reinterpret_borrow<py::object>(failure)(what);
+        if (!said.is_none())
+            return prefix(what) + said.cast<std::string>();
+        if (err)
+            return prefix(what) + "failed: " + anychip_torch::status_text(err);
+        return was_aborted ? prefix(what) + "the process group was aborted" : "";
+    }
+
+    bool is_aborted()
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        return aborted;
+    }
+
+    // the all_reduce, or None where the Python side runs it
+    py::object all_reduce(std::vector<at::Tensor> &tensors, const py::handle &opts);
+    void close();
+    void abort();
+    void complete_later(c10::intrusive_ptr<DirectWork> work);
+    void complete_loop();
+};
+
+// A direct op's Work: complete when its event has passed; failed with the library's
+// asynchronous error (in the transport's words), or when its group is aborted.
+class DirectWork final : public c10d::Work {
+public:
+    DirectWork(std::shared_ptr<Direct> d, anychip_event ev, std::vector<at::Tensor> out)
+        : c10d::Work(d->rank, c10d::OpType::ALLREDUCE), d_(std::move(d)), ev_(ev), out_(std::move(out))
+    {
+        std::lock_guard<std::mutex> lock(d_->mu);
+        d_->pending.insert(this);
+    }
+
+    ~DirectWork() override
+    {
+        anychip_event ev = nullptr;
+        {
+            std::lock_guard<std::mutex> lock(d_->mu);
+            d_->pending.erase(this);
+            std::swap(ev, ev_);
+        }
+        // dropped before it settled: the event's next record supersedes this one
+        if (ev)
+            d_->give_event(ev);
+    }
+
+    bool isCompleted() override
+    {
+        if (done())
+            return true;
+        if (!passed() && !d_->is_aborted())
+            return false;
+        settle();
+        return true;
+    }
+
+    bool isSuccess() const override
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return completed_ && !exception_;
+    }
+
+    std::vector<at::Tensor> result() override { return out_; }
+
+    anychip_event event() const { return ev_; }    // (with the Direct's mu held)
+
+    bool wait(std::chrono::milliseconds timeout) override
+    {
+        if (!block(timeout)) {
+            std::ostringstream secs;
+            secs << timeout.count() / 1000.0;
+            C10_THROW_ERROR(DistBackendError, d_->prefix("all_reduce") + "Work.wait timed out after " + secs.str() +
+                                                  " s; the op has not completed (it is still pending)");
+        }
+        std::exception_ptr exc = exception();
+        if (exc)
+            std::rethrow_exception(exc);
+        return true;
+    }
+
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
+    {
+        {
+            std::lock_guard<std::mutex> lock(future_mu_);
+            if (future_)
+                return future_;
+            future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+        }
+        if (done())
+            complete_future();
+        else
+            d_->complete_later(c10::intrusive_ptr<DirectWork>::unsafe_reclaim_from_nonowning(this));
+        return future_;
+    }
+
+    // wait for the op, at most `timeout` (0: no limit); false when it is still running then
+    bool block(std::chrono::milliseconds timeout)
+    {
+        using clock = std::chrono::steady_clock;
+        const auto deadline = clock::now() + timeout;
+        auto pause = std::chrono::microseconds(0);
+        while (!done()) {
+            if (passed() || d_->is_aborted()) {
+                settle();
+                break;
+            }
+            if (timeout.count() > 0 && clock::now() >= deadline)
+                return false;
+            if (pause.count() == 0)
+                std::this_thread::yield();
+            else
+                std::this_thread::sleep_for(pause);
+            pause = std::min(std::max(pause * 2, std::chrono::microseconds(10)), std::chrono::microseconds(2000));
+        }
+        return true;
+    }
+
+private:
+    bool done() const
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return completed_;
+    }
+
+    // whether the event has passed (a failing query counts: the op's failure says why)
+    bool passed()
+    {
+        std::lock_guard<std::mutex> lock(d_->mu);
+        if (!ev_ || d_->closed)
+            return true;
+        return g_plugin.event_query(d_->device, ev_) != g_plugin.not_ready_status;
+    }
+
+    void settle()
+    {
+        std::lock_guard<std::mutex> once(settle_mu_);
+        if (done())
+            return;
+        std::string err = d_->failure_of("all_reduce");
+        anychip_event ev = nullptr;
+        {
+            std::lock_guard<std::mutex> lock(d_->mu);
+            std::swap(ev, ev_);
+            d_->pending.erase(this);
+        }
+        if (ev && err.empty())
+            d_->give_event(ev);     // passed: it may be recorded again (a failed op's is not reused)
+        finish(err.empty() ? nullptr : backend_error(err));
+        complete_future();
+    }
+
+    void complete_future()
+    {
+        c10::intrusive_ptr<c10::ivalue::Future> fut;
+        {
+            std::lock_guard<std::mutex> lock(future_mu_);
+            if (!future_ || marked_)
+                return;
+            marked_ = true;
+            fut = future_;
+        }
+        std::exception_ptr exc = exception();
+        if (exc)
+            fut->setError(exc);
+        else
+            fut->markCompleted(c10::IValue(out_));
+    }
+
+    std::shared_ptr<Direct> d_;
+    anychip_event ev_;                  // (guarded by d_->mu)
+    std::vector<at::Tensor> out_;
+    std::mutex settle_mu_, future_mu_;
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+    bool marked_ = false;
+};
+
+py::object Direct::all_reduce(std::vector<at::Tensor> &tensors, const py::handle &opts)
+{
+    if (tensors.size() != 1)
+        return py::none();
+    const at::Tensor &t = tensors[0];
+    c10d::ReduceOp::RedOpType red = c10d::ReduceOp::SUM;
+    if (!opts.is_none())
+        red = opts.cast<const c10d::AllreduceOptions &>().reduceOp.op_;
+    int dtype = ccl_dtype(t.scalar_type()), op = ccl_redop(red);
+    if (dtype < 0 || op < 0 || !in_mask(g_plugin.ccl_dtype_mask, dtype) || !in_mask(g_plugin.ccl_redop_mask, op) ||
+        t.device().type() != c10::DeviceType::PrivateUse1 || t.device().index() != device || !t.is_contiguous() ||
+        t.numel() == 0)
+        return py::none();
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        if (closed)
+            return py::none();          // the Python side says why
+    }
+    int64_t id = 0;
+    auto stream = static_cast<anychip_stream>(anychip_torch::current_stream_of(device, &id));
+    if (g_plugin.set_device)
+        check(g_plugin.set_device(device), "all_reduce", "set_device");
+    anychip_stream on = stream;
+    if (id == 0 && side_needed) {       // the default stream (NULL on ACL): a side stream in turn
+        if (!side) {
+            check(g_plugin.stream_create(device, &side), "all_reduce", "stream_create");
+            check(g_plugin.event_create(device, &before), "all_reduce", "event_create");
+            check(g_plugin.event_create(device, &after), "all_reduce", "event_create");
+        }
+        check(g_plugin.event_record(device, before, stream), "all_reduce", "event_record");
+        check(g_plugin.stream_wait_event(device, side, before), "all_reduce", "stream_wait_event");
+        on = side;
+    }
+    void *data = t.data_ptr();
+    anychip_status st = g_plugin.all_reduce(data, data, static_cast<size_t>(t.numel()),
+                                            static_cast<anychip_dtype>(dtype), static_cast<anychip_redop>(op), comm, on);
+    if (on != stream) {
+        check(g_plugin.event_record(device, after, on), "all_reduce", "event_record");
+        check(g_plugin.stream_wait_event(device, stream, after), "all_reduce", "stream_wait_event");
+    }
+    check(st, "all_reduce", "all_reduce");
+    anychip_event ev = take_event();
+    check(g_plugin.event_record(device, ev, stream), "all_reduce", "event_record");
+    c10::intrusive_ptr<c10d::Work> work = c10::make_intrusive<DirectWork>(shared_from_this(), ev, tensors);
+    return py::cast(work);
+}
+
+void Direct::complete_later(c10::intrusive_ptr<DirectWork> work)
+{
+    std::lock_guard<std::mutex> lock(qmu);
+    queue.push_back(std::move(work));
+    if (!thread_started) {
+        thread_started = true;
+        std::thread([self = shared_from_this()] { self->complete_loop(); }).detach();
+    }
+    qcv.notify_one();
+}
+
+void Direct::complete_loop()
+{
+    for (;;) {
+        c10::intrusive_ptr<DirectWork> work;
+        {
+            std::unique_lock<std::mutex> lock(qmu);
+            qcv.wait(lock, [this] { return stopping || !queue.empty(); });
+            if (queue.empty())
+                return;
+            work = std::move(queue.front());
+            queue.pop_front();
+        }
+        work->block(std::chrono::milliseconds(0));
+    }
+}
+
+// before the communicator is destroyed: wait for the pending ops, so that they settle
+// while the library can still report their failure; then no op uses the communicator
+void Direct::close()
+{
+    std::vector<anychip_event> waiting;
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        if (closed)
+            return;
+        closing = true;                 // (no event is destroyed until closed)
+        for (DirectWork *w : pending)
+            if (w->event())
+                waiting.push_back(w->event());
+    }
+    {
+        py::gil_scoped_release nogil;
+        for (anychip_event ev : waiting)
+            g_plugin.event_synchronize(device, ev);
+    }
+    std::string err = failure_of("all_reduce");
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        closed = true;
+        closed_error = err;
+        for (anychip_event ev : events)
+            g_plugin.event_destroy(device, ev);
+        events.clear();
+        if (side) {
+            g_plugin.stream_destroy(device, side);
+            g_plugin.event_destroy(device, before);
+            g_plugin.event_destroy(device, after);
+            side = nullptr;
+        }
+    }
+    std::lock_guard<std::mutex> lock(qmu);
+    stopping = true;
+    qcv.notify_all();
+}
+
+// the group is aborted: pending ops fail at once, with the transport's words
+void Direct::abort()
+{
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        closed = aborted = true;
+    }
+    std::lock_guard<std::mutex> lock(qmu);
+    stopping = true;
+    qcv.notify_all();
+}
+
+}  // namespace
+
+namespace anychip_torch {
+
+void bind_c10d(py::module_ &m)
+{
+    py::class_<Direct, std::shared_ptr<Direct>>(m, "C10dDirect")
+        .def(py::init<uintptr_t, int, int, int, std::string, bool, py::object>())
+        .def("all_reduce", &Direct::all_reduce)
+        .def("close", &Direct::close)
+        .def("abort", &Direct::abort);
+    m.def("c10d_direct_available", [] {
+        return g_plugin.all_reduce && g_plugin.event_create && g_plugin.event_record && g_plugin.event_query &&
+               g_plugin.event_synchronize && g_plugin.event_destroy && g_plugin.stream_wait_event &&
+               g_plugin.stream_create && g_plugin.not_ready_status != 0;
+    });
+}
+
+}  // namespace anychip_torch

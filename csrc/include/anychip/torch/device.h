@@ -1,0 +1,22 @@
+// What the PyTorch extension's two parts share: device.cpp (the PrivateUse1 device) and
+// c10d.cpp (the c10d backend's direct ops). See docs/torch.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <torch/extension.h>
+
+#include "anychip/plugin.h"
+
+namespace anychip_torch {
+
+extern anychip_plugin g_plugin;                 // the device's plugin.h library (set by _init)
+const std::string &backend_name();              // the anychip backend the device is
+std::string status_text(anychip_status st);     // a status code with the library's text and detail
+// the handle of `device`'s current torch stream; *id: its id (0: the device's default stream)
+void *current_stream_of(int device, int64_t *id);
+// c10d.cpp's names in the extension module
+void bind_c10d(pybind11::module_ &m);
+
+}  // namespace anychip_torch
