@@ -10,7 +10,9 @@ allreduce  float32 all_reduce on 2 ranks, in place: torch.distributed on the ``a
            backend against anychip's own collectives API on the same chip and library
            (``anychip launch``, native transport = the simulator's HCCL, both); busbw with
            nccl-tests' factor 2(n-1)/n (= 1 for 2 ranks). In each of --repeat jobs both run
-           --rounds times, interleaved (the best of each counts); a plain anychip job (no
+           --rounds times, interleaved (the best of each counts); "comm": a second group of
+           the same process group with ANYCHIP_TORCH_C10D_DIRECT=0 (every op through
+           anychip's communicator, not the C++ path), in the same job; a plain anychip job (no
            torch) runs beside; --before FILE also runs another build's process group (its
            anychip/torch/distributed.py) in the same jobs, for before / after figures.
            "paired": the median, over every round of every job, of the ratio of the API's
@@ -73,12 +75,15 @@ def part_ops() -> None:
 
 
 TORCH_AR = r"""
-import json, sys, time, numpy as np, torch, torch.distributed as dist
+import json, os, sys, time, numpy as np, torch, torch.distributed as dist
 import anychip.torch, anychip.torch.distributed
 from anychip import collectives
 dist.init_process_group("anychip")
 comm = collectives.init()          # anychip's own API in the same job: its own communicator, same chip and library
 groups = [None]
+os.environ["ANYCHIP_TORCH_C10D_DIRECT"] = "0"     # a second group of this build: every op through the communicator
+groups.append(dist.new_group(backend="anychip"))
+del os.environ["ANYCHIP_TORCH_C10D_DIRECT"]
 if len(sys.argv) > 3:              # another build's process group (--before), registered under another name
     import importlib.util
     spec = importlib.util.spec_from_file_location("anychip.torch._before", sys.argv[3])
@@ -197,7 +202,8 @@ def part_allreduce(repeat: int, rounds: int, before: str | None) -> None:
           f"ratio of the two in the same round; cpu: the issuing thread's CPU time per op (best round). Load "
           f"average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     print(f"{'size':>9}{'c10d us':>10}{'busbw':>7}{'api us':>10}{'busbw':>7}{'ratio':>7}{'range':>12}"
-          f"{'plain us':>10}{'ratio':>7}{'range':>12}{'paired':>8}{'c10d cpu':>10}{'api cpu':>9}")
+          f"{'plain us':>10}{'ratio':>7}{'range':>12}{'paired':>8}{'c10d cpu':>10}{'api cpu':>9}"
+          f"{'comm us':>9}{'ratio':>7}{'paired':>8}{'cpu':>7}")
 
     def best(j: int, s: int, i: int, what: str = "wall") -> float:
         return min(r[j][s][what][i] for r in runs)
@@ -213,18 +219,19 @@ def part_allreduce(repeat: int, rounds: int, before: str | None) -> None:
         print(f"{s:>9}{t * 1e6:>10.1f}{s / t / 1e9:>7.2f}{a * 1e6:>10.1f}{s / a / 1e9:>7.2f}{a / t:>7.2f}"
               f"{f'{min(same):.2f}-{max(same):.2f}':>12}{p * 1e6:>10.1f}{p / t:>7.2f}"
               f"{f'{min(plain):.2f}-{max(plain):.2f}':>12}{paired(s, 0):>8.2f}{best(0, s, 0, 'cpu') * 1e6:>10.1f}"
-              f"{best(0, s, 1, 'cpu') * 1e6:>9.1f}")
+              f"{best(0, s, 1, 'cpu') * 1e6:>9.1f}{best(0, s, 2) * 1e6:>9.1f}{a / best(0, s, 2):>7.2f}"
+              f"{paired(s, 2):>8.2f}{best(0, s, 2, 'cpu') * 1e6:>7.1f}")
     if before is not None:
         print(f"\nthe same jobs, the process group of {before} (before) against this one, busbw ratio to the API "
               "in the same job")
         print(f"{'size':>9}{'before us':>11}{'ratio':>7}{'range':>12}{'paired':>8}{'cpu':>7}{'now us':>10}"
               f"{'ratio':>7}{'range':>12}{'paired':>8}{'cpu':>7}")
         for s in SIZES:
-            b, t, a = best(0, s, 2), best(0, s, 0), best(0, s, 1)
-            rb = [r[0][s]["wall"][1] / r[0][s]["wall"][2] for r in runs]
+            b, t, a = best(0, s, 3), best(0, s, 0), best(0, s, 1)
+            rb = [r[0][s]["wall"][1] / r[0][s]["wall"][3] for r in runs]
             rt = [r[0][s]["wall"][1] / r[0][s]["wall"][0] for r in runs]
-            print(f"{s:>9}{b * 1e6:>11.1f}{a / b:>7.2f}{f'{min(rb):.2f}-{max(rb):.2f}':>12}{paired(s, 2):>8.2f}"
-                  f"{best(0, s, 2, 'cpu') * 1e6:>7.1f}{t * 1e6:>10.1f}{a / t:>7.2f}"
+            print(f"{s:>9}{b * 1e6:>11.1f}{a / b:>7.2f}{f'{min(rb):.2f}-{max(rb):.2f}':>12}{paired(s, 3):>8.2f}"
+                  f"{best(0, s, 3, 'cpu') * 1e6:>7.1f}{t * 1e6:>10.1f}{a / t:>7.2f}"
                   f"{f'{min(rt):.2f}-{max(rt):.2f}':>12}{paired(s, 0):>8.2f}{best(0, s, 0, 'cpu') * 1e6:>7.1f}")
 
 

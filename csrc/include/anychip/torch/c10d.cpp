@@ -265,24 +265,29 @@ public:
         return future_;
     }
 
-    // wait for the op, at most `timeout` (0: no limit); false when it is still running then
+    // wait for the op, at most `timeout` (0: no limit, blocking in the library as the Python
+    // Works do); false when it is still running then
     bool block(std::chrono::milliseconds timeout)
     {
         using clock = std::chrono::steady_clock;
+        if (timeout.count() == 0) {
+            anychip_event ev = event_to_wait();
+            if (ev)
+                g_plugin.event_synchronize(d_->device, ev);
+            settle();
+            return true;
+        }
         const auto deadline = clock::now() + timeout;
-        auto pause = std::chrono::microseconds(0);
+        auto pause = std::chrono::microseconds(10);
         while (!done()) {
             if (passed() || d_->is_aborted()) {
                 settle();
                 break;
             }
-            if (timeout.count() > 0 && clock::now() >= deadline)
+            if (clock::now() >= deadline)
                 return false;
-            if (pause.count() == 0)
-                std::this_thread::yield();
-            else
-                std::this_thread::sleep_for(pause);
-            pause = std::min(std::max(pause * 2, std::chrono::microseconds(10)), std::chrono::microseconds(2000));
+            std::this_thread::sleep_for(pause);
+            pause = std::min(pause * 2, std::chrono::microseconds(1000));
         }
         return true;
     }
@@ -292,6 +297,13 @@ private:
     {
         std::lock_guard<std::mutex> lock(mutex_);
         return completed_;
+    }
+
+    // the event to block on; null when there is none to wait for
+    anychip_event event_to_wait()
+    {
+        std::lock_guard<std::mutex> lock(d_->mu);
+        return d_->closed || d_->aborted ? nullptr : ev_;
     }
 
     // whether the event has passed (a failing query counts: the op's failure says why)
