@@ -283,6 +283,10 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         assert q is not None
         while True:
             work, fut = q.get()
+            # in slices, never blocked inside the library for long: an interpreter that exits
+            # meanwhile stops this (daemon) thread in Python, not in a native wait
+            while not work._finish(time.monotonic() + 0.05):
+                pass
             _settle(work, fut)
 
     def shutdown(self) -> None:

@@ -29,6 +29,7 @@ BAD = [
     ("ANYCHIP_CCL_SMALL", "4096.5", "want a whole number of bytes > 0"),
     ("ANYCHIP_CCL_SPIN_US", "0x10", "want a number of microseconds > 0"),
     ("ANYCHIP_TORCH_KERNELS", "fast", "want one of 0, 1, all"),
+    ("ANYCHIP_TORCH_C10D_DIRECT", "yes", "want one of 0, 1"),
 ]
 GOOD = [("ANYCHIP_COLLECTIVE_TIMEOUT", "inf"), ("ANYCHIP_COLLECTIVE_TIMEOUT", "0.5"),
         ("ANYCHIP_COLLECTIVE_CHECK", "ON"), ("ANYCHIP_CCL_SMALL", "4096"), ("ANYCHIP_CCL_SPIN_US", "2.5"),

@@ -1,5 +1,6 @@
 """A c10d fault on the anychip backend: `kill` (rank 1 dies by SIGKILL), `timeout` (rank 1 never
-joins) or `late` (rank 1 joins 1.5 s late: rank 0's Work.wait(timeout=0.3 s) runs out first).
+joins) or `late` (rank 1 joins 1.5 s late: rank 0's Work.wait(timeout=0.3 s) runs out first) or `abort`
+(rank 1 never joins; rank 0 aborts its process group under the pending op).
 Rank 0 prints PATH direct|python: whether its all_reduce took the process group's C++ path."""
 import os
 import signal
@@ -31,6 +32,21 @@ if rank == 1:
 work = dist.all_reduce(t, async_op=True)
 print(f"PATH {'python' if isinstance(work, anychip.torch.distributed.WorkAnychip) else 'direct'}", flush=True)
 fut = work.get_future()
+if fault == "abort":
+    time.sleep(0.2)
+    start = time.monotonic()
+    dist.distributed_c10d._get_default_group().abort()
+    try:
+        work.wait()
+    except dist.DistBackendError as exc:
+        print(f"ABORTED {type(exc).__name__}: {exc}", flush=True)
+    print(f"AFTER completed={work.is_completed()} failed={work.exception() is not None} "
+          f"quick={time.monotonic() - start < 5}", flush=True)
+    try:
+        fut.wait()
+    except dist.DistBackendError as fexc:
+        print(f"FUTURE {type(fexc).__name__}: {fexc}", flush=True)
+    sys.exit(4)
 if fault == "late":
     try:
         work.wait(timeout=timedelta(seconds=0.3))

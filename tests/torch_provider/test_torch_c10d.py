@@ -154,6 +154,20 @@ def test_a_rank_that_never_joins_is_a_timeout_naming_it(direct):
     assert sys.executable
 
 
+@pytest.mark.parametrize("direct", ["0", "1"])
+def test_an_aborted_group_fails_its_pending_op_at_once(direct):
+    before = ccl_segments()
+    r0, r1 = _two_ranks("abort", "3", direct=direct)
+    assert r0.returncode == 4, r0.stdout + r0.stderr[-3000:]
+    lines = {ln.split(" ", 1)[0]: ln for ln in r0.stdout.splitlines()}
+    assert re.fullmatch(r"ABORTED DistBackendError: anychip c10d all_reduce \(rank 0 of 2, group (\S+)\): all_reduce "
+                        r"\(group \1\) aborted: torch.distributed abort", lines["ABORTED"]), lines
+    assert lines["AFTER"] == "AFTER completed=True failed=True quick=True"
+    assert lines["FUTURE"] == "FUTURE DistBackendError: " + lines["ABORTED"].removeprefix("ABORTED DistBackendError: ")
+    assert r1.returncode == 0
+    assert ccl_segments() - before == set()
+
+
 def test_conformance_framework_torch_prints_tables_and_passes():
     env = {k: v for k, v in os.environ.items() if k != "ANYCHIP_TORCH"}
     done = subprocess.run(python_command(["-m", "anychip", "conformance", "--framework", "torch", "--device",

@@ -103,7 +103,7 @@ struct Direct : std::enable_shared_from_this<Direct> {
 
     ~Direct()
     {
-        if (Py_IsInitialized()) {
+        if (anychip_torch::python_usable()) {
             py::gil_scoped_acquire gil;
             Py_DECREF(failure);
         }
@@ -167,7 +167,7 @@ struct Direct : std::enable_shared_from_this<Direct> {
             if (!closed && err == 0)
                 return "";
         }
-        if (!Py_IsInitialized())
+        if (!anychip_torch::python_usable())
             return prefix(what) + "failed: " + anychip_torch::status_text(err);
         py::gil_scoped_acquire gil;
         py::object said = py::reinterpret_borrow<py::object>(failure)(what);

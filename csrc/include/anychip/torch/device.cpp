@@ -150,7 +150,7 @@ struct Allocation {
 void free_allocation(void *ctx)
 {
     auto *a = static_cast<Allocation *>(ctx);
-    if (Py_IsInitialized()) {
+    if (anychip_torch::python_usable()) {
         py::gil_scoped_acquire gil;
         Py_DECREF(a->buffer);   // anychip's allocator takes the block back (stream-ordered)
     }

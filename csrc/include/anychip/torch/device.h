@@ -16,6 +16,16 @@ const std::string &backend_name();              // the anychip backend the devic
 std::string status_text(anychip_status st);     // a status code with the library's text and detail
 // the handle of `device`'s current torch stream; *id: its id (0: the device's default stream)
 void *current_stream_of(int device, int64_t *id);
+// whether Python may be entered from any thread: false once the interpreter is finalizing
+// (a thread other than the main one that takes the GIL then is ended inside our frames)
+inline bool python_usable()
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+    return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
 // c10d.cpp's names in the extension module
 void bind_c10d(pybind11::module_ &m);
 
