@@ -55,7 +55,9 @@ def cache_dir() -> Path:
     return Path(base) / "anychip" / "torch"
 
 
-def _command(out: Path) -> list[str]:
+def _commands(out: Path) -> list[list[str]]:
+    """The compiler commands that build the extension into ``out``: one per C++ source (run
+    side by side), then the link."""
     import torch
     from torch.utils import cpp_extension
 
@@ -63,25 +65,50 @@ def _command(out: Path) -> list[str]:
     if not cxx:
         raise AnychipError("anychip.torch needs a C++ compiler to build its extension (set CXX, or install g++)")
     abi = int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))
-    cmd = [cxx, "-O2", "-std=c++20", "-shared", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wno-unused-parameter",
-           f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-DTORCH_EXTENSION_NAME={MODULE}", "-DTORCH_API_INCLUDE_EXTENSION_H",
-           f"-I{get_include()}", f"-I{sysconfig.get_paths()['include']}"]
-    cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
-    cmd += [str(p) for p in sources() if p.suffix == ".cpp"] + ["-o", str(out)]
+    flags = [cxx, "-O2", "-std=c++20", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wno-unused-parameter",
+             f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-DTORCH_EXTENSION_NAME={MODULE}", "-DTORCH_API_INCLUDE_EXTENSION_H",
+             f"-I{get_include()}", f"-I{sysconfig.get_paths()['include']}"]
+    flags += [f"-I{p}" for p in cpp_extension.include_paths()]
+    objects = [out.with_name(f"{out.name}.{p.stem}.o") for p in sources() if p.suffix == ".cpp"]
+    cmds = [[*flags, "-c", str(p), "-o", str(o)]
+            for p, o in zip((p for p in sources() if p.suffix == ".cpp"), objects, strict=True)]
+    link = [cxx, "-shared", *map(str, objects), "-o", str(out)]
     for lib_dir in cpp_extension.library_paths():
-        cmd += [f"-L{lib_dir}", f"-Wl,-rpath,{lib_dir}"]
-    cmd += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", "-ldl"]
-    return cmd
+        link += [f"-L{lib_dir}", f"-Wl,-rpath,{lib_dir}"]
+    link += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", "-ldl"]
+    return [*cmds, link]
 
 
-def _key(cmd: list[str]) -> str:
+def _build(out: Path) -> list[list[str]]:
+    """Run _commands(out): the compiles at once, then the link; AnychipError on a failure."""
+    *compiles, link = cmds = _commands(out)
+    procs = [(c, subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) for c in compiles]
+    failed = []
+    for c, proc in procs:
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            failed.append((c, err))
+    if not failed:
+        done = subprocess.run(link, capture_output=True, text=True)
+        if done.returncode != 0:
+            failed.append((link, done.stderr))
+    for c in compiles:
+        Path(c[-1]).unlink(missing_ok=True)
+    if failed:
+        out.unlink(missing_ok=True)
+        c, err = failed[0]
+        raise AnychipError(f"compiling anychip's torch extension failed ({' '.join(c)}):\n{err.strip()[-4000:]}")
+    return cmds
+
+
+def _key(cmds: list[list[str]]) -> str:
     import torch
 
     h = hashlib.sha256()
     for p in sources():
         h.update(p.read_bytes())
     h.update((Path(get_include()) / "anychip" / "plugin.h").read_bytes())
-    h.update("\0".join(c for c in cmd if c not in (*(str(p) for p in sources()), "OUT")).encode())
+    h.update("\0".join(c for cmd in cmds for c in cmd if "OUT" not in c and c not in map(str, sources())).encode())
     h.update(f"{torch.__version__}\0{torch.__file__}\0{sys.version}".encode())
     return h.hexdigest()[:20]
 
@@ -101,7 +128,7 @@ def load_extension(verbose: bool = False) -> ModuleType:
         if not p.exists():
             raise AnychipError(f"anychip's torch extension source {p} is missing; reinstall anychip")
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    probe = _command(Path("OUT"))
+    probe = _commands(Path("OUT"))
     key = _key(probe)
     where = cache_dir() / key
     target = where / f"{MODULE}{suffix}"
@@ -112,17 +139,12 @@ def load_extension(verbose: bool = False) -> ModuleType:
         fcntl.flock(lock, fcntl.LOCK_EX)      # one compile; the other processes wait for it
         if not target.exists():
             tmp = where / f".{MODULE}.{os.getpid()}{suffix}"
-            cmd = _command(tmp)
             print(f"anychip.torch: compiling the PrivateUse1 extension for torch into {where} (once per torch "
                   "version; about a minute)", file=sys.stderr, flush=True)
             start = time.monotonic()
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode != 0:
-                tmp.unlink(missing_ok=True)
-                raise AnychipError(f"compiling anychip's torch extension failed ({' '.join(cmd)}):\n"
-                                   f"{done.stderr.strip()[-4000:]}")
+            cmds = _build(tmp)
             os.replace(tmp, target)
-            (where / "command.txt").write_text(" ".join(cmd) + "\n")
+            (where / "command.txt").write_text("".join(" ".join(c) + "\n" for c in cmds))
             if verbose:
                 print(f"anychip.torch: compiled in {time.monotonic() - start:.0f} s", file=sys.stderr)
     return _import(target)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -15,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'anychip[torch]')")
 
-from conftest import LONG_CHILD_SECONDS, LONG_TEST_SECONDS  # noqa: E402
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, LONG_TEST_SECONDS  # noqa: E402
 
 import anychip  # noqa: E402
 from anychip._spawn import python_command  # noqa: E402
@@ -39,6 +40,17 @@ def test_the_extension_builds_into_the_cache_and_binds_the_ascend(at):
     assert torch.accelerator.current_accelerator() == torch.device("anychip")
     assert list(_build.cache_dir().glob(f"*/{_build.MODULE}*.so"))
     assert torch.anychip is at
+
+
+def test_a_failing_compile_says_which_command_failed_and_leaves_no_build(tmp_path):
+    env = {**os.environ, "CXX": "/bin/false", "ANYCHIP_TORCH_CACHE": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", "import anychip.torch"], capture_output=True, text=True, env=env,
+                          timeout=CHILD_SECONDS)
+    assert done.returncode == 1
+    assert "AnychipError: compiling anychip's torch extension failed (/bin/false -O2 " in done.stderr, done.stderr
+    assert re.search(r"-c \S+/anychip/torch/(device|c10d)\.cpp -o ", done.stderr), done.stderr[-2000:]
+    (build,) = tmp_path.iterdir()
+    assert sorted(p.name for p in build.iterdir()) == ["lock"]     # no object, no library left
 
 
 def test_three_lines(at):
