@@ -3,8 +3,10 @@
 "CHECK <name> FAIL <detail>"; the process exits 1 if any failed. tests/torch_provider/test_torch_c10d.py and
 ``anychip conformance --framework torch`` run it; with --sizes it also times all_reduce,
 all_gather, broadcast and reduce_scatter per size (value-checked) and prints
-"ROW <op> <bytes> <seconds> <ok>" lines."""
+"ROW <op> <bytes> <seconds> <ok>" lines. Last, "DIRECT {op: count}": the ops the process
+group's C++ path enqueued (null without it)."""
 import argparse
+import json
 import sys
 import time
 
@@ -212,6 +214,8 @@ def table(lo, hi, factor):
 if args.sizes:
     lo, hi, factor = (int(v) for v in args.sizes.split(","))
     table(lo, hi, factor)
+direct = dist.distributed_c10d._get_default_group()._direct     # the ops the C++ path enqueued
+print(f"DIRECT {json.dumps(direct.issued() if direct is not None else None, sort_keys=True)}", flush=True)
 dist.destroy_process_group()
 print(f"DONE {rank} failures={failures} checks={checked}", flush=True)
 sys.exit(1 if failures else 0)

@@ -248,9 +248,10 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         self._queue: queue.Queue | None = None
 
     def _make_direct(self, transport: Any) -> Any:
-        """The C++ side of the hot op (anychip/torch/c10d.cpp), where the group's transport is
+        """The C++ side of the hot ops (anychip/torch/c10d.cpp), where the group's transport is
         the device library's own collectives and that library is the device's: a one-tensor
-        all_reduce is then enqueued in C++, straight to the library. None where it is not (or
+        all_reduce or broadcast, all_gather_into_tensor and reduce_scatter_tensor are then
+        enqueued in C++, straight to the library. None where it is not (or
         ``ANYCHIP_TORCH_C10D_DIRECT=0``): every op then runs through the communicator."""
         if not (torch_c10d_direct() and isinstance(transport, NativeTransport) and _C.c10d_direct_available()):
             return None
@@ -391,7 +392,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
         direct = self._direct
-        if direct is not None:        # in C++ (c10d.cpp) where it takes the op; None: it does not
+        if direct is not None and type(tensors) is list:   # in C++ (c10d.cpp) where it takes the op
             work = direct.all_reduce(tensors, opts)
             if work is not None:
                 return work
@@ -429,7 +430,12 @@ class ProcessGroupAnychip(dist.ProcessGroup):
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> WorkAnychip:
         return self.allreduce(tensors, opts)
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> WorkAnychip:
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        direct = self._direct
+        if direct is not None and type(tensors) is list:
+            work = direct.broadcast(tensors, opts)
+            if work is not None:
+                return work
         root = opts.rootRank if opts is not None else 0
         self._check_rank(root, "broadcast", "src")
         tensors = _as_list(tensors)
@@ -473,7 +479,13 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         return [self.comm.all_gather(self._buf(inp, "all_gather"), self._buf(out, "all_gather"), dtype="uint8",
                                      count=nbytes, stream=stream)]
 
-    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> WorkAnychip:
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
+        direct = self._direct
+        if direct is not None:
+            work = direct.all_gather(output, input)
+            if work is not None:
+                return work
+
         def issue(ts: list[torch.Tensor], stream: Any) -> list:
             return self._gather_into(ts[0], ts[1], stream)
         return self._run("all_gather_into_tensor", [output, input], issue, [output])
@@ -535,7 +547,12 @@ class ProcessGroupAnychip(dist.ProcessGroup):
                                          count=out.numel(), dtype=self._dtype(out, "reduce_scatter"),
                                          op=self._redop(op, out, "reduce_scatter"), stream=stream)]
 
-    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> WorkAnychip:
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
+        direct = self._direct
+        if direct is not None:
+            work = direct.reduce_scatter(output, input, opts)
+            if work is not None:
+                return work
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
 
         def issue(ts: list[torch.Tensor], stream: Any) -> list:

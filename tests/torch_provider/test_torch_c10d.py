@@ -2,6 +2,7 @@
 DistributedDataParallel against one device, a killed rank and a timeout."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -39,6 +40,11 @@ def _every_op(n: int) -> tuple[str, dict[int, int]]:
     assert re.findall(r"CHECK \S+ FAIL.*", done.stdout) == []
     counts = {int(r): int(c) for r, c in re.findall(r"DONE (\d) failures=0 checks=(\d+)", done.stdout)}
     assert sorted(counts) == list(range(n)), done.stdout[-2000:]
+    # the hot ops of device tensors took the C++ path, the same number of times on every rank
+    direct = [json.loads(d) for d in re.findall(r"\] DIRECT (.*)", done.stdout)]
+    assert len(direct) == n and all(d == direct[0] for d in direct), direct
+    assert sorted(direct[0]) == ["all_gather_into_tensor", "all_reduce", "broadcast", "reduce_scatter_tensor"]
+    assert all(c >= 4 for c in direct[0].values()), direct[0]
     return done.stdout, counts
 
 

@@ -16,6 +16,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -86,6 +88,7 @@ struct Direct : std::enable_shared_from_this<Direct> {
     std::string closed_error;           // after close: the failure still pending ops get ("" none)
     std::vector<anychip_event> events;  // passed events, recorded again
     std::unordered_set<DirectWork *> pending;
+    std::map<std::string, int64_t> issued;    // ops enqueued, by name
     anychip_stream side = nullptr;
     anychip_event before = nullptr, after = nullptr;
 
@@ -135,7 +138,7 @@ struct Direct : std::enable_shared_from_this<Direct> {
             }
         }
         anychip_event ev = nullptr;
-        check(g_plugin.event_create(device, &ev), "all_reduce", "event_create");
+        check(g_plugin.event_create(device, &ev), "collective", "event_create");
         return ev;
     }
 
@@ -148,8 +151,8 @@ struct Direct : std::enable_shared_from_this<Direct> {
             g_plugin.event_destroy(device, ev);
     }
 
-    // the failure of an op that has passed ("" none): the library's asynchronous error, in
-    // the transport's words (asked for only when there is one)
+    // the failure of an op that has passed, after prefix(what) ("" none): the library's
+    // asynchronous error in the transport's words (asked for only when there is one)
     std::string failure_of(const char *what)
     {
         anychip_status err = 0;
@@ -168,14 +171,14 @@ struct Direct : std::enable_shared_from_this<Direct> {
                 return "";
         }
         if (!anychip_torch::python_usable())
-            return prefix(what) + "failed: " + anychip_torch::status_text(err);
+            return "failed: " + anychip_torch::status_text(err);
         py::gil_scoped_acquire gil;
         py::object said = py::reinterpret_borrow<py::object>(failure)(what);
         if (!said.is_none())
-            return prefix(what) + said.cast<std::string>();
+            return said.cast<std::string>();
         if (err)
-            return prefix(what) + "failed: " + anychip_torch::status_text(err);
-        return was_aborted ? prefix(what) + "the process group was aborted" : "";
+            return "failed: " + anychip_torch::status_text(err);
+        return was_aborted ? "the process group was aborted" : "";
     }
 
     bool is_aborted()
@@ -184,8 +187,15 @@ struct Direct : std::enable_shared_from_this<Direct> {
         return aborted;
     }
 
-    // the all_reduce, or None where the Python side runs it
+    // the ops' Works, or None where the Python side runs the op
     py::object all_reduce(std::vector<at::Tensor> &tensors, const py::handle &opts);
+    py::object broadcast(std::vector<at::Tensor> &tensors, const py::handle &opts);
+    py::object all_gather(at::Tensor &output, at::Tensor &input);
+    py::object reduce_scatter(at::Tensor &output, at::Tensor &input, const py::handle &opts);
+    bool takes(const at::Tensor &t) const;
+    bool reduces(const at::Tensor &t, c10d::ReduceOp::RedOpType red, int *dtype, int *op) const;
+    py::object enqueue(const char *what, c10d::OpType type, std::vector<at::Tensor> out,
+                       const std::function<anychip_status(anychip_stream)> &call);
     void close();
     void abort();
     void complete_later(c10::intrusive_ptr<DirectWork> work);
@@ -196,8 +206,9 @@ struct Direct : std::enable_shared_from_this<Direct> {
 // asynchronous error (in the transport's words), or when its group is aborted.
 class DirectWork final : public c10d::Work {
 public:
-    DirectWork(std::shared_ptr<Direct> d, anychip_event ev, std::vector<at::Tensor> out)
-        : c10d::Work(d->rank, c10d::OpType::ALLREDUCE), d_(std::move(d)), ev_(ev), out_(std::move(out))
+    DirectWork(std::shared_ptr<Direct> d, const char *what, c10d::OpType type, anychip_event ev,
+               std::vector<at::Tensor> out)
+        : c10d::Work(d->rank, type), d_(std::move(d)), what_(what), ev_(ev), out_(std::move(out))
     {
         std::lock_guard<std::mutex> lock(d_->mu);
         d_->pending.insert(this);
@@ -241,7 +252,7 @@ public:
         if (!block(timeout)) {
             std::ostringstream secs;
             secs << timeout.count() / 1000.0;
-            C10_THROW_ERROR(DistBackendError, d_->prefix("all_reduce") + "Work.wait timed out after " + secs.str() +
+            C10_THROW_ERROR(DistBackendError, d_->prefix(what_) + "Work.wait timed out after " + secs.str() +
                                                   " s; the op has not completed (it is still pending)");
         }
         std::exception_ptr exc = exception();
@@ -320,7 +331,7 @@ private:
         std::lock_guard<std::mutex> once(settle_mu_);
         if (done())
             return;
-        std::string err = d_->failure_of("all_reduce");
+        std::string err = d_->failure_of(what_);
         anychip_event ev = nullptr;
         {
             std::lock_guard<std::mutex> lock(d_->mu);
@@ -329,7 +340,7 @@ private:
         }
         if (ev && err.empty())
             d_->give_event(ev);     // passed: it may be recorded again (a failed op's is not reused)
-        finish(err.empty() ? nullptr : backend_error(err));
+        finish(err.empty() ? nullptr : backend_error(d_->prefix(what_) + err));
         complete_future();
     }
 
@@ -351,6 +362,7 @@ private:
     }
 
     std::shared_ptr<Direct> d_;
+    const char *what_;                  // the op's name in messages
     anychip_event ev_;                  // (guarded by d_->mu)
     std::vector<at::Tensor> out_;
     std::mutex settle_mu_, future_mu_;
@@ -358,19 +370,26 @@ private:
     bool marked_ = false;
 };
 
-py::object Direct::all_reduce(std::vector<at::Tensor> &tensors, const py::handle &opts)
+// whether `t` is a tensor the direct ops take: of this group's device, contiguous, not empty
+bool Direct::takes(const at::Tensor &t) const
 {
-    if (tensors.size() != 1)
-        return py::none();
-    const at::Tensor &t = tensors[0];
-    c10d::ReduceOp::RedOpType red = c10d::ReduceOp::SUM;
-    if (!opts.is_none())
-        red = opts.cast<const c10d::AllreduceOptions &>().reduceOp.op_;
-    int dtype = ccl_dtype(t.scalar_type()), op = ccl_redop(red);
-    if (dtype < 0 || op < 0 || !in_mask(g_plugin.ccl_dtype_mask, dtype) || !in_mask(g_plugin.ccl_redop_mask, op) ||
-        t.device().type() != c10::DeviceType::PrivateUse1 || t.device().index() != device || !t.is_contiguous() ||
-        t.numel() == 0)
-        return py::none();
+    return t.device().type() == c10::DeviceType::PrivateUse1 && t.device().index() == device && t.is_contiguous() &&
+           t.numel() > 0;
+}
+
+bool Direct::reduces(const at::Tensor &t, c10d::ReduceOp::RedOpType red, int *dtype, int *op) const
+{
+    *dtype = ccl_dtype(t.scalar_type());
+    *op = ccl_redop(red);
+    return *dtype >= 0 && *op >= 0 && in_mask(g_plugin.ccl_dtype_mask, *dtype) &&
+           in_mask(g_plugin.ccl_redop_mask, *op);
+}
+
+// `call` (the library's entry bound to its arguments) enqueued on the current torch stream,
+// through a side stream where the library refuses the NULL stream; its Work
+py::object Direct::enqueue(const char *what, c10d::OpType type, std::vector<at::Tensor> out,
+                           const std::function<anychip_status(anychip_stream)> &call)
+{
     {
         std::lock_guard<std::mutex> lock(mu);
         if (closed)
@@ -379,30 +398,106 @@ py::object Direct::all_reduce(std::vector<at::Tensor> &tensors, const py::handle
     int64_t id = 0;
     auto stream = static_cast<anychip_stream>(anychip_torch::current_stream_of(device, &id));
     if (g_plugin.set_device)
-        check(g_plugin.set_device(device), "all_reduce", "set_device");
+        check(g_plugin.set_device(device), what, "set_device");
     anychip_stream on = stream;
     if (id == 0 && side_needed) {       // the default stream (NULL on ACL): a side stream in turn
         if (!side) {
-            check(g_plugin.stream_create(device, &side), "all_reduce", "stream_create");
-            check(g_plugin.event_create(device, &before), "all_reduce", "event_create");
-            check(g_plugin.event_create(device, &after), "all_reduce", "event_create");
+            check(g_plugin.stream_create(device, &side), what, "stream_create");
+            check(g_plugin.event_create(device, &before), what, "event_create");
+            check(g_plugin.event_create(device, &after), what, "event_create");
         }
-        check(g_plugin.event_record(device, before, stream), "all_reduce", "event_record");
-        check(g_plugin.stream_wait_event(device, side, before), "all_reduce", "stream_wait_event");
+        check(g_plugin.event_record(device, before, stream), what, "event_record");
+        check(g_plugin.stream_wait_event(device, side, before), what, "stream_wait_event");
         on = side;
     }
-    void *data = t.data_ptr();
-    anychip_status st = g_plugin.all_reduce(data, data, static_cast<size_t>(t.numel()),
-                                            static_cast<anychip_dtype>(dtype), static_cast<anychip_redop>(op), comm, on);
+    anychip_status st = call(on);
     if (on != stream) {
-        check(g_plugin.event_record(device, after, on), "all_reduce", "event_record");
-        check(g_plugin.stream_wait_event(device, stream, after), "all_reduce", "stream_wait_event");
+        check(g_plugin.event_record(device, after, on), what, "event_record");
+        check(g_plugin.stream_wait_event(device, stream, after), what, "stream_wait_event");
     }
-    check(st, "all_reduce", "all_reduce");
+    check(st, what, what);
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        ++issued[what];
+    }
     anychip_event ev = take_event();
-    check(g_plugin.event_record(device, ev, stream), "all_reduce", "event_record");
-    c10::intrusive_ptr<c10d::Work> work = c10::make_intrusive<DirectWork>(shared_from_this(), ev, tensors);
+    check(g_plugin.event_record(device, ev, stream), what, "event_record");
+    c10::intrusive_ptr<c10d::Work> work = c10::make_intrusive<DirectWork>(shared_from_this(), what, type, ev,
+                                                                         std::move(out));
     return py::cast(work);
+}
+
+py::object Direct::all_reduce(std::vector<at::Tensor> &tensors, const py::handle &opts)
+{
+    if (tensors.size() != 1 || !takes(tensors[0]))
+        return py::none();
+    const at::Tensor &t = tensors[0];
+    auto red = opts.is_none() ? c10d::ReduceOp::SUM : opts.cast<const c10d::AllreduceOptions &>().reduceOp.op_;
+    int dtype, op;
+    if (!reduces(t, red, &dtype, &op))
+        return py::none();
+    void *data = t.data_ptr();
+    size_t count = static_cast<size_t>(t.numel());
+    anychip_comm c = comm;
+    return enqueue("all_reduce", c10d::OpType::ALLREDUCE, tensors, [&](anychip_stream on) {
+        return g_plugin.all_reduce(data, data, count, static_cast<anychip_dtype>(dtype),
+                                   static_cast<anychip_redop>(op), c, on);
+    });
+}
+
+py::object Direct::broadcast(std::vector<at::Tensor> &tensors, const py::handle &opts)
+{
+    if (!g_plugin.broadcast || tensors.size() != 1 || !takes(tensors[0]))
+        return py::none();
+    int root = 0;
+    if (!opts.is_none()) {
+        const auto &o = opts.cast<const c10d::BroadcastOptions &>();
+        if (o.rootTensor != 0)
+            return py::none();
+        root = static_cast<int>(o.rootRank);
+    }
+    if (root < 0 || root >= size)
+        return py::none();              // the Python side refuses it, saying why
+    const at::Tensor &t = tensors[0];
+    void *data = t.data_ptr();
+    size_t nbytes = t.nbytes();
+    anychip_comm c = comm;
+    return enqueue("broadcast", c10d::OpType::BROADCAST, tensors, [&](anychip_stream on) {
+        return g_plugin.broadcast(data, data, nbytes, ANYCHIP_UINT8, root, c, on);
+    });
+}
+
+py::object Direct::all_gather(at::Tensor &output, at::Tensor &input)
+{
+    if (!g_plugin.all_gather || !takes(output) || !takes(input) ||
+        output.nbytes() != input.nbytes() * static_cast<size_t>(size))
+        return py::none();
+    const void *send = input.data_ptr();
+    void *recv = output.data_ptr();
+    size_t nbytes = input.nbytes();
+    anychip_comm c = comm;
+    return enqueue("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, {output}, [&](anychip_stream on) {
+        return g_plugin.all_gather(send, recv, nbytes, ANYCHIP_UINT8, c, on);
+    });
+}
+
+py::object Direct::reduce_scatter(at::Tensor &output, at::Tensor &input, const py::handle &opts)
+{
+    if (!g_plugin.reduce_scatter || !takes(output) || !takes(input) || output.scalar_type() != input.scalar_type() ||
+        input.numel() != output.numel() * size)
+        return py::none();
+    auto red = opts.is_none() ? c10d::ReduceOp::SUM : opts.cast<const c10d::ReduceScatterOptions &>().reduceOp.op_;
+    int dtype, op;
+    if (!reduces(output, red, &dtype, &op))
+        return py::none();
+    const void *send = input.data_ptr();
+    void *recv = output.data_ptr();
+    size_t count = static_cast<size_t>(output.numel());
+    anychip_comm c = comm;
+    return enqueue("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [&](anychip_stream on) {
+        return g_plugin.reduce_scatter(send, recv, count, static_cast<anychip_dtype>(dtype),
+                                       static_cast<anychip_redop>(op), c, on);
+    });
 }
 
 void Direct::complete_later(c10::intrusive_ptr<DirectWork> work)
@@ -451,7 +546,7 @@ void Direct::close()
         for (anychip_event ev : waiting)
             g_plugin.event_synchronize(device, ev);
     }
-    std::string err = failure_of("all_reduce");
+    std::string err = failure_of("collective");
     {
         std::lock_guard<std::mutex> lock(mu);
         closed = true;
@@ -492,8 +587,15 @@ void bind_c10d(py::module_ &m)
     py::class_<Direct, std::shared_ptr<Direct>>(m, "C10dDirect")
         .def(py::init<uintptr_t, int, int, int, std::string, bool, py::object>())
         .def("all_reduce", &Direct::all_reduce)
+        .def("broadcast", &Direct::broadcast)
+        .def("all_gather", &Direct::all_gather)
+        .def("reduce_scatter", &Direct::reduce_scatter)
         .def("close", &Direct::close)
-        .def("abort", &Direct::abort);
+        .def("abort", &Direct::abort)
+        .def("issued", [](Direct &d) {
+            std::lock_guard<std::mutex> lock(d.mu);
+            return d.issued;
+        });
     m.def("c10d_direct_available", [] {
         return g_plugin.all_reduce && g_plugin.event_create && g_plugin.event_record && g_plugin.event_query &&
                g_plugin.event_synchronize && g_plugin.event_destroy && g_plugin.stream_wait_event &&
