@@ -89,9 +89,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "ANYCHIP_TORCH_KERNELS": ("1", "ops of PyTorch's device on the chip's kernel table: 1 = those whose values are "
                                    "the CPU's bit for bit, all = also mm and float sums (rounded differently), "
                                    "0 = none (docs/torch.md)"),
-    "ANYCHIP_TORCH_C10D_DIRECT": ("1", "1 = the c10d backend issues a one-tensor all_reduce in C++, straight to the "
-                                       "chip's collective library; 0 = through anychip's communicator, as every "
-                                       "other op (docs/torch.md)"),
+    "ANYCHIP_TORCH_C10D_DIRECT": ("1", "1 = the c10d backend issues its hot ops (all_reduce, broadcast, "
+                                       "all_gather_into_tensor, reduce_scatter_tensor of device tensors) in C++, "
+                                       "straight to the chip's collective library; 0 = through anychip's "
+                                       "communicator, as every other op (docs/torch.md)"),
     "ANYCHIP_STRESS_SECONDS": ("(short)", "tests: how long each stress test runs"),
     "ANYCHIP_LOG_LEVEL": ("WARNING", "level of the 'anychip' logger in the anychip command "
                                       "(DEBUG, INFO, WARNING, ERROR or CRITICAL)"),
@@ -270,8 +271,8 @@ def torch_kernels() -> int:
 
 
 def torch_c10d_direct() -> bool:
-    """``ANYCHIP_TORCH_C10D_DIRECT`` (default 1): whether the c10d backend's one-tensor
-    all_reduce takes its C++ path; a bad value raises."""
+    """``ANYCHIP_TORCH_C10D_DIRECT`` (default 1): whether the c10d backend's hot ops take its
+    C++ path; a bad value raises."""
     return _checked("ANYCHIP_TORCH_C10D_DIRECT") != "0"
 
 

@@ -1,11 +1,11 @@
 // The c10d backend's direct ops (anychip/torch/distributed.py; docs/torch.md).
 //
-// The process group is Python. Its hot op, a one-tensor all_reduce of the device (DDP's
-// buckets, a training loop's all_reduce), skips both its Python and anychip's
-// communicator: a `Direct` enqueues it with the device library's own collective entry
-// (plugin.h's all_reduce) on the communicator anychip's native transport made for the
-// group, on the current torch stream, and returns a C++ Work: an event recorded after
-// the op. What a Direct does not take (other dtypes and reductions, other ops) the
+// The process group is Python. Its hot ops on device tensors -- a one-tensor all_reduce
+// (DDP's buckets, a training loop's all_reduce) or broadcast, all_gather_into_tensor and
+// reduce_scatter_tensor (FSDP's) -- skip both its Python and anychip's communicator: a
+// `Direct` enqueues each with the device library's own collective entry (plugin.h's) on
+// the communicator anychip's native transport made for the group, on the current torch
+// stream, and returns a C++ Work: an event recorded after the op. What a Direct does not take (other dtypes and reductions, other ops) the
 // Python side runs through the communicator, on the same library and stream, so the
 // ops of one group stay in program order.
 //
