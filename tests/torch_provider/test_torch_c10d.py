@@ -22,20 +22,21 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 
 
-def _launch(n: int, *argv: str, timeout: float = CHILD_SECONDS, **extra: str) -> subprocess.CompletedProcess:
+def _launch(n: int, *argv: str, timeout: float = CHILD_SECONDS, device: str = "ascend",
+            **extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_TORCH_C10D_DIRECT")}
     env.update(extra)
-    cmd = python_command(["-m", "anychip", "launch", "-n", str(n), "--device", "ascend", *argv])
+    cmd = python_command(["-m", "anychip", "launch", "-n", str(n), "--device", device, *argv])
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
 
 
-def _every_op(n: int) -> tuple[str, dict[int, int]]:
+def _every_op(n: int, device: str = "ascend") -> tuple[str, dict[int, int]]:
     """The worker's output on n ranks, and each rank's count of passed checks: per dtype (4
     float, 4 integer) 4 all_reduce ops, AVG or the 3 bitwise ones, n broadcast and n reduce
     roots, n + 1 all_gather blocks, 2 reduce_scatter, 2 all_to_all_single, n all_to_all
     blocks, 1 send/recv ring (rank 1: also the plain recv from rank 0); then bool, async,
     future, scatter and the refusal, and on rank 0 the n gathered blocks."""
-    done = _launch(n, str(ROOT / "anychip" / "conformance" / "torch_worker.py"))
+    done = _launch(n, str(ROOT / "anychip" / "conformance" / "torch_worker.py"), device=device)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.findall(r"CHECK \S+ FAIL.*", done.stdout) == []
     counts = {int(r): int(c) for r, c in re.findall(r"DONE (\d) failures=0 checks=(\d+)", done.stdout)}
@@ -62,6 +63,17 @@ def test_every_op_by_value_on_two_ranks():
                "all_to_all_single.uneven.int64", "all_to_all.1.uint8", "send/recv.float64", "recv.int32", "scatter",
                "gather.1", "future", "all_reduce.bool.sum", "refuses.non_contiguous"):
         assert f"[0] CHECK {op} ok" in done.stdout or f"[1] CHECK {op} ok" in done.stdout, op
+
+
+@pytest.mark.parametrize("device, direct", [
+    # BKCL has no int8 and no average: those reductions take the communicator's path (the host engine)
+    ("kunlun", {"all_gather_into_tensor": 8, "all_reduce": 29, "broadcast": 16, "reduce_scatter_tensor": 7}),
+    # RCCL reduces every dtype, average included
+    ("hygon", {"all_gather_into_tensor": 8, "all_reduce": 37, "broadcast": 16, "reduce_scatter_tensor": 8})])
+def test_every_op_by_value_on_the_other_simulated_chips(device, direct):
+    out, counts = _every_op(2, device)
+    assert counts == {0: 167, 1: 173}
+    assert f"[0] DIRECT {json.dumps(direct, sort_keys=True)}" in out
 
 
 def test_every_op_by_value_on_four_ranks():
