@@ -31,14 +31,6 @@
 
 #include "half.h"
 
-#include <fcntl.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdatomic.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #define S_TIMEOUT 7
 #define MAX_RANKS 16
 #define MAX_P2P 64
@@ -157,56 +149,7 @@ struct anychip_comm_s {
     struct { int kind; const void *send; void *recv; size_t count; int dtype, op; } last;
 };
 
-static size_t dtype_size(anychip_dtype t) {
-    static const size_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
-    return (unsigned)t < 8 ? sizes[t] : 0;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int alive(int32_t pid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return kill(pid, 0) == 0 || errno != ESRCH;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *close_paren = strrchr(buf, ')');
-    return !(close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X'));
-}
-
-static anychip_status barrier(anychip_comm c) {
-    uint64_t mine = atomic_fetch_add(&c->hdr->seq[c->rank], 1) + 1;
-    double start = now_s(), next_check = start + 0.1;
-    for (int r = 0; r < c->nranks; r++) {
-        while (atomic_load(&c->hdr->seq[r]) < mine) {
-            double t = now_s();
-            if (t - start > c->timeout)
-                return fail(S_TIMEOUT, "rank %d: no word from rank %d for %g s", c->rank, r, c->timeout);
-            if (t > next_check) {
-                int32_t pid = atomic_load(&c->hdr->pid[r]);
-                if (pid > 0 && !alive(pid))
-                    return fail(S_SYSTEM, "rank %d: rank %d (pid %d) exited during the collective", c->rank, r, pid);
-                next_check = t + 0.1;
-            }
-            sched_yield();
-        }
-    }
-    return S_OK;
-}
-
-static anychip_status get_unique_id(anychip_unique_id *id) {
-    static _Atomic unsigned serial;
-    memset(id, 0, sizeof *id);
-    snprintf(id->internal, sizeof id->internal, "/%s-%d-%u-%ld", NAME, (int)getpid(), atomic_fetch_add(&serial, 1),
-             (long)time(NULL));
-    return S_OK;
-}
+#include "shm_group.h"
 
 static anychip_status comm_init_rank(int d, int nranks, const anychip_unique_id *id, int rank, anychip_comm *out) {
     if (nranks < 1 || nranks > MAX_RANKS) return fail(S_INVALID, "1 to %d ranks, not %d", MAX_RANKS, nranks);
@@ -216,44 +159,14 @@ static anychip_status comm_init_rank(int d, int nranks, const anychip_unique_id 
     c->nranks = nranks;
     c->rank = rank;
     c->last.kind = -1;
-    const char *t = getenv("ANYCHIP_COLLECTIVE_TIMEOUT");
-    c->timeout = t && atof(t) > 0 ? atof(t) : 60.0;
     c->size = sizeof(shm_header) + (size_t)nranks * chunk + (size_t)nranks * (size_t)nranks * chunk;
-    int fd = -1;
-    double deadline = now_s() + c->timeout;
-    for (;;) {                                           /* rank 0 creates; the others wait for it */
-        fd = rank == 0 ? shm_open(id->internal, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(id->internal, O_RDWR, 0);
-        struct stat st;
-        if (fd >= 0 && rank == 0 && ftruncate(fd, (off_t)c->size) != 0) {
-            close(fd);
-            free(c);
-            return fail(S_SYSTEM, "ftruncate of %s failed", id->internal);
-        }
-        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == c->size) break;
-        if (fd >= 0) close(fd);
-        if (rank == 0 || now_s() > deadline) {
-            free(c);
-            return fail(rank == 0 ? S_SYSTEM : S_TIMEOUT, "rank %d: shared memory %s unavailable", rank, id->internal);
-        }
-        sched_yield();
-    }
-    void *p = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) {
-        free(c);
-        return fail(S_SYSTEM, "mmap of %s failed", id->internal);
-    }
-    c->hdr = p;
-    c->slots = (char *)p + sizeof(shm_header);
-    c->mail = c->slots + (size_t)nranks * chunk;
-    atomic_store(&c->hdr->pid[rank], (int32_t)getpid());
-    anychip_status rc = barrier(c);                      /* all mapped: the name can go */
-    if (rank == 0) shm_unlink(id->internal);
+    anychip_status rc = shm_map(c, id);
     if (rc) {
-        munmap(p, c->size);
         free(c);
         return rc;
     }
+    c->slots = (char *)c->hdr + sizeof(shm_header);
+    c->mail = c->slots + (size_t)nranks * chunk;
     *out = c;
     return S_OK;
 }

@@ -34,13 +34,6 @@
 #undef anychip_plugin_init
 
 #if defined(VARIANT_CCL_SELF) || defined(VARIANT_CCL_NOOP) || defined(VARIANT_CCL_SHM)
-#include <fcntl.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdatomic.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-
 #define S_TIMEOUT 7
 #define SLOT (1u << 20)                                  /* bytes per rank and round */
 
@@ -58,87 +51,13 @@ struct anychip_comm_s {
     double timeout;
 };
 
-static size_t dtype_size(anychip_dtype t) {
-    static const size_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
-    return (unsigned)t < 8 ? sizes[t] : 0;
-}
-
-static anychip_status get_unique_id(anychip_unique_id *id) {
-    static _Atomic unsigned serial;
-    memset(id, 0, sizeof *id);
-    snprintf(id->internal, sizeof id->internal, "/%s-%d-%u-%ld", NAME, (int)getpid(), atomic_fetch_add(&serial, 1),
-             (long)time(NULL));
-    return S_OK;
-}
+#include "shm_group.h"
 
 #ifdef VARIANT_CCL_SHM
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* whether process pid runs (a killed process its parent has not reaped yet is a zombie: dead) */
-static int alive(int32_t pid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return kill(pid, 0) == 0 || errno != ESRCH;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *close_paren = strrchr(buf, ')');
-    return !(close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X'));
-}
-
-/* every rank arrives, then all go on; a peer that has exited, or is missing past the timeout, fails */
-static anychip_status barrier(anychip_comm c) {
-    uint64_t mine = atomic_fetch_add(&c->hdr->seq[c->rank], 1) + 1;
-    double start = now_s(), next_check = start + 0.1;
-    for (int r = 0; r < c->nranks; r++) {
-        while (atomic_load(&c->hdr->seq[r]) < mine) {
-            double t = now_s();
-            if (t - start > c->timeout)
-                return fail(S_TIMEOUT, "rank %d: timed out after %g s waiting for rank %d", c->rank, c->timeout, r);
-            if (t > next_check) {
-                int32_t pid = atomic_load(&c->hdr->pid[r]);
-                if (pid > 0 && !alive(pid))
-                    return fail(S_SYSTEM, "rank %d: rank %d (pid %d) exited during the collective", c->rank, r, pid);
-                next_check = t + 0.1;
-            }
-            sched_yield();
-        }
-    }
-    return S_OK;
-}
-
 static anychip_status shm_attach(anychip_comm c, const anychip_unique_id *id) {
-    const char *t = getenv("ANYCHIP_COLLECTIVE_TIMEOUT");
-    c->timeout = t && atof(t) > 0 ? atof(t) : 60.0;
     c->size = sizeof(shm_header) + (size_t)c->nranks * SLOT;
-    int fd = -1;
-    double deadline = now_s() + c->timeout;
-    for (;;) {                                           /* rank 0 creates; the others wait for it */
-        fd = c->rank == 0 ? shm_open(id->internal, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(id->internal, O_RDWR, 0);
-        struct stat st;
-        if (fd >= 0 && c->rank == 0 && ftruncate(fd, (off_t)c->size) != 0) {
-            close(fd);
-            return fail(S_SYSTEM, "ftruncate of %s failed", id->internal);
-        }
-        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == c->size) break;
-        if (fd >= 0) close(fd);
-        if (c->rank == 0) return fail(S_SYSTEM, "shm_open of %s failed", id->internal);
-        if (now_s() > deadline) return fail(S_TIMEOUT, "rank %d: %s never appeared", c->rank, id->internal);
-        sched_yield();
-    }
-    void *p = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) return fail(S_SYSTEM, "mmap of %s failed", id->internal);
-    c->hdr = p;
-    c->slots = (char *)p + sizeof(shm_header);
-    atomic_store(&c->hdr->pid[c->rank], (int32_t)getpid());
-    anychip_status rc = barrier(c);                      /* all mapped: the name can go */
-    if (c->rank == 0) shm_unlink(id->internal);
+    anychip_status rc = shm_map(c, id);
+    if (rc == S_OK) c->slots = (char *)c->hdr + sizeof(shm_header);
     return rc;
 }
 #endif
