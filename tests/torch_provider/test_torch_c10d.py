@@ -76,6 +76,21 @@ def test_every_op_by_value_on_the_other_simulated_chips(device, direct):
     assert f"[0] DIRECT {json.dumps(direct, sort_keys=True)}" in out
 
 
+def test_a_c_plugins_collectives_take_the_cpp_path_where_its_masks_allow(tmp_path):
+    from anychip.scaffold import new_plugin
+    project = new_plugin("tmpl", "c", tmp_path)
+    lib = tmp_path / "libtshm.so"
+    subprocess.run([os.environ.get("CC", "cc"), "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
+                    "-fvisibility=hidden", f"-I{project / 'include'}",
+                    f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"', '-DNAME="tshm"', "-DVARIANT_CCL_SHM",
+                    "-o", str(lib), str(ROOT / "tests" / "c" / "plugin_variants.c"), "-lpthread", "-lm"],
+                   check=True, capture_output=True, text=True)
+    done = _launch(2, str(HERE / "plugin_ops.py"), device="tshm", ANYCHIP_TORCH="tshm", ANYCHIP_PLUGIN_PATH=str(lib))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    want = 'tshm True {"all_gather_into_tensor": 1, "all_reduce": 2, "broadcast": 1}'
+    assert f"[0] RESULT {want}" in done.stdout and f"[1] RESULT {want}" in done.stdout, done.stdout[-2000:]
+
+
 def test_every_op_by_value_on_four_ranks():
     out, counts = _every_op(4)
     assert counts == {0: 233, 1: 237, 2: 229, 3: 229} == {r: _want_checks(4, r) for r in range(4)}
