@@ -37,17 +37,8 @@ namespace {
 
 int ccl_dtype(at::ScalarType t)         // plugin.h's anychip_dtype of a reducing op; -1: none
 {
-    switch (t) {
-    case at::kChar: return ANYCHIP_INT8;
-    case at::kByte: return ANYCHIP_UINT8;
-    case at::kInt: return ANYCHIP_INT32;
-    case at::kLong: return ANYCHIP_INT64;
-    case at::kHalf: return ANYCHIP_FLOAT16;
-    case at::kBFloat16: return ANYCHIP_BFLOAT16;
-    case at::kFloat: return ANYCHIP_FLOAT32;
-    case at::kDouble: return ANYCHIP_FLOAT64;
-    default: return -1;                 // bool: the Python side remaps its reductions
-    }
+    int dt = anychip_torch::dtype_of(t);
+    return dt == ANYCHIP_BOOL ? -1 : dt;    // bool: the Python side remaps its reductions
 }
 
 int ccl_redop(c10d::ReduceOp::RedOpType op)     // anychip_redop; -1: none (bitwise, PREMUL_SUM)
@@ -121,11 +112,9 @@ struct Direct : std::enable_shared_from_this<Direct> {
     void check(anychip_status st, const char *what, const char *call) const
     {
         if (st != 0)
-            C10_THROW_ERROR(DistBackendError, prefix(what) + backend_name_of() + " " + call + " failed: " +
+            C10_THROW_ERROR(DistBackendError, prefix(what) + anychip_torch::backend_name() + " " + call + " failed: " +
                                                   anychip_torch::status_text(st));
     }
-
-    static std::string backend_name_of() { return anychip_torch::backend_name(); }
 
     anychip_event take_event()
     {

@@ -1336,6 +1336,8 @@ const std::string &backend_name() { return g_backend; }
 
 std::string status_text(anychip_status st) { return ::status_text(st); }
 
+int dtype_of(at::ScalarType t) { return kernel_dtype(t); }
+
 void *current_stream_of(int device, int64_t *id)
 {
     *id = current_id(device);

@@ -14,6 +14,7 @@ namespace anychip_torch {
 extern anychip_plugin g_plugin;                 // the device's plugin.h library (set by _init)
 const std::string &backend_name();              // the anychip backend the device is
 std::string status_text(anychip_status st);     // a status code with the library's text and detail
+int dtype_of(at::ScalarType t);                 // plugin.h's anychip_dtype of a torch dtype; -1: none
 // the handle of `device`'s current torch stream; *id: its id (0: the device's default stream)
 void *current_stream_of(int device, int64_t *id);
 // whether Python may be entered from any thread: false once the interpreter is finalizing
