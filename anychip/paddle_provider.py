@@ -122,17 +122,27 @@ def kernel_note(bridge: str | os.PathLike[str] | None = None) -> str:
     return "the bridge was built before its kernel layer existed; rebuild it" if note is None else note
 
 
+#: what a bridge with its kernel layer but no usable kernel table still registers: the strided
+#: views' copies, which Paddle 3.x asks a custom device for with no CPU fallback
+HOST_VIEWS = ", but for the strided views' copies (contiguous, strided_copy, fill), which copy through the host"
+
+
+def _no_kernels(note: str) -> str:
+    return f"none ({note}); every op takes Paddle's CPU fallback{'' if note == NO_CXX else HOST_VIEWS}"
+
+
 def kernels_summary(bridge: str | os.PathLike[str]) -> str:
     """One line on a bridge's kernels, as ``anychip plugin paddle`` prints it after the build."""
     table = kernel_table(bridge)
     if not table:
-        return f"kernels: none ({kernel_note(bridge)}); every op takes Paddle's CPU fallback"
+        return f"kernels: {_no_kernels(kernel_note(bridge))}"
     dtypes = sorted({t for types in table.values() for t in types}, key=_DTYPE_ORDER.index)
     return (f"kernels: {len(table)} ops run on the device ({', '.join(dtypes)}, as the plugin's kernel table "
             "allows; `anychip info` lists them); every other op takes Paddle's CPU fallback")
 
 
-_DTYPE_ORDER = ["float32", "float64", "float16", "bfloat16", "int32", "int64"]
+_DTYPE_ORDER = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "uint8", "int8", "int16",
+                "complex64", "complex128"]
 
 
 def _plugin_bridges(where: Path | None) -> dict[str, str]:
@@ -283,7 +293,7 @@ def main_info(out: Any = sys.stdout) -> None:
         table, note = json.loads(key)
         print(f"  kernels       {', '.join(same)}: ", end="", file=out)
         if not table:
-            print(f"none ({note}); every op takes Paddle's CPU fallback", file=out)
+            print(_no_kernels(note), file=out)
             continue
         print(f"{len(table)} ops run on the device; every other op takes Paddle's CPU fallback", file=out)
         for name, dtypes in table.items():

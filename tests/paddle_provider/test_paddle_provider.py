@@ -106,6 +106,12 @@ def test_simulator_plugin_faces_load_as_anychip_c_plugins() -> None:
 
 # ---- one process per device type -----------------------------------------------------------
 
+#: the ops the bridge registers over a full kernel table, and the dtypes of the strided views' copies
+N_KERNELS = 41
+VIEW_DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "uint8", "int8", "int16",
+               "complex64", "complex128"]
+
+
 def _scaffold(top: Path, name: str, edits: tuple[tuple[str, str, str], ...] = ()) -> tuple[Path, str]:
     """A C plugin from `anychip plugin new NAME`, with `edits` (a file under src/, old text, new text)
     made, built with make, and its Paddle bridge: (the bridge's directory, what the build printed)."""
@@ -129,8 +135,8 @@ def scaffolded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A C plugin from `anychip plugin new`, built with make, and its Paddle bridge (no collectives:
     the bridge serves them with anychip's engine; the scaffold's kernel table: every kernel)."""
     where, out = _scaffold(tmp_path_factory.mktemp("scaffold"), "mychip")
-    assert "kernels: 34 ops run on the device (float32, float64, float16, bfloat16, int32, int64, as the " \
-           "plugin's kernel table allows; `anychip info` lists them); every other op takes Paddle's CPU fallback" in out
+    assert f"kernels: {N_KERNELS} ops run on the device ({', '.join(VIEW_DTYPES)}, as the plugin's kernel table " \
+           "allows; `anychip info` lists them); every other op takes Paddle's CPU fallback" in out
     return where
 
 
@@ -140,7 +146,7 @@ def tableless(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where, out = _scaffold(tmp_path_factory.mktemp("tableless"), "plain",
                            (("@name@.c", "    p->kernels = &KERNELS;\n", "    (void)KERNELS;\n"),))
     assert "kernels: none (the plugin fills no kernel table, plugin.h's `kernels`); every op takes Paddle's CPU " \
-           "fallback" in out
+           f"fallback{paddle_provider.HOST_VIEWS}" in out
     return where
 
 
@@ -293,6 +299,72 @@ def test_static_program_runs_on_the_devices_kernels(chip: str, request: pytest.F
     assert report["calls"] == [STATIC_CALLS, STATIC_CALLS]
 
 
+def _result(script: str, args: list[str], env: dict[str, str]) -> dict:
+    r = subprocess.run([sys.executable, str(WORKERS / script), *args], env=env, capture_output=True, text=True,
+                       timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    return json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])
+
+
+def _chip_env(chip: str, request: pytest.FixtureRequest, **extra: str) -> tuple[dict[str, str], str]:
+    if chip == "scaffolded":
+        return _env(request.getfixturevalue("scaffolded"), **extra), "anychip_mychip:0"
+    if chip == "tableless":
+        return _env(request.getfixturevalue("tableless"), **extra), "anychip_plain:0"
+    return _env(ANYCHIP_PADDLE=chip, **extra), f"anychip_{chip}:0"
+
+
+@pytest.mark.parametrize("chip", ["ascend", "scaffolded", "tableless"])
+def test_strided_views_in_default_eager_mode(chip: str, request: pytest.FixtureRequest) -> None:
+    """Paddle 3.x's stride kernels (on by default) make slices and transposes views and ask the
+    device for `contiguous`, `strided_copy` and `fill`, which have no CPU fallback: every view of
+    tests/paddle_provider/views.py (an LM's ids[:, :-1], int16 and bool views, the view ops'
+    gradients, setitem, in-place ops on views) gives Paddle-CPU's exact values -- through the
+    table's unary COPY, and through the host on a plugin without a kernel table -- and a
+    TransformerEncoderLayer's forward gives CPU's to float32 rounding and its backward runs."""
+    env, device = _chip_env(chip, request)
+    report = _result("views.py", [device], env)
+    forward, backward = report.pop("encoder_forward_rel"), report.pop("encoder_backward_rel", None)
+    assert {k: v for k, v in report.items() if v is not True} == {}
+    assert len(report) == 15
+    assert isinstance(forward, float) and forward <= 1e-6, forward
+    assert isinstance(backward, float), backward
+    if chip == "tableless":                          # Paddle's CPU kernels throughout: bit for bit
+        assert forward == backward == 0.0
+
+
+@pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+def test_static_programs_train_with_every_optimizer(chip: str, request: pytest.FixtureRequest) -> None:
+    """paddle.static programs minimizing a linear model's loss with Adam, Momentum (plain, and
+    Nesterov with L2 decay), AdamW and SGD, 4 steps with the fallback off (every op, the update
+    included, on the device's kernels): the losses and weights equal Paddle-CPU's to float32
+    rounding. Adam and Momentum had no device kernel (Paddle's fallback loses in-place updates in
+    static programs, so the weights never moved)."""
+    env, device = _chip_env(chip, request, FLAGS_enable_api_kernel_fallback="0")
+    report = _result("optim_amp.py", [device, "static"], env)
+    assert sorted(report) == ["static_adam", "static_adamw", "static_momentum", "static_momentum_nesterov_l2",
+                              "static_sgd"]
+    for name, (got, want) in report.items():
+        assert len(got) == 4 + 18 and got[3] < got[0], (name, got)
+        assert got == pytest.approx(want, rel=2e-6, abs=2e-7), name
+
+
+@pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+def test_amp_float16_with_grad_scaler(chip: str, request: pytest.FixtureRequest) -> None:
+    """AMP O1 and O2 (float16 parameters, float32 master weights) with a GradScaler, 4 SGD steps of an
+    MLP: check_finite_and_unscale, update_loss_scaling and SGD's multi-precision update run on the
+    device (the CPU wheel has no float16 kernels for them), the scale stays 1024 (no overflow),
+    and the losses are Paddle-CPU's (float32: its AMP is off) within float16 rounding."""
+    env, device = _chip_env(chip, request)
+    report = _result("optim_amp.py", [device, "amp"], env)
+    for level in ("amp_O1", "amp_O2"):
+        assert isinstance(report[level], list), report[level]
+        got, want = report[level]
+        assert got[-1] == 1024.0 and want[-1] == -1.0             # the device's scaler is on, CPU's off
+        assert got[:-1] == pytest.approx(want[:-1], rel=2e-3), level
+        assert got[3] < got[0]
+
+
 def test_kernels_can_be_left_unregistered() -> None:
     """ANYCHIP_PADDLE_KERNELS=0: the bridge registers no kernels, so without the fallback an op is
     Paddle's "not registered" error, and with it the op runs through Paddle's CPU kernel."""
@@ -403,9 +475,11 @@ def test_info_lists_the_kernels_each_device_type_registers(scaffolded: Path, tab
     directory), and says why a C plugin without the table has none."""
     table = paddle_provider.kernel_table()
     assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_kunlun", _env(ANYCHIP_PADDLE="kunlun"))
-    assert len(table) == 34 and table["matmul"] == ["float32", "float64", "float16", "bfloat16"]
-    assert table["add"] == ["float32", "float64", "float16", "bfloat16", "int32", "int64"]
-    assert table["adamw"] == table["sgd"] == ["float32", "float64"]
+    assert len(table) == N_KERNELS and table["matmul"] == ["float32", "float64", "float16", "bfloat16"]
+    assert table["add"] == table["add_grad"] == ["float32", "float64", "float16", "bfloat16", "int32", "int64"]
+    assert table["adamw"] == table["adam"] == table["momentum"] == ["float32", "float64"]
+    assert table["sgd"] == table["check_finite_and_unscale"] == table["update_loss_scaling"] == table["matmul"]
+    assert table["contiguous"] == table["strided_copy"] == table["fill"] == VIEW_DTYPES
     mine = scaffolded / "libanychip_mychip.so"
     assert paddle_provider.kernel_table(mine) == table             # the scaffold's masks take every dtype
     assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_mychip", _env(scaffolded))
@@ -427,11 +501,11 @@ def test_info_lists_the_kernels_each_device_type_registers(scaffolded: Path, tab
     assert info["kernel_notes"] == {"anychip_plain": "the plugin fills no kernel table, plugin.h's `kernels`"}
     r = subprocess.run([*ANYCHIP, "info"], env=_env(root), capture_output=True, text=True, timeout=CHILD_SECONDS)
     lines = r.stdout.splitlines()
-    assert ("  kernels       anychip_ascend, anychip_kunlun, anychip_hygon, anychip_mychip: 34 ops run on the device; "
-            "every other op takes Paddle's CPU fallback") in lines
+    assert (f"  kernels       anychip_ascend, anychip_kunlun, anychip_hygon, anychip_mychip: {N_KERNELS} ops run on "
+            "the device; every other op takes Paddle's CPU fallback") in lines
     assert "    matmul          float32, float64, float16, bfloat16" in lines
     assert ("  kernels       anychip_plain: none (the plugin fills no kernel table, plugin.h's `kernels`); every op "
-            "takes Paddle's CPU fallback") in lines
+            f"takes Paddle's CPU fallback{paddle_provider.HOST_VIEWS}") in lines
 
 
 def test_a_plugin_without_the_kernel_table_registers_no_kernels(tableless: Path) -> None:
@@ -452,7 +526,7 @@ def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
     lib = narrow / "libanychip_narrow.so"
     table = paddle_provider.kernel_table(lib)
     assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_narrow", _env(narrow))
-    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 32
+    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 39
     assert table["add"] == table["sum"] == table["cast"] == table["add_grad"] == ["float32", "int64"]
     assert table["divide"] == table["relu"] == table["relu_grad"] == table["softmax"] == ["float32"]
     assert table["adamw"] == table["sgd"] == ["float32"]
@@ -483,7 +557,7 @@ def test_a_kernel_table_the_bridge_does_not_know_is_not_used(variant: str, old: 
     where, out = _scaffold(tmp_path, variant, (("kernels.c", old, new),))
     lib = where / f"libanychip_{variant}.so"
     assert paddle_provider.kernel_table(lib) == {} and paddle_provider.kernel_note(lib) == note
-    assert f"kernels: none ({note}); every op takes Paddle's CPU fallback" in out
+    assert f"kernels: none ({note}); every op takes Paddle's CPU fallback{paddle_provider.HOST_VIEWS}" in out
 
 
 def test_a_bridge_built_without_a_cxx_compiler_has_no_kernels(tmp_path: Path, scaffolded: Path) -> None:

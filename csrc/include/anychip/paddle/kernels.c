@@ -813,6 +813,10 @@ static scal_v scalar_of_tensor(const char *op, size_t index, const PD_Tensor *t)
 }
 
 const void *anychip_paddle_attr(void *attr_at, const void *tensor_ref_at, void *ctx, size_t index, int *is_tensor);
+/* a variadic entry's std::vector<int64_t>, std::vector<tensor *> and std::string arguments (kernels_throw.cc) */
+const int64_t *anychip_paddle_i64s(const void *vec, size_t *n);
+void *const *anychip_paddle_ptrs(const void *vec, size_t *n);
+const char *anychip_paddle_str(const void *str);
 static const void *g_tensor_ref_at;       /* phi::KernelContext::AttrAt<phi::TensorRef>, from libphi_core.so */
 
 static scal_v ctx_scalar(const char *op, PD_KernelContext *c, size_t index)
@@ -1306,6 +1310,9 @@ static void k_matmul_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_
     temps_free(&T);
 }
 
+/* the master (accumulation) dtype MT of dtype `t`: Paddle's MPTypeTrait */
+static C_DataType master_of(C_DataType t) { return t == FLOAT16 || t == BFLOAT16 ? FLOAT32 : t; }
+
 /* ---- AdamW ---------------------------------------------------------------------------------------- */
 
 /* Paddle's CPU AdamW, in its order: the decay p -= lr * lr_ratio * coeff * p, then Adam:
@@ -1314,13 +1321,12 @@ static void k_matmul_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_
  *   b1^t *= b1, b2^t *= b2 (unless the beta powers are global).
  * The scalars stay on the device (one-element tensors broadcast), so the update is queued
  * like any kernel. Outputs alias their inputs (Paddle's adamw_ is in place). */
-static void adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *lr, PD_Tensor *m1,
+static void adamw(const char *op, PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *lr, PD_Tensor *m1,
                   PD_Tensor *m2, PD_Tensor *m2max, PD_Tensor *b1p, PD_Tensor *b2p, PD_Tensor *master,
                   PD_Tensor *skip, double beta1, double beta2, double eps, float lr_ratio, float coeff,
                   bool with_decay, bool multi_precision, bool use_global_beta_pow, bool amsgrad, PD_Tensor *param_out,
                   PD_Tensor *m1_out, PD_Tensor *m2_out, PD_Tensor *b1p_out, PD_Tensor *b2p_out)
 {
-    const char *op = "adamw";
     (void)m2max;
     if (amsgrad)
         fail(op, "amsgrad=True is not implemented on this device (set FLAGS_enable_api_kernel_fallback and "
@@ -1402,17 +1408,45 @@ static void adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_T
     temps_free(&T);
 }
 
-/* SGD's update, as Paddle's CPU kernel: param_out = param - lr * grad (in place) */
+/* SGD's update, as Paddle's CPU kernel: param_out = param - lr * grad (in place); with master
+ * weights (multi_precision, AMP O2), as its GPU kernel: master_out = master - lr * MT(grad),
+ * param_out = T(master_out) */
 static void sgd(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *lr, PD_Tensor *grad, PD_Tensor *master,
-                bool multi_precision, PD_Tensor *param_out)
+                bool multi_precision, PD_Tensor *param_out, PD_Tensor *master_out)
 {
     const char *op = "sgd";
-    if (multi_precision && master)
-        fail(op, "multi_precision with master weights is not implemented on this device");
     tview p, l, g, po;
     input(op, param, &p);
     input(op, lr, &l);
     input(op, grad, &g);
+    if (multi_precision && master && master_out) {
+        tview m, mo;
+        input(op, master, &m);
+        if (g.n != p.n || m.n != p.n || l.n != 1 || g.cdt != p.cdt || m.cdt != master_of(p.cdt))
+            fail(op, "param, grad, master weights and learning rate of %lld, %lld, %lld, %lld elements, data types "
+                 "%d, %d, %d, %d (want equal sizes, one element of the learning rate, the master type for it and the "
+                 "master weights)", (long long)p.n, (long long)g.n, (long long)m.n, (long long)l.n, (int)p.cdt,
+                 (int)g.cdt, (int)m.cdt, (int)l.cdt);
+        anychip_stream s = stream_of(op, ctx);
+        output(op, ctx, param_out, p.cdt, &po);
+        output(op, ctx, master_out, m.cdt, &mo);
+        temps T = {ctx, op, {0}, 0};
+        int64_t n = p.n, one = 1, zero = 0;
+        void *t = temp(&T, 1, &n, m.cdt);
+        if (l.cdt != m.cdt) {             /* a learning rate of the param's type (O2's optimizer) */
+            void *lm = temp(&T, 0, NULL, m.cdt);
+            un(op, s, ANYCHIP_OP_COPY, m.dt, l.dt, 1, lm, l.p);
+            l.p = lm;
+        }
+        un(op, s, ANYCHIP_OP_COPY, m.dt, g.dt, n, t, g.p);
+        ew(op, s, ANYCHIP_OP_MUL, m.dt, 1, &n, t, l.p, &zero, t, &one);
+        ew(op, s, ANYCHIP_OP_SUB, m.dt, 1, &n, mo.p, m.p, &one, t, &one);
+        un(op, s, ANYCHIP_OP_COPY, p.dt, m.dt, n, po.p, mo.p);
+        temps_free(&T);
+        return;
+    }
+    if (multi_precision && master)
+        fail(op, "multi_precision with master weights but no master output");
     if (g.n != p.n || l.n != 1)
         fail(op, "param and grad of %lld and %lld elements, learning rate of %lld (want equal sizes, and one "
              "element)", (long long)p.n, (long long)g.n, (long long)l.n);
@@ -1431,8 +1465,7 @@ static void sgd(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *lr, PD_Tenso
 static void k_sgd(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *lr, PD_Tensor *grad, PD_Tensor *master,
                   bool multi_precision, PD_Tensor *param_out, PD_Tensor *master_out)
 {
-    (void)master_out;
-    sgd(ctx, param, lr, grad, PD.PD_OptionalTensorGetPointer(master), multi_precision, param_out);
+    sgd(ctx, param, lr, grad, PD.PD_OptionalTensorGetPointer(master), multi_precision, param_out, master_out);
 }
 
 static void k_adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *lr, PD_Tensor *m1,
@@ -1447,12 +1480,522 @@ static void k_adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD
     (void)m2max_out;
     (void)master_out;
     /* the optional inputs arrive as paddle::optional objects: their tensor, or NULL */
-    adamw(ctx, param, grad, lr, m1, m2, PD.PD_OptionalTensorGetPointer(m2max), b1p, b2p,
+    adamw("adamw", ctx, param, grad, lr, m1, m2, PD.PD_OptionalTensorGetPointer(m2max), b1p, b2p,
           PD.PD_OptionalTensorGetPointer(master), PD.PD_OptionalTensorGetPointer(skip),
           PD.PD_ScalarGetFloat64Data(beta1), PD.PD_ScalarGetFloat64Data(beta2), PD.PD_ScalarGetFloat64Data(eps),
           lr_ratio, coeff, with_decay, multi_precision, use_global_beta_pow, amsgrad, param_out, m1_out, m2_out,
           b1p_out, b2p_out);
 }
+
+static void k_adam(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *lr, PD_Tensor *m1,
+                   PD_Tensor *m2, PD_Tensor *m2max, PD_Tensor *b1p, PD_Tensor *b2p, PD_Tensor *master,
+                   PD_Tensor *skip, PD_Scalar *beta1, PD_Scalar *beta2, PD_Scalar *eps, bool lazy_mode,
+                   int64_t min_row, bool multi_precision, bool use_global_beta_pow, bool amsgrad,
+                   PD_Tensor *param_out, PD_Tensor *m1_out, PD_Tensor *m2_out, PD_Tensor *m2max_out,
+                   PD_Tensor *b1p_out, PD_Tensor *b2p_out, PD_Tensor *master_out)
+{
+    (void)lazy_mode;                      /* dense gradients: lazy mode changes nothing */
+    (void)min_row;
+    (void)m2max_out;
+    (void)master_out;
+    adamw("adam", ctx, param, grad, lr, m1, m2, PD.PD_OptionalTensorGetPointer(m2max), b1p, b2p,
+          PD.PD_OptionalTensorGetPointer(master), PD.PD_OptionalTensorGetPointer(skip),
+          PD.PD_ScalarGetFloat64Data(beta1), PD.PD_ScalarGetFloat64Data(beta2), PD.PD_ScalarGetFloat64Data(eps),
+          1.0f, 0.0f, false, multi_precision, use_global_beta_pow, amsgrad, param_out, m1_out, m2_out, b1p_out,
+          b2p_out);
+}
+
+/* ---- Momentum ------------------------------------------------------------------------------------- */
+
+/* Paddle's Momentum (paddle/phi/kernels/impl/momentum_kernel_impl.h), in its CPU kernel's order:
+ *   g' = p * coeff + g  (regularization_method "l2_decay"; any other: g' = g),
+ *   v = v * mu + g',  p -= lr * v,  or with Nesterov p -= (g' + v * mu) * lr.
+ * rescale_grad scales g first, as Paddle's GPU kernel does (its CPU kernel ignores it; Paddle's
+ * optimizer passes 1). In place: the outputs alias param and velocity. */
+static void momentum(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *velocity, PD_Tensor *lr,
+                     PD_Tensor *master, float mu, bool nesterov, const char *method, float coeff,
+                     bool multi_precision, float rescale, PD_Tensor *param_out, PD_Tensor *velocity_out)
+{
+    const char *op = "momentum";
+    if (multi_precision && master)
+        fail(op, "multi_precision with master weights is not implemented on this device");
+    tview p, g, v, l, po, vo;
+    input(op, param, &p);
+    input(op, grad, &g);
+    input(op, velocity, &v);
+    input(op, lr, &l);
+    if (g.n != p.n || v.n != p.n || l.n != 1)
+        fail(op, "param, grad and velocity of %lld, %lld, %lld elements, learning rate of %lld (want equal "
+             "sizes, and one element)", (long long)p.n, (long long)g.n, (long long)v.n, (long long)l.n);
+    if (g.cdt != p.cdt || v.cdt != p.cdt || l.cdt != p.cdt)
+        fail(op, "tensors of different data types (this device's Momentum takes one)");
+    anychip_stream s = stream_of(op, ctx);
+    output(op, ctx, param_out, p.cdt, &po);
+    output(op, ctx, velocity_out, p.cdt, &vo);
+    temps T = {ctx, op, {0}, 0};
+    int dt = p.dt;
+    C_DataType c = p.cdt;
+    int64_t n = p.n, one = 1, zero = 0;
+    const void *gp = g.p;
+    void *t = temp(&T, 1, &n, c);
+    if (rescale != 1.0f) {
+        void *r = temp(&T, 1, &n, c);
+        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, r, g.p, &one, constant(&T, s, c, rescale), &zero);
+        gp = r;
+    }
+    if (method && strcmp(method, "l2_decay") == 0) {
+        void *r = temp(&T, 1, &n, c);
+        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, r, p.p, &one, constant(&T, s, c, coeff), &zero);
+        ew(op, s, ANYCHIP_OP_ADD, dt, 1, &n, r, r, &one, gp, &one);
+        gp = r;
+    }
+    void *kmu = constant(&T, s, c, mu);
+    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t, v.p, &one, kmu, &zero);                          /* v * mu + g' */
+    ew(op, s, ANYCHIP_OP_ADD, dt, 1, &n, vo.p, t, &one, gp, &one);
+    if (nesterov) {                                                                          /* (g' + v mu) lr */
+        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t, vo.p, &one, kmu, &zero);
+        ew(op, s, ANYCHIP_OP_ADD, dt, 1, &n, t, gp, &one, t, &one);
+        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t, t, &one, l.p, &zero);
+    } else                                                                                   /* lr * v */
+        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t, l.p, &zero, vo.p, &one);
+    ew(op, s, ANYCHIP_OP_SUB, dt, 1, &n, po.p, p.p, &one, t, &one);
+    temps_free(&T);
+}
+
+static void k_momentum(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *velocity, PD_Tensor *lr,
+                       PD_Tensor *master, float mu, bool nesterov, const void *method, float coeff,
+                       bool multi_precision, float rescale, PD_Tensor *param_out, PD_Tensor *velocity_out,
+                       PD_Tensor *master_out)
+{
+    (void)master_out;
+    momentum(ctx, param, grad, velocity, lr, PD.PD_OptionalTensorGetPointer(master), mu, nesterov,
+             anychip_paddle_str(method), coeff, multi_precision, rescale, param_out, velocity_out);
+}
+
+/* ---- AMP: check_finite_and_unscale, update_loss_scaling ---------------------------------------------- */
+
+/* Paddle's loss scaling (paddle/phi/kernels/amp_kernel.h; the GPU kernels' semantics): the scale
+ * and the loss-scaling state are of the "master" type MT (float32 for float16 / bfloat16 grads). */
+
+
+/* outs[i] = T(MT(xs[i]) * (1 / scale)); found_infinite = whether any element of any xs[i] is inf or NaN */
+static void check_finite_and_unscale(PD_DeviceContext *ctx, size_t n, PD_Tensor *const *xs, PD_Tensor *scale,
+                                     size_t nout, PD_Tensor *const *outs, PD_Tensor *found)
+{
+    const char *op = "check_finite_and_unscale";
+    if (nout != n)
+        fail(op, "%zu inputs and %zu outputs", n, nout);
+    tview sc, fo;
+    input(op, scale, &sc);
+    if (sc.n != 1)
+        fail(op, "a scale of %lld elements (want one)", (long long)sc.n);
+    anychip_stream s = stream_of(op, ctx);
+    output(op, ctx, found, BOOL, &fo);
+    temps T = {ctx, op, {0}, 0};
+    C_DataType mt = sc.cdt;
+    int mdt = sc.dt;
+    int64_t one = 1, zero = 0;
+    void *inv = temp(&T, 0, NULL, mt), *acc = constant(&T, s, mt, 0.0), *part = temp(&T, 0, NULL, mt);
+    void *k0 = constant(&T, s, mt, 0.0);
+    ew(op, s, ANYCHIP_OP_DIV, mdt, 1, &one, inv, constant(&T, s, mt, 1.0), &zero, sc.p, &zero);
+    for (size_t i = 0; i < n; i++) {
+        tview x, o;
+        input(op, xs[i], &x);
+        if (master_of(x.cdt) != mt)
+            fail(op, "a gradient of data type %d with a scale of data type %d", (int)x.cdt, (int)mt);
+        output(op, ctx, outs[i], x.cdt, &o);
+        if (!x.n)
+            continue;
+        temps X = {ctx, op, {0}, 0};
+        const void *xm = x.p;
+        if (x.cdt != mt) {
+            void *w = temp(&X, 1, &x.n, mt);
+            un(op, s, ANYCHIP_OP_COPY, mdt, x.dt, x.n, w, x.p);
+            xm = w;
+        }
+        void *z = temp(&X, 1, &x.n, mt);                /* x * 0: NaN where x is inf or NaN, else 0 */
+        ew(op, s, ANYCHIP_OP_MUL, mdt, 1, &x.n, z, xm, &one, k0, &zero);
+        kreduce(op, s, ANYCHIP_REDUCE_SUM, mdt, mdt, 1, x.n, 1, part, z);
+        ew(op, s, ANYCHIP_OP_ADD, mdt, 1, &one, acc, acc, &zero, part, &zero);
+        if (x.cdt == mt)
+            ew(op, s, ANYCHIP_OP_MUL, mdt, 1, &x.n, o.p, xm, &one, inv, &zero);
+        else {
+            ew(op, s, ANYCHIP_OP_MUL, mdt, 1, &x.n, z, xm, &one, inv, &zero);
+            un(op, s, ANYCHIP_OP_COPY, x.dt, mdt, x.n, o.p, z);
+        }
+        temps_free(&X);
+    }
+    ew(op, s, ANYCHIP_OP_NE, mdt, 1, &one, fo.p, acc, &zero, acc, &zero);    /* NaN != NaN */
+    temps_free(&T);
+}
+
+static void k_check_finite_and_unscale(PD_DeviceContext *ctx, const void *xs, PD_Tensor *scale, const void *outs,
+                                       PD_Tensor *found)
+{
+    size_t n = 0, nout = 0;
+    void *const *x = anychip_paddle_ptrs(xs, &n), *const *o = anychip_paddle_ptrs(outs, &nout);
+    check_finite_and_unscale(ctx, n, (PD_Tensor *const *)x, scale, nout, (PD_Tensor *const *)o, found);
+}
+
+/* one element of a small tensor, read after the queued work (attr_tensor), as a double */
+static double read_scalar(const char *op, const PD_Tensor *t)
+{
+    unsigned char b[8] = {0};
+    int64_t n = 0;
+    C_DataType dt = attr_tensor(op, 0, t, b, sizeof b, &n);
+    if (n != 1)
+        fail(op, "a state tensor of %lld elements (want one)", (long long)n);
+    switch (dt) {
+    case FLOAT64: { double x; memcpy(&x, b, 8); return x; }
+    case FLOAT32: { float x; memcpy(&x, b, 4); return x; }
+    case INT64: { int64_t x; memcpy(&x, b, 8); return (double)x; }
+    case INT32: { int32_t x; memcpy(&x, b, 4); return x; }
+    default: return b[0];                 /* bool */
+    }
+}
+
+/* With an inf or NaN found, the gradients are zeroed; then (unless stop_update) the loss scale
+ * and the good / bad step counters are updated, as Paddle's GPU kernel's Update does:
+ * found: good = 0, bad += 1, and at decr_every_n_nan_or_inf bad steps scale = max(scale * decr_ratio, 1),
+ * bad = 0; else bad = 0, good += 1, and at incr_every_n_steps good steps scale *= incr_ratio (kept
+ * if that is not finite), good = 0. */
+static void update_loss_scaling(PD_DeviceContext *ctx, size_t n, PD_Tensor *const *xs, PD_Tensor *found,
+                                PD_Tensor *prev, PD_Tensor *good_in, PD_Tensor *bad_in, int incr_n, int decr_n,
+                                float incr_ratio, float decr_ratio, bool stop_update, size_t nout,
+                                PD_Tensor *const *outs, PD_Tensor *scale_out, PD_Tensor *good_out,
+                                PD_Tensor *bad_out)
+{
+    const char *op = "update_loss_scaling";
+    if (nout != n)
+        fail(op, "%zu inputs and %zu outputs", n, nout);
+    anychip_stream s = stream_of(op, ctx);
+    int inf = read_scalar(op, found) != 0;
+    for (size_t i = 0; i < n; i++) {
+        tview x, o;
+        input(op, xs[i], &x);
+        output(op, ctx, outs[i], x.cdt, &o);
+        if (inf)
+            fill(op, s, o.dt, o.n, o.p, 0.0, 0, 1);
+        else if (o.p != x.p)
+            un(op, s, ANYCHIP_OP_COPY, o.dt, x.dt, x.n, o.p, x.p);
+    }
+    if (stop_update)
+        return;
+    tview sc, g, b;
+    input(op, prev, &sc);
+    double scale = read_scalar(op, prev);
+    int good = (int)read_scalar(op, good_in), bad = (int)read_scalar(op, bad_in);
+    if (inf) {
+        good = 0;
+        if (++bad == decr_n) {
+            double next = sc.cdt == FLOAT32 ? (double)((float)scale * decr_ratio) : scale * decr_ratio;
+            scale = next < 1 ? 1 : next;
+            bad = 0;
+        }
+    } else {
+        bad = 0;
+        if (++good == incr_n) {
+            double next = sc.cdt == FLOAT32 ? (double)((float)scale * incr_ratio) : scale * incr_ratio;
+            scale = isfinite(next) ? next : scale;
+            good = 0;
+        }
+    }
+    output(op, ctx, scale_out, sc.cdt, &sc);
+    output(op, ctx, good_out, INT32, &g);
+    output(op, ctx, bad_out, INT32, &b);
+    fill(op, s, sc.dt, 1, sc.p, scale, 0, 1);
+    fill(op, s, g.dt, 1, g.p, 0.0, good, 0);
+    fill(op, s, b.dt, 1, b.p, 0.0, bad, 0);
+}
+
+static void k_update_loss_scaling(PD_DeviceContext *ctx, const void *xs, PD_Tensor *found, PD_Tensor *prev,
+                                  PD_Tensor *good_in, PD_Tensor *bad_in, int incr_n, int decr_n, float incr_ratio,
+                                  float decr_ratio, PD_Scalar *stop_update, const void *outs, PD_Tensor *scale_out,
+                                  PD_Tensor *good_out, PD_Tensor *bad_out)
+{
+    size_t n = 0, nout = 0;
+    void *const *x = anychip_paddle_ptrs(xs, &n), *const *o = anychip_paddle_ptrs(outs, &nout);
+    update_loss_scaling(ctx, n, (PD_Tensor *const *)x, found, prev, good_in, bad_in, incr_n, decr_n, incr_ratio,
+                        decr_ratio, PD.PD_ScalarGetInt64Data(stop_update) != 0 ||
+                        PD.PD_ScalarGetFloat64Data(stop_update) != 0, nout, (PD_Tensor *const *)o, scale_out,
+                        good_out, bad_out);
+}
+
+/* ---- strided views: contiguous, strided_copy, fill ------------------------------------------------ */
+
+/* Paddle 3.x's stride kernels make slices, transposes and the other views share their base's
+ * memory (paddle/phi/kernels/stride/, registered for every custom device); what a view's
+ * reader needs then comes from the device, with no CPU fallback (paddle/phi/kernels/funcs/
+ * strided_utils.h, paddle/phi/api/lib/data_transform.cc: PD_VISIT_KERNEL refuses a fallback):
+ * `contiguous` (a view made contiguous for a kernel that reads it), `strided_copy` (a result
+ * written into a view: an in-place op on a view, the view ops' gradients) and `fill` (those
+ * gradients' zeros). Each runs as the plugin's unary COPY, which reads strided input: one call
+ * for `contiguous`, one per contiguous run of the destination for `strided_copy`; a dtype the
+ * table does not take (or a plugin without a table) copies through the host, after the
+ * stream's queued work (the copy fence). Every dtype Paddle's CPU registers them for is taken. */
+
+/* a tensor as its memory sees it: dims, strides (elements), the first element's address */
+typedef struct {
+    char *p;
+    int nd, item, dt;                     /* dt: its anychip_dtype, -1 for the others (int16, complex) */
+    C_DataType cdt;
+    int64_t dim[MAXD], st[MAXD], n;
+} sview;
+
+static int item_size(C_DataType t)
+{
+    switch (t) {
+    case BOOL: case UINT8: case INT8: return 1;
+    case UINT16: case INT16: case FLOAT16: case BFLOAT16: return 2;
+    case UINT32: case INT32: case FLOAT32: return 4;
+    case UINT64: case INT64: case FLOAT64: case COMPLEX64: return 8;
+    case COMPLEX128: return 16;
+    default: return 0;
+    }
+}
+
+/* a view's geometry from Paddle's tensor (its strides, or contiguous ones when it has none) */
+static void strided_of(const char *op, const PD_Tensor *t, sview *v)
+{
+    C_Status st = C_SUCCESS;
+    int64_t nd = PD.PD_TensorGetNumDims(t, &st);
+    if (st != C_SUCCESS || nd < 0 || nd > MAXD)
+        fail(op, "a tensor of %lld dimensions (the device's kernels take up to %d)", (long long)nd, MAXD);
+    v->nd = (int)nd;
+    v->n = 1;
+    for (int d = 0; d < v->nd; d++) {
+        v->dim[d] = PD.PD_TensorGetDim(t, (size_t)d, &st);
+        v->n *= v->dim[d];
+    }
+    contiguous_strides(v->nd, v->dim, v->st);
+    if (PD.PD_TensorGetNumStrides(t, &st) == nd)
+        for (int d = 0; d < v->nd; d++)
+            v->st[d] = PD.PD_TensorGetStride(t, (size_t)d, &st);
+    v->cdt = PD.PD_TensorGetPDDataType(t, &st);
+    v->item = item_size(v->cdt);
+    v->dt = to_dtype(v->cdt);
+    if (!v->item)
+        fail(op, "data type %d, which the device's copies do not take", (int)v->cdt);
+    v->p = v->n ? PD.PD_TensorGetDataPointer(t, &st) : NULL;
+    if (v->n && !v->p)
+        fail(op, "a tensor of %lld elements without memory", (long long)v->n);
+}
+
+/* the elements [lo, hi] a view touches, relative to its first element */
+static void span_of(const sview *v, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = 0;
+    for (int d = 0; d < v->nd; d++) {
+        int64_t far = (v->dim[d] - 1) * v->st[d];
+        *lo += far < 0 ? far : 0;
+        *hi += far > 0 ? far : 0;
+    }
+}
+
+/* the next index of an odometer over dims (the last fastest); the element offsets it moves */
+static void step(int nd, const int64_t *dim, int64_t *idx, const int64_t *as, int64_t *ao, const int64_t *bs,
+                 int64_t *bo)
+{
+    for (int d = nd - 1; d >= 0; d--) {
+        if (++idx[d] < dim[d]) {
+            *ao += as[d];
+            *bo += bs[d];
+            return;
+        }
+        idx[d] = 0;
+        *ao -= (dim[d] - 1) * as[d];
+        *bo -= (dim[d] - 1) * bs[d];
+    }
+}
+
+/* dst = src (same dims, same dtype) through the host: both spans read after the stream's work,
+ * the elements moved, the destination's span written back (the copy fence orders all three) */
+static void host_copy(const char *op, const sview *dst, const sview *src)
+{
+    int64_t slo, shi, dlo, dhi;
+    span_of(src, &slo, &shi);
+    span_of(dst, &dlo, &dhi);
+    size_t sbytes = (size_t)(shi - slo + 1) * (size_t)src->item, dbytes = (size_t)(dhi - dlo + 1) * (size_t)dst->item;
+    char *sb = malloc(sbytes), *db = malloc(dbytes);
+    int dense = dhi - dlo + 1 == dst->n;     /* the destination covers its span: nothing to keep */
+    if (!sb || !db || sync_copy(t_device, sb, src->p + slo * src->item, sbytes, ANYCHIP_COPY_D2H) != C_SUCCESS ||
+        (!dense && sync_copy(t_device, db, dst->p + dlo * dst->item, dbytes, ANYCHIP_COPY_D2H) != C_SUCCESS)) {
+        free(sb);
+        free(db);
+        fail(op, "copying a view through the host failed (out of host memory, or the message above says why)");
+    }
+    int64_t idx[MAXD] = {0}, so = -slo, dof = -dlo;
+    for (int64_t k = 0; k < src->n; k++) {
+        memcpy(db + dof * dst->item, sb + so * src->item, (size_t)src->item);
+        step(src->nd, src->dim, idx, src->st, &so, dst->st, &dof);
+    }
+    C_Status st = sync_copy(t_device, dst->p + dlo * dst->item, db, dbytes, ANYCHIP_COPY_H2D);
+    free(sb);
+    free(db);
+    if (st != C_SUCCESS)
+        fail(op, "copying a view back to the device failed (the message above says why)");
+}
+
+/* more runs than this copy through the host in one pass instead */
+#define MAX_RUNS 4096
+
+/* dst = src, element by element over the same dims: the destination's dims ordered by its
+ * strides, its innermost contiguous block one unary COPY (src read with its strides) per run */
+static void copy_view(const char *op, anychip_stream s, const sview *dst, const sview *src)
+{
+    if (!src->n)
+        return;
+    if (src->dt < 0 || !K || !(MASK(unary) & (1u << src->dt))) {
+        host_copy(op, dst, src);
+        return;
+    }
+    int nd = 0;
+    int64_t dim[MAXD], os[MAXD], is[MAXD];
+    for (int d = 0; d < src->nd; d++) {
+        if (src->dim[d] == 1)
+            continue;
+        int k = nd++;                     /* insertion by the destination's stride, largest first */
+        while (k > 0 && os[k - 1] < dst->st[d]) {
+            dim[k] = dim[k - 1];
+            os[k] = os[k - 1];
+            is[k] = is[k - 1];
+            k--;
+        }
+        dim[k] = src->dim[d];
+        os[k] = dst->st[d];
+        is[k] = src->st[d];
+    }
+    int inner = nd;                       /* dims inner..nd-1: contiguous in the destination */
+    int64_t acc = 1, runs = 1;
+    while (inner > 0 && os[inner - 1] == acc)
+        acc *= dim[--inner];
+    for (int d = 0; d < inner; d++)
+        runs *= dim[d];
+    if (runs > MAX_RUNS) {
+        host_copy(op, dst, src);
+        return;
+    }
+    static const int64_t ONE[1] = {1};
+    int rnd = nd - inner;
+    int64_t idx[MAXD] = {0}, oo = 0, io = 0;
+    for (int64_t r = 0; r < runs; r++) {
+        kcheck(op, "unary", K->unary(t_device, s, ANYCHIP_OP_COPY, (anychip_dtype)src->dt, (anychip_dtype)src->dt,
+                                     rnd ? rnd : 1, rnd ? dim + inner : ONE, dst->p + oo * dst->item,
+                                     src->p + io * src->item, rnd ? is + inner : ONE));
+        step(inner, dim, idx, os, &oo, is, &io);
+    }
+}
+
+static void k_contiguous(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *out)
+{
+    const char *op = "contiguous";
+    sview a, o;
+    strided_of(op, x, &a);
+    anychip_stream s = stream_of(op, ctx);
+    C_Status st = C_SUCCESS;
+    o = a;
+    contiguous_strides(a.nd, a.dim, o.st);
+    if (a.nd) {
+        PD.PD_TensorSetDims(out, a.nd, a.dim, &st);
+        PD.PD_TensorSetStrides(out, a.nd, o.st, &st);
+    }
+    PD.PD_TensorSetOffset(out, 0, &st);
+    o.p = PD.PD_DeviceContextAllocateTensor(ctx, out, 0, a.cdt, &st);
+    if (st != C_SUCCESS || (!o.p && o.n))
+        fail(op, "allocating the output (%lld elements) failed", (long long)o.n);
+    copy_view(op, s, &o, &a);
+}
+
+/* out (x's memory seen through dims, strides and a byte offset) = x */
+static void strided_copy(PD_DeviceContext *ctx, PD_Tensor *x, size_t nd, const int64_t *dims, size_t nst,
+                         const int64_t *strides, int64_t offset, PD_Tensor *out)
+{
+    const char *op = "strided_copy";
+    sview a, o;
+    strided_of(op, x, &a);
+    if (nd != (size_t)a.nd || nst != nd)
+        fail(op, "the input has %d dimensions; the destination %zu dims and %zu strides", a.nd, nd, nst);
+    for (int d = 0; d < a.nd; d++)
+        if (dims[d] != a.dim[d])
+            fail(op, "dimension %d of the input is %lld, of the destination %lld", d, (long long)a.dim[d],
+                 (long long)dims[d]);
+    anychip_stream s = stream_of(op, ctx);
+    C_Status st = C_SUCCESS;
+    if (nd) {
+        PD.PD_TensorSetDims(out, (int64_t)nd, dims, &st);
+        PD.PD_TensorSetStrides(out, (int64_t)nd, strides, &st);
+    }
+    PD.PD_TensorSetOffset(out, offset, &st);
+    if (!a.n)
+        return;
+    o = a;
+    memcpy(o.st, strides, nd * sizeof *strides);
+    o.p = PD.PD_TensorGetDataPointer(out, &st);
+    if (st != C_SUCCESS || !o.p)
+        fail(op, "the destination has no memory (Paddle allocates it before the copy)");
+    copy_view(op, s, &o, &a);
+}
+
+static void k_strided_copy(PD_DeviceContext *ctx, PD_Tensor *x, const void *dims, const void *strides,
+                           int64_t offset, PD_Tensor *out)
+{
+    size_t nd = 0, nst = 0;
+    const int64_t *d = anychip_paddle_i64s(dims, &nd), *st = anychip_paddle_i64s(strides, &nst);
+    strided_copy(ctx, x, nd, d, nst, st, offset, out);
+}
+
+/* a host value of dtype t: f (a float dtype, or from_float), else i */
+static void put_value(C_DataType t, double f, int64_t i, int from_float, unsigned char *q)
+{
+    int64_t iv = from_float ? (int64_t)f : i;
+    double fv = from_float ? f : (double)i;
+    switch (t) {
+    case FLOAT64: memcpy(q, &fv, 8); break;
+    case FLOAT32: { float v = (float)fv; memcpy(q, &v, 4); break; }
+    case FLOAT16: { uint16_t h = float_to_half((float)fv); memcpy(q, &h, 2); break; }
+    case BFLOAT16: { uint16_t h = float_to_bf16((float)fv); memcpy(q, &h, 2); break; }
+    case COMPLEX64: { float v[2] = {(float)fv, 0}; memcpy(q, v, 8); break; }
+    case COMPLEX128: { double v[2] = {fv, 0}; memcpy(q, v, 16); break; }
+    case INT64: case UINT64: memcpy(q, &iv, 8); break;
+    case INT32: case UINT32: { int32_t v = (int32_t)iv; memcpy(q, &v, 4); break; }
+    case INT16: case UINT16: { int16_t v = (int16_t)iv; memcpy(q, &v, 2); break; }
+    case BOOL: q[0] = from_float ? f != 0 : i != 0; break;
+    default: q[0] = (unsigned char)iv; break;          /* int8, uint8 */
+    }
+}
+
+/* out = x's shape filled with the value (Paddle's fill: the view gradients' zeros, Tensor.fill_) */
+static void fill_op(PD_DeviceContext *ctx, PD_Tensor *x, scal_v v, PD_Tensor *out)
+{
+    const char *op = "fill";
+    sview a;
+    strided_of(op, x, &a);
+    anychip_stream s = stream_of(op, ctx);
+    C_Status st = C_SUCCESS;
+    char *p = PD.PD_DeviceContextAllocateTensor(ctx, out, 0, a.cdt, &st);
+    if (st != C_SUCCESS || (!p && a.n))
+        fail(op, "allocating the output (%lld elements) failed", (long long)a.n);
+    if (!a.n)
+        return;
+    int is_f = a.cdt == FLOAT16 || a.cdt == BFLOAT16 || a.cdt == FLOAT32 || a.cdt == FLOAT64 || a.cdt == COMPLEX64 ||
+               a.cdt == COMPLEX128;
+    if (a.dt >= 0 && K && (MASK(fill) & (1u << a.dt))) {
+        fill(op, s, a.dt, a.n, p, is_f ? v.f : 0.0, is_f ? 0 : v.i, 0);
+        return;
+    }
+    size_t bytes = (size_t)a.n * (size_t)a.item;
+    unsigned char *h = malloc(bytes);
+    if (!h)
+        fail(op, "out of host memory for %zu bytes", bytes);
+    for (int64_t k = 0; k < a.n; k++)
+        put_value(a.cdt, v.f, v.i, is_f, h + k * a.item);
+    st = sync_copy(t_device, p, h, bytes, ANYCHIP_COPY_H2D);
+    free(h);
+    if (st != C_SUCCESS)
+        fail(op, "copying the value to the device failed (the message above says why)");
+}
+
+static void k_fill(PD_DeviceContext *ctx, PD_Tensor *x, PD_Scalar *v, PD_Tensor *out) { fill_op(ctx, x, scal_of(v), out); }
 
 /* ---- the executors' entries (PD_KernelContext) ----------------------------------------------------- */
 
@@ -1550,12 +2093,71 @@ static void c_softmax_grad(PD_KernelContext *c) { k_softmax_grad(CTX, IN(0), IN(
 static void c_matmul(PD_KernelContext *c) { k_matmul(CTX, IN(0), IN(1), BOOLA(0), BOOLA(1), OUT(0)); }
 static void c_adamw(PD_KernelContext *c)
 {
-    adamw(CTX, IN(0), IN(1), IN(2), IN(3), IN(4), IN(5), IN(6), IN(7), IN(8), IN(9),
+    adamw("adamw", CTX, IN(0), IN(1), IN(2), IN(3), IN(4), IN(5), IN(6), IN(7), IN(8), IN(9),
           SCAL("adamw", 0).f, SCAL("adamw", 1).f, SCAL("adamw", 2).f,
           PD.PD_KernelContextFloatAttrAt(c, 3), PD.PD_KernelContextFloatAttrAt(c, 4), BOOLA(5), BOOLA(8), BOOLA(9),
           BOOLA(10), OUT(0), OUT(1), OUT(2), OUT(4), OUT(5));
 }
-static void c_sgd(PD_KernelContext *c) { sgd(CTX, IN(0), IN(1), IN(2), IN(3), BOOLA(0), OUT(0)); }
+static void c_adam(PD_KernelContext *c)
+{
+    adamw("adam", CTX, IN(0), IN(1), IN(2), IN(3), IN(4), IN(5), IN(6), IN(7), IN(8), IN(9),
+          SCAL("adam", 0).f, SCAL("adam", 1).f, SCAL("adam", 2).f, 1.0f, 0.0f, false, BOOLA(5), BOOLA(6), BOOLA(7),
+          OUT(0), OUT(1), OUT(2), OUT(4), OUT(5));
+}
+static void c_momentum(PD_KernelContext *c)
+{
+    momentum(CTX, IN(0), IN(1), IN(2), IN(3), IN(4), PD.PD_KernelContextFloatAttrAt(c, 0), BOOLA(1),
+             PD.PD_KernelContextStringAttrAt(c, 2), PD.PD_KernelContextFloatAttrAt(c, 3), BOOLA(4),
+             PD.PD_KernelContextFloatAttrAt(c, 5), OUT(0), OUT(1));
+}
+/* a list input's or output's tensors, copied (the C API's list is freed at once) */
+typedef struct { size_t n; PD_Tensor *t[1024]; } tlist;
+
+static void list_of(const char *op, PD_List l, tlist *out)
+{
+    size_t n = l.size;
+    if (n <= sizeof out->t / sizeof *out->t)
+        memcpy(out->t, l.data, n * sizeof *out->t);
+    PD.PD_DeletePointerList(l);
+    if (n > sizeof out->t / sizeof *out->t)
+        fail(op, "a list of %zu tensors; at most %zu", n, sizeof out->t / sizeof *out->t);
+    out->n = n;
+}
+static void c_check_finite_and_unscale(PD_KernelContext *c)
+{
+    static __thread tlist xs, outs;
+    list_of("check_finite_and_unscale", PD.PD_KernelContextMultiInputAt(c, 0), &xs);
+    list_of("check_finite_and_unscale", PD.PD_KernelContextMultiOutputAt(c, 0), &outs);
+    check_finite_and_unscale(CTX, xs.n, xs.t, IN(1), outs.n, outs.t, OUT(1));
+}
+static void c_update_loss_scaling(PD_KernelContext *c)
+{
+    static __thread tlist xs, outs;
+    list_of("update_loss_scaling", PD.PD_KernelContextMultiInputAt(c, 0), &xs);
+    list_of("update_loss_scaling", PD.PD_KernelContextMultiOutputAt(c, 0), &outs);
+    scal_v stop = SCAL("update_loss_scaling", 4);
+    update_loss_scaling(CTX, xs.n, xs.t, IN(1), IN(2), IN(3), IN(4), INTA(0), INTA(1),
+                        PD.PD_KernelContextFloatAttrAt(c, 2), PD.PD_KernelContextFloatAttrAt(c, 3),
+                        stop.i != 0 || stop.f != 0, outs.n, outs.t, OUT(1), OUT(2), OUT(3));
+}
+static void c_contiguous(PD_KernelContext *c) { k_contiguous(CTX, IN(0), OUT(0)); }
+static void c_strided_copy(PD_KernelContext *c)
+{
+    int64_t dims[MAXD], strides[MAXD];
+    PD_List d = PD.PD_KernelContextListInt64AttrAt(c, 0), st = PD.PD_KernelContextListInt64AttrAt(c, 1);
+    size_t nd = d.size, nst = st.size;
+    if (nd <= MAXD && nst <= MAXD) {
+        memcpy(dims, d.data, nd * sizeof *dims);
+        memcpy(strides, st.data, nst * sizeof *strides);
+    }
+    PD.PD_DeleteInt64List(d);
+    PD.PD_DeleteInt64List(st);
+    if (nd > MAXD || nst > MAXD)
+        fail("strided_copy", "%zu dims and %zu strides; at most %d", nd, nst, MAXD);
+    strided_copy(CTX, IN(0), nd, dims, nst, strides, PD.PD_KernelContextInt64AttrAt(c, 2), OUT(0));
+}
+static void c_fill(PD_KernelContext *c) { fill_op(CTX, IN(0), SCAL("fill", 0), OUT(0)); }
+static void c_sgd(PD_KernelContext *c) { sgd(CTX, IN(0), IN(1), IN(2), IN(3), BOOLA(0), OUT(0), OUT(1)); }
 static void c_matmul_grad(PD_KernelContext *c)
 {
     k_matmul_grad(CTX, IN(0), IN(1), IN(2), BOOLA(0), BOOLA(1), OUT(0), OUT(1));
@@ -1570,11 +2172,14 @@ static void c_matmul_grad(PD_KernelContext *c)
 #define S_ PD_ARG_TYPE_SCALAR
 #define D_ PD_ARG_TYPE_DATA_TYPE
 
-enum { FLOATS = 1, INTS = 2, ALL = FLOATS | INTS, ADAMW_TYPES = 4 };
+enum { FLOATS = 1, INTS = 2, ALL = FLOATS | INTS, ADAMW_TYPES = 4, VIEW_TYPES = 8 };
 
 /* the primitives a kernel uses, each with the kernel's dtype; BOOL_MASK: also a unary cast from
  * bool (a comparison's result); WIDEN: an integer sum, which Paddle accumulates into int64 */
-enum { BIN = 1, UN = 2, RED = 4, GEMM = 8, FIL = 16, BOOL_MASK = 32, WIDEN = 64 };
+enum { BIN = 1, UN = 2, RED = 4, GEMM = 8, FIL = 16, BOOL_MASK = 32, WIDEN = 64, HOST = 128 };
+/* HOST: registered for every dtype of its family, with or without a kernel table: what the
+ * table's masks do not take copies through the host (the strided views' kernels, which have no
+ * CPU fallback) */
 
 typedef struct {
     const char *name;
@@ -1586,6 +2191,8 @@ typedef struct {
     void *variadic;
     int out_any_dtype;                    /* the output's dtype is an attribute's, not the key's */
     const PD_KernelArgumentType *in;      /* the inputs' types; NULL: all tensors */
+    const PD_KernelArgumentType *out;     /* the outputs' types; NULL: all tensors */
+    void (*args)(const PD_KernelKey *, PD_Kernel *);   /* sets outputs' dtypes; NULL: as out_any_dtype says */
 } kernel_def;
 
 #define O_ PD_ARG_TYPE_OPTIONAL_TENSOR
@@ -1593,47 +2200,71 @@ typedef struct {
 #define I64_ PD_ARG_TYPE_INT64
 static const PD_KernelArgumentType ADAMW_IN[] = {T_, T_, T_, T_, T_, O_, T_, T_, O_, O_};
 static const PD_KernelArgumentType SGD_IN[] = {T_, T_, T_, O_};
+#define L_ PD_ARG_TYPE_LIST_TENSOR
+#define LI64_ PD_ARG_TYPE_LIST_INT64
+#define STR_ PD_ARG_TYPE_STRING
+static const PD_KernelArgumentType MOMENTUM_IN[] = {T_, T_, T_, T_, O_};
+static const PD_KernelArgumentType CFU_IN[] = {L_, T_}, CFU_OUT[] = {L_, T_};
+static const PD_KernelArgumentType ULS_IN[] = {L_, T_, T_, T_, T_}, ULS_OUT[] = {L_, T_, T_, T_};
+static void cfu_args(const PD_KernelKey *key, PD_Kernel *kernel);
+static void uls_args(const PD_KernelKey *key, PD_Kernel *kernel);
 
 /* reductions over several axes or none (sums, means, the gradients that unbroadcast) */
 #define REDUCING (RED | UN | FIL)
 
 #define V(f) ((void *)(f))
 static const kernel_def KERNELS[] = {
-    {"add", ALL, BIN, 2, 0, 1, {0}, c_add, V(k_add), 0, NULL},
-    {"subtract", ALL, BIN, 2, 0, 1, {0}, c_sub, V(k_sub), 0, NULL},
-    {"multiply", ALL, BIN, 2, 0, 1, {0}, c_mul, V(k_mul), 0, NULL},
-    {"divide", FLOATS, BIN, 2, 0, 1, {0}, c_div, V(k_div), 0, NULL},
-    {"maximum", ALL, BIN, 2, 0, 1, {0}, c_max, V(k_max), 0, NULL},
-    {"minimum", ALL, BIN, 2, 0, 1, {0}, c_min, V(k_min), 0, NULL},
-    {"add_grad", ALL, REDUCING, 3, 1, 2, {I_}, c_add_grad, V(k_add_grad), 0, NULL},
-    {"subtract_grad", ALL, REDUCING, 3, 1, 2, {I_}, c_sub_grad, V(k_sub_grad), 0, NULL},
-    {"multiply_grad", ALL, BIN | REDUCING, 3, 1, 2, {I_}, c_mul_grad, V(k_mul_grad), 0, NULL},
-    {"divide_grad", FLOATS, BIN | REDUCING, 4, 1, 2, {I_}, c_div_grad, V(k_div_grad), 0, NULL},
-    {"relu", FLOATS, UN, 1, 0, 1, {0}, c_relu, V(k_relu), 0, NULL},
-    {"exp", FLOATS, UN, 1, 0, 1, {0}, c_exp, V(k_exp), 0, NULL},
-    {"log", FLOATS, UN, 1, 0, 1, {0}, c_log, V(k_log), 0, NULL},
-    {"square", ALL, BIN, 1, 0, 1, {0}, c_square, V(k_square), 0, NULL},
-    {"relu_grad", FLOATS, BIN | UN | FIL | BOOL_MASK, 2, 0, 1, {0}, c_relu_grad, V(k_relu_grad), 0, NULL},
-    {"exp_grad", FLOATS, BIN, 2, 0, 1, {0}, c_exp_grad, V(k_exp_grad), 0, NULL},
-    {"log_grad", FLOATS, BIN, 2, 0, 1, {0}, c_log_grad, V(k_log_grad), 0, NULL},
-    {"square_grad", ALL, BIN, 2, 0, 1, {0}, c_square_grad, V(k_square_grad), 0, NULL},
-    {"cast", ALL, UN, 1, 1, 1, {D_}, c_cast, V(k_cast), 1, NULL},
-    {"scale", ALL, BIN | FIL, 1, 3, 1, {S_, S_, B_}, c_scale, V(k_scale), 0, NULL},
-    {"full", ALL, FIL, 0, 3, 1, {A_, S_, D_}, c_full, V(k_full), 0, NULL},
-    {"full_like", ALL, FIL, 1, 2, 1, {S_, D_}, c_full_like, V(k_full_like), 0, NULL},
-    {"sum", ALL, REDUCING | WIDEN, 1, 3, 1, {A_, D_, B_}, c_sum, V(k_sum), 1, NULL},
-    {"mean", FLOATS, BIN | REDUCING, 1, 2, 1, {A_, B_}, c_mean, V(k_mean), 0, NULL},
-    {"mean_all", FLOATS, BIN | REDUCING, 1, 0, 1, {0}, c_mean_all, V(k_mean_all), 0, NULL},
-    {"sum_grad", ALL, BIN | FIL, 2, 3, 1, {A_, B_, B_}, c_sum_grad, V(k_sum_grad), 0, NULL},
-    {"mean_grad", FLOATS, BIN | FIL, 2, 3, 1, {A_, B_, B_}, c_mean_grad, V(k_mean_grad), 0, NULL},
-    {"mean_all_grad", FLOATS, BIN | FIL, 2, 0, 1, {0}, c_mean_all_grad, V(k_mean_all_grad), 0, NULL},
-    {"softmax", FLOATS, BIN | UN | RED, 1, 1, 1, {I_}, c_softmax, V(k_softmax), 0, NULL},
-    {"softmax_grad", FLOATS, BIN | RED, 2, 1, 1, {I_}, c_softmax_grad, V(k_softmax_grad), 0, NULL},
-    {"matmul", FLOATS, GEMM | FIL, 2, 2, 1, {B_, B_}, c_matmul, V(k_matmul), 0, NULL},
-    {"matmul_grad", FLOATS, GEMM | REDUCING, 3, 2, 2, {B_, B_}, c_matmul_grad, V(k_matmul_grad), 0, NULL},
+    {"add", ALL, BIN, 2, 0, 1, {0}, c_add, V(k_add), 0, NULL, NULL, NULL},
+    {"subtract", ALL, BIN, 2, 0, 1, {0}, c_sub, V(k_sub), 0, NULL, NULL, NULL},
+    {"multiply", ALL, BIN, 2, 0, 1, {0}, c_mul, V(k_mul), 0, NULL, NULL, NULL},
+    {"divide", FLOATS, BIN, 2, 0, 1, {0}, c_div, V(k_div), 0, NULL, NULL, NULL},
+    {"maximum", ALL, BIN, 2, 0, 1, {0}, c_max, V(k_max), 0, NULL, NULL, NULL},
+    {"minimum", ALL, BIN, 2, 0, 1, {0}, c_min, V(k_min), 0, NULL, NULL, NULL},
+    {"add_grad", ALL, REDUCING, 3, 1, 2, {I_}, c_add_grad, V(k_add_grad), 0, NULL, NULL, NULL},
+    {"subtract_grad", ALL, REDUCING, 3, 1, 2, {I_}, c_sub_grad, V(k_sub_grad), 0, NULL, NULL, NULL},
+    {"multiply_grad", ALL, BIN | REDUCING, 3, 1, 2, {I_}, c_mul_grad, V(k_mul_grad), 0, NULL, NULL, NULL},
+    {"divide_grad", FLOATS, BIN | REDUCING, 4, 1, 2, {I_}, c_div_grad, V(k_div_grad), 0, NULL, NULL, NULL},
+    {"relu", FLOATS, UN, 1, 0, 1, {0}, c_relu, V(k_relu), 0, NULL, NULL, NULL},
+    {"exp", FLOATS, UN, 1, 0, 1, {0}, c_exp, V(k_exp), 0, NULL, NULL, NULL},
+    {"log", FLOATS, UN, 1, 0, 1, {0}, c_log, V(k_log), 0, NULL, NULL, NULL},
+    {"square", ALL, BIN, 1, 0, 1, {0}, c_square, V(k_square), 0, NULL, NULL, NULL},
+    {"relu_grad", FLOATS, BIN | UN | FIL | BOOL_MASK, 2, 0, 1, {0}, c_relu_grad, V(k_relu_grad), 0, NULL, NULL, NULL},
+    {"exp_grad", FLOATS, BIN, 2, 0, 1, {0}, c_exp_grad, V(k_exp_grad), 0, NULL, NULL, NULL},
+    {"log_grad", FLOATS, BIN, 2, 0, 1, {0}, c_log_grad, V(k_log_grad), 0, NULL, NULL, NULL},
+    {"square_grad", ALL, BIN, 2, 0, 1, {0}, c_square_grad, V(k_square_grad), 0, NULL, NULL, NULL},
+    {"cast", ALL, UN, 1, 1, 1, {D_}, c_cast, V(k_cast), 1, NULL, NULL, NULL},
+    {"scale", ALL, BIN | FIL, 1, 3, 1, {S_, S_, B_}, c_scale, V(k_scale), 0, NULL, NULL, NULL},
+    {"full", ALL, FIL, 0, 3, 1, {A_, S_, D_}, c_full, V(k_full), 0, NULL, NULL, NULL},
+    {"full_like", ALL, FIL, 1, 2, 1, {S_, D_}, c_full_like, V(k_full_like), 0, NULL, NULL, NULL},
+    {"sum", ALL, REDUCING | WIDEN, 1, 3, 1, {A_, D_, B_}, c_sum, V(k_sum), 1, NULL, NULL, NULL},
+    {"mean", FLOATS, BIN | REDUCING, 1, 2, 1, {A_, B_}, c_mean, V(k_mean), 0, NULL, NULL, NULL},
+    {"mean_all", FLOATS, BIN | REDUCING, 1, 0, 1, {0}, c_mean_all, V(k_mean_all), 0, NULL, NULL, NULL},
+    {"sum_grad", ALL, BIN | FIL, 2, 3, 1, {A_, B_, B_}, c_sum_grad, V(k_sum_grad), 0, NULL, NULL, NULL},
+    {"mean_grad", FLOATS, BIN | FIL, 2, 3, 1, {A_, B_, B_}, c_mean_grad, V(k_mean_grad), 0, NULL, NULL, NULL},
+    {"mean_all_grad", FLOATS, BIN | FIL, 2, 0, 1, {0}, c_mean_all_grad, V(k_mean_all_grad), 0, NULL, NULL, NULL},
+    {"softmax", FLOATS, BIN | UN | RED, 1, 1, 1, {I_}, c_softmax, V(k_softmax), 0, NULL, NULL, NULL},
+    {"softmax_grad", FLOATS, BIN | RED, 2, 1, 1, {I_}, c_softmax_grad, V(k_softmax_grad), 0, NULL, NULL, NULL},
+    {"matmul", FLOATS, GEMM | FIL, 2, 2, 1, {B_, B_}, c_matmul, V(k_matmul), 0, NULL, NULL, NULL},
+    {"matmul_grad", FLOATS, GEMM | REDUCING, 3, 2, 2, {B_, B_}, c_matmul_grad, V(k_matmul_grad), 0, NULL, NULL, NULL},
     {"adamw", ADAMW_TYPES, BIN | UN | FIL, 10, 11, 7, {S_, S_, S_, F32_, F32_, B_, B_, I64_, B_, B_, B_}, c_adamw,
-     V(k_adamw), 0, ADAMW_IN},
-    {"sgd", ADAMW_TYPES, BIN, 4, 1, 2, {B_}, c_sgd, V(k_sgd), 0, SGD_IN},
+     V(k_adamw), 0, ADAMW_IN, NULL, NULL},
+    {"sgd", FLOATS, BIN | UN, 4, 1, 2, {B_}, c_sgd, V(k_sgd), 0, SGD_IN, NULL, NULL},
+    {.name = "adam", .types = ADAMW_TYPES, .uses = BIN | UN | FIL, .nin = 10, .nattr = 8, .nout = 7,
+     .attr = {S_, S_, S_, B_, I64_, B_, B_, B_}, .fn = c_adam, .variadic = V(k_adam), .in = ADAMW_IN},
+    {.name = "momentum", .types = ADAMW_TYPES, .uses = BIN | FIL, .nin = 5, .nattr = 6, .nout = 3,
+     .attr = {F32_, B_, STR_, F32_, B_, F32_}, .fn = c_momentum, .variadic = V(k_momentum), .in = MOMENTUM_IN},
+    {.name = "check_finite_and_unscale", .types = FLOATS, .uses = BIN | UN | RED | FIL | BOOL_MASK, .nin = 2,
+     .nout = 2, .fn = c_check_finite_and_unscale, .variadic = V(k_check_finite_and_unscale), .in = CFU_IN,
+     .out = CFU_OUT, .args = cfu_args},
+    {.name = "update_loss_scaling", .types = FLOATS, .uses = UN | FIL, .nin = 5, .nattr = 5, .nout = 4,
+     .attr = {I_, I_, F32_, F32_, S_}, .fn = c_update_loss_scaling, .variadic = V(k_update_loss_scaling),
+     .in = ULS_IN, .out = ULS_OUT, .args = uls_args},
+    {.name = "contiguous", .types = VIEW_TYPES, .uses = HOST, .nin = 1, .nout = 1, .fn = c_contiguous,
+     .variadic = V(k_contiguous)},
+    {.name = "strided_copy", .types = VIEW_TYPES, .uses = HOST, .nin = 1, .nattr = 3, .nout = 1,
+     .attr = {LI64_, LI64_, I64_}, .fn = c_strided_copy, .variadic = V(k_strided_copy)},
+    {.name = "fill", .types = VIEW_TYPES, .uses = HOST, .nin = 1, .nattr = 1, .nout = 1, .attr = {S_},
+     .fn = c_fill, .variadic = V(k_fill)},
 };
 #define NKERNELS (sizeof KERNELS / sizeof *KERNELS)
 
@@ -1641,18 +2272,26 @@ static const kernel_def KERNELS[] = {
 static const C_DataType FLOAT_TYPES[] = {FLOAT32, FLOAT64, FLOAT16, BFLOAT16};
 static const C_DataType INT_TYPES[] = {INT32, INT64};
 static const C_DataType ADAMW_DTYPES[] = {FLOAT32, FLOAT64};
+/* those Paddle's CPU registers contiguous and strided_copy for */
+static const C_DataType VIEW_DTYPES[] = {FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, BOOL, UINT8, INT8, INT16,
+                                         COMPLEX64, COMPLEX128};
 static const struct {
     int family;
     const C_DataType *types;
     size_t n;
-} FAMILIES[] = {{FLOATS, FLOAT_TYPES, 4}, {INTS, INT_TYPES, 2}, {ADAMW_TYPES, ADAMW_DTYPES, 2}};
+} FAMILIES[] = {{FLOATS, FLOAT_TYPES, 4}, {INTS, INT_TYPES, 2}, {ADAMW_TYPES, ADAMW_DTYPES, 2},
+                {VIEW_TYPES, VIEW_DTYPES, 12}};
 
 static const char *const PHI_NAMES[] = {[FLOAT32] = "float32", [FLOAT64] = "float64", [FLOAT16] = "float16",
-                                        [BFLOAT16] = "bfloat16", [INT32] = "int32", [INT64] = "int64"};
+                                        [BFLOAT16] = "bfloat16", [INT32] = "int32", [INT64] = "int64",
+                                        [BOOL] = "bool", [UINT8] = "uint8", [INT8] = "int8", [INT16] = "int16",
+                                        [COMPLEX64] = "complex64", [COMPLEX128] = "complex128"};
 
 /* whether every primitive kernel `d` uses takes dtype `t` */
 static int allowed(const kernel_def *d, C_DataType t)
 {
+    if (d->uses & HOST)
+        return 1;
     uint32_t bit = 1u << to_dtype(t), i64 = 1u << ANYCHIP_INT64;
     if (((d->uses & BIN) && !(MASK(binary) & bit)) || ((d->uses & UN) && !(MASK(unary) & bit)) ||
         ((d->uses & RED) && !(MASK(reduce) & bit)) || ((d->uses & GEMM) && !(MASK(gemm) & bit)) ||
@@ -1710,6 +2349,35 @@ static void no_arg_changes(const PD_KernelKey *key, PD_Kernel *kernel)
 {
     (void)key;
     (void)kernel;
+}
+
+/* output `i`'s dtype */
+static void output_dtype(PD_Kernel *kernel, size_t i, C_DataType t)
+{
+    C_Status st = C_SUCCESS;
+    PD_KernelArgsDef *def = PD.PD_KernelGetArgsDef(kernel, &st);
+    PD_List outs = PD.PD_KernelArgsDefGetOutputArgDefs(def, &st);
+    if (i < outs.size)
+        PD.PD_TensorArgDefSetDataType(((PD_TensorArgDef **)outs.data)[i], t, &st);
+    PD.PD_DeletePointerList(outs);
+}
+
+/* found_infinite is bool (Paddle's GPU registration) */
+static void cfu_args(const PD_KernelKey *key, PD_Kernel *kernel)
+{
+    (void)key;
+    output_dtype(kernel, 1, BOOL);
+}
+
+/* the loss scale is of the master type, the step counters int32 (Paddle's GPU registration) */
+static void uls_args(const PD_KernelKey *key, PD_Kernel *kernel)
+{
+    C_Status st = C_SUCCESS;
+    C_DataType t = PD.PD_KernelKeyGetDataType((PD_KernelKey *)key, &st);
+    if (t == FLOAT16 || t == BFLOAT16)
+        output_dtype(kernel, 1, FLOAT32);
+    output_dtype(kernel, 2, INT32);
+    output_dtype(kernel, 3, INT32);
 }
 
 /* the names of the registered kernels, for `anychip info` and the tests */
@@ -1773,17 +2441,24 @@ EXPORT const char *anychip_paddle_kernel_note(void)
     return anychip_paddle_kernel_table()[0] ? "" : "the plugin's kernel table's dtype masks allow none of the kernels";
 }
 
-/* ANYCHIP_PADDLE_KERNELS=0 registers none (every op then takes Paddle's CPU fallback) */
+/* ANYCHIP_PADDLE_KERNELS=0 registers none of the table's kernels (every op then takes Paddle's CPU
+ * fallback); without a usable table, too, only the strided views' kernels (HOST), which have no
+ * fallback, are registered, copying through the host */
 static void register_kernels(void)
 {
     const char *off = getenv("ANYCHIP_PADDLE_KERNELS");      /* "0", blanks around it ignored */
+    int table = 1;
     if (off) {
         off += strspn(off, " \t");
         if (off[0] == '0' && off[strspn(off + 1, " \t") + 1] == '\0')
-            return;
+            table = 0;
     }
-    if (table_problem()[0])
-        return;                           /* no usable kernel table: every op takes the fallback */
+    if (!target_ready())
+        return;
+    if (table_problem()[0] || !table) {
+        table = 0;                        /* no usable kernel table: the fallback, and the host's copies */
+        K = NULL;
+    }
     void *phi = dlopen("libphi_core.so", RTLD_NOW | RTLD_NOLOAD);
     if (!phi)
         return;                           /* not inside Paddle (a tool probing the bridge) */
@@ -1803,17 +2478,21 @@ static void register_kernels(void)
     size_t used = 0;
     for (size_t k = 0; k < NKERNELS; k++) {
         const kernel_def *d = &KERNELS[k];
-        PD_KernelArgumentType attrs[12], ins[12];
+        if (!table && !(d->uses & HOST))
+            continue;
+        PD_KernelArgumentType attrs[12], ins[12], outs[12];
         memcpy(attrs, d->attr, sizeof attrs);
         memcpy(ins, d->in ? d->in : tensors, sizeof ins[0] * (size_t)d->nin);
+        memcpy(outs, d->out ? d->out : tensors, sizeof outs[0] * (size_t)d->nout);
         int any = 0;
         for (size_t f = 0; f < sizeof FAMILIES / sizeof *FAMILIES; f++)
             for (size_t i = 0; (d->types & FAMILIES[f].family) && i < FAMILIES[f].n; i++) {
                 if (!allowed(d, FAMILIES[f].types[i]))
                     continue;
                 PD.PD_RegisterPhiKernel(d->name, g_type, FAMILIES[f].types[i], ANYCHIP_PD_LAYOUT_ANY,
-                                        (size_t)d->nin, ins, (size_t)d->nattr, attrs, (size_t)d->nout, tensors,
-                                        d->out_any_dtype ? any_output_dtype : no_arg_changes, d->fn, d->variadic);
+                                        (size_t)d->nin, ins, (size_t)d->nattr, attrs, (size_t)d->nout, outs,
+                                        d->args ? d->args : d->out_any_dtype ? any_output_dtype : no_arg_changes,
+                                        d->fn, d->variadic);
                 any = 1;
             }
         if (any && used < sizeof g_kernel_names)

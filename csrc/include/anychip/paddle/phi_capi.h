@@ -60,6 +60,7 @@ typedef enum {
     PD_ARG_TYPE_LIST_STRING,
     PD_ARG_TYPE_LIST_SCALAR,
     PD_ARG_TYPE_OPTIONAL_TENSOR,
+    PD_ARG_TYPE_LIST_TENSOR,
 } PD_KernelArgumentType;
 
 /* phi::DataType (paddle/phi/common/data_type.h): what a kernel's variadic entry receives for
@@ -80,6 +81,10 @@ enum {
     X(PD_DeviceContext *, PD_KernelContextGetDeviceContext, (PD_KernelContext *))                              \
     X(PD_Tensor *, PD_KernelContextInputAt, (PD_KernelContext *, size_t))                                      \
     X(PD_Tensor *, PD_KernelContextOutputAt, (PD_KernelContext *, size_t))                                     \
+    X(PD_List, PD_KernelContextMultiInputAt, (PD_KernelContext *, size_t))                                     \
+    X(PD_List, PD_KernelContextMultiOutputAt, (PD_KernelContext *, size_t))                                    \
+    X(PD_List, PD_KernelContextListInt64AttrAt, (PD_KernelContext *, size_t))                                  \
+    X(char *, PD_KernelContextStringAttrAt, (PD_KernelContext *, size_t))                                      \
     X(bool, PD_KernelContextBoolAttrAt, (PD_KernelContext *, size_t))                                          \
     X(int32_t, PD_KernelContextInt32AttrAt, (PD_KernelContext *, size_t))                                      \
     X(int64_t, PD_KernelContextInt64AttrAt, (PD_KernelContext *, size_t))                                      \
@@ -98,6 +103,8 @@ enum {
     X(int64_t, PD_TensorGetNumStrides, (const PD_Tensor *, C_Status *))                                        \
     X(int64_t, PD_TensorGetStride, (const PD_Tensor *, size_t, C_Status *))                                    \
     X(void, PD_TensorSetDims, (PD_Tensor *, int64_t, const int64_t *, C_Status *))                             \
+    X(void, PD_TensorSetStrides, (PD_Tensor *, int64_t, const int64_t *, C_Status *))                          \
+    X(void, PD_TensorSetOffset, (PD_Tensor *, const int64_t, C_Status *))                                      \
     X(PD_Tensor *, PD_NewTensor, (void))                                                                       \
     X(void, PD_DeleteTensor, (PD_Tensor *))                                                                    \
     X(PD_Tensor *, PD_OptionalTensorGetPointer, (PD_Tensor *))                                                 \
@@ -108,7 +115,9 @@ enum {
     X(PD_KernelArgsDef *, PD_KernelGetArgsDef, (PD_Kernel *, C_Status *))                                      \
     X(PD_List, PD_KernelArgsDefGetOutputArgDefs, (PD_KernelArgsDef *, C_Status *))                             \
     X(void, PD_TensorArgDefSetDataType, (PD_TensorArgDef *, C_DataType, C_Status *))                           \
-    X(void, PD_DeletePointerList, (PD_List))
+    X(void, PD_DeletePointerList, (PD_List))                                                                   \
+    X(void, PD_DeleteInt64List, (PD_List))                                                                     \
+    X(C_DataType, PD_KernelKeyGetDataType, (PD_KernelKey *, C_Status *))
 
 #ifndef ANYCHIP_PHI_FUNCTIONS_ONLY
 #define ANYCHIP_PHI_MEMBER(ret, name, args) ret(*name) args;

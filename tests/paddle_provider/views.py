@@ -1,0 +1,98 @@
+"""Paddle's strided views in default eager mode (stride kernels on, no FLAGS set): slices,
+transposes, an LM's ids[:, :-1], int16 / bool views, their gradients, setitem, in-place ops and
+fill_ on views, split / unbind / diagonal / as_strided / indexing, and a TransformerEncoderLayer's
+forward and backward, each on the device type and on Paddle's CPU place in the same process.
+Prints RESULT {name: true | "what differed"} and the encoder layer's relative differences;
+tests/paddle_provider/test_paddle_provider.py runs it."""
+import json
+import sys
+
+import numpy as np
+import paddle
+
+dev = sys.argv[1]
+res = {}
+def both(f):
+    out = []
+    for d in ('cpu', dev):
+        paddle.set_device(d)
+        paddle.seed(0)
+        out.append(f())
+    return out
+def chk(name, f):
+    try:
+        c, d = both(f)
+        ok = all(np.array_equal(a, b) for a, b in zip(c, d, strict=False))
+        res[name] = True if ok else f"differ {c} {d}"
+    except Exception as e:  # noqa: BLE001 -- reported by name
+        res[name] = "ERR " + str(e).splitlines()[0][:200]
+x0 = np.arange(32, dtype='float32').reshape(4, 8)
+def t(a, g=False):
+    return paddle.to_tensor(a, stop_gradient=not g)
+
+chk("slice_add", lambda: [(t(x0)[:, :2] + 1).numpy()])
+chk("slice_off", lambda: [(t(x0)[:, 3:] * 2).numpy()])
+chk("transpose", lambda: [(paddle.transpose(t(x0), [1, 0]) * 2).numpy()])
+chk("ids", lambda: [(t(x0.astype('int64'))[:, :-1] + 1).numpy()])
+chk("int16", lambda: [t(x0.astype('int16'))[:, 1:3].contiguous().numpy()])
+chk("bool", lambda: [t(x0 > 5)[1:, ::2].contiguous().numpy()])
+def grad():
+    x = t(x0, True)
+    y = (x[:, 1:5] * t(np.arange(8, dtype='float32').reshape(4, 2).repeat(2, 1))).sum()
+    y.backward()
+    return [x.grad.numpy()]
+chk("slice_grad", grad)
+def tgrad():
+    x = t(x0, True)
+    y = (paddle.transpose(x, [1, 0]) @ t(np.ones([4, 3], 'float32'))).sum()
+    y.backward()
+    return [x.grad.numpy()]
+chk("transpose_grad", tgrad)
+def setitem():
+    x = t(x0.copy())
+    x[:, 2] = 7.0
+    return [x.numpy()]
+chk("setitem", setitem)
+def inplace_view():
+    x = t(x0.copy())
+    v = x[1:3, ::2]
+    v.add_(t(np.ones([2, 4], 'float32')))
+    return [x.numpy()]
+chk("inplace_view", inplace_view)
+def fill_():
+    x = t(x0.copy())
+    x[1].fill_(3.0)
+    return [x.numpy()]
+chk("fill_view", fill_)
+def unbind():
+    x = t(x0)
+    a, b = paddle.split(x, 2, axis=1)
+    return [(a + b).numpy(), paddle.unbind(x, 1)[3].numpy()]
+chk("split_unbind", unbind)
+def diag():
+    return [(paddle.diagonal(t(x0)) + 0).numpy(), (t(x0).reshape([8, 4]).T + 0).numpy(),
+            (t(x0)[..., None].squeeze(-1)[::2] * 1).numpy()]
+chk("diag_T", diag)
+def asstr():
+    return [(paddle.as_strided(t(x0), [3, 3], [8, 1], 2) + 0).numpy()]
+chk("as_strided", asstr)
+def idx():
+    return [(t(x0)[2] + 0).numpy(), (t(x0)[:, 5] + 0).numpy()]
+chk("index", idx)
+paddle.set_device('cpu')
+paddle.seed(1)
+_init = {k: v.numpy() for k, v in paddle.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0).state_dict().items()}
+def tel():
+    layer = paddle.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0)
+    layer.set_state_dict({k: paddle.to_tensor(v) for k, v in _init.items()})
+    x = t(np.random.RandomState(0).randn(2, 5, 16).astype('float32'), True)
+    y = layer(x)
+    y.mean().backward()
+    return [y.numpy(), x.grad.numpy()] + [p.grad.numpy() for p in layer.parameters()]
+try:
+    c, d = both(tel)
+    rel = [float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-30)) for a, b in zip(c, d, strict=False)]
+    res["encoder_forward_rel"], res["encoder_backward_rel"] = rel[0], max(rel[1:])
+except Exception as e:  # noqa: BLE001 -- reported by name
+    res["encoder_forward_rel"] = "ERR " + str(e).splitlines()[0][:300]
+print("RESULT", json.dumps(res))
