@@ -44,7 +44,7 @@ def BUSBW_FACTOR(op: str, n: int) -> float:   # noqa: N802 - a table of nccl-tes
 
 
 DEVICE_CASES: tuple[str, ...] = ("alloc_free", "copy_h2d_d2h", "copy_d2d", "memset", "stream_order",
-                                 "events_timing", "oom_recovery", "bad_free")
+                                 "events_timing", "oom_recovery", "bad_free", "kernels")
 #: collective cases beyond the tables (they run when any collective is chosen)
 COMM_CASES: tuple[str, ...] = ("stream_order_ccl", "p2p_matching")
 FAULT_CASES: tuple[str, ...] = ("bad_root", "mismatched_count", "timeout", "killed_rank")
@@ -851,6 +851,23 @@ def _bad_free(dev: Any) -> None:
     _same("a buffer allocated after the bad free", again.to_numpy(), _pattern(100, 1))
 
 
+def _kernels(dev: Any) -> None:
+    """The backend's kernel set, every entry and claimed dtype against NumPy (kernel_table.py)."""
+    from ..runtime import kernels_of
+    from .kernel_table import check_kernel_table
+    if kernels_of(dev) is None:
+        raise Skip(f"{dev.backend} has no kernel set: every tensor op runs on the host")
+    report = check_kernel_table(dev)
+    if report.failure:
+        head, found, tail = report.failure.rpartition("; first at ")
+        if found:
+            at, _, values = tail.partition(": expected ")
+            expected, _, got = values.partition(", got ")
+            raise Failure(f"{head}; first at {at}", expected, got)
+        what, _, error = report.failure.partition(": the entry failed: ")
+        raise Failure(what, "no error", error or report.failure)
+
+
 def device_cases(dev: Any, names: tuple[str, ...] = DEVICE_CASES, ranks_per_device: int = 1,
                  largest_copy: int = 64 << 20) -> list[Outcome]:
     """The device API cases on ``dev`` (``ranks_per_device``: how many ranks share it, so that
@@ -867,6 +884,7 @@ def device_cases(dev: Any, names: tuple[str, ...] = DEVICE_CASES, ranks_per_devi
         "events_timing": with_busy(_events_timing),
         "oom_recovery": lambda: _oom_recovery(dev),
         "bad_free": lambda: _bad_free(dev),
+        "kernels": lambda: _kernels(dev),
     }
     return [run_case(name, "device", fns[name]) for name in names]
 

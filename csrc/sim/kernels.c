@@ -77,6 +77,19 @@ static inline kval load(const char *p, int dt)
     return v;
 }
 
+/* d as a float "rounded to odd" (an inexact result gets an odd last bit): rounding that to
+ * float16 or bfloat16 rounds d only once, as a direct conversion does (float64 -> float16 through
+ * a plain float would round twice) */
+static inline float float_odd(double d)
+{
+    float f = (float)d;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((double)f != d && !(u & 1) && !isnan(d) && !isinf(f)) u += fabs((double)f) < fabs(d) ? 1 : (uint32_t)-1;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* C conversion of a value of the class of `from` (integer or float) to `dt` */
 static inline void store(char *p, int dt, kval v, int from_float)
 {
@@ -88,8 +101,8 @@ static inline void store(char *p, int dt, kval v, int from_float)
         case K_U8: *(uint8_t *)p = (uint8_t)(int64_t)d; break;
         case K_I32: *(int32_t *)p = (int32_t)(int64_t)d; break;
         case K_I64: *(int64_t *)p = (int64_t)d; break;
-        case K_F16: *(uint16_t *)p = float_to_half((float)d); break;
-        case K_BF16: *(uint16_t *)p = float_to_bf16((float)d); break;
+        case K_F16: *(uint16_t *)p = float_to_half(float_odd(d)); break;
+        case K_BF16: *(uint16_t *)p = float_to_bf16(float_odd(d)); break;
         case K_F32: *(float *)p = (float)d; break;
         default: *(double *)p = d; break;
         }

@@ -24,6 +24,12 @@
  *                          wait_event_ignored free_leaks mem_info_always_free mem_info_double_total
  *                          bad_free_ok copy_large_short (copies above 2 MiB miss their last byte)
  *   the suite's deadline   never_done (stream and event queries never report completion)
+ *   kernel table           add_one (add gives one more), gemm_drop_last (each dot product without its
+ *                          last term), reduce_remainder (a reduction in blocks of 16 drops the n % 16
+ *                          last rows), broadcast_fast_path (an operand broadcast along its last
+ *                          dimension read as a scalar), subnormal_flush (subnormal float results become
+ *                          zero), bool_ff (true stored as 0xFF), kernels_at_once (a kernel runs when it is
+ *                          launched, not after the work queued before it on its stream)
  */
 #define anychip_plugin_init template_plugin_init
 #include TEMPLATE_SOURCE
@@ -40,13 +46,16 @@ enum {
     D_NONE, D_BF16_TRUNCATE, D_FP16_TRUNCATE, D_INT8_SATURATE, D_TAIL8, D_TAIL4, D_LAST_CHUNK, D_SKIP_REPEAT,
     D_SKIP_SAME_RECV, D_NO_STREAM_WAIT, D_REDUCE_INPLACE_CLOBBER, D_RECV_ANY_SOURCE, D_QUERY_ALWAYS_DONE,
     D_EVENT_QUERY_ALWAYS_DONE, D_ELAPSED_ZERO, D_ELAPSED_SECONDS, D_WAIT_EVENT_IGNORED, D_FREE_LEAKS,
-    D_MEM_INFO_ALWAYS_FREE, D_MEM_INFO_DOUBLE_TOTAL, D_BAD_FREE_OK, D_NEVER_DONE, D_COPY_LARGE_SHORT, D_COUNT
+    D_MEM_INFO_ALWAYS_FREE, D_MEM_INFO_DOUBLE_TOTAL, D_BAD_FREE_OK, D_NEVER_DONE, D_COPY_LARGE_SHORT, D_ADD_ONE,
+    D_GEMM_DROP_LAST, D_REDUCE_REMAINDER, D_BROADCAST_FAST_PATH, D_SUBNORMAL_FLUSH, D_BOOL_FF, D_KERNELS_AT_ONCE,
+    D_COUNT
 };
 static const char *const defects[D_COUNT] = {
     "none", "bf16_truncate", "fp16_truncate", "int8_saturate", "tail8", "tail4", "last_chunk", "skip_repeat",
     "skip_same_recv", "no_stream_wait", "reduce_inplace_clobber", "recv_any_source", "query_always_done",
     "event_query_always_done", "elapsed_zero", "elapsed_seconds", "wait_event_ignored", "free_leaks",
-    "mem_info_always_free", "mem_info_double_total", "bad_free_ok", "never_done", "copy_large_short"
+    "mem_info_always_free", "mem_info_double_total", "bad_free_ok", "never_done", "copy_large_short", "add_one",
+    "gemm_drop_last", "reduce_remainder", "broadcast_fast_path", "subnormal_flush", "bool_ff", "kernels_at_once"
 };
 static int defect = D_NONE;
 static size_t chunk = 1u << 20;
@@ -508,6 +517,99 @@ static anychip_status p2p_recv(void *recv, size_t count, anychip_dtype t, int pe
     return queue_p2p(NULL, recv, count, t, peer, c, s);
 }
 
+/* ---- kernel table defects ------------------------------------------------------------------ */
+/* A defect of values is planted after the scaffold's kernel has run: the entry waits for its stream
+ * (which keeps stream order) and rewrites the output in place (the device memory is host memory). */
+static double min_normal(anychip_dtype t) {
+    return t == ANYCHIP_FLOAT16 ? 0x1p-14 : t == ANYCHIP_FLOAT64 ? 0x1p-1022 : 0x1p-126;
+}
+
+static anychip_status corrupt(int d, anychip_stream s, anychip_status rc, void *out, int64_t count, anychip_dtype t,
+                              int added) {
+    int flush = defect == D_SUBNORMAL_FLUSH && is_float(t), ff = defect == D_BOOL_FF && t == ANYCHIP_BOOL;
+    if (rc || count <= 0 || !(added || flush || ff)) return rc;
+    if ((rc = stream_synchronize(d, s))) return rc;
+    for (int64_t e = 0; e < count; e++) {
+        char *p = (char *)out + e * ITEM[t];
+        value v = load(p, t);
+        if (added) store(p, t, binary_op(ANYCHIP_OP_ADD, v, is_float(t) ? float_value(1.0) : int_value(1)));
+        if (flush && v.f != 0.0 && fabs(v.f) < min_normal(t)) store(p, t, float_value(copysign(0.0, v.f)));
+        if (ff && *p) *p = (char)0xFF;
+    }
+    return S_OK;
+}
+
+/* kernels_at_once: the kernel runs on a stream of its own, at once, whatever is queued on `s` */
+static anychip_stream at_once[64];
+static pthread_mutex_t at_once_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static anychip_stream kernel_stream(int d, anychip_stream s) {
+    if (defect != D_KERNELS_AT_ONCE || d < 0 || d >= 64) return s;
+    pthread_mutex_lock(&at_once_lock);
+    if (!at_once[d] && stream_create(d, &at_once[d])) at_once[d] = NULL;
+    anychip_stream own = at_once[d];
+    pthread_mutex_unlock(&at_once_lock);
+    return own ? own : s;
+}
+
+static anychip_status at_once_done(int d, anychip_stream s, anychip_stream ran, anychip_status rc) {
+    return rc || ran == s ? rc : stream_synchronize(d, ran);
+}
+
+static anychip_status mutant_binary(int d, anychip_stream s, anychip_binary_op op, anychip_dtype t, int ndim,
+                                    const int64_t *shape, void *out, const void *a, const int64_t *as, const void *b,
+                                    const int64_t *bs) {
+    int64_t zeros[MAX_DIMS] = {0};
+    if (defect == D_BROADCAST_FAST_PATH && ndim > 0 && ndim <= MAX_DIMS && bs[ndim - 1] == 0 && shape[ndim - 1] > 1)
+        bs = zeros;                                   /* "stride 0 last: a scalar" */
+    anychip_stream k = kernel_stream(d, s);
+    anychip_status rc = at_once_done(d, s, k, k_binary(d, k, op, t, ndim, shape, out, a, as, b, bs));
+    int compare = op >= ANYCHIP_OP_EQ && op <= ANYCHIP_OP_GE;
+    return corrupt(d, s, rc, out, rc ? 0 : count_of(ndim, shape), compare ? ANYCHIP_BOOL : t,
+                   defect == D_ADD_ONE && op == ANYCHIP_OP_ADD);
+}
+
+static anychip_status mutant_unary(int d, anychip_stream s, anychip_unary_op op, anychip_dtype out_t,
+                                   anychip_dtype in_t, int ndim, const int64_t *shape, void *out, const void *x,
+                                   const int64_t *xs) {
+    anychip_stream k = kernel_stream(d, s);
+    anychip_status rc = at_once_done(d, s, k, k_unary(d, k, op, out_t, in_t, ndim, shape, out, x, xs));
+    return corrupt(d, s, rc, out, rc ? 0 : count_of(ndim, shape), out_t, 0);
+}
+
+static anychip_status mutant_reduce(int d, anychip_stream s, anychip_reduce_op op, anychip_dtype out_t,
+                                    anychip_dtype in_t, int64_t outer, int64_t n, int64_t inner, void *out,
+                                    const void *x) {
+    anychip_stream k = kernel_stream(d, s);
+    anychip_status rc = S_OK;
+    if (defect == D_REDUCE_REMAINDER && n > 16 && n % 16 && outer >= 0 && inner >= 0) {
+        for (int64_t o = 0; o < outer && !rc; o++)   /* whole blocks of 16 rows only */
+            rc = k_reduce(d, k, op, out_t, in_t, 1, n - n % 16, inner, (char *)out + o * inner * ITEM[out_t],
+                          (const char *)x + o * n * inner * ITEM[in_t]);
+    } else {
+        rc = k_reduce(d, k, op, out_t, in_t, outer, n, inner, out, x);
+    }
+    rc = at_once_done(d, s, k, rc);
+    return corrupt(d, s, rc, out, rc ? 0 : outer * inner, out_t, 0);
+}
+
+static anychip_status mutant_gemm(int d, anychip_stream s, anychip_dtype t, int64_t m, int64_t k, int64_t n, void *out,
+                                  const void *a, int64_t as0, int64_t as1, const void *b, int64_t bs0, int64_t bs1) {
+    anychip_stream ks = kernel_stream(d, s);
+    int64_t kk = defect == D_GEMM_DROP_LAST && k > 1 ? k - 1 : k;
+    anychip_status rc = at_once_done(d, s, ks, k_gemm(d, ks, t, m, kk, n, out, a, as0, as1, b, bs0, bs1));
+    return corrupt(d, s, rc, out, rc ? 0 : m * n, t, 0);
+}
+
+static anychip_status mutant_fill(int d, anychip_stream s, anychip_dtype t, int64_t n, void *out, double fvalue,
+                                  int64_t ivalue, int from_float) {
+    anychip_stream k = kernel_stream(d, s);
+    anychip_status rc = at_once_done(d, s, k, k_fill(d, k, t, n, out, fvalue, ivalue, from_float));
+    return corrupt(d, s, rc, out, rc ? 0 : n, t, 0);
+}
+
+static anychip_kernels mutant_kernels;
+
 /* ---- the table ------------------------------------------------------------------------------ */
 ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p);
 
@@ -538,5 +640,12 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     p->recv = p2p_recv;
     p->group_start = group_start;
     p->group_end = group_end;
+    mutant_kernels = KERNELS;
+    mutant_kernels.binary = mutant_binary;
+    mutant_kernels.unary = mutant_unary;
+    mutant_kernels.reduce = mutant_reduce;
+    mutant_kernels.gemm = mutant_gemm;
+    mutant_kernels.fill = mutant_fill;
+    p->kernels = &mutant_kernels;
     return S_OK;
 }

@@ -152,7 +152,11 @@ def test_quick_pass_on_every_builtin_backend(tmp_path) -> None:
         b = by[name]
         assert b["verdict"] == "PASS", b["cases"]
         assert b["ranks"] == (2 if name in ("cpu", "opencl") else 3)
-        assert b["counts"] == {"run": len(CASE_NAMES), "passed": len(CASE_NAMES), "failed": 0, "skipped": 0}
+        skipped = 1 if name == "cpu" else 0       # the CPU backend has no kernel set to check
+        assert b["counts"] == {"run": len(CASE_NAMES), "passed": len(CASE_NAMES) - skipped, "failed": 0,
+                               "skipped": skipped}
+        kernels = next(c for c in b["cases"] if c["name"] == "kernels")
+        assert kernels["status"] == ("skipped" if skipped else "passed"), kernels
         assert [c["name"] for c in b["cases"]] == list(CASE_NAMES)
         assert b["kind"] == {"cpu": "host", "opencl": "host"}.get(name, "simulated")
         assert {r["op"] for r in b["rows"]} == set(OPS)
@@ -167,7 +171,9 @@ def test_quick_pass_on_every_builtin_backend(tmp_path) -> None:
              and not line.startswith("conformance:")}
     for name in BUILTIN:
         if _available(name):
-            assert table[name][3:7] == [str(len(CASE_NAMES)), str(len(CASE_NAMES)), "0", "0"], table[name]
+            skipped = 1 if name == "cpu" else 0
+            assert table[name][3:7] == [str(len(CASE_NAMES)), str(len(CASE_NAMES) - skipped), "0", str(skipped)], \
+                table[name]
             assert table[name][-1] == "PASS" and table[name][1] == by[name]["kind"]
     assert "unavailable:" in next(line for line in lines if line.startswith("cuda"))
     assert lines[-1] == "conformance: PASS"
@@ -350,7 +356,9 @@ def test_pytest_plugin_runs_the_cases_per_device(tmp_path) -> None:
     # from outside the source tree (as an installed package) and from the repository root
     p = _pytest("--anychip-device", "cpu,nosuchchip", "-q", "-rs", cwd=str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
-    assert f"{len(CASE_NAMES)} passed, {len(CASE_NAMES)} skipped" in p.stdout, p.stdout
+    # cpu: every case but kernels (no kernel set); nosuchchip: every case skipped
+    assert f"{len(CASE_NAMES) - 1} passed, {len(CASE_NAMES) + 1} skipped" in p.stdout, p.stdout
+    assert "cpu has no kernel set" in p.stdout
     assert "unknown backend 'nosuchchip'" in p.stdout
     p = _pytest("--anychip-device", "cpu", "-k", "all_reduce or bad_free", "-v", cwd=ROOT)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -62,6 +62,14 @@ MUTANTS = {
     "mem_info_double_total": ("sendrecv", {"alloc_free"}),
     "bad_free_ok": ("sendrecv", {"bad_free"}),
     "copy_large_short": ("sendrecv", {"copy_h2d_d2h"}),
+    # the kernel table
+    "add_one": ("sendrecv", {"kernels"}),
+    "gemm_drop_last": ("sendrecv", {"kernels"}),
+    "reduce_remainder": ("sendrecv", {"kernels"}),
+    "broadcast_fast_path": ("sendrecv", {"kernels"}),
+    "subnormal_flush": ("sendrecv", {"kernels"}),
+    "bool_ff": ("sendrecv", {"kernels"}),
+    "kernels_at_once": ("sendrecv", {"kernels"}),
 }
 
 
