@@ -11,7 +11,8 @@
  *
  * A kernel is registered for a dtype only when every primitive it uses takes that dtype (the
  * table's masks) and the table's version is one this file knows; the other ops and dtypes
- * take Paddle's CPU fallback. A plugin without the table gets no kernels.
+ * take Paddle's CPU fallback. A plugin without the table gets only the strided views' copies
+ * (contiguous, strided_copy, fill: Paddle has no fallback for them), which then copy through the host.
  *
  * Each kernel has two entries, as Paddle calls both: fn(PD_KernelContext *), used by
  * Paddle's executors, and the "variadic" one, which eager Paddle calls with the C++
