@@ -49,7 +49,15 @@ OPTS = {
 }
 
 
-def amp_run(place: str, level: str) -> list[float]:
+AMP_OPTS = {
+    "sgd": lambda ps: paddle.optimizer.SGD(learning_rate=0.05, parameters=ps),
+    "momentum": lambda ps: paddle.optimizer.Momentum(learning_rate=0.05, momentum=0.9, parameters=ps),
+    "adam": lambda ps: paddle.optimizer.Adam(learning_rate=0.01, parameters=ps),
+    "adamw": lambda ps: paddle.optimizer.AdamW(learning_rate=0.01, weight_decay=0.01, parameters=ps),
+}
+
+
+def amp_run(place: str, level: str, optimizer: str) -> list[float]:
     """An MLP trained 4 steps under auto_cast float16 with a GradScaler: the losses, the scale."""
     paddle.set_device(place)
     paddle.seed(0)
@@ -57,7 +65,7 @@ def amp_run(place: str, level: str) -> list[float]:
     rs = np.random.RandomState(1)
     net.set_state_dict({k: paddle.to_tensor((rs.randn(*v.shape) * 0.3).astype("float32"))
                         for k, v in net.state_dict().items()})
-    opt = paddle.optimizer.SGD(learning_rate=0.05, parameters=net.parameters())
+    opt = AMP_OPTS[optimizer](net.parameters())
     if level == "O2":
         net, opt = paddle.amp.decorate(models=net, optimizers=opt, level="O2", dtype="float16")
     scaler = paddle.amp.GradScaler(init_loss_scaling=1024.0)
@@ -79,11 +87,11 @@ def main() -> None:
     res: dict = {}
     for name, make in OPTS.items() if PART == "static" else ():
         res[f"static_{name}"] = [static_run(DEVICE, make), static_run("cpu", make)]
-    for level in ("O1", "O2") if PART == "amp" else ():
+    for level, optimizer in (("O1", "sgd"), ("O1", "adamw"), *(("O2", o) for o in AMP_OPTS)) if PART == "amp" else ():
         try:
-            res[f"amp_{level}"] = [amp_run(DEVICE, level), amp_run("cpu", level)]
+            res[f"amp_{level}_{optimizer}"] = [amp_run(DEVICE, level, optimizer), amp_run("cpu", level, optimizer)]
         except Exception as exc:            # noqa: BLE001 -- reported, the test names it
-            res[f"amp_{level}"] = str(exc).splitlines()[0][:300]
+            res[f"amp_{level}_{optimizer}"] = str(exc).splitlines()[0][:300]
     print("RESULT " + json.dumps(res))
 
 

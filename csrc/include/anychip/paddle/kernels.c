@@ -11,7 +11,8 @@
  *
  * A kernel is registered for a dtype only when every primitive it uses takes that dtype (the
  * table's masks) and the table's version is one this file knows; the other ops and dtypes
- * take Paddle's CPU fallback. A plugin without the table gets no kernels.
+ * take Paddle's CPU fallback. A plugin without the table gets only the strided views' copies
+ * (contiguous, strided_copy, fill: Paddle has no fallback for them), which then copy through the host.
  *
  * Each kernel has two entries, as Paddle calls both: fn(PD_KernelContext *), used by
  * Paddle's executors, and the "variadic" one, which eager Paddle calls with the C++
@@ -1320,19 +1321,20 @@ static C_DataType master_of(C_DataType t) { return t == FLOAT16 || t == BFLOAT16
  *   p -= lr sqrt(1 - b2^t) / (1 - b1^t) * m1 / (sqrt(m2) + eps sqrt(1 - b2^t)),
  *   b1^t *= b1, b2^t *= b2 (unless the beta powers are global).
  * The scalars stay on the device (one-element tensors broadcast), so the update is queued
- * like any kernel. Outputs alias their inputs (Paddle's adamw_ is in place). */
+ * like any kernel. Outputs alias their inputs (Paddle's adamw_ is in place). With float16 /
+ * bfloat16 weights it computes in float32 (the moments' type), on the master weights with
+ * multi_precision (AMP O2), as Paddle's GPU kernel does, and writes the weights rounded to theirs.
+ * Adam is this without the decay. */
 static void adamw(const char *op, PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *lr, PD_Tensor *m1,
                   PD_Tensor *m2, PD_Tensor *m2max, PD_Tensor *b1p, PD_Tensor *b2p, PD_Tensor *master,
                   PD_Tensor *skip, double beta1, double beta2, double eps, float lr_ratio, float coeff,
                   bool with_decay, bool multi_precision, bool use_global_beta_pow, bool amsgrad, PD_Tensor *param_out,
-                  PD_Tensor *m1_out, PD_Tensor *m2_out, PD_Tensor *b1p_out, PD_Tensor *b2p_out)
+                  PD_Tensor *m1_out, PD_Tensor *m2_out, PD_Tensor *b1p_out, PD_Tensor *b2p_out, PD_Tensor *master_out)
 {
     (void)m2max;
     if (amsgrad)
         fail(op, "amsgrad=True is not implemented on this device (set FLAGS_enable_api_kernel_fallback and "
              "leave the kernel unregistered with ANYCHIP_PADDLE_KERNELS=0 to run it on Paddle's CPU)");
-    if (multi_precision && master)
-        fail(op, "multi_precision with master weights is not implemented on this device");
     tview p, g, l, a1, a2, q1, q2;
     input(op, param, &p);
     input(op, grad, &g);
@@ -1341,12 +1343,25 @@ static void adamw(const char *op, PD_DeviceContext *ctx, PD_Tensor *param, PD_Te
     input(op, m2, &a2);
     input(op, b1p, &q1);
     input(op, b2p, &q2);
-    if (g.n != p.n || a1.n != p.n || a2.n != p.n || l.n != 1 || q1.n != 1 || q2.n != 1)
+    /* the update's type c is the moments' (float32 for float16 / bfloat16 weights: Paddle's MPDType); it
+     * updates the master weights with multi_precision, else the weights (converted to c) */
+    int mp = multi_precision && master;
+    C_DataType c = a1.cdt;
+    tview w = p;
+    if (mp)
+        input(op, master, &w);
+    if (mp && !master_out)
+        fail(op, "multi_precision with master weights but no master output");
+    if (g.n != p.n || a1.n != p.n || a2.n != p.n || w.n != p.n || l.n != 1 || q1.n != 1 || q2.n != 1)
         fail(op, "param, grad and moments of %lld, %lld, %lld, %lld elements; learning rate and beta powers "
              "of %lld, %lld, %lld (want equal sizes, and one element each)", (long long)p.n, (long long)g.n,
              (long long)a1.n, (long long)a2.n, (long long)l.n, (long long)q1.n, (long long)q2.n);
-    if (g.cdt != p.cdt || l.cdt != p.cdt || a1.cdt != p.cdt || a2.cdt != p.cdt || q1.cdt != p.cdt || q2.cdt != p.cdt)
-        fail(op, "tensors of different data types (this device's AdamW takes one)");
+    if (g.cdt != p.cdt || l.cdt != c || a2.cdt != c || q1.cdt != c || q2.cdt != c || w.cdt != (mp ? c : p.cdt) ||
+        (c != p.cdt && c != master_of(p.cdt)))
+        fail(op, "param and grad of data type %d, learning rate, moments and beta powers of %d, %d, %d, %d, %d, master "
+             "weights of %d (want the moments' type, the weights' or its float32 for float16 / bfloat16, for all but "
+             "param and grad)", (int)p.cdt, (int)l.cdt, (int)a1.cdt, (int)a2.cdt, (int)q1.cdt, (int)q2.cdt,
+             (int)w.cdt);
     anychip_stream s = stream_of(op, ctx);
     if (skip) {
         tview k;
@@ -1357,20 +1372,37 @@ static void adamw(const char *op, PD_DeviceContext *ctx, PD_Tensor *param, PD_Te
         if (flag)
             return;                       /* in place: the outputs are the inputs, unchanged */
     }
-    tview po, o1, o2;
-    output(op, ctx, param_out, p.cdt, &po);
-    output(op, ctx, m1_out, p.cdt, &o1);
-    output(op, ctx, m2_out, p.cdt, &o2);
     temps T = {ctx, op, {0}, 0};
-    int dt = p.dt;
-    C_DataType c = p.cdt;
+    int dt = to_dtype(c);
     int64_t n = p.n, one = 1, zero = 0, unit = 1;
+    tview po, pt, o1, o2;                 /* po: the updated weights, of type c; pt: param_out */
+    output(op, ctx, param_out, p.cdt, &pt);
+    if (mp)
+        output(op, ctx, master_out, c, &po);
+    else if (p.cdt == c)
+        po = pt;
+    else {
+        po = pt;
+        po.p = temp(&T, 1, &n, c);
+    }
+    output(op, ctx, m1_out, c, &o1);
+    output(op, ctx, m2_out, c, &o2);
+    const void *gp = g.p, *pin = w.p;
+    if (g.cdt != c) {
+        void *t = temp(&T, 1, &n, c);
+        un(op, s, ANYCHIP_OP_COPY, dt, g.dt, n, t, g.p);
+        gp = t;
+    }
+    if (w.cdt != c) {
+        void *t = temp(&T, 1, &n, c);
+        un(op, s, ANYCHIP_OP_COPY, dt, w.dt, n, t, w.p);
+        pin = t;
+    }
     double b1 = c == FLOAT32 ? (double)(float)beta1 : beta1, b2 = c == FLOAT32 ? (double)(float)beta2 : beta2;
     double e = c == FLOAT32 ? (double)(float)eps : eps;
     void *t1 = temp(&T, 1, &n, c), *t2 = temp(&T, 1, &n, c);
     void *sc = temp(&T, 0, NULL, c), *sq = temp(&T, 0, NULL, c), *sd = temp(&T, 0, NULL, c);
     void *slr = temp(&T, 0, NULL, c), *seps = temp(&T, 0, NULL, c);
-    const void *pin = p.p;
     if (with_decay) {                     /* p -= ((lr * lr_ratio) * coeff) * p */
         ew(op, s, ANYCHIP_OP_MUL, dt, 1, &unit, sc, l.p, &zero, constant(&T, s, c, lr_ratio), &zero);
         ew(op, s, ANYCHIP_OP_MUL, dt, 1, &unit, sc, sc, &zero, constant(&T, s, c, coeff), &zero);
@@ -1380,11 +1412,11 @@ static void adamw(const char *op, PD_DeviceContext *ctx, PD_Tensor *param, PD_Te
     }
     void *kb1 = constant(&T, s, c, b1), *kb2 = constant(&T, s, c, b2);
     ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t1, kb1, &zero, a1.p, &one);                       /* m1 */
-    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t2, constant(&T, s, c, 1.0 - b1), &zero, g.p, &one);
+    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t2, constant(&T, s, c, 1.0 - b1), &zero, gp, &one);
     ew(op, s, ANYCHIP_OP_ADD, dt, 1, &n, o1.p, t1, &one, t2, &one);
     ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t1, kb2, &zero, a2.p, &one);                       /* m2 */
-    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t2, constant(&T, s, c, 1.0 - b2), &zero, g.p, &one);
-    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t2, t2, &one, g.p, &one);
+    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t2, constant(&T, s, c, 1.0 - b2), &zero, gp, &one);
+    ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t2, t2, &one, gp, &one);
     ew(op, s, ANYCHIP_OP_ADD, dt, 1, &n, o2.p, t1, &one, t2, &one);
     void *k1 = constant(&T, s, c, 1.0);                                             /* the scalars */
     ew(op, s, ANYCHIP_OP_SUB, dt, 1, &unit, sq, k1, &zero, q2.p, &zero);
@@ -1405,6 +1437,8 @@ static void adamw(const char *op, PD_DeviceContext *ctx, PD_Tensor *param, PD_Te
         ew(op, s, ANYCHIP_OP_MUL, dt, 1, &unit, r1.p, q1.p, &zero, kb1, &zero);
         ew(op, s, ANYCHIP_OP_MUL, dt, 1, &unit, r2.p, q2.p, &zero, kb2, &zero);
     }
+    if (p.cdt != c)                       /* the weights of their own type (float16 / bfloat16) */
+        un(op, s, ANYCHIP_OP_COPY, p.dt, dt, n, pt.p, po.p);
     temps_free(&T);
 }
 
@@ -1478,13 +1512,12 @@ static void k_adamw(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD
     (void)lazy_mode;                      /* dense gradients: lazy mode changes nothing */
     (void)min_row;
     (void)m2max_out;
-    (void)master_out;
     /* the optional inputs arrive as paddle::optional objects: their tensor, or NULL */
     adamw("adamw", ctx, param, grad, lr, m1, m2, PD.PD_OptionalTensorGetPointer(m2max), b1p, b2p,
           PD.PD_OptionalTensorGetPointer(master), PD.PD_OptionalTensorGetPointer(skip),
           PD.PD_ScalarGetFloat64Data(beta1), PD.PD_ScalarGetFloat64Data(beta2), PD.PD_ScalarGetFloat64Data(eps),
           lr_ratio, coeff, with_decay, multi_precision, use_global_beta_pow, amsgrad, param_out, m1_out, m2_out,
-          b1p_out, b2p_out);
+          b1p_out, b2p_out, master_out);
 }
 
 static void k_adam(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *lr, PD_Tensor *m1,
@@ -1497,12 +1530,11 @@ static void k_adam(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_
     (void)lazy_mode;                      /* dense gradients: lazy mode changes nothing */
     (void)min_row;
     (void)m2max_out;
-    (void)master_out;
     adamw("adam", ctx, param, grad, lr, m1, m2, PD.PD_OptionalTensorGetPointer(m2max), b1p, b2p,
           PD.PD_OptionalTensorGetPointer(master), PD.PD_OptionalTensorGetPointer(skip),
           PD.PD_ScalarGetFloat64Data(beta1), PD.PD_ScalarGetFloat64Data(beta2), PD.PD_ScalarGetFloat64Data(eps),
           1.0f, 0.0f, false, multi_precision, use_global_beta_pow, amsgrad, param_out, m1_out, m2_out, b1p_out,
-          b2p_out);
+          b2p_out, master_out);
 }
 
 /* ---- Momentum ------------------------------------------------------------------------------------- */
@@ -1511,41 +1543,70 @@ static void k_adam(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_
  *   g' = p * coeff + g  (regularization_method "l2_decay"; any other: g' = g),
  *   v = v * mu + g',  p -= lr * v,  or with Nesterov p -= (g' + v * mu) * lr.
  * rescale_grad scales g first, as Paddle's GPU kernel does (its CPU kernel ignores it; Paddle's
- * optimizer passes 1). In place: the outputs alias param and velocity. */
+ * optimizer passes 1). In place: the outputs alias param and velocity. With float16 / bfloat16
+ * weights it computes in float32 (the velocity's type), on the master weights with
+ * multi_precision (AMP O2), as the GPU kernel does, and writes the weights rounded to theirs. */
 static void momentum(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *velocity, PD_Tensor *lr,
                      PD_Tensor *master, float mu, bool nesterov, const char *method, float coeff,
-                     bool multi_precision, float rescale, PD_Tensor *param_out, PD_Tensor *velocity_out)
+                     bool multi_precision, float rescale, PD_Tensor *param_out, PD_Tensor *velocity_out,
+                     PD_Tensor *master_out)
 {
     const char *op = "momentum";
-    if (multi_precision && master)
-        fail(op, "multi_precision with master weights is not implemented on this device");
-    tview p, g, v, l, po, vo;
+    tview p, g, v, l, w, po, pt, vo;
     input(op, param, &p);
     input(op, grad, &g);
     input(op, velocity, &v);
     input(op, lr, &l);
-    if (g.n != p.n || v.n != p.n || l.n != 1)
+    /* the update's type c is the velocity's (float32 for float16 / bfloat16 weights: Paddle's MT); it
+     * updates the master weights with multi_precision, else the weights (converted to c) */
+    int mp = multi_precision && master;
+    C_DataType c = v.cdt;
+    w = p;
+    if (mp)
+        input(op, master, &w);
+    if (mp && !master_out)
+        fail(op, "multi_precision with master weights but no master output");
+    if (g.n != p.n || v.n != p.n || w.n != p.n || l.n != 1)
         fail(op, "param, grad and velocity of %lld, %lld, %lld elements, learning rate of %lld (want equal "
              "sizes, and one element)", (long long)p.n, (long long)g.n, (long long)v.n, (long long)l.n);
-    if (g.cdt != p.cdt || v.cdt != p.cdt || l.cdt != p.cdt)
-        fail(op, "tensors of different data types (this device's Momentum takes one)");
+    if (g.cdt != p.cdt || l.cdt != c || w.cdt != (mp ? c : p.cdt) || (c != p.cdt && c != master_of(p.cdt)))
+        fail(op, "param and grad of data type %d, velocity of %d, learning rate of %d, master weights of %d (want "
+             "the velocity's type, the weights' or its float32 for float16 / bfloat16, for all but param and grad)",
+             (int)p.cdt, (int)v.cdt, (int)l.cdt, (int)w.cdt);
     anychip_stream s = stream_of(op, ctx);
-    output(op, ctx, param_out, p.cdt, &po);
-    output(op, ctx, velocity_out, p.cdt, &vo);
     temps T = {ctx, op, {0}, 0};
-    int dt = p.dt;
-    C_DataType c = p.cdt;
+    int dt = to_dtype(c);
     int64_t n = p.n, one = 1, zero = 0;
-    const void *gp = g.p;
+    output(op, ctx, param_out, p.cdt, &pt);
+    if (mp)
+        output(op, ctx, master_out, c, &po);
+    else if (p.cdt == c)
+        po = pt;
+    else {
+        po = pt;
+        po.p = temp(&T, 1, &n, c);
+    }
+    output(op, ctx, velocity_out, c, &vo);
+    const void *gp = g.p, *pin = w.p;
+    if (g.cdt != c) {
+        void *t = temp(&T, 1, &n, c);
+        un(op, s, ANYCHIP_OP_COPY, dt, g.dt, n, t, g.p);
+        gp = t;
+    }
+    if (w.cdt != c) {
+        void *t = temp(&T, 1, &n, c);
+        un(op, s, ANYCHIP_OP_COPY, dt, w.dt, n, t, w.p);
+        pin = t;
+    }
     void *t = temp(&T, 1, &n, c);
     if (rescale != 1.0f) {
         void *r = temp(&T, 1, &n, c);
-        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, r, g.p, &one, constant(&T, s, c, rescale), &zero);
+        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, r, gp, &one, constant(&T, s, c, rescale), &zero);
         gp = r;
     }
     if (method && strcmp(method, "l2_decay") == 0) {
         void *r = temp(&T, 1, &n, c);
-        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, r, p.p, &one, constant(&T, s, c, coeff), &zero);
+        ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, r, pin, &one, constant(&T, s, c, coeff), &zero);
         ew(op, s, ANYCHIP_OP_ADD, dt, 1, &n, r, r, &one, gp, &one);
         gp = r;
     }
@@ -1558,7 +1619,9 @@ static void momentum(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, P
         ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t, t, &one, l.p, &zero);
     } else                                                                                   /* lr * v */
         ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t, l.p, &zero, vo.p, &one);
-    ew(op, s, ANYCHIP_OP_SUB, dt, 1, &n, po.p, p.p, &one, t, &one);
+    ew(op, s, ANYCHIP_OP_SUB, dt, 1, &n, po.p, pin, &one, t, &one);
+    if (p.cdt != c)                       /* the weights of their own type (float16 / bfloat16) */
+        un(op, s, ANYCHIP_OP_COPY, p.dt, dt, n, pt.p, po.p);
     temps_free(&T);
 }
 
@@ -1567,9 +1630,8 @@ static void k_momentum(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad,
                        bool multi_precision, float rescale, PD_Tensor *param_out, PD_Tensor *velocity_out,
                        PD_Tensor *master_out)
 {
-    (void)master_out;
     momentum(ctx, param, grad, velocity, lr, PD.PD_OptionalTensorGetPointer(master), mu, nesterov,
-             anychip_paddle_str(method), coeff, multi_precision, rescale, param_out, velocity_out);
+             anychip_paddle_str(method), coeff, multi_precision, rescale, param_out, velocity_out, master_out);
 }
 
 /* ---- AMP: check_finite_and_unscale, update_loss_scaling ---------------------------------------------- */
@@ -2096,19 +2158,19 @@ static void c_adamw(PD_KernelContext *c)
     adamw("adamw", CTX, IN(0), IN(1), IN(2), IN(3), IN(4), IN(5), IN(6), IN(7), IN(8), IN(9),
           SCAL("adamw", 0).f, SCAL("adamw", 1).f, SCAL("adamw", 2).f,
           PD.PD_KernelContextFloatAttrAt(c, 3), PD.PD_KernelContextFloatAttrAt(c, 4), BOOLA(5), BOOLA(8), BOOLA(9),
-          BOOLA(10), OUT(0), OUT(1), OUT(2), OUT(4), OUT(5));
+          BOOLA(10), OUT(0), OUT(1), OUT(2), OUT(4), OUT(5), OUT(6));
 }
 static void c_adam(PD_KernelContext *c)
 {
     adamw("adam", CTX, IN(0), IN(1), IN(2), IN(3), IN(4), IN(5), IN(6), IN(7), IN(8), IN(9),
           SCAL("adam", 0).f, SCAL("adam", 1).f, SCAL("adam", 2).f, 1.0f, 0.0f, false, BOOLA(5), BOOLA(6), BOOLA(7),
-          OUT(0), OUT(1), OUT(2), OUT(4), OUT(5));
+          OUT(0), OUT(1), OUT(2), OUT(4), OUT(5), OUT(6));
 }
 static void c_momentum(PD_KernelContext *c)
 {
     momentum(CTX, IN(0), IN(1), IN(2), IN(3), IN(4), PD.PD_KernelContextFloatAttrAt(c, 0), BOOLA(1),
              PD.PD_KernelContextStringAttrAt(c, 2), PD.PD_KernelContextFloatAttrAt(c, 3), BOOLA(4),
-             PD.PD_KernelContextFloatAttrAt(c, 5), OUT(0), OUT(1));
+             PD.PD_KernelContextFloatAttrAt(c, 5), OUT(0), OUT(1), OUT(2));
 }
 /* a list input's or output's tensors, copied (the C API's list is freed at once) */
 typedef struct { size_t n; PD_Tensor *t[1024]; } tlist;
@@ -2172,7 +2234,7 @@ static void c_matmul_grad(PD_KernelContext *c)
 #define S_ PD_ARG_TYPE_SCALAR
 #define D_ PD_ARG_TYPE_DATA_TYPE
 
-enum { FLOATS = 1, INTS = 2, ALL = FLOATS | INTS, ADAMW_TYPES = 4, VIEW_TYPES = 8 };
+enum { FLOATS = 1, INTS = 2, ALL = FLOATS | INTS, VIEW_TYPES = 4 };
 
 /* the primitives a kernel uses, each with the kernel's dtype; BOOL_MASK: also a unary cast from
  * bool (a comparison's result); WIDEN: an integer sum, which Paddle accumulates into int64 */
@@ -2246,12 +2308,12 @@ static const kernel_def KERNELS[] = {
     {"softmax_grad", FLOATS, BIN | RED, 2, 1, 1, {I_}, c_softmax_grad, V(k_softmax_grad), 0, NULL, NULL, NULL},
     {"matmul", FLOATS, GEMM | FIL, 2, 2, 1, {B_, B_}, c_matmul, V(k_matmul), 0, NULL, NULL, NULL},
     {"matmul_grad", FLOATS, GEMM | REDUCING, 3, 2, 2, {B_, B_}, c_matmul_grad, V(k_matmul_grad), 0, NULL, NULL, NULL},
-    {"adamw", ADAMW_TYPES, BIN | UN | FIL, 10, 11, 7, {S_, S_, S_, F32_, F32_, B_, B_, I64_, B_, B_, B_}, c_adamw,
+    {"adamw", FLOATS, BIN | UN | FIL, 10, 11, 7, {S_, S_, S_, F32_, F32_, B_, B_, I64_, B_, B_, B_}, c_adamw,
      V(k_adamw), 0, ADAMW_IN, NULL, NULL},
     {"sgd", FLOATS, BIN | UN, 4, 1, 2, {B_}, c_sgd, V(k_sgd), 0, SGD_IN, NULL, NULL},
-    {.name = "adam", .types = ADAMW_TYPES, .uses = BIN | UN | FIL, .nin = 10, .nattr = 8, .nout = 7,
+    {.name = "adam", .types = FLOATS, .uses = BIN | UN | FIL, .nin = 10, .nattr = 8, .nout = 7,
      .attr = {S_, S_, S_, B_, I64_, B_, B_, B_}, .fn = c_adam, .variadic = V(k_adam), .in = ADAMW_IN},
-    {.name = "momentum", .types = ADAMW_TYPES, .uses = BIN | FIL, .nin = 5, .nattr = 6, .nout = 3,
+    {.name = "momentum", .types = FLOATS, .uses = BIN | UN | FIL, .nin = 5, .nattr = 6, .nout = 3,
      .attr = {F32_, B_, STR_, F32_, B_, F32_}, .fn = c_momentum, .variadic = V(k_momentum), .in = MOMENTUM_IN},
     {.name = "check_finite_and_unscale", .types = FLOATS, .uses = BIN | UN | RED | FIL | BOOL_MASK, .nin = 2,
      .nout = 2, .fn = c_check_finite_and_unscale, .variadic = V(k_check_finite_and_unscale), .in = CFU_IN,
@@ -2271,7 +2333,6 @@ static const kernel_def KERNELS[] = {
 /* each family's dtypes, in registration order */
 static const C_DataType FLOAT_TYPES[] = {FLOAT32, FLOAT64, FLOAT16, BFLOAT16};
 static const C_DataType INT_TYPES[] = {INT32, INT64};
-static const C_DataType ADAMW_DTYPES[] = {FLOAT32, FLOAT64};
 /* those Paddle's CPU registers contiguous and strided_copy for */
 static const C_DataType VIEW_DTYPES[] = {FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, BOOL, UINT8, INT8, INT16,
                                          COMPLEX64, COMPLEX128};
@@ -2279,8 +2340,7 @@ static const struct {
     int family;
     const C_DataType *types;
     size_t n;
-} FAMILIES[] = {{FLOATS, FLOAT_TYPES, 4}, {INTS, INT_TYPES, 2}, {ADAMW_TYPES, ADAMW_DTYPES, 2},
-                {VIEW_TYPES, VIEW_DTYPES, 12}};
+} FAMILIES[] = {{FLOATS, FLOAT_TYPES, 4}, {INTS, INT_TYPES, 2}, {VIEW_TYPES, VIEW_DTYPES, 12}};
 
 static const char *const PHI_NAMES[] = {[FLOAT32] = "float32", [FLOAT64] = "float64", [FLOAT16] = "float16",
                                         [BFLOAT16] = "bfloat16", [INT32] = "int32", [INT64] = "int64",
