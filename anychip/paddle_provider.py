@@ -108,7 +108,8 @@ def kernel_table(bridge: str | os.PathLike[str] | None = None) -> dict[str, list
     library without Paddle (the simulated chips' bridge by default). It loads the bridge's plugin,
     whose kernel table (plugin.h minor 1) and its dtype masks decide: {} for a plugin without the
     table, or a bridge built without its kernel layer -- every op takes Paddle's CPU fallback there
-    (:func:`kernel_note` says why)."""
+    (:func:`kernel_note` says why), but for the strided views' copies (:data:`HOST_VIEWS`), which a
+    bridge with its kernel layer registers regardless, copying through the host."""
     table: dict[str, list[str]] = {}
     for line in (_bridge_text(bridge, "anychip_paddle_kernel_table") or "").splitlines():
         name, _, dtypes = line.partition("\t")

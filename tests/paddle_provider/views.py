@@ -67,6 +67,23 @@ def inplace_runs():
 
 
 chk("inplace_runs", inplace_runs)
+
+
+def ordered():
+    # 100 views read right after the work that produces them is queued: a GEMM's result sliced (the
+    # table's COPY, on the stream) and an int16 tensor's view (a dtype the table lacks: the host
+    # copies it after the stream's work)
+    r = np.random.RandomState(4)
+    a, b = (t(r.randint(-3, 4, (64, 64)).astype('float32')) for _ in range(2))     # exact products
+    c = t(np.arange(4096, dtype='int16').reshape(64, 64))
+    out = []
+    for k in range(100):
+        out.append(((a @ b)[:, k % 7:k % 7 + 9] + 1).numpy())
+        out.append((c + 1)[k % 5::3, 2:].contiguous().numpy())
+    return out
+
+
+chk("ordered_100", ordered)
 def inplace_view():
     x = t(x0.copy())
     v = x[1:3, ::2]
