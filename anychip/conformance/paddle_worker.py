@@ -3,7 +3,9 @@ each rank (run under `python -m paddle.distributed.launch`). Each check prints a
 "CHECK <name> ok" or "CHECK <name> FAIL <detail>"; the process exits 1 if any failed.
 tests/paddle_provider/test_paddle_provider.py and `anychip conformance --framework paddle` run it;
 with --sizes it also times all_reduce, all_gather, broadcast and reduce_scatter per size
-(value-checked) and prints "ROW <op> <bytes> <seconds> <ok>" lines."""
+(value-checked) and prints "ROW <op> <bytes> <seconds> <ok>" lines; with --compute it first runs the
+compute checks of paddle_compute.py on the rank's device."""
+import argparse
 import sys
 import time
 from typing import Any
@@ -38,11 +40,27 @@ def tensor(values: Any, dtype: Any) -> Any:
     return t.astype(dtype)
 
 
+def checked(name: str, ok: bool, detail: str = "") -> None:
+    """One CHECK line of a check run elsewhere (the compute checks)."""
+    global failures
+    failures += not ok
+    print(f"CHECK {name} {'ok' if ok else 'FAIL ' + detail}", flush=True)
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default=None, help="min,max,factor in bytes: time the ops per size")
+    parser.add_argument("--compute", action="store_true", help="first, what Paddle computes on the device against "
+                                                               "its CPU (anychip/conformance/paddle_compute.py)")
+    args = parser.parse_args()
     dist.init_parallel_env()
     r, n = dist.get_rank(), dist.get_world_size()
     dev = paddle.device.get_device()
     print(f"RANK {r} of {n} on {dev}", flush=True)
+    if args.compute:                     # to_static once per job: on rank 0
+        from anychip.conformance.paddle_compute import run_all
+        run_all(checked, static=r == 0)
+        dist.barrier()
     base = np.arange(6, dtype=np.float64)
 
     for dt in DTYPES:                                     # all_reduce: every type, every op
@@ -126,8 +144,8 @@ def main() -> int:
 
     dist.barrier()
     report("barrier", [1], [1])
-    if len(sys.argv) > 2 and sys.argv[1] == "--sizes":
-        lo, hi, factor = (int(v) for v in sys.argv[2].split(","))
+    if args.sizes:
+        lo, hi, factor = (int(v) for v in args.sizes.split(","))
         table(r, n, lo, hi, factor)
     print(f"DONE {r} failures={failures}", flush=True)
     return 1 if failures else 0

@@ -1,7 +1,8 @@
 """Every c10d op of the ``anychip`` backend, value-checked on each rank (run under
 ``anychip launch``; ``ANYCHIP_TORCH`` picks the chip). Each check prints "CHECK <name> ok" or
 "CHECK <name> FAIL <detail>"; the process exits 1 if any failed. tests/torch_provider/test_torch_c10d.py and
-``anychip conformance --framework torch`` run it; with --sizes it also times all_reduce,
+``anychip conformance --framework torch`` run it (the latter with --compute: first the compute checks of
+torch_compute.py on the rank's device); with --sizes it also times all_reduce,
 all_gather, broadcast and reduce_scatter per size (value-checked) and prints
 "ROW <op> <bytes> <seconds> <ok>" lines. Last, "DIRECT {op: count}": the ops the process
 group's C++ path enqueued (null without it)."""
@@ -18,6 +19,8 @@ import anychip.torch.distributed  # noqa: F401  (registers the backend)
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--sizes", default=None, help="min,max,factor in bytes: time the ops per size")
+parser.add_argument("--compute", action="store_true", help="first, what PyTorch computes on the device against its "
+                                                           "CPU (anychip/conformance/torch_compute.py)")
 args = parser.parse_args()
 dist.init_process_group("anychip")
 rank, n = dist.get_rank(), dist.get_world_size()
@@ -45,6 +48,19 @@ INTS = [torch.int32, torch.int64, torch.int8, torch.uint8]
 def vals(r, dtype, k=5):
     return (torch.arange(k) + 1 + r).to(dtype)
 
+
+def report(name, ok, detail=""):
+    """One CHECK line of a check run elsewhere (the compute checks)."""
+    global checked, failures
+    checked += 1
+    failures += not ok
+    print(f"CHECK {name} {'ok' if ok else 'FAIL ' + detail}", flush=True)
+
+
+if args.compute:                         # torch.compile once per job: on rank 0
+    from anychip.conformance.torch_compute import run_all
+    run_all(report, dev, compiled=rank == 0)
+    dist.barrier()
 
 OPS = {dist.ReduceOp.SUM: lambda xs: sum(xs[1:], xs[0]),
        dist.ReduceOp.PRODUCT: lambda xs: torch.stack(xs).prod(0),
