@@ -143,9 +143,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--tables", action=argparse.BooleanOptionalAction, default=None,
                    help="print the nccl-tests tables (default: when --device is given)")
     p.add_argument("--framework", choices=("anychip", "paddle", "torch"), default="anychip",
-                   help="paddle: the collective cases through paddle.distributed under Paddle's launcher, on "
-                        "the Paddle device type anychip provides (docs/paddle.md); torch: through "
-                        "torch.distributed on the anychip c10d backend (docs/torch.md)")
+                   help="paddle / torch: certify the framework on the chip: what it computes (ops forward and "
+                        "backward, optimizers, a Transformer eager and compiled / to_static, AMP, streams and "
+                        "devices) against its CPU, then the collective cases through paddle.distributed under "
+                        "Paddle's launcher (docs/paddle.md) / torch.distributed on the anychip c10d backend "
+                        "(docs/torch.md)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
     p.set_defaults(func=_cmd)
@@ -220,14 +222,10 @@ def run(backends: list[str], cfg: Config, progress: bool = False, ranks: int | N
 def _cmd(args: argparse.Namespace) -> int:
     from . import report
     cfg = config_from_args(args)
-    if args.framework == "paddle":
-        from .paddle_framework import run as run_paddle
-        return run_paddle(args.device, args.nprocs or 2, cfg.min_bytes, min(cfg.max_bytes, 4 << 20), cfg.factor,
-                          cfg.timeout * 4 if cfg.timeout else 600)
-    if args.framework == "torch":
-        from .torch_framework import run as run_torch
-        return run_torch(args.device, args.nprocs or 2, cfg.min_bytes, min(cfg.max_bytes, 4 << 20), cfg.factor,
-                         cfg.timeout * 4 if cfg.timeout else 600)
+    if args.framework in ("paddle", "torch"):
+        from .framework import run as run_framework
+        return run_framework(args.framework, args.device, args.nprocs or 2, cfg.min_bytes, min(cfg.max_bytes, 4 << 20),
+                             cfg.factor, cfg.timeout * 4 if cfg.timeout else 600)
     names = _backends(args.device)
     if args.nprocs is None and cfg.roots:        # -r without -n: valid for every backend's default ranks
         _roots(str(cfg.roots[0]), min((default_ranks(b) for b in names), default=cfg.ranks))
