@@ -31,6 +31,9 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -826,9 +829,97 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     return {back(std::get<0>(grads)), back(std::get<1>(grads)), back(std::get<2>(grads))};
 }
 
+// The devices of an op's tensor arguments, by CUDA's rule: the anychip tensors on one device,
+// with CPU tensors only as 0-dim inputs (scalars) and as indices (a Tensor?[] list, which torch
+// moves to the device); any other CPU tensor is refused with torch's usual error. Returns the
+// anychip device, if any tensor is on one.
+std::optional<c10::Device> check_devices(const c10::FunctionSchema &schema, const torch::jit::Stack &stack)
+{
+    const auto &args = schema.arguments();
+    size_t begin = stack.size() - args.size();
+    std::optional<c10::Device> device;
+    bool cpu = false;           // a CPU tensor other than a 0-dim input or an index
+    auto see = [&](const at::Tensor &t, bool written, bool index) {
+        if (!t.defined())
+            return;
+        if (t.device().type() == kType) {
+            if (!device)
+                device = t.device();
+            TORCH_CHECK(t.device() == *device, "Expected all tensors to be on the same device, but found at least "
+                        "two devices, ", *device, " and ", t.device(), "!");
+        } else if (t.device().is_cpu() && !index && (t.dim() > 0 || written)) {
+            cpu = true;
+        }
+    };
+    for (size_t i = 0; i < args.size(); ++i) {
+        const c10::IValue &v = stack[begin + i];
+        bool written = args[i].alias_info() && args[i].alias_info()->isWrite();
+        if (v.isTensor()) {
+            see(v.toTensor(), written, false);
+        } else if (v.isTensorList()) {
+            for (const at::Tensor &t : v.toTensorList())
+                see(t, written, false);
+        } else if (v.isOptionalTensorList()) {
+            for (const std::optional<at::Tensor> &t : v.toOptionalTensorList())
+                if (t.has_value())
+                    see(*t, written, true);
+        }
+    }
+    TORCH_CHECK(!(device && cpu), "Expected all tensors to be on the same device, but found at least two devices, ",
+                *device, " and cpu!");
+    return device;
+}
+
+// The CPU kernel of every op without a device one. A view op's result must share its input's
+// memory, which a CPU result copied back cannot: writes through it would be lost. The view ops
+// torch has no generic (CompositeExplicitAutograd) kernel for are registered below with their
+// as_strided-based native kernels; a view op still reaching here (sparse, nested) is refused.
+// torch's fallback returns the results to its first tensor argument's device (unless the op has
+// a device argument), which for `2 - t` or `where(cpu_scalar, t, u)` is the CPU's: they go to the
+// anychip device of the other arguments, as on CUDA.
 void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
+    const c10::FunctionSchema &schema = op.schema();
+    for (const auto &ret : schema.returns()) {
+        const c10::AliasInfo *alias = ret.alias_info();
+        TORCH_CHECK(alias == nullptr || alias->isWrite(), schema.operator_name(),
+                    " is a view op (its result shares its input's memory) with no implementation on the anychip "
+                    "device: the CPU fallback would return a copy, so writes through it would be lost");
+    }
+    std::optional<c10::Device> device = check_devices(schema, *stack);
+    bool device_arg = false;
+    for (size_t i = 0, begin = stack->size() - schema.arguments().size(); i < schema.arguments().size(); ++i)
+        device_arg = device_arg || (*stack)[begin + i].isDevice();
     at::native::cpu_fallback(op, stack);
+    if (!device || device_arg)
+        return;
+    size_t nret = schema.returns().size(), begin = stack->size() - nret;
+    auto place = [&](const at::Tensor &t) { return t.defined() && t.device().is_cpu() ? t.to(*device) : t; };
+    for (size_t i = 0; i < nret; ++i) {
+        c10::IValue &v = (*stack)[begin + i];
+        if (schema.returns()[i].alias_info())      // (an input written in place: where it was)
+            continue;
+        if (v.isTensor()) {
+            v = place(v.toTensor());
+        } else if (v.isTensorList()) {
+            c10::List<at::Tensor> list = v.toTensorList();
+            for (size_t k = 0; k < list.size(); ++k)
+                list.set(k, place(list.get(k)));
+            v = list;
+        }
+    }
+}
+
+// module.to(device) keeps each Parameter object, so that tied ones stay one (param.data = moved),
+// only where torch calls the two tensors' types compatible; its list of dense backends lacks
+// PrivateUse1, so a CPU parameter moved here would become a new Parameter per module
+bool has_compatible_shallow_copy_type(const at::Tensor &self, const at::Tensor &from)
+{
+    auto dense = [](c10::DispatchKeySet ks) {
+        return ks.has(c10::DispatchKey::CPU) || ks.has(c10::DispatchKey::PrivateUse1);
+    };
+    return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+           (dense(self.key_set()) && dense(from.key_set()));
 }
 
 // ---- ops on the chip's kernels (the table above) ------------------------------------------------
@@ -1353,10 +1444,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
     m.impl("as_strided", as_strided);
     m.impl("view", view);
     m.impl("_reshape_alias", reshape_alias);
+    // views with no generic kernel (their CPU one is as_strided-based, so it serves any device)
+    m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+    m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+    m.impl("unfold", TORCH_FN(at::native::unfold));
     m.impl("resize_", resize_);
     m.impl("_copy_from", copy_from);
     m.impl("_copy_from_and_resize", copy_from_and_resize);
     m.impl("_local_scalar_dense", local_scalar_dense);
+    m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
     m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
     m.impl("set_.source_Storage", set_source_storage);
     m.impl("set_.source_Tensor", set_source_tensor);
