@@ -60,8 +60,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                     "entries (docs/paddle.md)"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
                                       "garbage_collection_threshold:F, or backend:native to turn caching off"),
-    "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers before it raises "
-                                          "CollectiveTimeout on every waiting rank"),
+    "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers (on a chip's own "
+                                          "library: run) before it raises CollectiveTimeout on every waiting "
+                                          "rank"),
     "ANYCHIP_COLLECTIVE_TRANSPORT": ("auto", "collectives on ascend / kunlun / hygon / cuda: auto = the chip's own "
                                              "library (HCCL, BKCL, RCCL, NCCL) when present, native = require "
                                              "it, host = always the shared-memory engine"),

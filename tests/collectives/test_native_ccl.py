@@ -331,6 +331,22 @@ def test_a_peer_that_never_arrives_is_a_timeout_on_the_others(backend):
 
 
 @pytest.mark.parametrize("backend", SIM_PARAMS)
+def test_an_op_that_never_runs_times_out_on_every_rank(backend):
+    """Every rank's all_reduce waits behind a held stream, so the library never sees it (nor
+    times it out): the watchdog fails each rank's Work after ANYCHIP_COLLECTIVE_TIMEOUT (plus
+    its second of grace), naming the op and the rank, and aborts the communicator. Before,
+    every rank waited for ever."""
+    results = _spawn(3, "stuck", backend, {}, "0.5")
+    for r, (rc, out, err) in enumerate(results):
+        assert rc == 0, err
+        kind, secs, msg = _result(out)
+        assert (kind, msg) == ("CollectiveTimeout", f"all_reduce (group world.split1(color=0)) did not complete within "
+                               f"0.5 s on rank {r} (ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted")
+        assert 1.4 < secs < 10, secs
+        assert (f"LATER CollectiveError|communicator world.split1(color=0) was aborted: {msg}\n") in out, out
+
+
+@pytest.mark.parametrize("backend", SIM_PARAMS)
 def test_a_killed_peer_fails_the_others_within_seconds(backend):
     before = ccl_segments()
     results = _spawn(3, "kill", backend, {"ANYCHIP_COLLECTIVE_TIMEOUT": "60"})
