@@ -671,16 +671,19 @@ def _watchdog() -> None:
     fails its Works that are past their deadline (:meth:`_Outcomes._expire`)."""
     while True:
         with _watcher_lock:
-            transports = list(_watched)
-        timeouts = [t._timeout for t in transports]
-        time.sleep(min([1.0, *(t / 10 for t in timeouts)]))
-        now = time.monotonic()
-        for t in transports:
-            try:
-                t._expire(now)
-            except Exception as exc:  # noqa: BLE001 - a failed abort must not end the watchdog
-                _log.warning("anychip: collective watchdog: %s", exc)
-        del transports
+            period = min([1.0, *(t._timeout / 10 for t in _watched)])
+        time.sleep(period)                    # (holding no transport: a dropped one goes meanwhile)
+        _look(time.monotonic())
+
+
+def _look(now: float) -> None:
+    with _watcher_lock:
+        transports = list(_watched)
+    for t in transports:
+        try:
+            t._expire(now)
+        except Exception as exc:  # noqa: BLE001 - a failed abort must not end the watchdog
+            _log.warning("anychip: collective watchdog: %s", exc)
 
 
 def _end_process(message: str) -> None:
@@ -695,8 +698,9 @@ def _end_process(message: str) -> None:
 
 
 def _forget_watchdog_in_child() -> None:
-    global _watcher
+    global _watcher, _watcher_lock
     _watcher = None                       # a forked child has no watchdog thread (nor its parent's ranks)
+    _watcher_lock = threading.Lock()      # (the thread may have held it at the fork)
     _watched.clear()
 
 
