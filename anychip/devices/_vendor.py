@@ -563,6 +563,15 @@ class VendorPlugin(DevicePlugin):
         self._use(index)
         return self._event_done(event)
 
+    def _event_wait(self, index: int, event: Any, seconds: float) -> bool:
+        if self._timed_event_wait is None:
+            return super()._event_wait(index, event, seconds)
+        self._use(index)
+        if self._timed_event_wait(event, int(min(seconds, 3600.0) * 1000)) == SIM_E_TIMEOUT:
+            return False
+        self._call(self.EVENT_SYNCHRONIZE, event)        # complete: a failure of its work raises here
+        return True
+
     def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
         self._use(index)
         ms = self.ffi.new("float *")
