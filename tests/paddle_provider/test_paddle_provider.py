@@ -717,3 +717,33 @@ def test_collective_timeout_is_a_paddle_error_naming_the_rank(tmp_path: Path) ->
     assert "RAISED (External)  CustomDevice error, the error code is : 2." in log
     assert ("[anychip anychip_ascend] rank 0 of 2: a collective failed on its stream: status 9 (HCCL_E_TIMEOUT); "
             "a peer did not join in time (ANYCHIP_COLLECTIVE_TIMEOUT)") in log
+
+
+@pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+def test_profiler_shows_the_devices_kernels_and_copies(chip: str, request: pytest.FixtureRequest) -> None:
+    """paddle.profiler with the custom-device target (the bridge's profiler_* entries; before them:
+    "ProfilerInitialize is not implemented"): a profiled training step's Chrome trace lists the
+    device's kernels by primitive, dtype and Paddle op (the forward and the weight gradient's GEMM,
+    the bias add, SGD's updates) and its copies (the input's 4096-byte host -> device copy, the
+    loss's device -> host copy), each inside the profiled window, after the host call that enqueued
+    it (its runtime event, by correlation id), and the kernels of the one stream one after another."""
+    env, device = _chip_env(chip, request)
+    report = _result("profiler.py", [device], env)
+    before, after = report["window_us"]
+    events = [(cat, name.split("[")[0], ts, dur, args) for cat, name, ts, dur, _, args in report["device"]]
+    names = [name for cat, name, *_ in events if cat == "Kernel"]
+    for want in ("gemm float32 (matmul)", "gemm float32 (matmul_grad)", "binary float32 (add)",
+                 "reduce float32 (mean)"):
+        assert want in names, (want, names)
+    assert names.count("binary float32 (sgd)") >= 2                  # the weight's and the bias's update
+    copies = [(name, args["bytes"]) for cat, name, _, _, args in events if cat == "Memcpy"]
+    assert ("Memcpy HtoD (Pageable -> Device)", 16 * 64 * 4) in copies, copies
+    assert any(name == "Memcpy DtoH (Device -> Pageable)" for name, _ in copies), copies
+    launched = {args["correlation id"]: ts for _, ts, _, args in report["runtime"]}
+    assert len(launched) == len(events)
+    for _, name, ts, dur, args in events:
+        assert before <= ts and ts + dur <= after and dur >= 0, (name, ts, dur, before, after)
+        assert ts >= launched[args["correlation id"]] - 1, (name, ts, launched[args["correlation id"]])
+    kernels = sorted((ts, dur) for cat, _, ts, dur, _ in events if cat == "Kernel")
+    for (t0, d0), (t1, _) in zip(kernels, kernels[1:], strict=False):
+        assert t0 + d0 <= t1 + 1, (t0, d0, t1)                      # one stream: in order, no overlap
