@@ -800,3 +800,28 @@ def test_process_group_custom_like_paddles_test(tmp_path: Path) -> None:
         assert isinstance(immediate, int) and 0 <= immediate <= 20
         assert {k: v for k, v in report.items() if v is not True} == {}
         assert len(report) == 2 + 40 + 1 + 4 + (1 if rank == 0 else 0)      # reduce: the root checks
+
+
+def test_process_mesh_works_with_the_numpy_of_the_paddle_extra() -> None:
+    """pyproject's [paddle] extra pins NumPy below 2.4, with which Paddle 3.3.1's ProcessMesh fails
+    (`int()` of a 1-element array, process_mesh.py:281: `TypeError: only 0-dimensional arrays can be
+    converted to Python scalars`, through shard_dataloader(shard_dims=...)); the installed NumPy
+    satisfies the pin, and the mesh's rank lookup and shard_dataloader work with it."""
+    import numpy
+    import tomllib
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["paddle"]
+    assert "numpy<2.4" in extra
+    assert tuple(int(v) for v in numpy.__version__.split(".")[:2]) < (2, 4), numpy.__version__
+    code = ("import numpy as np, paddle, paddle.distributed as dist\n"
+            "mesh = dist.ProcessMesh([[0, 1], [2, 3]], dim_names=['dp', 'mp'])\n"
+            "assert mesh.get_rank_by_dim_and_process_id('mp', 3) == 1\n"
+            "assert mesh.get_rank_by_dim_and_process_id('dp', 3) == 1\n"
+            "class D(paddle.io.Dataset):\n"
+            "    def __getitem__(self, i): return np.full(2, i, 'float32'), np.int64(i)\n"
+            "    def __len__(self): return 8\n"
+            "dl = dist.shard_dataloader(paddle.io.DataLoader(D(), batch_size=4),\n"
+            "                           meshes=[dist.ProcessMesh([0], dim_names=['dp'])], shard_dims='dp')\n"
+            "print('OK', type(dl).__name__)\n")
+    r = subprocess.run([sys.executable, "-c", code], env=_env(ANYCHIP_PADDLE="none"), capture_output=True, text=True,
+                       timeout=CHILD_SECONDS)
+    assert r.returncode == 0 and "OK ShardDataloader" in r.stdout, r.stderr[-3000:]
