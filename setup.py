@@ -173,6 +173,7 @@ ext_modules.append(
               sources=["csrc/paddle/provider_sim.c", "csrc/include/anychip/paddle/kernels_throw.cc"],
               depends=["csrc/include/anychip/paddle/bridge.c", "csrc/include/anychip/paddle/device_ext.h",
                        "csrc/include/anychip/paddle/phi_capi.h", "csrc/include/anychip/paddle/kernels.c",
+                       "csrc/include/anychip/paddle/profiler.c",
                        "csrc/include/anychip/plugin.h"],
               include_dirs=["csrc/include", "csrc"], libraries=["pthread", "dl"],
               extra_compile_args=[*COMMON_FLAGS, "-fexceptions", f'-DANYCHIP_EXT_SUFFIX="{_SUFFIX}"']))

@@ -1460,6 +1460,7 @@ static int target_ready(void)
 
 #ifdef ANYCHIP_PADDLE_KERNELS
 static void register_kernels(void);
+static void fill_profiler(C_DeviceInterface *i);
 #else
 /* why this bridge registers no kernels (`anychip info`): it was built without the kernel layer */
 #ifndef ANYCHIP_PADDLE_NO_KERNELS
@@ -1528,9 +1529,11 @@ EXPORT void InitPlugin(struct CustomRuntimeParams *params)
     fill_collectives(i);
 #ifdef ANYCHIP_PADDLE_KERNELS
     register_kernels();                   /* the device's phi kernels, from the plugin's kernel table */
+    fill_profiler(i);                     /* Paddle's profiler: the kernels and copies on its timeline */
 #endif
 }
 
 #ifdef ANYCHIP_PADDLE_KERNELS
+#include "anychip/paddle/profiler.c"
 #include "anychip/paddle/kernels.c"
 #endif

@@ -223,6 +223,17 @@ static void takes(const char *op, const char *prim, uint32_t mask, int dt)
              dt < 0 ? "this data type" : DTYPE_NAMES[dt]);
 }
 
+/* a primitive enqueued on s, checked; while Paddle's profiler runs, an event on its timeline
+ * named "<primitive> <dtype> (<op>)" (profiler.c) */
+#define KCALL(op, prim, s, dt, call)                                                                          \
+    do {                                                                                                       \
+        trace_mark m_;                                                                                         \
+        trace_begin(t_device, (s), &m_);                                                                       \
+        anychip_status rc_ = (call);                                                                           \
+        trace_end(&m_, t_device, (s), rc_, TW_KERNEL, 0, "%s %s (%s)", (prim), DTYPE_NAMES[(dt)], (op));          \
+        kcheck((op), (prim), rc_);                                                                             \
+    } while (0)
+
 /* ---- the five primitives (anychip/plugin.h, KERNELS) --------------------------------------------- */
 
 /* out[dim] = a <e> b, a and b broadcast (strides as, bs) */
@@ -233,8 +244,8 @@ static void ew(const char *op, anychip_stream s, anychip_binary_op e, int dt, in
     if (numel(nd, dim) == 0)
         return;
     takes(op, "binary", MASK(binary), dt);
-    kcheck(op, "binary", K->binary(t_device, s, e, (anychip_dtype)dt, nd, nd ? dim : ONE, out, a, nd ? as : ONE, b,
-                                   nd ? bs : ONE));
+    KCALL(op, "binary", s, dt, K->binary(t_device, s, e, (anychip_dtype)dt, nd, nd ? dim : ONE, out, a, nd ? as : ONE,
+                                         b, nd ? bs : ONE));
 }
 
 /* out[0:n] = u(x) (COPY: x cast from in_dt to out_dt) */
@@ -246,7 +257,8 @@ static void un(const char *op, anychip_stream s, anychip_unary_op u, int out_dt,
         return;
     takes(op, "unary", MASK(unary), out_dt);
     takes(op, "unary", MASK(unary), in_dt);
-    kcheck(op, "unary", K->unary(t_device, s, u, (anychip_dtype)out_dt, (anychip_dtype)in_dt, 1, &n, out, x, &one));
+    KCALL(op, "unary", s, out_dt, K->unary(t_device, s, u, (anychip_dtype)out_dt, (anychip_dtype)in_dt, 1, &n, out, x,
+                                           &one));
 }
 
 static void kreduce(const char *op, anychip_stream s, anychip_reduce_op r, int out_dt, int in_dt, int64_t outer,
@@ -254,8 +266,8 @@ static void kreduce(const char *op, anychip_stream s, anychip_reduce_op r, int o
 {
     takes(op, "reduce", MASK(reduce), out_dt);
     takes(op, "reduce", MASK(reduce), in_dt);
-    kcheck(op, "reduce", K->reduce(t_device, s, r, (anychip_dtype)out_dt, (anychip_dtype)in_dt, outer, n, inner, out,
-                                   x));
+    KCALL(op, "reduce", s, in_dt, K->reduce(t_device, s, r, (anychip_dtype)out_dt, (anychip_dtype)in_dt, outer, n, inner,
+                                            out, x));
 }
 
 static void fill(const char *op, anychip_stream s, int dt, int64_t n, void *out, double f, int64_t i, int from_float)
@@ -263,7 +275,7 @@ static void fill(const char *op, anychip_stream s, int dt, int64_t n, void *out,
     if (n == 0)
         return;
     takes(op, "fill", MASK(fill), dt);
-    kcheck(op, "fill", K->fill(t_device, s, (anychip_dtype)dt, n, out, f, i, from_float));
+    KCALL(op, "fill", s, dt, K->fill(t_device, s, (anychip_dtype)dt, n, out, f, i, from_float));
 }
 
 /* ---- building blocks -------------------------------------------------------------------------- */
@@ -1114,8 +1126,8 @@ static void gemm(const char *op, anychip_stream s, int dt, void *out, mat a, mat
         return;
     }
     takes(op, "gemm", MASK(gemm), dt);
-    kcheck(op, "gemm", K->gemm(t_device, s, (anychip_dtype)dt, a.rows, a.cols, b.cols, out, a.p, a.s0, a.s1, b.p, b.s0,
-                               b.s1));
+    KCALL(op, "gemm", s, dt, K->gemm(t_device, s, (anychip_dtype)dt, a.rows, a.cols, b.cols, out, a.p, a.s0, a.s1, b.p,
+                                     b.s0, b.s1));
 }
 
 /* batch geometry of a matmul: the broadcast batch dims of x and y (all but the last two) */
@@ -1941,9 +1953,9 @@ static void copy_view(const char *op, anychip_stream s, const sview *dst, const 
     int rnd = nd - inner;
     int64_t idx[MAXD] = {0}, oo = 0, io = 0;
     for (int64_t r = 0; r < runs; r++) {
-        kcheck(op, "unary", K->unary(t_device, s, ANYCHIP_OP_COPY, (anychip_dtype)src->dt, (anychip_dtype)src->dt,
-                                     rnd ? rnd : 1, rnd ? dim + inner : ONE, dst->p + oo * dst->item,
-                                     src->p + io * src->item, rnd ? is + inner : ONE));
+        KCALL(op, "unary", s, src->dt,
+              K->unary(t_device, s, ANYCHIP_OP_COPY, (anychip_dtype)src->dt, (anychip_dtype)src->dt, rnd ? rnd : 1,
+                       rnd ? dim + inner : ONE, dst->p + oo * dst->item, src->p + io * src->item, rnd ? is + inner : ONE));
         step(inner, dim, idx, os, &oo, is, &io);
     }
 }

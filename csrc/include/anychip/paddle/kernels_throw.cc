@@ -1,4 +1,4 @@
-// The one C++ piece of the bridge's Paddle kernels (kernels.c): a kernel that cannot run
+// The one C++ piece of the bridge's Paddle kernels (kernels.c) and profiler (profiler.c): a kernel that cannot run
 // raises, as Paddle's own kernels do, and Paddle turns the exception into the op's Python
 // error. The C callers are compiled with -fexceptions, so it unwinds through them. Compiled
 // with a C++ compiler and linked into the bridge (setup.py; `anychip plugin paddle`).
@@ -104,4 +104,123 @@ extern "C" void *const *anychip_paddle_ptrs(const void *vec, size_t *n)
 extern "C" const char *anychip_paddle_str(const void *str)
 {
     return static_cast<const std::string *>(str)->c_str();
+}
+
+// Paddle's profiler events (profiler.c): phi::RuntimeTraceEvent and phi::DeviceTraceEvent of
+// Paddle 3.x (paddle/phi/api/profiler/trace_event.h), laid out here as Paddle declares them (a
+// std::string name, phi::TracerEventType as an int, the times and ids, and for a device event a
+// union of the kernel / memcpy / memset details), handed to the collector through the C entries
+// libpaddle.so exports for plugins (device_ext.h: profiler_add_runtime_trace_event /
+// profiler_add_device_trace_event), which move them into Paddle's collector. 0, or -1 when this
+// process's Paddle does not export them.
+namespace {
+
+const size_t MEM_KIND_LEN = 50;           // phi::kMemKindMaxLen
+
+struct kernel_event_info {                // phi::KernelEventInfo
+    uint32_t block[3], grid[3], dynamic_shared, static_shared, registers, local_per_thread, local_total;
+    uint64_t queued, submitted, completed;
+    float blocks_per_sm, warps_per_sm, occupancy;
+};
+
+struct memcpy_event_info {                // phi::MemcpyEventInfo
+    uint64_t num_bytes;
+    char copy_kind[MEM_KIND_LEN], src_kind[MEM_KIND_LEN], dst_kind[MEM_KIND_LEN];
+};
+
+struct memset_event_info {                // phi::MemsetEventInfo
+    uint64_t num_bytes;
+    char memory_kind[MEM_KIND_LEN];
+    uint32_t value;
+};
+
+struct runtime_trace_event {              // phi::RuntimeTraceEvent
+    std::string name;
+    int type;
+    uint64_t start_ns, end_ns, process_id, thread_id;
+    uint32_t correlation_id, callback_id;
+};
+
+struct device_trace_event {               // phi::DeviceTraceEvent
+    std::string name;
+    int type;
+    uint64_t start_ns, end_ns, device_id, context_id, stream_id;
+    uint32_t correlation_id;
+    union {
+        kernel_event_info kernel_info;
+        memcpy_event_info memcpy_info;
+        memset_event_info memset_info;
+    };
+};
+
+const int CUDA_RUNTIME = 3, MEMCPY = 5, MEMSET = 6;    // phi::TracerEventType
+
+typedef void (*add_event_fn)(void *, void *);
+
+add_event_fn paddle_entry(const char *name)
+{
+    void *paddle = dlopen("libpaddle.so", RTLD_NOW | RTLD_NOLOAD);
+    return paddle ? reinterpret_cast<add_event_fn>(dlsym(paddle, name)) : nullptr;
+}
+
+void copy_kind(char *dst, const char *src)
+{
+    std::strncpy(dst, src, MEM_KIND_LEN - 1);
+    dst[MEM_KIND_LEN - 1] = 0;
+}
+
+}  // namespace
+
+extern "C" int anychip_paddle_trace_runtime(void *prof, const char *name, uint64_t start_ns, uint64_t end_ns,
+                                            uint64_t pid, uint64_t tid, uint32_t correlation);
+extern "C" int anychip_paddle_trace_device(void *prof, const char *name, int type, uint64_t start_ns,
+                                           uint64_t end_ns, uint64_t device, uint64_t stream, uint32_t correlation,
+                                           uint64_t bytes, const char *copy, const char *src_kind,
+                                           const char *dst_kind, uint32_t value);
+
+extern "C" int anychip_paddle_trace_runtime(void *prof, const char *name, uint64_t start_ns, uint64_t end_ns,
+                                            uint64_t pid, uint64_t tid, uint32_t correlation)
+{
+    static add_event_fn add = paddle_entry("profiler_add_runtime_trace_event");
+    if (!add)
+        return -1;
+    runtime_trace_event e{name, CUDA_RUNTIME, start_ns, end_ns, pid, tid, correlation, 0};
+    add(prof, &e);
+    return 0;
+}
+
+extern "C" int anychip_paddle_trace_device(void *prof, const char *name, int type, uint64_t start_ns,
+                                           uint64_t end_ns, uint64_t device, uint64_t stream, uint32_t correlation,
+                                           uint64_t bytes, const char *copy, const char *src_kind,
+                                           const char *dst_kind, uint32_t value)
+{
+    static add_event_fn add = paddle_entry("profiler_add_device_trace_event");
+    if (!add)
+        return -1;
+    const size_t details = sizeof(memcpy_event_info) > sizeof(kernel_event_info)
+                               ? (sizeof(memcpy_event_info) > sizeof(memset_event_info) ? sizeof(memcpy_event_info)
+                                                                                      : sizeof(memset_event_info))
+                               : sizeof(kernel_event_info);
+    device_trace_event e;
+    std::memset(static_cast<void *>(&e.kernel_info), 0, details);
+    e.name = name;
+    e.type = type;
+    e.start_ns = start_ns;
+    e.end_ns = end_ns;
+    e.device_id = device;
+    e.context_id = 0;
+    e.stream_id = stream;
+    e.correlation_id = correlation;
+    if (type == MEMCPY) {
+        e.memcpy_info.num_bytes = bytes;
+        copy_kind(e.memcpy_info.copy_kind, copy);
+        copy_kind(e.memcpy_info.src_kind, src_kind);
+        copy_kind(e.memcpy_info.dst_kind, dst_kind);
+    } else if (type == MEMSET) {
+        e.memset_info.num_bytes = bytes;
+        copy_kind(e.memset_info.memory_kind, dst_kind);
+        e.memset_info.value = value;
+    }
+    add(prof, &e);
+    return 0;
 }
