@@ -198,7 +198,8 @@ static anychip_stream stream_of(const char *op, const PD_DeviceContext *ctx)
     C_Stream s = PD.PD_DeviceContextGetStream(ctx, &st);
     if (st != C_SUCCESS || !s)
         fail(op, "the device context has no stream");
-    atomic_store(&REC(s)->pending, 1);    /* the copy fence sees the kernel */
+    if (enqueue_on(t_device, REC(s)) != C_SUCCESS)      /* the copy fence sees the kernel; the stream order */
+        fail(op, "ordering its stream after the device's other streams failed");
     return REC(s)->s;
 }
 
