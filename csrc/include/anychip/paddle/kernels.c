@@ -21,8 +21,8 @@
  *
  * Composite ops (softmax, the gradients) are sequences of those primitives on the one stream,
  * with temporaries from Paddle's allocator for the device (freed when the op returns: the
- * next user of that memory is ordered after this op on the stream, as with any caching
- * allocator). The formulas are Paddle's CPU kernels', in the same order, so results agree
+ * next user of that memory, on this stream or another, is ordered after this op's work by the
+ * bridge's stream order, enqueue_on). The formulas are Paddle's CPU kernels', in the same order, so results agree
  * with Paddle-CPU to the rounding of each step.
  *
  * ANYCHIP_PADDLE_BEFORE_GEMM, when defined, names a function (void) called before the first
