@@ -29,6 +29,12 @@ def at():
     return module
 
 
+# the first import on a fresh machine compiles the extension (a minute or two)
+@pytest.mark.timeout(LONG_TEST_SECONDS)
+def test_this_process_binds_the_ascend(at):
+    assert at.backend() == "ascend"
+
+
 # ---- the current device: reads ordered after the work they read ------------------------------
 
 @pytest.mark.timeout(LONG_TEST_SECONDS)
