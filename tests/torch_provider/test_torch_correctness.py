@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,12 @@ def at():
     os.environ.pop("ANYCHIP_LAUNCH_DEVICE", None)
     import anychip.torch as module
     return module
+
+
+# the first import on a fresh machine compiles the extension (a minute or two)
+@pytest.mark.timeout(LONG_TEST_SECONDS)
+def test_this_process_binds_the_ascend(at):
+    assert at.backend() == "ascend"
 
 
 # ---- the current device: reads ordered after the work they read ------------------------------
@@ -371,3 +378,48 @@ def test_cpu_tensors_with_dimensions_are_refused_as_on_cuda(at, case):
     with pytest.raises(RuntimeError, match=message.replace("(", r"\(").replace(")", r"\)")):
         fn(t, t > 0)
 
+
+
+# ---- a C plugin's events across devices ----------------------------------------------------------
+
+EVENTS_PROGRAM = textwrap.dedent("""
+    import torch, anychip.torch as at
+    out = []
+    with torch.accelerator.device_index(0):              # the current device is anychip:0 throughout
+        s1 = torch.Stream(device="anychip:1")
+        with s1:
+            x = torch.ones(1 << 16, device="anychip:1") * 3
+        e = torch.Event(device="anychip:1", enable_timing=True)
+        e.record(s1)
+        out.append(f"query {e.query() in (True, False)}")
+        e.synchronize()
+        out.append(f"after synchronize {e.query()}")
+        start = torch.Event(device="anychip:1", enable_timing=True)
+        start.record(s1)
+        with s1:
+            y = x * 2
+        end = torch.Event(device="anychip:1", enable_timing=True)
+        end.record(s1)
+        end.synchronize()
+        out.append(f"elapsed {start.elapsed_time(end) >= 0}")
+        s0 = torch.Stream(device="anychip:0")
+        s0.wait_stream(s1)                              # across devices
+        s0.wait_event(end)
+        with s1:
+            z = y + 1
+        s0.synchronize()
+        out.append(f"values {y[:2].cpu().tolist()} {z[-1].item()}")
+    print("; ".join(out))
+""")
+
+
+@pytest.mark.timeout(LONG_TEST_SECONDS)
+def test_a_c_plugins_events_work_on_another_device_than_the_current_one(scaffold_plugin):
+    # (before: "event_query failed: status 1 (invalid argument): event_query: not an event of
+    # device 0" for an event of anychip:1, and the cross-device wait_stream refused)
+    env = {**os.environ, "ANYCHIP_TORCH": scaffold_plugin.name, "ANYCHIP_PLUGIN_PATH": scaffold_plugin.path}
+    env.pop("ANYCHIP_LAUNCH_DEVICE", None)
+    done = subprocess.run(python_command(["-c", EVENTS_PROGRAM]), capture_output=True, text=True, env=env,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "query True; after synchronize True; elapsed True; values [6.0, 6.0] 7.0"

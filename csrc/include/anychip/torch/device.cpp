@@ -1118,6 +1118,13 @@ at::Tensor sum_all(const at::Tensor &self, std::optional<at::ScalarType> dtype)
 
 // ---- the device guard ----------------------------------------------------------------------
 
+// a torch event: the plugin's event and its device, which plugin.h's event calls take and torch's
+// query / synchronize / wait of an event do not give (it is not the current device's)
+struct TorchEvent {
+    anychip_event event;
+    int device;
+};
+
 struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
     c10::DeviceType type() const override { return kType; }
 
@@ -1204,8 +1211,11 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
 
     void destroyEvent(void *event, const c10::DeviceIndex device) const noexcept override
     {
-        if (event && has_events())
-            g_plugin.event_destroy(device, static_cast<anychip_event>(event));
+        (void)device;
+        auto *e = static_cast<TorchEvent *>(event);
+        if (e && has_events())
+            g_plugin.event_destroy(e->device, e->event);
+        delete e;
     }
 
     void record(void **event, const c10::Stream &stream, const c10::DeviceIndex device,
@@ -1223,37 +1233,41 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
         if (*event == nullptr) {
             anychip_event ev = nullptr;
             check(g_plugin.event_create(dev, &ev), "event_create", dev);
-            *event = ev;
+            *event = new TorchEvent{ev, dev};
         }
-        check(g_plugin.event_record(dev, static_cast<anychip_event>(*event), static_cast<anychip_stream>(s)),
-              "event_record", dev);
+        auto *e = static_cast<TorchEvent *>(*event);
+        TORCH_CHECK(e->device == dev, "an event of anychip:", e->device, " cannot be recorded on a stream of anychip:", dev);
+        check(g_plugin.event_record(dev, e->event, static_cast<anychip_stream>(s)), "event_record", dev);
     }
 
+    // work enqueued on `stream` from now on waits for the event: on the stream where the event is of
+    // the stream's device (plugin.h's stream_wait_event takes one device), else the host waits for it
     void block(void *event, const c10::Stream &stream) const override
     {
         if (event == nullptr)
             return;
+        auto *e = static_cast<TorchEvent *>(event);
         int dev = stream.device_index();
         void *s = stream_handle(dev, stream.id());
-        if (g_plugin.stream_wait_event)
-            check(g_plugin.stream_wait_event(dev, static_cast<anychip_stream>(s), static_cast<anychip_event>(event)),
-                  "stream_wait_event", dev);
+        if (g_plugin.stream_wait_event && e->device == dev)
+            check(g_plugin.stream_wait_event(dev, static_cast<anychip_stream>(s), e->event), "stream_wait_event", dev);
         else
-            check(g_plugin.event_synchronize(dev, static_cast<anychip_event>(event)), "event_synchronize", dev);
+            check(g_plugin.event_synchronize(e->device, e->event), "event_synchronize", e->device);
     }
 
     bool queryEvent(void *event) const override
     {
         if (event == nullptr)
             return true;
+        auto *e = static_cast<TorchEvent *>(event);
         if (!g_plugin.event_query) {
-            check(g_plugin.event_synchronize(t_device, static_cast<anychip_event>(event)), "event_synchronize", t_device);
+            check(g_plugin.event_synchronize(e->device, e->event), "event_synchronize", e->device);
             return true;
         }
-        anychip_status st = g_plugin.event_query(t_device, static_cast<anychip_event>(event));
+        anychip_status st = g_plugin.event_query(e->device, e->event);
         if (st == g_plugin.not_ready_status && st != 0)
             return false;
-        check(st, "event_query", t_device);
+        check(st, "event_query", e->device);
         return true;
     }
 
@@ -1284,7 +1298,8 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
     {
         if (event == nullptr)
             return;
-        check(g_plugin.event_synchronize(t_device, static_cast<anychip_event>(event)), "event_synchronize", t_device);
+        auto *e = static_cast<TorchEvent *>(event);
+        check(g_plugin.event_synchronize(e->device, e->event), "event_synchronize", e->device);
     }
 
     void synchronizeDevice(const c10::DeviceIndex device) const override
@@ -1311,12 +1326,15 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
 
     double elapsedTime(void *start, void *end, const c10::DeviceIndex device) const override
     {
+        (void)device;
         TORCH_CHECK(start && end, "elapsed_time needs two recorded events");
         TORCH_CHECK(g_plugin.event_elapsed_ms, "anychip ", g_backend, " offers no event timing (event_elapsed_ms)");
+        auto *a = static_cast<TorchEvent *>(start), *b = static_cast<TorchEvent *>(end);
+        TORCH_CHECK(a->device == b->device, "elapsed_time needs two events of one device, got anychip:", a->device,
+                    " and anychip:", b->device);
         float ms = 0;
-        check(g_plugin.event_synchronize(device, static_cast<anychip_event>(end)), "event_synchronize", device);
-        check(g_plugin.event_elapsed_ms(device, &ms, static_cast<anychip_event>(start), static_cast<anychip_event>(end)),
-              "event_elapsed_ms", device);
+        check(g_plugin.event_synchronize(b->device, b->event), "event_synchronize", b->device);
+        check(g_plugin.event_elapsed_ms(b->device, &ms, a->event, b->event), "event_elapsed_ms", b->device);
         return ms;
     }
 };
