@@ -28,7 +28,7 @@ import torch
 
 from ..runtime.device import Device
 from ..runtime.device import device as _anychip_device
-from ..runtime.env import launch_device, torch_backend, torch_kernels
+from ..runtime.env import launch_device, mark_torch_autoload, torch_backend, torch_kernels
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.registry import backends as _backends
 from ..runtime.stream import Stream as _AnychipStream
@@ -154,6 +154,9 @@ torch.utils.rename_privateuse1_backend(NAME)
 torch._register_device_module(NAME, sys.modules[__name__])
 torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_packed_sequence=True,
                                                      for_storage=True)
+# the processes this one starts (DataLoader workers, torch.multiprocessing) have the device after
+# their own `import torch` (the autoload entry point, anychip/_torch_autoload.py)
+mark_torch_autoload()
 
 
 # ---- torch.anychip ---------------------------------------------------------------------------

@@ -1,19 +1,21 @@
 """torch.anychip as a device module: what torch's own code calls on it (autocast, activation
 checkpointing, torch.load's map_location, DeviceMesh, FSDP2, DCP, DTensor), streams and
-events as torch's types, the device's own random number generators (docs/torch.md)."""
+events as torch's types, the device's own random number generators, and torch's backend
+autoload in child processes (docs/torch.md)."""
 from __future__ import annotations
 
 import copy
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'anychip[torch]')")
 
-from conftest import LONG_CHILD_SECONDS, LONG_TEST_SECONDS  # noqa: E402
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, LONG_TEST_SECONDS  # noqa: E402
 
 import anychip  # noqa: E402
 from anychip._spawn import python_command  # noqa: E402
@@ -284,6 +286,44 @@ def test_generator_objects_of_the_device(at):
     assert torch.anychip.default_generators[1].device == torch.device("anychip", 1)
     with pytest.raises(RuntimeError, match="Expected a 'anychip' device type for generator but found 'cpu'"):
         torch.randn(3, device="anychip", generator=torch.Generator())
+
+
+# ---- child processes ---------------------------------------------------------------------------------
+
+def _child(code: str, **env: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_TORCH_AUTOLOAD")}
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full,
+                          timeout=CHILD_SECONDS, cwd=ROOT)
+
+
+def test_import_torch_binds_the_device_only_where_marked(at):
+    assert os.environ["ANYCHIP_TORCH_AUTOLOAD"] == "1"        # set for this process's children
+    code = "import sys, torch; print('bound', 'anychip.torch' in sys.modules, hasattr(torch, 'anychip'))"
+    assert _child(code).stdout.split() == ["bound", "False", "False"]
+    marked = _child(code + "; print((torch.ones(2, device='anychip') * 2).cpu().tolist(), torch.anychip.backend())",
+                    ANYCHIP_TORCH_AUTOLOAD="1", ANYCHIP_TORCH="kunlun")
+    assert marked.stdout.split("\n")[:2] == ["bound True True", "[2.0, 2.0] kunlun"], marked.stderr[-2000:]
+    # a device that cannot be set up: `import torch` goes on, saying why
+    bad = _child(code, ANYCHIP_TORCH_AUTOLOAD="1", ANYCHIP_TORCH="nosuchchip")
+    assert bad.returncode == 0 and bad.stdout.split() == ["bound", "False", "False"], bad.stderr[-2000:]
+    assert "RuntimeWarning: anychip: the 'anychip' device could not be set up" in bad.stderr
+    assert "ANYCHIP_TORCH=nosuchchip: anychip has no backend 'nosuchchip'" in bad.stderr
+    assert _child(code, ANYCHIP_TORCH_AUTOLOAD="1", TORCH_DEVICE_BACKEND_AUTOLOAD="0").stdout.split() == [
+        "bound", "False", "False"]
+
+
+@pytest.mark.timeout(LONG_CHILD_SECONDS)
+def test_spawned_dataloader_workers_use_the_device_without_importing_anychip(at):
+    sys.path.insert(0, str(HERE))
+    try:
+        from autoload_child import OnTheDevice
+        loader = torch.utils.data.DataLoader(OnTheDevice(), batch_size=None, num_workers=1,
+                                             multiprocessing_context="spawn")
+        got = [(x.tolist(), backend) for x, backend in loader]
+    finally:
+        sys.path.remove(str(HERE))
+    assert got == [([0.0, 0.0, 0.0], "ascend"), ([2.0, 2.0, 2.0], "ascend"), ([4.0, 4.0, 4.0], "ascend")]
 
 
 # ---- the parallel APIs on 4 ranks ------------------------------------------------------------------------
