@@ -86,6 +86,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                                                   "BACKEND:r)"),
     "ANYCHIP_TORCH": ("(the launch device's backend, else the first built one)",
                       "the backend PyTorch's device 'anychip' is bound to (docs/torch.md)"),
+    "ANYCHIP_TORCH_AUTOLOAD": ("(1 once a process has imported anychip.torch)",
+                               "1 = `import torch` binds the 'anychip' device (torch's backend autoload); set by "
+                               "anychip.torch for the processes it starts, 0 = never (docs/torch.md)"),
     "ANYCHIP_TORCH_CACHE": ("~/.cache/anychip/torch", "where the PyTorch extension is compiled and kept"),
     "ANYCHIP_TORCH_KERNELS": ("1", "ops of PyTorch's device on the chip's kernel table: 1 = those whose values are "
                                    "the CPU's bit for bit, all = also mm and float sums (rounded differently), "
@@ -276,6 +279,17 @@ def torch_c10d_direct() -> bool:
     """``ANYCHIP_TORCH_C10D_DIRECT`` (default 1): whether the c10d backend's hot ops take its
     C++ path; a bad value raises."""
     return _checked("ANYCHIP_TORCH_C10D_DIRECT") != "0"
+
+
+def torch_autoload() -> bool:
+    """``ANYCHIP_TORCH_AUTOLOAD``: whether ``import torch`` binds the ``anychip`` device; a bad
+    value raises."""
+    return _checked("ANYCHIP_TORCH_AUTOLOAD") == "1"
+
+
+def mark_torch_autoload() -> None:
+    """Set ``ANYCHIP_TORCH_AUTOLOAD=1`` (unless set) for the processes this one starts."""
+    os.environ.setdefault("ANYCHIP_TORCH_AUTOLOAD", "1")
 
 
 def torch_cache() -> str:
@@ -501,6 +515,7 @@ _CHECKS: dict[str, Callable[[str], str | None]] = {
     "ANYCHIP_PADDLE_PROFILE": _choice("0", "1"),
     "ANYCHIP_TORCH_KERNELS": _choice("0", "1", "all"),
     "ANYCHIP_TORCH_C10D_DIRECT": _choice("0", "1"),
+    "ANYCHIP_TORCH_AUTOLOAD": _choice("0", "1"),
     "ANYCHIP_ALLOC_CONF": _alloc_conf,
     "ANYCHIP_LOG_LEVEL": _log_level,
     "ANYCHIP_RANK": _rank,

@@ -1347,11 +1347,12 @@ struct Hooks final : at::PrivateUse1HooksInterface {
     bool isBuilt() const override { return true; }
     bool isAvailable() const override { return g_ready && g_count > 0; }
     bool hasPrimaryContext(c10::DeviceIndex device) const override { return g_ready && device >= 0 && device < g_count; }
+    // each device's own generators (random.cpp)
     const at::Generator &getDefaultGenerator(c10::DeviceIndex device) const override
     {
-        (void)device;      // random ops run on the CPU (the fallback): they draw from its generator
-        return at::detail::getDefaultCPUGenerator();
+        return anychip_torch::default_generator(device);
     }
+    at::Generator getNewGenerator(c10::DeviceIndex device) const override { return anychip_torch::new_generator(device); }
     at::Device getDeviceFromPtr(void *data) const override
     {
         (void)data;
@@ -1447,6 +1448,10 @@ std::string status_text(anychip_status st) { return ::status_text(st); }
 
 int dtype_of(at::ScalarType t) { return kernel_dtype(t); }
 
+int device_count() { return g_count; }
+
+void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) { cpu_fallback(op, stack); }
+
 void *current_stream_of(int device, int64_t *id)
 {
     *id = current_id(device);
@@ -1533,4 +1538,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("current_stream_id", &current_stream_id);
     m.def("kernel_launches", &kernel_launches);
     anychip_torch::bind_c10d(m);
+    anychip_torch::bind_random(m);
 }
