@@ -446,7 +446,8 @@ static C_Status stream_wait_event(const C_Device d, C_Stream stream, C_Event eve
  * (oldest first) until the event has completed. Every addition reaps the list (queries each
  * entry's event, releases the completed ones); the list is bounded: past max_n entries or
  * max_bytes bytes the oldest entry's event is waited for. A released entry keeps its event and
- * its buffer (up to STAGE_KEEP bytes) for the next copy; LATER_SPARE of them are kept. */
+ * its buffer (up to STAGE_KEEP bytes) for the next copy; LATER_SPARE of them are kept, and
+ * those of a device are freed when it is deinitialized. */
 typedef struct later {
     int device;
     anychip_event e;
@@ -463,7 +464,7 @@ typedef struct {
 } later_list;
 
 #define LATER_SPARE 64                    /* reusable entries kept per list */
-#define STAGE_KEEP ((size_t)16 << 20)     /* staging buffers up to this size are kept for reuse */
+#define STAGE_KEEP ((size_t)1 << 20)      /* staging buffers up to this size are kept for reuse */
 
 static void later_recycle(later_list *L, later *x)
 {
@@ -581,7 +582,7 @@ static void later_add(later_list *L, later *x, anychip_stream s)
     later_reap(L);
 }
 
-/* wait for and release every entry of `device` */
+/* wait for and release every entry of `device`, and free its spare ones */
 static void later_drain(later_list *L, int device)
 {
     for (;;) {
@@ -597,9 +598,30 @@ static void later_drain(later_list *L, int device)
             }
         pthread_mutex_unlock(&L->lock);
         if (!x)
-            return;
+            break;
         check(P.event_synchronize(x->device, x->e), "event_synchronize");
         later_recycle(L, x);
+    }
+    later *spare = NULL;
+    pthread_mutex_lock(&L->lock);
+    for (later **p = &L->spare; *p;) {
+        later *x = *p;
+        if (x->device == device) {
+            *p = x->next;
+            L->nspare--;
+            x->next = spare;
+            spare = x;
+        } else {
+            p = &x->next;
+        }
+    }
+    pthread_mutex_unlock(&L->lock);
+    while (spare) {
+        later *x = spare;
+        spare = x->next;
+        P.event_destroy(x->device, x->e);
+        free(x->buf);
+        free(x);
     }
 }
 
