@@ -24,6 +24,12 @@
  * on it; a synchronous copy first synchronizes the pending streams of its device and
  * clears their flags. With nothing pending the fence costs one pass over a short list.
  *
+ * Ordering (docs/paddle.md, "Ordering"): asynchronous H2D copies read a staging buffer of the
+ * bridge's (Paddle may free the source at once), asynchronous D2H copies return complete,
+ * work enqueued on a stream other than the device's last one first waits for that one (the
+ * stream order: Paddle's allocator reuses memory across streams), and a free waits for the
+ * device's pending streams (the fence).
+ *
  * Collectives: the plugin's own (plugin.h's optional collectives), one communicator per
  * Paddle communicator. A plugin without them, in a build given ANYCHIP_PADDLE_CCL (the path
  * of anychip's libanychip_ccl), gets anychip's shared-memory engine: each op synchronizes
