@@ -24,6 +24,12 @@
  * on it; a synchronous copy first synchronizes the pending streams of its device and
  * clears their flags. With nothing pending the fence costs one pass over a short list.
  *
+ * Ordering (docs/paddle.md, "Ordering"): asynchronous H2D copies read a staging buffer of the
+ * bridge's (Paddle may free the source at once), asynchronous D2H copies return complete,
+ * work enqueued on a stream other than the device's last one first waits for that one (the
+ * stream order: Paddle's allocator reuses memory across streams), and a free waits for the
+ * device's pending streams (the fence).
+ *
  * Collectives: the plugin's own (plugin.h's optional collectives), one communicator per
  * Paddle communicator. A plugin without them, in a build given ANYCHIP_PADDLE_CCL (the path
  * of anychip's libanychip_ccl), gets anychip's shared-memory engine: each op synchronizes
@@ -446,7 +452,8 @@ static C_Status stream_wait_event(const C_Device d, C_Stream stream, C_Event eve
  * (oldest first) until the event has completed. Every addition reaps the list (queries each
  * entry's event, releases the completed ones); the list is bounded: past max_n entries or
  * max_bytes bytes the oldest entry's event is waited for. A released entry keeps its event and
- * its buffer (up to STAGE_KEEP bytes) for the next copy; LATER_SPARE of them are kept. */
+ * its buffer (up to STAGE_KEEP bytes) for the next copy; LATER_SPARE of them are kept, and
+ * those of a device are freed when it is deinitialized. */
 typedef struct later {
     int device;
     anychip_event e;
@@ -463,7 +470,7 @@ typedef struct {
 } later_list;
 
 #define LATER_SPARE 64                    /* reusable entries kept per list */
-#define STAGE_KEEP ((size_t)16 << 20)     /* staging buffers up to this size are kept for reuse */
+#define STAGE_KEEP ((size_t)1 << 20)      /* staging buffers up to this size are kept for reuse */
 
 static void later_recycle(later_list *L, later *x)
 {
@@ -581,7 +588,7 @@ static void later_add(later_list *L, later *x, anychip_stream s)
     later_reap(L);
 }
 
-/* wait for and release every entry of `device` */
+/* wait for and release every entry of `device`, and free its spare ones */
 static void later_drain(later_list *L, int device)
 {
     for (;;) {
@@ -597,9 +604,30 @@ static void later_drain(later_list *L, int device)
             }
         pthread_mutex_unlock(&L->lock);
         if (!x)
-            return;
+            break;
         check(P.event_synchronize(x->device, x->e), "event_synchronize");
         later_recycle(L, x);
+    }
+    later *spare = NULL;
+    pthread_mutex_lock(&L->lock);
+    for (later **p = &L->spare; *p;) {
+        later *x = *p;
+        if (x->device == device) {
+            *p = x->next;
+            L->nspare--;
+            x->next = spare;
+            spare = x;
+        } else {
+            p = &x->next;
+        }
+    }
+    pthread_mutex_unlock(&L->lock);
+    while (spare) {
+        later *x = spare;
+        spare = x->next;
+        P.event_destroy(x->device, x->e);
+        free(x->buf);
+        free(x);
     }
 }
 
