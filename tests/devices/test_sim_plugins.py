@@ -350,3 +350,26 @@ def test_kunlun_without_simulator_extensions():
     p._event_destroy(0, e)
     p._stream_destroy(0, s)
     p._free(0, h)
+
+
+def test_the_runtime_and_the_plugin_face_each_ask_the_library_for_the_current_device(plugin):
+    """The library's current device is the thread's, set by anychip's runtime and by the
+    plugin.h face in the same library (which anychip.torch and the Paddle bridge drive): each
+    must see the other's switch, or the NULL stream and new streams land on the wrong device
+    (docs/torch.md, "The current device"). Both used to remember what they had set last."""
+    from anychip.devices import cplugin
+
+    face = cplugin.probe(plugin.library_path)[1]().t           # the same library's plugin.h face
+    out = plugin.ffi.new(plugin.ffi.typeof(getattr(plugin.lib, plugin.GET_DEVICE)).args[0])
+
+    def current() -> int:
+        assert getattr(plugin.lib, plugin.GET_DEVICE)(out) == 0
+        return int(out[0])
+
+    for _ in range(2):
+        assert face.set_device(0) == 0 and current() == 0
+        plugin._use(1)
+        assert current() == 1
+        assert face.set_device(0) == 0 and current() == 0     # (the face had set 0 before)
+        plugin._use(1)                                          # (the runtime had set 1 before)
+        assert current() == 1
