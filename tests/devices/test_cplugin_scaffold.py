@@ -177,6 +177,7 @@ def test_installed_plugins_pass_the_conformance_suite(installed: dict[str, Path]
     for b in report["backends"]:
         failed = [c["name"] for c in b["cases"] if c["status"] == "failed"]
         skipped = [c["name"] for c in b["cases"] if c["status"] == "skipped"]
-        assert failed == [] and skipped == [], (b["backend"], failed, skipped)
+        no_kernel_set = b["backend"] == NAMES["python"]      # the Python scaffold's tensor ops run on the host
+        assert failed == [] and skipped == (["kernels"] if no_kernel_set else []), (b["backend"], failed, skipped)
         assert {"all_reduce", "bad_free", "oom_recovery", "events_timing", "killed_rank"} <= \
             {c["name"] for c in b["cases"]}
