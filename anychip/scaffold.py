@@ -26,7 +26,9 @@ from .runtime.errors import AnychipError, InvalidArgumentError, PluginError
 __all__ = ["new_plugin", "add_parser", "LANGUAGES"]
 
 LANGUAGES = ("c", "python")
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_NAME = re.compile(r"[a-z][a-z0-9_]*")          # the whole name (fullmatch: "$" would allow a trailing newline)
+#: longest backend name: plugin.h's device_type holds ANYCHIP_DEVICE_TYPE_MAX (64) bytes with its NUL
+MAX_NAME = 63
 _RESERVED = frozenset({"cpu", "cuda", "opencl", "ascend", "kunlun", "hygon", "all"})
 
 
@@ -36,16 +38,32 @@ def _class_name(name: str) -> str:
 
 def new_plugin(name: str, lang: str = "c", directory: str | Path = ".") -> Path:
     """Write the plugin project ``directory/name`` and return its path."""
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InvalidArgumentError(f"plugin name {name!r} is not a backend name: want lower-case letters, digits "
                                    "and _, starting with a letter (e.g. mychip)")
+    if len(name) > MAX_NAME:
+        raise InvalidArgumentError(f"plugin name {name[:20]!r}... has {len(name)} characters; a backend name has at "
+                                   f"most {MAX_NAME} (plugin.h's device_type)")
     if name in _RESERVED:
         raise InvalidArgumentError(f"plugin name {name!r} is taken by a built-in backend; choose another")
     if lang not in LANGUAGES:
         raise InvalidArgumentError(f"--lang {lang!r}: want one of {', '.join(LANGUAGES)}")
+    if Path(directory).exists() and not Path(directory).is_dir():
+        raise InvalidArgumentError(f"--dir {directory} is not a directory")
     target = Path(directory) / name
+    if target.exists() and not target.is_dir():
+        raise InvalidArgumentError(f"{target} exists and is not a directory; choose another --dir or remove it")
     if target.exists() and any(target.iterdir()):
         raise InvalidArgumentError(f"{target} exists and is not empty; choose another --dir or remove it")
+    try:
+        _write_project(target, name, lang)
+    except OSError as exc:
+        raise InvalidArgumentError(f"--dir {directory}: cannot write {exc.filename or target}: "
+                                   f"{exc.strerror or exc}") from None
+    return target
+
+
+def _write_project(target: Path, name: str, lang: str) -> None:
     tokens = {"@name@": name, "@NAME@": name.upper(), "@Name@": _class_name(name)}
 
     def subst(text: str) -> str:
@@ -67,7 +85,6 @@ def new_plugin(name: str, lang: str = "c", directory: str | Path = ".") -> Path:
         header = target / "include" / "anychip" / "plugin.h"
         header.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(plugin_header(), header)
-    return target
 
 
 def _cmd_new(args: argparse.Namespace) -> int:

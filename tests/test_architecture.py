@@ -38,7 +38,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "collectives": ("anychip.collectives",),
     "tensor": ("anychip.tensor",),
     "parallel": ("anychip.parallel",),
-    "frameworks": ("anychip.torch",),
+    "frameworks": ("anychip.torch", "anychip._torch_autoload"),
     "conformance": ("anychip.conformance",),
     "face": ("anychip",),
     "commands": ("anychip.cli", "anychip.scaffold", "anychip.__main__"),

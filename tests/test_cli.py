@@ -143,3 +143,36 @@ def test_log_level_garbage_is_warned_about():
 def test_sim_memory_grammar(value, expected):
     from anychip.runtime.env import parse_sim_memory
     assert parse_sim_memory(value) == expected
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["info", "--cflags", ""], "--cflags: no C API for backend ''; want one of ascend, kunlun, hygon"),
+    (["launch", "-n", "100000", "prog.py"], "launch: -n must be from 1 to 64 (the collective engine's limit), got "
+                                            "100000"),
+    (["launch", "-n", "0", "prog.py"], "launch: -n must be from 1 to 64 (the collective engine's limit), got 0"),
+    (["conformance", "--timeout", "nan"], "--timeout must be a finite number >= 0, got nan"),
+    (["conformance", "--deadline", "nan"], "--deadline must be a finite number >= 0, got nan"),
+    (["conformance", "--timeout", "inf"], "--timeout must be a finite number >= 0, got inf"),
+    (["conformance", "--timeout", "0"], "--timeout must be a number of seconds > 0 (ANYCHIP_COLLECTIVE_TIMEOUT), "
+                                        "got 0"),
+    (["conformance", "--plot", "/proc/x.png"], "conformance: --plot /proc/x.png cannot be written: No such file or "
+                                               "directory"),
+    (["conformance", "--json", "/proc/self/x.json"], "conformance: --json /proc/self/x.json cannot be written: "
+                                                     "No such file or directory"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(argv, error, capsys):
+    """Before: --cflags '' printed the plain info (exit 0), -n 100000 started ranks for minutes,
+    --timeout nan made every rank die with a traceback, and an output under /proc passed the
+    up-front check (os.access is true for root) and failed after the whole run."""
+    from anychip import cli
+    assert cli.main(argv) == 1
+    assert capsys.readouterr().err == f"anychip: error: {error}\n"
+
+
+def test_an_output_that_fails_when_written_is_an_error_not_a_traceback(tmp_path):
+    r = run("conformance", "--device", "cpu", "-n", "1", "-c", "all_reduce", "-b", "8", "-e", "8", "-d", "float32",
+            "-o", "sum", "--no-faults", "--iters", "1", "--warmup", "0", "--json", "/dev/full")
+    assert r.returncode == 1
+    assert "conformance: PASS" in r.stdout
+    assert r.stderr == ("anychip: error: conformance: writing --json /dev/full failed: No space left on device "
+                        "(the results above are complete)\n")

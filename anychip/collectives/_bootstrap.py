@@ -56,6 +56,10 @@ def from_environment() -> World:
             local_size = launcher_int(lsz) if lsz in env else size
             if not (0 <= rank < size):
                 raise InvalidArgumentError(f"{rk}={rank} is not in [0, {sz}={size})")
+            if lrk in env and lsz in env and not local_rank < local_size:
+                raise InvalidArgumentError(f"{lrk}={local_rank} is not in [0, {lsz}={local_size})")
+            if lsz in env and not local_size <= size:
+                raise InvalidArgumentError(f"{lsz}={local_size} is more than {sz}={size}")
             return World(rank, size, local_rank, local_size, _job_id(launcher), launcher)
     return World(0, 1, 0, 1, f"single-{os.getpid()}", "none")
 

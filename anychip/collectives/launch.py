@@ -35,7 +35,11 @@ from typing import IO
 
 from .._spawn import python_command
 
-__all__ = ["launch", "add_parser", "main"]
+__all__ = ["launch", "add_parser", "main", "MAX_RANKS"]
+
+#: most ranks of a job: those of one communicator of the collective engine (CCL_MAX_RANKS, csrc/ccl/ccl.h),
+#: the cap of `anychip conformance -n` too
+MAX_RANKS = 64
 
 
 class _Stopped(Exception):
@@ -257,8 +261,9 @@ def _cmd(args: argparse.Namespace) -> int:
     import math
 
     from ..runtime.errors import InvalidArgumentError
-    if args.nprocs < 1:
-        raise InvalidArgumentError(f"launch: -n must be at least 1, got {args.nprocs}")
+    if not 1 <= args.nprocs <= MAX_RANKS:
+        raise InvalidArgumentError(f"launch: -n must be from 1 to {MAX_RANKS} (the collective engine's limit), "
+                                   f"got {args.nprocs}")
     if not (args.grace >= 0 and math.isfinite(args.grace)):
         raise InvalidArgumentError(f"launch: --grace must be a number of seconds >= 0, got {args.grace}")
     if args.device is not None:

@@ -7,8 +7,10 @@ tables. Exits 1 when any case fails.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import replace
+from typing import Any
 
 from .cases import DTYPES, OPS, REDOPS, Config, parse_size
 
@@ -62,19 +64,36 @@ MAX_RANKS = 64
 
 
 def _check_output(flag: str, path: str | None) -> None:
-    """An output file must be writable before the run, not found unwritable after it."""
+    """An output file must be writable before the run, not found unwritable after it: it is
+    opened (created when missing) here, as the run will (``os.access`` says yes to root for
+    files that cannot be made, as in /proc)."""
     import os
 
     from ..runtime.errors import InvalidArgumentError
-    if not path:
+    if path is None:
         return
+    if not path:
+        raise InvalidArgumentError(f"conformance: {flag} needs a file name")
     where = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise InvalidArgumentError(f"conformance: {flag} {path} is a directory; give a file name")
     if not os.path.isdir(where):
         raise InvalidArgumentError(f"conformance: {flag} {path}: the directory {where} does not exist")
-    if not os.access(where, os.W_OK):
-        raise InvalidArgumentError(f"conformance: {flag} {path}: the directory {where} is not writable")
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise InvalidArgumentError(f"conformance: {flag} {path} cannot be written: {exc.strerror or exc}") from None
+
+
+def _write_output(flag: str, path: str, write: Any) -> None:
+    """``write(path)``; a failure (a full disk, /dev/full) is an error naming the file, not a traceback."""
+    from ..runtime.errors import AnychipError
+    try:
+        write(path)
+    except OSError as exc:
+        raise AnychipError(f"conformance: writing {flag} {path} failed: {exc.strerror or exc} (the results above "
+                           "are complete)") from None
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -103,8 +122,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
     for name in ("iters", "warmup", "timeout", "deadline"):
         v = getattr(args, name)
         if v is not None:
-            if v < 0:
-                raise InvalidArgumentError(f"--{name} must be >= 0, got {v}")
+            if not (v >= 0 and math.isfinite(v)):          # (nan is neither < 0 nor >= 0)
+                raise InvalidArgumentError(f"--{name} must be a finite number >= 0, got {v}")
+            if name == "timeout" and v == 0:
+                raise InvalidArgumentError("--timeout must be a number of seconds > 0 (ANYCHIP_COLLECTIVE_TIMEOUT), "
+                                           "got 0")
             setattr(cfg, name, v)
     cfg.faults = not args.no_faults
     return cfg
@@ -143,9 +165,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--tables", action=argparse.BooleanOptionalAction, default=None,
                    help="print the nccl-tests tables (default: when --device is given)")
     p.add_argument("--framework", choices=("anychip", "paddle", "torch"), default="anychip",
-                   help="paddle: the collective cases through paddle.distributed under Paddle's launcher, on "
-                        "the Paddle device type anychip provides (docs/paddle.md); torch: through "
-                        "torch.distributed on the anychip c10d backend (docs/torch.md)")
+                   help="paddle / torch: certify the framework on the chip: what it computes (ops forward and "
+                        "backward, optimizers, a Transformer eager and compiled / to_static, AMP, streams and "
+                        "devices) against its CPU, then the collective cases through paddle.distributed under "
+                        "Paddle's launcher (docs/paddle.md) / torch.distributed on the anychip c10d backend "
+                        "(docs/torch.md)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
     p.set_defaults(func=_cmd)
@@ -220,14 +244,10 @@ def run(backends: list[str], cfg: Config, progress: bool = False, ranks: int | N
 def _cmd(args: argparse.Namespace) -> int:
     from . import report
     cfg = config_from_args(args)
-    if args.framework == "paddle":
-        from .paddle_framework import run as run_paddle
-        return run_paddle(args.device, args.nprocs or 2, cfg.min_bytes, min(cfg.max_bytes, 4 << 20), cfg.factor,
-                          cfg.timeout * 4 if cfg.timeout else 600)
-    if args.framework == "torch":
-        from .torch_framework import run as run_torch
-        return run_torch(args.device, args.nprocs or 2, cfg.min_bytes, min(cfg.max_bytes, 4 << 20), cfg.factor,
-                         cfg.timeout * 4 if cfg.timeout else 600)
+    if args.framework in ("paddle", "torch"):
+        from .framework import run as run_framework
+        return run_framework(args.framework, args.device, args.nprocs or 2, cfg.min_bytes, min(cfg.max_bytes, 4 << 20),
+                             cfg.factor, cfg.timeout * 4 if cfg.timeout else 600)
     names = _backends(args.device)
     if args.nprocs is None and cfg.roots:        # -r without -n: valid for every backend's default ranks
         _roots(str(cfg.roots[0]), min((default_ranks(b) for b in names), default=cfg.ranks))
@@ -267,7 +287,7 @@ def _cmd(args: argparse.Namespace) -> int:
     failed = [r["backend"] for r in results if report.verdict(r) == "FAIL"]
     print(f"\nconformance: {'FAIL on ' + ', '.join(failed) if failed else 'PASS'}")
     if args.json:
-        report.write_json(args.json, results_all, cfg.to_json())
+        _write_output("--json", args.json, lambda path: report.write_json(path, results_all, cfg.to_json()))
     if args.plot:
-        report.plot(args.plot, results)
+        _write_output("--plot", args.plot, lambda path: report.plot(path, results))
     return 1 if failed else 0

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -160,7 +161,7 @@ def _values(dtype: str, count: int, rng: np.random.Generator, *, special: bool =
     return _encode(v, dtype)
 
 
-def _cast_values(src: str, dst: str, count: int, rng: np.random.Generator) -> np.ndarray:
+def _cast_values(src: str, dst: str, count: int, *, rng: np.random.Generator) -> np.ndarray:
     """Values of ``src`` whose conversion to ``dst`` C defines: floats to an integer type within
     its range (and finite); integers to float16 / bfloat16 below 2^24 (exact in float32)."""
     if src in FLOATS and dst in INTS:
@@ -363,9 +364,8 @@ class _Checker:
                     continue
                 self.report.cases += 1
                 for layout in ("contiguous", "sliced"):
-                    x, dx = self._operand(layout, dtype, SHAPE,
-                                          values=lambda count, to=to, dtype=dtype: _cast_values(dtype, to, count,
-                                                                                                self.rng))
+                    cast_values = partial(_cast_values, dtype, to, rng=self.rng)
+                    x, dx = self._operand(layout, dtype, SHAPE, values=cast_values)
                     self._unary_case("copy", to, dtype, layout, SHAPE, x, dx)
 
     def _unary_case(self, op: str, out_dtype: str, dtype: str, layout: str, shape: tuple[int, ...], x: np.ndarray,
@@ -454,12 +454,12 @@ class _Checker:
 
     # stream order ---------------------------------------------------------------------------
     def in_stream_order(self) -> None:
-        """One call of each entry on a new stream behind held work (cases.py's _Busy), its inputs
+        """One call of each entry on a new stream behind held work (_busy.py), its inputs
         copied in and its output copied out on that stream, one synchronize at the end."""
         import anychip
 
-        from .cases import _Busy
-        busy = _Busy.of(self.device, 1)
+        from ._busy import Busy
+        busy = Busy.of(self.device, 1)
         stream = anychip.Stream(self.device)
         try:
             for entry in self.report.entries:

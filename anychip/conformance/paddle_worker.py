@@ -3,27 +3,29 @@ each rank (run under `python -m paddle.distributed.launch`). Each check prints a
 "CHECK <name> ok" or "CHECK <name> FAIL <detail>"; the process exits 1 if any failed.
 tests/paddle_provider/test_paddle_provider.py and `anychip conformance --framework paddle` run it;
 with --sizes it also times all_reduce, all_gather, broadcast and reduce_scatter per size
-(value-checked) and prints "ROW <op> <bytes> <seconds> <ok>" lines."""
+(value-checked) and prints "ROW <op> <bytes> <seconds> <ok>" lines; with --compute it first runs the
+compute checks of paddle_compute.py on the rank's device."""
+import argparse
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 import paddle
 import paddle.distributed as dist
 
+from anychip.conformance._worker import Lines, table
+
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8"]
-failures = 0
+lines = Lines(-1)
 
 
 def report(name: str, got, want) -> None:
-    global failures
     got_a, want_a = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    if got_a.shape == want_a.shape and np.array_equal(got_a, want_a):
-        print(f"CHECK {name} ok", flush=True)
-    else:
-        failures += 1
-        print(f"CHECK {name} FAIL got {got_a.tolist()} want {want_a.tolist()}", flush=True)
+    same = got_a.shape == want_a.shape and np.array_equal(got_a, want_a)
+    lines.report(name, same, f"got {got_a.tolist()} want {want_a.tolist()}")
 
 
 def host(t) -> np.ndarray:
@@ -39,10 +41,20 @@ def tensor(values: Any, dtype: Any) -> Any:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default=None, help="min,max,factor in bytes: time the ops per size")
+    parser.add_argument("--compute", action="store_true", help="first, what Paddle computes on the device against "
+                                                               "its CPU (anychip/conformance/paddle_compute.py)")
+    args = parser.parse_args()
     dist.init_parallel_env()
     r, n = dist.get_rank(), dist.get_world_size()
+    lines.rank = r
     dev = paddle.device.get_device()
     print(f"RANK {r} of {n} on {dev}", flush=True)
+    if args.compute:                     # to_static once per job: on rank 0
+        from anychip.conformance.paddle_compute import run_all
+        run_all(lines.report, static=r == 0)
+        dist.barrier()
     base = np.arange(6, dtype=np.float64)
 
     for dt in DTYPES:                                     # all_reduce: every type, every op
@@ -126,60 +138,42 @@ def main() -> int:
 
     dist.barrier()
     report("barrier", [1], [1])
-    if len(sys.argv) > 2 and sys.argv[1] == "--sizes":
-        lo, hi, factor = (int(v) for v in sys.argv[2].split(","))
-        table(r, n, lo, hi, factor)
-    print(f"DONE {r} failures={failures}", flush=True)
-    return 1 if failures else 0
+    if args.sizes:
+        table(lines, n, args.sizes, partial(case, r, n), paddle.device.synchronize, dist.barrier)
+    return lines.done()
 
 
-def table(r: int, n: int, lo: int, hi: int, factor: int) -> None:
-    """Time each op per size (float32, sum), then check the values; one ROW line per case."""
-    global failures
-    size = lo
-    while size <= hi:
-        count = max(1, size // 4 // n) * n            # divisible for all_gather / reduce_scatter
-        iters = max(2, min(20, (1 << 24) // max(size, 1)))
-        for op in ("all_reduce", "all_gather", "broadcast", "reduce_scatter"):
-            x = tensor(np.full(count, r + 1), "float32")
-            parts = list(paddle.split(x, n))
-            out = paddle.empty([count // n], "float32")
+def case(r: int, n: int, op: str, count: int) -> tuple[Callable[[], object], Callable[[], bool]]:
+    """(run the op once, check it once more on fresh inputs) for _worker.table."""
+    out = paddle.empty([count // n], "float32")
+    got: list = []
+    state: dict[str, Any] = {}
 
-            def run(op: str = op, x=x, parts=parts, out=out) -> list:
-                if op == "all_reduce":
-                    dist.all_reduce(x)
-                elif op == "all_gather":
-                    got: list = []
-                    dist.all_gather(got, parts[0])
-                    return got
-                elif op == "broadcast":
-                    dist.broadcast(x, src=0)
-                else:
-                    dist.reduce_scatter(out, parts)
-                return []
-            run()
-            paddle.device.synchronize()
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                run()
-            paddle.device.synchronize()
-            secs = (time.perf_counter() - t0) / iters
-            x = tensor(np.full(count, r + 1), "float32")   # a fresh check of the values
-            parts = list(paddle.split(x, n))
-            got = run(op, x, parts, out)
-            want = {"all_reduce": n * (n + 1) / 2, "broadcast": 1.0, "reduce_scatter": n * (n + 1) / 2}
-            if op == "all_gather":
-                ok = all(float(host(g).min()) == float(host(g).max()) == k + 1 for k, g in enumerate(got))
-            elif op == "reduce_scatter":
-                ok = bool(np.all(host(out) == want[op]))
-            else:
-                ok = bool(np.all(host(x) == want[op]))
-            if not ok:
-                failures += 1
-            print(f"ROW {op} {count * 4} {secs:.9f} {'ok' if ok else 'WRONG'}", flush=True)
-        size *= factor
+    def fresh() -> None:
+        state["x"] = tensor(np.full(count, r + 1), "float32")
+        state["parts"] = list(paddle.split(state["x"], n))
 
+    def run() -> None:
+        x, parts = state["x"], state["parts"]
+        if op == "all_reduce":
+            dist.all_reduce(x)
+        elif op == "all_gather":
+            got.clear()
+            dist.all_gather(got, parts[0])
+        elif op == "broadcast":
+            dist.broadcast(x, src=0)
+        else:
+            dist.reduce_scatter(out, parts)
+
+    def check() -> bool:
+        fresh()
+        run()
+        want = {"all_reduce": n * (n + 1) / 2, "broadcast": 1.0, "reduce_scatter": n * (n + 1) / 2}
+        if op == "all_gather":
+            return all(float(host(g).min()) == float(host(g).max()) == k + 1 for k, g in enumerate(got))
+        return bool(np.all(host(out if op == "reduce_scatter" else state["x"]) == want[op]))
+    fresh()
+    return run, check
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,41 +1,38 @@
 """Every c10d op of the ``anychip`` backend, value-checked on each rank (run under
 ``anychip launch``; ``ANYCHIP_TORCH`` picks the chip). Each check prints "CHECK <name> ok" or
 "CHECK <name> FAIL <detail>"; the process exits 1 if any failed. tests/torch_provider/test_torch_c10d.py and
-``anychip conformance --framework torch`` run it; with --sizes it also times all_reduce,
+``anychip conformance --framework torch`` run it (the latter with --compute: first the compute checks of
+torch_compute.py on the rank's device); with --sizes it also times all_reduce,
 all_gather, broadcast and reduce_scatter per size (value-checked) and prints
 "ROW <op> <bytes> <seconds> <ok>" lines. Last, "DIRECT {op: count}": the ops the process
 group's C++ path enqueued (null without it)."""
 import argparse
 import json
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
 import anychip.torch
 import anychip.torch.distributed  # noqa: F401  (registers the backend)
+from anychip.conformance._worker import Lines, table
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--sizes", default=None, help="min,max,factor in bytes: time the ops per size")
+parser.add_argument("--compute", action="store_true", help="first, what PyTorch computes on the device against its "
+                                                           "CPU (anychip/conformance/torch_compute.py)")
 args = parser.parse_args()
 dist.init_process_group("anychip")
 rank, n = dist.get_rank(), dist.get_world_size()
 dev = torch.device("anychip", torch.accelerator.current_device_index())
 print(f"RANK {rank} of {n} on {dev} ({anychip.torch.anychip_device(dev.index).name})", flush=True)
-checked = failures = 0
+lines = Lines(rank)
 
 
 def check(what, got, want):
-    global checked, failures
     got = got.cpu()
-    checked += 1
     name = what.replace(" ", ".").replace("torch.", "").replace("RedOpType.", "")
-    if got.dtype == want.dtype and torch.equal(got, want):
-        print(f"CHECK {name} ok", flush=True)
-    else:
-        failures += 1
-        print(f"CHECK {name} FAIL got {got.tolist()} want {want.tolist()}", flush=True)
+    lines.report(name, got.dtype == want.dtype and torch.equal(got, want), f"got {got.tolist()} want {want.tolist()}")
 
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -45,6 +42,11 @@ INTS = [torch.int32, torch.int64, torch.int8, torch.uint8]
 def vals(r, dtype, k=5):
     return (torch.arange(k) + 1 + r).to(dtype)
 
+
+if args.compute:                         # torch.compile once per job: on rank 0
+    from anychip.conformance.torch_compute import run_all
+    run_all(lines.report, dev, compiled=rank == 0)
+    dist.barrier()
 
 OPS = {dist.ReduceOp.SUM: lambda xs: sum(xs[1:], xs[0]),
        dist.ReduceOp.PRODUCT: lambda xs: torch.stack(xs).prod(0),
@@ -164,58 +166,39 @@ except ValueError as exc:
 check("refuses.non_contiguous", torch.tensor("tensors must be contiguous" in refused), torch.tensor(True))
 
 
-def table(lo, hi, factor):
-    """Time each op per size (float32, sum; the slowest rank counts), then check its values."""
-    global failures
-    size = lo
-    while size <= hi:
-        count = max(1, size // 4 // n) * n             # divisible for all_gather / reduce_scatter
-        iters = max(2, min(20, (1 << 24) // max(size, 1)))
-        for op in ("all_reduce", "all_gather", "broadcast", "reduce_scatter"):
-            x = torch.full((count,), float(rank + 1), device=dev)
-            part = torch.full((count // n,), float(rank + 1), device=dev)
-            out = torch.empty(count // n if op == "reduce_scatter" else count, device=dev)
+def case(op, count):
+    """(run the op once, check it once more on fresh inputs) for _worker.table."""
+    x = torch.full((count,), float(rank + 1), device=dev)
+    part = torch.full((count // n,), float(rank + 1), device=dev)
+    out = torch.empty(count // n if op == "reduce_scatter" else count, device=dev)
 
-            def run(op=op, x=x, part=part, out=out):
-                if op == "all_reduce":
-                    dist.all_reduce(x)
-                elif op == "all_gather":
-                    dist.all_gather_single(out, part)
-                elif op == "broadcast":
-                    dist.broadcast(x, src=0)
-                else:
-                    dist.reduce_scatter_single(out, x)
-            run()
-            anychip.torch.synchronize()
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                run()
-            anychip.torch.synchronize()
-            secs = (time.perf_counter() - t0) / iters
-            x.fill_(float(rank + 1))
-            part.fill_(float(rank + 1))
-            run(op, x, part, out)
-            if op == "all_gather":
-                want = torch.arange(1, n + 1, dtype=torch.float32).repeat_interleave(count // n)
-                ok = torch.equal(out.cpu(), want)
-            elif op == "reduce_scatter":
-                ok = torch.equal(out.cpu(), torch.full((count // n,), float(n * (n + 1) // 2)))
-            elif op == "broadcast":
-                ok = torch.equal(x.cpu(), torch.full((count,), 1.0))
-            else:
-                ok = torch.equal(x.cpu(), torch.full((count,), float(n * (n + 1) // 2)))
-            if not ok:
-                failures += 1
-            print(f"ROW {op} {count * 4} {secs:.9f} {'ok' if ok else 'WRONG'}", flush=True)
-        size *= factor
+    def run():
+        if op == "all_reduce":
+            dist.all_reduce(x)
+        elif op == "all_gather":
+            dist.all_gather_single(out, part)
+        elif op == "broadcast":
+            dist.broadcast(x, src=0)
+        else:
+            dist.reduce_scatter_single(out, x)
+
+    def check():
+        x.fill_(float(rank + 1))
+        part.fill_(float(rank + 1))
+        run()
+        if op == "all_gather":
+            return torch.equal(out.cpu(), torch.arange(1, n + 1, dtype=torch.float32).repeat_interleave(count // n))
+        if op == "reduce_scatter":
+            return torch.equal(out.cpu(), torch.full((count // n,), float(n * (n + 1) // 2)))
+        if op == "broadcast":
+            return torch.equal(x.cpu(), torch.full((count,), 1.0))
+        return torch.equal(x.cpu(), torch.full((count,), float(n * (n + 1) // 2)))
+    return run, check
 
 
 if args.sizes:
-    lo, hi, factor = (int(v) for v in args.sizes.split(","))
-    table(lo, hi, factor)
+    table(lines, n, args.sizes, case, anychip.torch.synchronize, dist.barrier)
 direct = getattr(dist.distributed_c10d._get_default_group(), "_direct", None)   # what the C++ path enqueued
 print(f"DIRECT {json.dumps(direct.issued() if direct is not None else None, sort_keys=True)}", flush=True)
 dist.destroy_process_group()
-print(f"DONE {rank} failures={failures} checks={checked}", flush=True)
-sys.exit(1 if failures else 0)
+sys.exit(lines.done())

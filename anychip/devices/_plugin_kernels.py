@@ -186,8 +186,7 @@ class PluginKernels:
 
     def _run(self, index: int, entry: str, stream: Any, *args: Any) -> None:
         plugin = self._plugin
-        if plugin._tls.dev != index:
-            plugin._use(index)
+        plugin._use(index)
         handle = stream._live() if hasattr(stream, "_live") else stream
         rc = getattr(self._k, entry)(index, handle, *args)
         if rc:

@@ -160,8 +160,7 @@ class SimKernels:
 
     def _run(self, index: int, what: str, fn: Any, stream: Any, *args: Any) -> None:
         plugin = self._plugin
-        if plugin._tls.dev != index:
-            plugin._use(index)
+        plugin._use(index)
         handle = stream._live() if hasattr(stream, "_live") else stream
         rc = fn(self._ffi.cast("void *", handle) if handle is not None else self._ffi.NULL, *args)
         if rc:

@@ -101,6 +101,7 @@ _ccl_lock = threading.Lock()
 
 class _ThreadState(threading.local):
     dev = -1          # the device last made current on this thread through this library
+    out: Any = None   # an int the library's GET_DEVICE writes (made on the thread's first use)
 
 
 _thread_states: dict[str, _ThreadState] = {}
@@ -144,6 +145,7 @@ class VendorPlugin(DevicePlugin):
 
     # names of the vendor's calls that take the same arguments everywhere
     SET_DEVICE: ClassVar[str] = ""
+    GET_DEVICE: ClassVar[str] = ""          # (int *device): the thread's current device
     MALLOC: ClassVar[str] = ""
     FREE: ClassVar[str] = ""
     STREAM_CREATE: ClassVar[str] = ""
@@ -256,6 +258,7 @@ class VendorPlugin(DevicePlugin):
         self._cast, self._from_buffer = ffi.cast, ffi.from_buffer
         self._memcpy_async = getattr(lib, self.MEMCPY_ASYNC) if self.MEMCPY_ASYNC else None
         self._sync_stream = self._fn(self.STREAM_SYNCHRONIZE) if self.STREAM_SYNCHRONIZE else None
+        self._get_device = self._fn(self.GET_DEVICE)
         # the simulator's timed waits; on a vendor library, waits poll the vendor's queries
         self._timed_stream_wait = lib.anychip_sim_stream_wait if simulated else None
         self._timed_event_wait = lib.anychip_sim_event_wait if simulated else None
@@ -329,10 +332,22 @@ class VendorPlugin(DevicePlugin):
         return out[0]
 
     def _use(self, index: int) -> None:
-        """Make ``index`` the current device of this thread (only when it is not already)."""
-        if self._tls.dev != index:
-            self._set_device(index)
-            self._tls.dev = index
+        """Make ``index`` the current device of this thread (only when it is not already).
+
+        The library's current device is the thread's, shared with the library's other callers
+        in the process (the plugin.h face that anychip.torch and the Paddle bridge drive, the
+        application): any of them may have changed it since anychip set it, so the library is
+        asked (GET_DEVICE) rather than a remembered value trusted. Calls that take the NULL
+        stream (the current device's default stream) or make streams depend on it."""
+        tls = self._tls
+        if tls.dev == index:
+            get, out = self._get_device, tls.out
+            if out is None:
+                out = tls.out = self.ffi.new(self.ffi.typeof(get).args[0])
+            if get(out) == 0 and out[0] == index:
+                return
+        self._set_device(index)
+        tls.dev = index
 
     def _set_device(self, index: int) -> None:
         self._call(self.SET_DEVICE, index)
@@ -446,8 +461,7 @@ class VendorPlugin(DevicePlugin):
     # -- copies ---------------------------------------------------------
     def _copy(self, index: int, dst: Any, dst_off: int, src: Any, src_off: int, nbytes: int, kind: str,
               stream: Any) -> None:
-        if self._tls.dev != index:
-            self._use(index)
+        self._use(index)
         cast = self._cast
         if kind == H2D:
             d, s = cast("void *", dst + dst_off), self._from_buffer(src) + src_off
@@ -495,8 +509,7 @@ class VendorPlugin(DevicePlugin):
         raise NotImplementedError
 
     def _stream_synchronize(self, index: int, stream: Any) -> None:
-        if self._tls.dev != index:
-            self._use(index)
+        self._use(index)
         timed = self._timed_stream_wait
         if timed is None:
             self._wait(None, stream, self._stream_done)
@@ -549,6 +562,15 @@ class VendorPlugin(DevicePlugin):
     def _event_query(self, index: int, event: Any) -> bool:
         self._use(index)
         return self._event_done(event)
+
+    def _event_wait(self, index: int, event: Any, seconds: float) -> bool:
+        if self._timed_event_wait is None:
+            return super()._event_wait(index, event, seconds)
+        self._use(index)
+        if self._timed_event_wait(event, int(min(seconds, 3600.0) * 1000)) == SIM_E_TIMEOUT:
+            return False
+        self._call(self.EVENT_SYNCHRONIZE, event)        # complete: a failure of its work raises here
+        return True
 
     def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
         self._use(index)

@@ -95,6 +95,7 @@ class AscendPlugin(VendorPlugin):
     event_type = "aclrtEvent"
 
     SET_DEVICE = "aclrtSetDevice"
+    GET_DEVICE = "aclrtGetDevice"
     MALLOC = "aclrtMalloc"
     FREE = "aclrtFree"
     MEMCPY_ASYNC = "aclrtMemcpyAsync"

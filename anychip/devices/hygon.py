@@ -71,6 +71,7 @@ class HygonPlugin(VendorPlugin):
     event_type = "hipEvent_t"
 
     SET_DEVICE = "hipSetDevice"
+    GET_DEVICE = "hipGetDevice"
     MALLOC = "hipMalloc"
     FREE = "hipFree"
     MEMCPY_ASYNC = "hipMemcpyAsync"

@@ -108,6 +108,7 @@ class KunlunPlugin(VendorPlugin):
     event_type = "XPUEvent"
 
     SET_DEVICE = "xpu_set_device"
+    GET_DEVICE = "xpu_current_device"
     MALLOC = "xpu_malloc"
     FREE = "xpu_free"
     MEMCPY_ASYNC = "xpu_memcpy_async"

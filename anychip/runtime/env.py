@@ -60,8 +60,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                     "entries (docs/paddle.md)"),
     "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
                                       "garbage_collection_threshold:F, or backend:native to turn caching off"),
-    "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers before it raises "
-                                          "CollectiveTimeout on every waiting rank"),
+    "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers (on a chip's own "
+                                          "library: run) before it raises CollectiveTimeout on every waiting "
+                                          "rank"),
     "ANYCHIP_COLLECTIVE_TRANSPORT": ("auto", "collectives on ascend / kunlun / hygon / cuda: auto = the chip's own "
                                              "library (HCCL, BKCL, RCCL, NCCL) when present, native = require "
                                              "it, host = always the shared-memory engine"),
@@ -85,6 +86,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
                                                                   "BACKEND:r)"),
     "ANYCHIP_TORCH": ("(the launch device's backend, else the first built one)",
                       "the backend PyTorch's device 'anychip' is bound to (docs/torch.md)"),
+    "ANYCHIP_TORCH_AUTOLOAD": ("(1 once a process has imported anychip.torch)",
+                               "1 = `import torch` binds the 'anychip' device (torch's backend autoload); set by "
+                               "anychip.torch for the processes it starts, 0 = never (docs/torch.md)"),
     "ANYCHIP_TORCH_CACHE": ("~/.cache/anychip/torch", "where the PyTorch extension is compiled and kept"),
     "ANYCHIP_TORCH_KERNELS": ("1", "ops of PyTorch's device on the chip's kernel table: 1 = those whose values are "
                                    "the CPU's bit for bit, all = also mm and float sums (rounded differently), "
@@ -153,7 +157,7 @@ def parse_sim_memory(text: str) -> float | None:
 
 def _whole(text: str, lo: int, hi: int) -> int | None:
     m = _WHOLE.match(text)
-    if m is None:
+    if m is None or len(m.group(1).lstrip("0")) > len(str(hi)):    # (int() refuses 4300 digits and more)
         return None
     v = int(m.group(1))
     return v if lo <= v <= hi else None
@@ -260,8 +264,9 @@ def check_engine() -> None:
 
 
 def torch_backend() -> str:
-    """``ANYCHIP_TORCH`` ("" when unset): the backend (or ``backend:index``) of PyTorch's device."""
-    return _value("ANYCHIP_TORCH")
+    """``ANYCHIP_TORCH`` ("" when unset): the backend (or ``backend:index``) of PyTorch's device;
+    a value that names neither raises."""
+    return _checked("ANYCHIP_TORCH")
 
 
 def torch_kernels() -> int:
@@ -276,6 +281,17 @@ def torch_c10d_direct() -> bool:
     return _checked("ANYCHIP_TORCH_C10D_DIRECT") != "0"
 
 
+def torch_autoload() -> bool:
+    """``ANYCHIP_TORCH_AUTOLOAD``: whether ``import torch`` binds the ``anychip`` device; a bad
+    value raises."""
+    return _checked("ANYCHIP_TORCH_AUTOLOAD") == "1"
+
+
+def mark_torch_autoload() -> None:
+    """Set ``ANYCHIP_TORCH_AUTOLOAD=1`` (unless set) for the processes this one starts."""
+    os.environ.setdefault("ANYCHIP_TORCH_AUTOLOAD", "1")
+
+
 def torch_cache() -> str:
     """``ANYCHIP_TORCH_CACHE`` ("" when unset): where the PyTorch extension is built."""
     return os.environ.get("ANYCHIP_TORCH_CACHE", "")
@@ -286,13 +302,23 @@ def job_id() -> str:
     return os.environ.get("ANYCHIP_JOB_ID", "")
 
 
+#: the most ranks a job may have (the vendors' libraries and MPI count ranks in a C int)
+MAX_RANKS = 2**31 - 1
+#: the launchers' variables that hold a number of ranks (the others hold a rank)
+_SIZES = frozenset({"ANYCHIP_WORLD_SIZE", "ANYCHIP_LOCAL_SIZE", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                    "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS"})
+
+
 def launcher_int(name: str) -> int:
-    """A launcher's rank or size variable (``ANYCHIP_RANK``, ``RANK``, ``PMI_SIZE``, ...) as an int."""
+    """A launcher's rank or size variable (``ANYCHIP_RANK``, ``RANK``, ``PMI_SIZE``, ...) as an int:
+    plain digits, a rank from 0 and a size from 1, at most :data:`MAX_RANKS`; anything else
+    raises, naming the variable, the value and what would be right (for anychip's own, the rule
+    ``anychip info`` applies)."""
     raw = os.environ[name]
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidArgumentError(f"{name}={raw!r} is not an integer") from None
+    why = (_CHECKS.get(name) or (_ranks if name in _SIZES else _rank))(raw)    # (set but empty is refused too)
+    if why:
+        raise InvalidArgumentError(f"{name}={raw!r} is invalid: {why}")
+    return int(raw.strip())
 
 
 #: what the engine is given for "never" (its deadlines are nanoseconds in 64 bits): 31 years
@@ -353,8 +379,8 @@ def host_id() -> str:
 
 def launch_device() -> str:
     """``ANYCHIP_LAUNCH_DEVICE`` (set by ``anychip launch --device``): the ranks' backend, or a
-    device name; "" when unset."""
-    return _value("ANYCHIP_LAUNCH_DEVICE")
+    device name; "" when unset; a value that names neither raises."""
+    return _checked("ANYCHIP_LAUNCH_DEVICE")
 
 
 def log_level(text: str | None) -> int | None:
@@ -434,6 +460,38 @@ def _engine_number(what: str, whole: bool) -> Callable[[str], str | None]:
     return check
 
 
+def _rank(text: str) -> str | None:
+    if _whole(text, 0, MAX_RANKS - 1) is None:
+        return f"want a rank: a whole number from 0 to {MAX_RANKS - 1} (plain digits 0-9)"
+    return None
+
+
+def _ranks(text: str) -> str | None:
+    if _whole(text, 1, MAX_RANKS) is None:
+        return f"want a number of ranks: a whole number from 1 to {MAX_RANKS} (plain digits 0-9)"
+    return None
+
+
+#: a backend, or one of its devices (``ascend``, ``ascend:1``): the grammar of ANYCHIP_DEVICES' names
+_BACKEND = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(?::[0-9]+)?", re.ASCII)
+
+
+def _backend_name(text: str) -> str | None:
+    if _BACKEND.fullmatch(text.strip()) is None:
+        return "want a backend name, optionally with a device index (e.g. ascend or ascend:1)"
+    return None
+
+
+def _no_such_backend(text: str) -> str | None:
+    """For ``anychip info``: a backend name the registry does not know (the readers' callers say
+    it themselves, with what the backend lacks)."""
+    if _backend_lookup is None:
+        return None
+    names = [b.name for b in _backend_lookup()]
+    name = text.strip().partition(":")[0].lower()
+    return None if name in names else f"no backend {name!r} here; want one of {', '.join(names)}"
+
+
 def _zero_copy(text: str) -> str | None:
     return None if _whole(text, 0, 2**63) is not None else "want a whole number of bytes >= 0"
 
@@ -457,9 +515,19 @@ _CHECKS: dict[str, Callable[[str], str | None]] = {
     "ANYCHIP_PADDLE_PROFILE": _choice("0", "1"),
     "ANYCHIP_TORCH_KERNELS": _choice("0", "1", "all"),
     "ANYCHIP_TORCH_C10D_DIRECT": _choice("0", "1"),
+    "ANYCHIP_TORCH_AUTOLOAD": _choice("0", "1"),
     "ANYCHIP_ALLOC_CONF": _alloc_conf,
     "ANYCHIP_LOG_LEVEL": _log_level,
+    "ANYCHIP_RANK": _rank,
+    "ANYCHIP_WORLD_SIZE": _ranks,
+    "ANYCHIP_LOCAL_RANK": _rank,
+    "ANYCHIP_LOCAL_SIZE": _ranks,
+    "ANYCHIP_LAUNCH_DEVICE": _backend_name,
+    "ANYCHIP_TORCH": _backend_name,
 }
+#: (a rank or size, the size it must be below (True) or at most (False)), for problems()
+_BELOW = (("ANYCHIP_RANK", "ANYCHIP_WORLD_SIZE", True), ("ANYCHIP_LOCAL_RANK", "ANYCHIP_LOCAL_SIZE", True),
+          ("ANYCHIP_LOCAL_SIZE", "ANYCHIP_WORLD_SIZE", False))
 
 
 def problem(name: str, value: str) -> str | None:
@@ -479,6 +547,12 @@ def problems(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         value = env.get(name)
         if value is not None:
             why = problem(name, value)
+            if not why and value.strip() and name in ("ANYCHIP_LAUNCH_DEVICE", "ANYCHIP_TORCH"):
+                why = _no_such_backend(value)
             if why:
                 found[name] = why
+    for low, high, strict in _BELOW:
+        a, b = env.get(low, "").strip(), env.get(high, "").strip()
+        if a and b and low not in found and high not in found and (int(a) >= int(b) if strict else int(a) > int(b)):
+            found[low] = f"want {'below' if strict else 'at most'} {high}={b}"
     return found

@@ -29,6 +29,7 @@ a plugin that fails is listed unavailable with the reason, never half-usable.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 __all__ = ["DevicePlugin", "H2D", "D2H", "D2D", "API_VERSION", "REQUIRED_METHODS", "contract_problem"]
@@ -157,6 +158,21 @@ class DevicePlugin:
 
     def _event_query(self, index: int, event: Any) -> bool:
         raise NotImplementedError
+
+    def _event_wait(self, index: int, event: Any, seconds: float) -> bool:
+        """Wait at most ``seconds`` for ``event``'s work; True when it is complete. Default:
+        ``_event_query`` in a loop that spins 50 us, then sleeps in steps growing to 1 ms
+        (backends with a timed wait of their own override it)."""
+        now = time.perf_counter()
+        spin_until, deadline, delay = now + 50e-6, now + seconds, 1e-5
+        while not self._event_query(index, event):
+            now = time.perf_counter()
+            if now >= deadline:
+                return False
+            if now > spin_until:
+                time.sleep(min(delay, deadline - now))
+                delay = min(delay * 2, 1e-3)
+        return True
 
     def _event_elapsed_ms(self, index: int, start: Any, end: Any) -> float:
         raise NotImplementedError

@@ -260,6 +260,17 @@ class Event:
             self.device.plugin._event_synchronize(self.device.index, self._live())
             self._completed(point)
 
+    def _wait(self, seconds: float) -> bool:
+        """Wait at most ``seconds`` for the recorded work; True when it is done (a wait in
+        slices, for a caller that must also notice something else meanwhile)."""
+        if not self._recorded:
+            return True
+        point = self._point
+        done = bool(self.device.plugin._event_wait(self.device.index, self._live(), seconds))
+        if done:
+            self._completed(point)
+        return done
+
     def query(self) -> bool:
         """True when the recorded work is done (an event never recorded counts as done)."""
         if not self._recorded:

@@ -21,16 +21,17 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..runtime.device import Device
 from ..runtime.device import device as _anychip_device
-from ..runtime.env import launch_device, torch_backend, torch_kernels
+from ..runtime.env import launch_device, mark_torch_autoload, torch_backend, torch_kernels
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.registry import backends as _backends
-from ..runtime.stream import Stream
+from ..runtime.stream import Stream as _AnychipStream
 from ._build import load_extension
 
 __all__ = ["NAME", "ENV", "backend", "is_available", "device_count", "current_device", "set_device", "synchronize",
@@ -112,7 +113,7 @@ class _State:
         self.backend, self.library = _choose()
         info = next(b for b in _backends() if b.name == self.backend)
         self.devices = [_anychip_device(f"{self.backend}:{i}") for i in range(info.device_count)]
-        self.streams: list[list[Stream]] = [[d.default_stream] for d in self.devices]
+        self.streams: list[list[_AnychipStream]] = [[d.default_stream] for d in self.devices]
         self.lock = threading.Lock()
 
     def alloc(self, index: int, nbytes: int, sid: int) -> tuple[int, Any]:
@@ -124,7 +125,7 @@ class _State:
 
     def new_stream(self, index: int) -> tuple[int, int]:
         dev = self.devices[index]
-        s = Stream(dev)
+        s = _AnychipStream(dev)
         with self.lock:
             self.streams[index].append(s)
             sid = len(self.streams[index]) - 1
@@ -153,6 +154,9 @@ torch.utils.rename_privateuse1_backend(NAME)
 torch._register_device_module(NAME, sys.modules[__name__])
 torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_packed_sequence=True,
                                                      for_storage=True)
+# the processes this one starts (DataLoader workers, torch.multiprocessing) have the device after
+# their own `import torch` (the autoload entry point, anychip/_torch_autoload.py)
+mark_torch_autoload()
 
 
 # ---- torch.anychip ---------------------------------------------------------------------------
@@ -199,12 +203,12 @@ def synchronize(device: Any = None) -> None:
     _state.devices[_index(device)].synchronize()
 
 
-def current_stream(device: Any = None) -> torch.Stream:
-    return torch.accelerator.current_stream(_index(device))
+def current_stream(device: Any = None) -> Stream:
+    return Stream._of(torch.accelerator.current_stream(_index(device)))
 
 
-def default_stream(device: Any = None) -> torch.Stream:
-    return torch.Stream(stream_id=0, device_index=_index(device), device_type=_PRIVATEUSE1)
+def default_stream(device: Any = None) -> Stream:
+    return Stream(stream_id=0, device_index=_index(device), device_type=_PRIVATEUSE1)
 
 
 def anychip_device(device: Any = None) -> Device:
@@ -212,7 +216,7 @@ def anychip_device(device: Any = None) -> Device:
     return _state.devices[_index(device)]
 
 
-def anychip_stream(stream: Any = None) -> Stream:
+def anychip_stream(stream: Any = None) -> _AnychipStream:
     """The anychip Stream behind a torch.Stream of the device (default: the current stream)."""
     if stream is None:
         idx = current_device()
@@ -272,44 +276,244 @@ def _is_in_bad_fork() -> bool:
     return False
 
 
-# Random ops run on the CPU (the fallback) and draw from its generator: the device's random
-# state is the CPU generator's (what torch.random.fork_rng and checkpointing save and restore).
+# ---- what torch's own code calls on a device module (torch.cuda's names) -----------------------------
+# (autocast, torch.utils.checkpoint, torch.load's map_location, DeviceMesh, FSDP2, DCP, DTensor)
+
+#: (what torch.utils.checkpoint reads before it saves the device's random state)
+_initialized = True
+
+
+def is_initialized() -> bool:
+    """True: the device is set up when anychip.torch is imported."""
+    return True
+
+
+def init() -> None:
+    """Nothing to do: the device is set up when anychip.torch is imported."""
+
+
+def _lazy_init() -> None:
+    pass
+
+
+class device:
+    """Context manager making ``anychip:N`` the current device (as ``torch.cuda.device``);
+    ``None`` or a negative index changes nothing."""
+
+    def __init__(self, device: Any) -> None:
+        negative = device is None or (isinstance(device, int) and device < 0)
+        self.idx = -1 if negative else _index(device)
+        self.prev_idx = -1
+
+    def __enter__(self) -> None:
+        if self.idx >= 0:
+            self.prev_idx = current_device()
+            set_device(self.idx)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.idx >= 0:
+            set_device(self.prev_idx)
+
+
+class device_of(device):
+    """Context manager making the device of a tensor (or storage) current; a CPU one changes nothing."""
+
+    def __init__(self, obj: Any) -> None:
+        super().__init__(obj.get_device() if obj.device.type == NAME else None)
+
+
+class Stream(torch.Stream):
+    """A stream of the device (a ``torch.Stream``; an anychip Stream underneath, see ``anychip_stream``):
+    ``Stream()`` makes a new one on the current device, ``Stream(device, priority=p)`` on another."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
+        if kwargs:      # (stream_id, device_index, device_type): an existing stream
+            return super().__new__(cls, **kwargs)
+        return super().__new__(cls, device=torch.device(NAME, _index(device)), priority=priority)
+
+    @classmethod
+    def _of(cls, stream: torch.Stream) -> Stream:
+        return cls(stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type)
+
+
+class Event(torch.Event):
+    """An event of the device (a ``torch.Event``; the plugin's event underneath)."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                device: Any = None) -> Event:
+        return super().__new__(cls, device=torch.device(NAME, _index(device)), enable_timing=enable_timing,
+                               blocking=blocking, interprocess=interprocess)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    """Make ``stream`` the current stream of its device (and its device the current one)."""
+    if stream is not None:
+        torch.accelerator.set_stream(stream)
+
+
+class StreamContext:
+    """Context manager making ``stream`` current (on its device, and that device current), then
+    restoring both; ``None`` changes nothing (as ``torch.cuda.StreamContext``)."""
+
+    def __init__(self, stream: torch.Stream | None) -> None:
+        self.stream = stream
+        self.src_prev_stream: torch.Stream | None = None
+        self.dst_prev_stream: torch.Stream | None = None
+
+    def __enter__(self) -> None:
+        if self.stream is None:
+            return
+        self.src_prev_stream = current_stream()
+        if self.src_prev_stream.device_index != self.stream.device_index:
+            self.dst_prev_stream = current_stream(self.stream.device_index)
+        torch.accelerator.set_stream(self.stream)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.stream is None:
+            return
+        if self.dst_prev_stream is not None:
+            torch.accelerator.set_stream(self.dst_prev_stream)
+        assert self.src_prev_stream is not None
+        torch.accelerator.set_stream(self.src_prev_stream)
+
+
+def stream(stream: torch.Stream | None) -> StreamContext:
+    """``with torch.anychip.stream(s):`` runs the block's work on ``s``."""
+    return StreamContext(stream)
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """The dtypes ``torch.autocast("anychip", dtype=...)`` takes."""
+    return [torch.float16, torch.bfloat16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def is_autocast_enabled() -> bool:
+    return torch.is_autocast_enabled(NAME)
+
+
+def set_autocast_enabled(enabled: bool) -> None:
+    torch.set_autocast_enabled(NAME, enabled)
+
+
+def get_autocast_dtype() -> torch.dtype:
+    return torch.get_autocast_dtype(NAME)
+
+
+def set_autocast_dtype(dtype: torch.dtype) -> None:
+    torch.set_autocast_dtype(NAME, dtype)
+
+
+@dataclass(frozen=True)
+class _DeviceProperties:
+    """What ``get_device_properties`` gives (``torch.cuda``'s names where they apply)."""
+    name: str
+    backend: str
+    index: int
+    total_memory: int
+    major: int
+    minor: int
+    multi_processor_count: int
+    simulated: bool
+
+
+def get_device_properties(device: Any = None) -> _DeviceProperties:
+    dev = _state.devices[_index(device)]
+    props = dev.properties
+    major, minor = _capability(props)
+    return _DeviceProperties(name=str(props.get("name") or dev.name), backend=dev.backend, index=dev.index,
+                             total_memory=int(props.get("total_memory") or dev.mem_info()[1]), major=major,
+                             minor=minor, multi_processor_count=int(props.get("multi_processor_count") or 0),
+                             simulated=bool(props.get("simulated")))
+
+
+def _capability(props: dict) -> tuple[int, int]:
+    cap = props.get("compute_capability") or props.get("capability")
+    if isinstance(cap, str) and "." in cap:
+        major, _, minor = cap.partition(".")
+        if major.isdigit() and minor.isdigit():
+            return int(major), int(minor)
+    if isinstance(cap, (tuple, list)) and len(cap) == 2:
+        return int(cap[0]), int(cap[1])
+    return int(props.get("major") or 0), int(props.get("minor") or 0)
+
+
+def get_device_name(device: Any = None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    """(major, minor) as the backend reports them; (0, 0) where it reports none."""
+    p = get_device_properties(device)
+    return p.major, p.minor
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """The allocator statistics as a table: each metric's current, peak, allocated and freed totals."""
+    idx = _index(device)
+    stats = memory_stats(idx)
+    rows = []
+    for metric in sorted({k.split(".")[0] for k in stats if k.count(".") == 2}):
+        values = [stats.get(f"{metric}.all.{what}", 0) for what in ("current", "peak", "allocated", "freed")]
+        rows.append(f"{metric:<24}" + "".join(f"{v:>16,}" for v in values))
+    if not abbreviated:
+        rows += [f"{k:<24}{v:>16,}" for k, v in sorted(stats.items()) if k.count(".") != 2 and isinstance(v, int)]
+    title = f"{NAME}:{idx} ({_state.backend})"
+    head = f"{title:<24}" + "".join(f"{what:>16}" for what in ("current", "peak", "allocated", "freed"))
+    return "\n".join([head, "-" * len(head), *rows])
+
+
+# ---- random numbers: each device's own generator (a Philox seed and offset, as CUDA's) -------------
+
+#: each device's default generator (``torch.Generator("anychip:N")`` makes more)
+default_generators: tuple[torch.Generator, ...] = tuple(_C.default_generator(i) for i in range(len(_state.devices)))
+
+
+def _get_generator(device: Any = None) -> torch.Generator:
+    return default_generators[_index(device)]
+
 
 def get_rng_state(device: Any = None) -> torch.Tensor:
-    _index(device)
-    return torch.get_rng_state()
+    """The device's generator state: 16 bytes, the seed then the offset (CUDA's layout)."""
+    return default_generators[_index(device)].get_state()
 
 
-def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
-    _index(device)
-    torch.set_rng_state(state)
+def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
+    default_generators[_index(device)].set_state(new_state)
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
-    return [torch.get_rng_state() for _ in _state.devices]
+    return [g.get_state() for g in default_generators]
 
 
-def set_rng_state_all(states: list[torch.Tensor]) -> None:
-    if states:
-        torch.set_rng_state(states[-1])
+def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+    for g, state in zip(default_generators, new_states, strict=True):
+        g.set_state(state)
 
 
-# (torch.manual_seed calls manual_seed_all of this module: the CPU generator is seeded directly)
 def manual_seed(seed: int) -> None:
-    torch.default_generator.manual_seed(seed)
+    """Seed the current device's generator (its offset back to 0)."""
+    default_generators[current_device()].manual_seed(int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
-    torch.default_generator.manual_seed(seed)
+    """Seed every device's generator (``torch.manual_seed`` calls this)."""
+    for g in default_generators:
+        g.manual_seed(int(seed))
 
 
 def seed() -> None:
-    torch.default_generator.seed()
+    default_generators[current_device()].seed()
 
 
 def seed_all() -> None:
-    torch.default_generator.seed()
+    first = default_generators[0].seed()
+    for g in default_generators[1:]:
+        g.manual_seed(first)
 
 
 def initial_seed() -> int:
-    return torch.default_generator.initial_seed()
+    return default_generators[current_device()].initial_seed()

@@ -42,9 +42,9 @@ def source() -> Path:
 
 def sources() -> list[Path]:
     """Every file the extension is built from: the device, the c10d backend's direct ops, the
-    header they share."""
+    device's generators and random ops, its autocast kernels, the header they share."""
     here = source().parent
-    return [here / "device.cpp", here / "c10d.cpp", here / "device.h"]
+    return [here / "device.cpp", here / "c10d.cpp", here / "random.cpp", here / "amp.cpp", here / "device.h"]
 
 
 def cache_dir() -> Path:

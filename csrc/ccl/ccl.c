@@ -1338,7 +1338,6 @@ static int run_p2p(ctx_t *x, const ccl_op *ops, int nops)
 {
     p2p_t t[256];
     int n = 0;
-    uint64_t peers = 0;
     for (int i = 0; i < nops; i++) {
         if (ops[i].kind != CCL_SEND && ops[i].kind != CCL_RECV)
             continue;
@@ -1350,7 +1349,6 @@ static int run_p2p(ctx_t *x, const ccl_op *ops, int nops)
         p->peer = ops[i].root;
         p->done = 0;
         p->total = ops[i].count * DTYPE_SIZES[ops[i].dtype];
-        peers |= 1ull << p->peer;
     }
     if (!n)
         return CCL_OK;
@@ -1359,12 +1357,18 @@ static int run_p2p(ctx_t *x, const ccl_op *ops, int nops)
     for (;;) {
         int left = 0, progressed = 0;
         uint64_t busy_send = 0, busy_recv = 0;
+        /* the peers whose liveness matters: those of the transfers not done yet. A send is done
+         * once its last piece is in the channel, so a peer that has received it and left (its
+         * own part of the group done, then destroyed or exited) fails nobody; the message it
+         * sent stays in the channel for the receiver, as outside a group. */
+        uint64_t peers = 0;
         for (int i = 0; i < n; i++) {
             p2p_t *p = &t[i];
             if (p->total && p->done >= p->total)
                 continue;
             uint64_t *busy = p->sending ? &busy_send : &busy_recv;
             if (*busy >> p->peer & 1) { /* an earlier transfer on the same channel comes first */
+                peers |= 1ull << p->peer;
                 left++;
                 continue;
             }
@@ -1377,6 +1381,7 @@ static int run_p2p(ctx_t *x, const ccl_op *ops, int nops)
                 progressed = 1;
             if (!(p->total && p->done >= p->total)) {
                 *busy |= 1ull << p->peer;
+                peers |= 1ull << p->peer;
                 left++;
             }
         }

@@ -127,10 +127,11 @@ static sim_status record(sim_event *e, sim_stream *s)
         return SIM_OK;
     }
     sim_event_ref(e);
+    /* queued under the same hold of the stream's lock that numbered it: a wait another thread
+     * queues for this record (it reads rec_gen) must never land on this stream ahead of it,
+     * or two streams waiting for each other's records deadlock */
+    st = sim_stream_push_locked(s, &op);
     pthread_mutex_unlock(&s->lock);
-    /* the stream cannot die in between: the caller holds a reference and `dead` is only set
-     * by destroy, which drains the queue before the worker stops */
-    st = sim_stream_push_raw(s, &op);
     if (st != SIM_OK) {
         sim_event_complete(e, op.u.ev.gen); /* the record will never run: nobody may wait forever */
         sim_event_put(e);

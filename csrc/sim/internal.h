@@ -221,6 +221,7 @@ SIM_HIDDEN sim_status sim_stream_push(sim_stream *s, const sim_op *op);
 SIM_HIDDEN sim_status sim_stream_order(sim_stream *s);
 /* queue an op as it is */
 SIM_HIDDEN sim_status sim_stream_push_raw(sim_stream *s, const sim_op *op);
+SIM_HIDDEN sim_status sim_stream_push_locked(sim_stream *s, const sim_op *op); /* s->lock held */
 SIM_HIDDEN void sim_event_put(sim_event *e);
 SIM_HIDDEN void sim_event_ref(sim_event *e);
 /* run a record / wait op on a stream (event.c) */

@@ -23,7 +23,7 @@
 #define NOT_READY ACL_ERROR_RT_STREAM_NOT_COMPLETE
 #define HCCL_CODE_MAX 100          /* HcclResult values lie below, aclError values far above */
 
-static __thread int t_device = -1;
+static __thread int t_set;       /* this thread has made a device current through this face */
 static __thread char t_error[512];
 
 static anychip_status fail(anychip_status code, const char *fmt, const char *what)
@@ -34,11 +34,16 @@ static anychip_status fail(anychip_status code, const char *fmt, const char *wha
 
 static anychip_status use(int device)
 {
-    if (t_device == device)
+    /* The library's current device is the thread's, shared with every other caller of the
+     * library in the process (anychip's runtime, the application): one may have changed it
+     * since this face last set it, so the library is asked, not a copy of our own kept.
+     * (Before this thread's first set, the library is not asked: ACL fails without one.) */
+    int32_t current = -1;
+    if (t_set && aclrtGetDevice(&current) == ACL_SUCCESS && current == device)
         return ACL_SUCCESS;
     aclError rc = aclrtSetDevice(device);
     if (rc == ACL_SUCCESS)
-        t_device = device;
+        t_set = 1;
     return rc;
 }
 

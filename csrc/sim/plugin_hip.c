@@ -19,7 +19,7 @@
 
 #define RCCL_BASE 10000
 
-static __thread int t_device = -1;
+static __thread int t_set;       /* this thread has made a device current through this face */
 static __thread char t_error[512];
 static __thread ncclComm_t t_last_comm;
 
@@ -27,11 +27,16 @@ static anychip_status nccl(ncclResult_t rc) { return rc == ncclSuccess ? 0 : RCC
 
 static anychip_status use(int device)
 {
-    if (t_device == device)
+    /* The library's current device is the thread's, shared with every other caller of the
+     * library in the process (anychip's runtime, the application): one may have changed it
+     * since this face last set it, so the library is asked, not a copy of our own kept.
+     * (Before this thread's first set, the library is not asked: ACL fails without one.) */
+    int current = -1;
+    if (t_set && hipGetDevice(&current) == hipSuccess && current == device)
         return hipSuccess;
     hipError_t rc = hipSetDevice(device);
     if (rc == hipSuccess)
-        t_device = device;
+        t_set = 1;
     return rc;
 }
 

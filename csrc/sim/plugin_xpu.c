@@ -23,7 +23,7 @@
 
 #define BKCL_CODE_MAX 100          /* BKCLResult_t values lie below, XPUError_t values above */
 
-static __thread int t_device = -1;
+static __thread int t_set;       /* this thread has made a device current through this face */
 static __thread char t_error[512];
 
 static anychip_status fail(anychip_status code, const char *msg)
@@ -34,11 +34,16 @@ static anychip_status fail(anychip_status code, const char *msg)
 
 static anychip_status use(int device)
 {
-    if (t_device == device)
+    /* The library's current device is the thread's, shared with every other caller of the
+     * library in the process (anychip's runtime, the application): one may have changed it
+     * since this face last set it, so the library is asked, not a copy of our own kept.
+     * (Before this thread's first set, the library is not asked: ACL fails without one.) */
+    int current = -1;
+    if (t_set && xpu_current_device(&current) == XPU_SUCCESS && current == device)
         return XPU_SUCCESS;
     int rc = xpu_set_device(device);
     if (rc == XPU_SUCCESS)
-        t_device = device;
+        t_set = 1;
     return rc;
 }
 

@@ -328,20 +328,16 @@ sim_status sim_stream_destroy(void *handle)
     return SIM_OK;
 }
 
-sim_status sim_stream_push_raw(sim_stream *s, const sim_op *op)
+/* the caller holds s->lock */
+sim_status sim_stream_push_locked(sim_stream *s, const sim_op *op)
 {
-    pthread_mutex_lock(&s->lock);
-    if (s->dead) {
-        pthread_mutex_unlock(&s->lock);
+    if (s->dead)
         return sim_fail(SIM_E_INVALID_STREAM, "the stream is being destroyed");
-    }
     if (s->tail - s->head == s->cap) {
         size_t ncap = s->cap * 2;
         sim_op *nr = malloc(ncap * sizeof *nr);
-        if (!nr) {
-            pthread_mutex_unlock(&s->lock);
+        if (!nr)
             return sim_fail(SIM_E_HOST_ALLOC, "out of host memory for the stream queue");
-        }
         for (uint64_t k = s->head; k < s->tail; k++)
             nr[k & (ncap - 1)] = s->ring[k & (s->cap - 1)];
         free(s->ring);
@@ -352,8 +348,15 @@ sim_status sim_stream_push_raw(sim_stream *s, const sim_op *op)
     ASTORE(&s->tail, s->tail + 1);
     if (s->sleeping)
         pthread_cond_signal(&s->work_cv);
-    pthread_mutex_unlock(&s->lock);
     return SIM_OK;
+}
+
+sim_status sim_stream_push_raw(sim_stream *s, const sim_op *op)
+{
+    pthread_mutex_lock(&s->lock);
+    sim_status st = sim_stream_push_locked(s, op);
+    pthread_mutex_unlock(&s->lock);
+    return st;
 }
 
 /* Queue on s a wait for the first `target` ops of t, unless they have run already. */

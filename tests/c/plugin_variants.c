@@ -17,6 +17,9 @@
  *                         (int32 / int64 / float32 / float64; sum, min, max), all_gather and
  *                         broadcast, run in the calling thread after a stream synchronize; anything
  *                         else is left to anychip's host transport
+ * VARIANT_CCL_HANG        VARIANT_CCL_SHM, except that on the ranks CCL_HANG_RANKS lists ("all" or
+ *                         ranks separated by commas; read at comm_init_rank) all_reduce enqueues work
+ *                         that never ends and returns success (a collective that never completes)
  * VARIANT_KERNELS_NONE    no kernel table (every tensor op on the host)
  * VARIANT_MINOR0          claims plugin ABI 1.0 and keeps the table (which anychip must not read)
  * VARIANT_KERNELS_V2      a kernel table of an unknown version (2)
@@ -27,6 +30,9 @@
  *                         unary treat every input as contiguous), mean_sums (reduce),
  *                         fill_through_double (integer fills lose bits past 2^53)
  */
+#ifdef VARIANT_CCL_HANG
+#define VARIANT_CCL_SHM
+#endif
 #define anychip_plugin_init template_plugin_init
 #include TEMPLATE_SOURCE
 
@@ -49,6 +55,7 @@ struct anychip_comm_s {
     char *slots;
     size_t size;
     double timeout;
+    int hang;                                            /* VARIANT_CCL_HANG: this rank's all_reduce never ends */
 };
 
 #include "shm_group.h"
@@ -76,6 +83,10 @@ static anychip_status comm_init_rank(int d, int nranks, const anychip_unique_id 
         free(c);
         return fail(S_INVALID, "at most %d ranks, not %d", MAX_RANKS, nranks);
     }
+#ifdef VARIANT_CCL_HANG
+    for (const char *p = getenv("CCL_HANG_RANKS"); p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+        if (!strncmp(p, "all", 3) || atoi(p) == rank) c->hang = 1;
+#endif
     anychip_status rc = shm_attach(c, id);
     if (rc) {
         free(c);
@@ -114,8 +125,26 @@ static void reduce_slots(anychip_comm c, void *out, size_t n, anychip_dtype t, a
     }
 }
 
+#ifdef VARIANT_CCL_HANG
+/* a wait for an event whose record is never enqueued: the stream never gets past it */
+static anychip_status never_ending(anychip_comm c, anychip_stream s) {
+    anychip_event e;
+    anychip_status rc = event_create(c->device, &e);
+    if (rc) return rc;
+    pthread_mutex_lock(&e->lock);
+    uint64_t gen = ++e->recorded;
+    pthread_mutex_unlock(&e->lock);
+    rc = enqueue_event_task(s, (task){.kind = T_WAIT, .event = e, .generation = gen});
+    event_release(e);                                    /* the queued wait holds its own reference */
+    return rc;
+}
+#endif
+
 static anychip_status all_reduce(const void *send, void *recv, size_t count, anychip_dtype t, anychip_redop op,
                                  anychip_comm c, anychip_stream s) {
+#ifdef VARIANT_CCL_HANG
+    if (c->hang) return never_ending(c, s);
+#endif
     size_t size = dtype_size(t), per = SLOT / size;
     anychip_status rc = stream_synchronize(c->device, s);     /* ordered after the stream's work */
     for (size_t at = 0; rc == S_OK && at < count; at += per) {

@@ -234,6 +234,34 @@ def groups(comm) -> int:
     return 4
 
 
+def late_ring(comm, leave: str) -> int:
+    """A ring in one group (send to r+1, recv from r-1) whose last rank enters 0.5 s late:
+    first with large messages (several channel halves), then with small ones (in the channel
+    at once), after which rank 1, its part done, leaves at once (``leave``: destroy or exit)
+    while rank 2 has not received its message yet: it is still delivered, and nobody fails."""
+    dev, r, N = comm.device, comm.rank, comm.size
+    cases = 0
+    for count in (300_000, 1000):
+        if r == N - 1:
+            time.sleep(0.5)
+        a = dev.alloc(4 * count).copy_from(np.arange(count, dtype=np.int32) + 1000 * r)
+        b = dev.alloc(4 * count).copy_from(np.full(count, -1, dtype=np.int32))
+        with comm.group():
+            comm.send(a, (r + 1) % N, dtype="int32")
+            w = comm.recv(b, (r - 1) % N, dtype="int32")
+        w.wait()
+        prev = (r - 1) % N
+        assert (b.to_numpy(np.int32) == np.arange(count, dtype=np.int32) + 1000 * prev).all(), (count, r)
+        cases += 1
+        if r == 1 and count == 1000:
+            if leave == "exit":
+                print(f"PASS {cases} cases (rank 1 exits after its group)", flush=True)
+                os._exit(0)
+            comm.destroy()
+            return cases
+    return cases
+
+
 def failures(comm, suite: str) -> int:
     """Prints one line 'RESULT <exception type>|<seconds>|<message>' for the test to check."""
     import signal
@@ -306,6 +334,11 @@ def main() -> None:
         n = matrix(comm, counts, big, big_dtypes)
     elif suite == "p2p":
         n = p2p(comm) + groups(comm)
+    elif suite == "late_ring":
+        n = late_ring(comm, sys.argv[2])
+        if comm.rank == 1:
+            print(f"PASS {n} cases (rank 1 left after its group)", flush=True)
+            return
     elif suite == "ipc_cache":
         n = ipc_cache(comm)
     elif suite in ("kill", "timeout", "check", "p2p_mismatch"):

@@ -5,6 +5,9 @@
     native_ccl_worker.py timeout SECONDS     the last rank never joins the op: the others print
                                              'RESULT <exception>|<seconds>|<message>'
     native_ccl_worker.py kill                rank 1 dies with an op enqueued and not started: the same line
+    native_ccl_worker.py stuck SECONDS       every rank's op is enqueued behind a held stream, so it never
+                                             runs: the watchdog fails it after the timeout (the same line),
+                                             then the hold is released and the next call fails at once
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ def main() -> None:
         comm.destroy()
         print(f"PASS {n} cases via {name}", flush=True)
         return
-    if suite == "timeout":
+    if suite in ("timeout", "stuck"):
         # the short timeout applies to a communicator made once every rank is up (a rank's
         # interpreter can start seconds after the others on a loaded machine)
         os.environ["ANYCHIP_COLLECTIVE_TIMEOUT"] = sys.argv[2]
@@ -48,6 +51,9 @@ def main() -> None:
         dev.plugin.sim_hold_stream(dev.index, stream._live())
         comm.all_reduce(buf)
         os.kill(os.getpid(), signal.SIGKILL)
+    stream = dev.current_stream()
+    if suite == "stuck":
+        dev.plugin.sim_hold_stream(dev.index, stream._live())
     if suite == "timeout" and r == comm.size - 1:
         sys.stdin.read()                      # alive, but never joins
         return
@@ -58,6 +64,13 @@ def main() -> None:
     except anychip.AnychipError as exc:
         outcome, msg = type(exc).__name__, str(exc)
     print(f"RESULT {outcome}|{time.perf_counter() - t:.3f}|{msg}", flush=True)
+    if suite == "stuck":
+        dev.plugin.sim_release_stream(dev.index, stream._live())
+        stream.synchronize()
+        try:
+            comm.all_reduce(buf)
+        except anychip.AnychipError as exc:
+            print(f"LATER {type(exc).__name__}|{exc}", flush=True)
 
 
 if __name__ == "__main__":

@@ -203,7 +203,8 @@ def test_launcher_variables(bare_env, variables, expected) -> None:
 def test_bad_launcher_variable(bare_env) -> None:
     bare_env.setenv("RANK", "x")
     bare_env.setenv("WORLD_SIZE", "2")
-    with pytest.raises(anychip.InvalidArgumentError, match="^RANK='x' is not an integer$"):
+    with pytest.raises(anychip.InvalidArgumentError, match=r"^RANK='x' is invalid: want a rank: a whole number "
+                       r"from 0 to 2147483646 \(plain digits 0-9\)$"):
         from_environment()
     bare_env.setenv("RANK", "2")
     with pytest.raises(anychip.InvalidArgumentError, match=r"^RANK=2 is not in \[0, WORLD_SIZE=2\)$"):

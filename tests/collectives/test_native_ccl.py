@@ -331,6 +331,22 @@ def test_a_peer_that_never_arrives_is_a_timeout_on_the_others(backend):
 
 
 @pytest.mark.parametrize("backend", SIM_PARAMS)
+def test_an_op_that_never_runs_times_out_on_every_rank(backend):
+    """Every rank's all_reduce waits behind a held stream, so the library never sees it (nor
+    times it out): the watchdog fails each rank's Work after ANYCHIP_COLLECTIVE_TIMEOUT (plus
+    its second of grace), naming the op and the rank, and aborts the communicator. Before,
+    every rank waited for ever."""
+    results = _spawn(3, "stuck", backend, {}, "0.5")
+    for r, (rc, out, err) in enumerate(results):
+        assert rc == 0, err
+        kind, secs, msg = _result(out)
+        assert (kind, msg) == ("CollectiveTimeout", f"all_reduce (group world.split1(color=0)) did not complete within "
+                               f"0.5 s on rank {r} (ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted")
+        assert 1.4 < secs < 10, secs
+        assert (f"LATER CollectiveError|communicator world.split1(color=0) was aborted: {msg}\n") in out, out
+
+
+@pytest.mark.parametrize("backend", SIM_PARAMS)
 def test_a_killed_peer_fails_the_others_within_seconds(backend):
     before = ccl_segments()
     results = _spawn(3, "kill", backend, {"ANYCHIP_COLLECTIVE_TIMEOUT": "60"})
@@ -527,3 +543,64 @@ def test_a_library_is_called_as_its_calls_table_says():
                                         r"of comm, count, dtype, recv, redop, root, send, stream and end with stream"):
         class Bad(NativeLibrary):
             calls = {"all_reduce": ("f", "send recv stream count")}
+
+
+def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypatch):
+    """The CUDA path (NcclTransport, cupy.cuda.nccl) with the stand-in, its event on a simulated
+    stream held so that the op never completes: the watchdog fails the Work after the timeout
+    and its second of grace, naming the op and the rank, and calls ncclCommAbort. Before, the
+    Work waited for ever (NCCL never times out)."""
+    if not _available("ascend"):
+        pytest.skip("ascend is unavailable")
+    monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", "0.2")
+    dev = anychip.device("ascend:0")
+    nccl = FakeNccl(bytes(128))
+    t = native.NcclTransport(dev, 1, 2, "", "world", nccl=nccl, boot=FakeBoot(1, 2, bytes(128)))
+    a = dev.alloc(64)
+    s = anychip.Stream(dev)
+    dev.plugin.sim_hold_stream(dev.index, s._live())
+    try:
+        start = time.monotonic()
+        work = t.submit([OpSpec("all_reduce", a, a, 16, "float32", "sum", -1)], s)
+        with pytest.raises(CollectiveTimeout) as info:
+            work.wait()
+        took = time.monotonic() - start
+    finally:
+        dev.plugin.sim_release_stream(dev.index, s._live())     # (else the watchdog ends this process 10 s later)
+    s.synchronize()
+    assert str(info.value) == ("all_reduce (group world) did not complete within 0.2 s on rank 1 "
+                               "(ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted")
+    assert 1.2 <= took < 5, took
+    assert nccl.calls[-1] == ("abort",)
+    with pytest.raises(CollectiveError, match=r"^communicator world was aborted: all_reduce \(group world\) did not"):
+        t.submit([OpSpec("all_reduce", a, a, 16, "float32", "sum", -1)], s)
+    t.close()
+
+
+def test_the_watchdog_leaves_completed_ops_alone_while_works_are_waited_and_held(monkeypatch):
+    """Stress: the watchdog looks every 10 ms while 600 ops are enqueued on two streams, half of
+    their Works waited at once (the waiter and the watchdog settle side by side), half held
+    unwaited past the deadline (complete, never settled): none fails, nothing is aborted."""
+    if not _available("ascend"):
+        pytest.skip("ascend is unavailable")
+    monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", "0.1")
+    dev = anychip.device("ascend:0")
+    nccl = FakeNccl(bytes(128))
+    t = native.NcclTransport(dev, 0, 2, "", "world", nccl=nccl, boot=FakeBoot(0, 2, None))
+    a = dev.alloc(64)
+    streams = [dev.current_stream(), anychip.Stream(dev)]
+    held = []
+    deadline = time.monotonic() + 2.5
+    n = 0
+    while n < 600 or time.monotonic() < deadline:
+        work = t.submit([OpSpec("all_reduce", a, a, 16, "float32", "sum", -1)], streams[n % 2])
+        if n % 2:
+            held.append(work)
+        else:
+            assert work.wait() is True
+        n += 1
+        if n % 50 == 0:
+            time.sleep(0.02)
+    assert all(w.wait() is True for w in held), [w.exception() for w in held if w.exception()]
+    assert ("abort",) not in nccl.calls
+    t.close()

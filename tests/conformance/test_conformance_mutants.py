@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -131,6 +132,52 @@ def test_an_unknown_defect_is_refused_with_the_reason(library: Path) -> None:
     assert "MUTANT_DEFECT=banana is not a defect this library knows" in r.stdout + r.stderr
 
 
+# -- --framework torch|paddle: the frameworks compute on the plugin's kernels -----------------------------
+
+#: (framework, defect) -> the compute checks it must fail (on every rank), and pass without it
+FRAMEWORK_MUTANTS = {
+    ("torch", "add_one"): {"torch.add.ones", "torch.add_mul.int64", "torch.add_mul.float16"},
+    ("paddle", "gemm_drop_last"): {"paddle.matmul.contiguous", "paddle.matmul.5x7x3"},
+}
+#: checks that fail today on the correct plugin, each for a known defect of the framework's provider:
+#: Paddle's bridge has no contiguous / strided kernels in eager mode (every non-contiguous input, the
+#: Transformer's attention), its add / subtract grad writes the wrong dy where x is broadcast along
+#: columns; PyTorch's device module has no get_amp_supported_dtype, so torch.autocast refuses it
+KNOWN_TODAY = {
+    "torch": re.compile(r"^torch\.amp\.float16$"),
+    "paddle": re.compile(r"^paddle\.(.*\.(transposed|strided|sliced|expanded)|(add|subtract)\.broadcast_col|"
+                         r"transformer\..*)$"),
+}
+
+
+def _framework(library: Path, framework: str, defect: str | None) -> tuple[int, dict[str, str], str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_DEVICES", "MUTANT_DEFECT", "ANYCHIP_TORCH")}
+    env.update(ANYCHIP_PLUGIN_PATH=str(library), ANYCHIP_LOG_LEVEL="ERROR")
+    if defect:
+        env["MUTANT_DEFECT"] = defect
+    r = subprocess.run([sys.executable, "-m", "anychip.cli", "conformance", "--framework", framework, "--device", NAME,
+                        "-n", "2", "-e", "64"], capture_output=True, text=True, env=env, timeout=LONG_CHILD_SECONDS)
+    failed = dict(re.findall(r"^#   FAIL (\S+) \((ranks? [\d,]+)\)", r.stdout, flags=re.M))
+    return r.returncode, failed, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("framework, defect", sorted(FRAMEWORK_MUTANTS))
+def test_a_wrong_kernel_fails_the_framework_certification(library: Path, framework: str, defect: str) -> None:
+    """The plugin's kernels, through the framework's ops against its CPU: the checks a defect
+    breaks pass on the correct plugin (which fails only checks of known provider defects)
+    and fail with it, on every rank, and the command fails."""
+    rc, failed, text = _framework(library, framework, None)
+    assert not {c for c in failed if not KNOWN_TODAY[framework].match(c)}, text[-4000:]
+    assert rc == (1 if failed else 0), text[-4000:]
+    assert re.search(rf"^# (\d+) value checks, {sum(len(r.split(',')) for r in failed.values())} failed$", text,
+                     flags=re.M), text[-4000:]
+    rc, failed, text = _framework(library, framework, defect)
+    assert rc == 1, f"{defect} passed --framework {framework}:\n{text[-3000:]}"
+    for check in FRAMEWORK_MUTANTS[framework, defect]:
+        assert failed.get(check) == "ranks 0,1", (check, failed, text[-3000:])
+    assert f"conformance ({framework}): FAIL on {NAME}" in text
+
+
 # -- the same device-API defects in a Python plugin (the Python scaffold) -------------------------------
 
 PY_NAME = "mutpy"
@@ -214,7 +261,9 @@ def _certify_py(env_extra: dict[str, str], tmp_path: Path, defect: str | None) -
 def test_the_python_plugin_without_a_defect_passes(python_plugin: dict[str, str], tmp_path: Path) -> None:
     rc, b, text = _certify_py(python_plugin, tmp_path, None)
     assert rc == 0, text[-4000:]
-    assert {c["status"] for c in b["cases"]} == {"passed"}
+    status = {c["name"]: c["status"] for c in b["cases"]}
+    assert status.pop("kernels") == "skipped"            # the Python scaffold has no kernel set
+    assert set(status.values()) == {"passed"}
 
 
 @pytest.mark.parametrize("defect", sorted(PY_MUTANTS))

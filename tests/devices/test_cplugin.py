@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from pathlib import Path
 
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc) to build 
 VARIANTS = {  # variant -> backend name it declares
     "GOOD": "tgood", "NO_INIT": "tnoinit", "MAJOR2": "tmajor", "MISSING": "tmissing", "INIT_FAIL": "tfail",
     "EVENTS_PARTIAL": "tevents", "MINIMAL": "tminimal", "CCL_SELF": "tself", "CCL_NOOP": "tnoop",
-    "CCL_SHM": "tshm", "CCL_PARTIAL": "tpartial", "TAKEN": "cpu",
+    "CCL_SHM": "tshm", "CCL_HANG": "thang", "CCL_PARTIAL": "tpartial", "TAKEN": "cpu",
 }
 ANYCHIP = [sys.executable, "-m", "anychip.cli"]
 
@@ -254,10 +255,10 @@ def test_too_few_collective_entries_are_not_used(libs: dict[str, Path], plugin_p
         "tpartial's collectives lack comm_init_rank, comm_destroy"]
 
 
-def _launch(n: int, backend: str, lib: Path, body: str, tmp_path: Path) -> subprocess.CompletedProcess:
+def _launch(n: int, backend: str, lib: Path, body: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess:
     prog = tmp_path / "prog.py"
     prog.write_text(textwrap.dedent(body))
-    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(lib), "ANYCHIP_COLLECTIVE_TIMEOUT": "60"}
+    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(lib), "ANYCHIP_COLLECTIVE_TIMEOUT": "60", **extra}
     env.pop("ANYCHIP_DEVICES", None)
     return subprocess.run([*ANYCHIP, "launch", "-n", str(n), "--device", backend, str(prog)],
                           capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
@@ -320,6 +321,62 @@ def test_plugin_collectives_pass_the_conformance_suite(libs: dict[str, Path], tm
     assert backend["transport"] == "native/tshm collectives (simulated)"
     counts = backend["counts"]
     assert counts["failed"] == 0 and counts["skipped"] == 0 and counts["passed"] == counts["run"] >= 19
+
+
+HANG = """
+    import time, numpy as np, anychip
+    from anychip import collectives
+    comm = collectives.init()
+    x = comm.device.alloc(4096).copy_from(np.ones(1024, dtype=np.int32))
+    t = time.monotonic()
+    try:
+        w = comm.all_reduce(x, dtype="int32")
+        if comm.rank == 0 or not SYNC:
+            w.wait()
+        else:
+            x.to_numpy(np.int32)      # waits for the stream, whose work never ends
+    except anychip.CollectiveTimeout as exc:
+        print(f"after {time.monotonic() - t:.1f} s: {exc}", flush=True)
+"""
+
+
+def test_a_native_collective_that_never_completes_times_out(libs: dict[str, Path], tmp_path: Path) -> None:
+    """Every rank's all_reduce enqueues work that never ends (the plugin reports success).
+    Rank 0 waits for its Work: the watchdog fails it after ANYCHIP_COLLECTIVE_TIMEOUT (plus a
+    second), naming the op and the rank, and aborts the communicator. Ranks 1 and 2 wait for the
+    stream instead, which nothing can end: 10 s after the abort the watchdog ends them, saying
+    why, and the launcher ends the job. Before, every rank waited for ever."""
+    t = time.monotonic()
+    r = _launch(3, "thang", libs["CCL_HANG"], HANG.replace("SYNC", "True"), tmp_path,
+                ANYCHIP_COLLECTIVE_TIMEOUT="2", CCL_HANG_RANKS="all")
+    took = time.monotonic() - t
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("[0] after "), r.stdout + r.stderr
+    waited = float(lines[0].split()[2])
+    assert 2.9 <= waited < 10, lines
+    assert lines[0].endswith(" s: all_reduce (group world) did not complete within 2 s on rank 0 "
+                             "(ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted"), lines
+    for rank in (1, 2):
+        assert (f"[{rank}] anychip: rank {rank}: all_reduce (group world) did not complete within 2 s "
+                f"(ANYCHIP_COLLECTIVE_TIMEOUT), and its work on thang:{rank} still runs 10 s after the abort: "
+                "nothing can end it; ending the process\n") in r.stderr, r.stderr
+    assert took < 60, took
+
+
+def test_one_rank_whose_collective_never_completes_ends_the_job(libs: dict[str, Path], tmp_path: Path) -> None:
+    """Only rank 2's all_reduce never ends: ranks 0 and 1 time out in the plugin's barrier,
+    rank 2 through the watchdog, and the job ends."""
+    t = time.monotonic()
+    r = _launch(3, "thang", libs["CCL_HANG"], HANG.replace("SYNC", "False"), tmp_path,
+                ANYCHIP_COLLECTIVE_TIMEOUT="2", CCL_HANG_RANKS="2")
+    took = time.monotonic() - t
+    for rank in (0, 1):
+        assert (f"all_reduce (thang collectives, group world) failed: thang collectives returned status 7: "
+                f"unknown status: rank {rank}: timed out after 2 s waiting for rank 2") in r.stdout, r.stdout + r.stderr
+    assert ("s: all_reduce (group world) did not complete within 2 s on rank 2 (ANYCHIP_COLLECTIVE_TIMEOUT); "
+            "the communicator was aborted") in r.stdout, r.stdout
+    assert r.returncode == 0 and took < 60, (took, r.stdout + r.stderr)
 
 
 def test_without_collectives_the_host_transport_serves(libs: dict[str, Path], tmp_path: Path) -> None:

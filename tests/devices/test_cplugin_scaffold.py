@@ -70,6 +70,20 @@ def test_bad_names_and_places(tmp_path: Path) -> None:
         new_plugin("cpu", "c", tmp_path)
     with pytest.raises(InvalidArgumentError, match=r"--lang 'rust': want one of c, python"):
         new_plugin("chip", "rust", tmp_path)
+    # a trailing newline ("$" matched before it) and names longer than plugin.h's device_type holds
+    with pytest.raises(InvalidArgumentError, match=r"^plugin name 'nlchip\\n' is not a backend name"):
+        new_plugin("nlchip\n", "c", tmp_path)
+    new_plugin("c" * 63, "c", tmp_path / "long")
+    with pytest.raises(InvalidArgumentError, match=r"^plugin name 'cccccccccccccccccccc'\.\.\. has 64 characters; a "
+                       r"backend name has at most 63 \(plugin.h's device_type\)$"):
+        new_plugin("c" * 64, "c", tmp_path)
+    (tmp_path / "FILE").write_text("")
+    with pytest.raises(InvalidArgumentError, match=f"^--dir {tmp_path / 'FILE'} is not a directory$"):
+        new_plugin("chip", "c", tmp_path / "FILE")
+    with pytest.raises(InvalidArgumentError, match="^--dir /proc/nope: cannot write /proc/nope: No such file or "
+                       "directory$"):
+        new_plugin("chip", "c", "/proc/nope")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE", "long"]
     r = subprocess.run([*ANYCHIP, "plugin", "new", "chip", "--lang", "python"], cwd=tmp_path, capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr

@@ -4,6 +4,7 @@ timeout that never expires."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -129,3 +130,76 @@ def test_an_infinite_timeout_on_two_ranks(backend, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     for rank in (0, 1):
         assert f"[{rank}] sum [3.0, 3.0, 3.0, 3.0]" in r.stdout, r.stdout
+
+
+RANK_WHY = "want a rank: a whole number from 0 to 2147483646 (plain digits 0-9)"
+SIZE_WHY = "want a number of ranks: a whole number from 1 to 2147483647 (plain digits 0-9)"
+NAME_WHY = "want a backend name, optionally with a device index (e.g. ascend or ascend:1)"
+#: the launcher's and the devices' variables: a huge number, -1, non-ASCII digits, nan, ...
+LAUNCH_BAD = [(name, value, RANK_WHY if "RANK" in name else SIZE_WHY)
+              for name in ("ANYCHIP_RANK", "ANYCHIP_WORLD_SIZE", "ANYCHIP_LOCAL_RANK", "ANYCHIP_LOCAL_SIZE")
+              for value in ("9" * 400, "9" * 5000, "-1", "\uff10", "\u0661", "nan", "1.0", "1e3", "2147483648", "0x1")]
+LAUNCH_BAD += [(name, value, NAME_WHY) for name in ("ANYCHIP_LAUNCH_DEVICE", "ANYCHIP_TORCH")
+               for value in ("9" * 400, "-1", "asc\u00e9nd", "ascend:-1", "ascend:\uff11", "ascend:1:2", "a b")]
+LAUNCH_BAD += [("ANYCHIP_WORLD_SIZE", "0", SIZE_WHY), ("ANYCHIP_LOCAL_SIZE", "0", SIZE_WHY)]
+
+
+@pytest.mark.parametrize(("name", "value", "why"), LAUNCH_BAD)
+def test_the_launch_variables_refuse_bad_values(name, value, why, monkeypatch):
+    """``anychip info``'s rule (problems) and the reader agree: a clear error naming the
+    variable, the value and what is right (before: an OverflowError, or -1 taken as a rank)."""
+    from anychip.runtime import env
+    assert env.problems({name: value}) == {name: why}
+    monkeypatch.setenv(name, value)
+    read = {"ANYCHIP_LAUNCH_DEVICE": env.launch_device, "ANYCHIP_TORCH": env.torch_backend}.get(
+        name, lambda: env.launcher_int(name))
+    with pytest.raises(anychip.InvalidArgumentError) as info:
+        read()
+    assert str(info.value) == f"{name}={value!r} is invalid: {why}"
+
+
+def test_the_launch_variables_take_good_values_and_are_checked_together(monkeypatch):
+    from anychip.collectives._bootstrap import from_environment
+    from anychip.runtime import env
+    good = {"ANYCHIP_RANK": " 3 ", "ANYCHIP_WORLD_SIZE": "4", "ANYCHIP_LOCAL_RANK": "1", "ANYCHIP_LOCAL_SIZE": "2",
+            "ANYCHIP_LAUNCH_DEVICE": "cpu", "ANYCHIP_TORCH": "cpu:0"}
+    assert env.problems(good) == {}
+    assert env.problems({**good, "ANYCHIP_RANK": "4"}) == {"ANYCHIP_RANK": "want below ANYCHIP_WORLD_SIZE=4"}
+    assert env.problems({**good, "ANYCHIP_LOCAL_RANK": "2"}) == {
+        "ANYCHIP_LOCAL_RANK": "want below ANYCHIP_LOCAL_SIZE=2"}
+    assert env.problems({**good, "ANYCHIP_LOCAL_SIZE": "5"}) == {
+        "ANYCHIP_LOCAL_SIZE": "want at most ANYCHIP_WORLD_SIZE=4"}
+    names = ", ".join(b.name for b in anychip.backends())
+    assert env.problems({"ANYCHIP_LAUNCH_DEVICE": "nan", "ANYCHIP_TORCH": "nosuchchip:1"}) == {
+        "ANYCHIP_LAUNCH_DEVICE": f"no backend 'nan' here; want one of {names}",
+        "ANYCHIP_TORCH": f"no backend 'nosuchchip' here; want one of {names}"}
+    for k, v in good.items():
+        monkeypatch.setenv(k, v)
+    w = from_environment()
+    assert (w.rank, w.size, w.local_rank, w.local_size) == (3, 4, 1, 2)
+    assert (env.launch_device(), env.torch_backend()) == ("cpu", "cpu:0")
+    monkeypatch.setenv("ANYCHIP_LOCAL_RANK", "2")
+    with pytest.raises(anychip.InvalidArgumentError,
+                       match=r"^ANYCHIP_LOCAL_RANK=2 is not in \[0, ANYCHIP_LOCAL_SIZE=2\)$"):
+        from_environment()
+    monkeypatch.setenv("ANYCHIP_LOCAL_RANK", "1")
+    monkeypatch.setenv("ANYCHIP_LOCAL_SIZE", "5")
+    with pytest.raises(anychip.InvalidArgumentError, match=r"^ANYCHIP_LOCAL_SIZE=5 is more than ANYCHIP_WORLD_SIZE=4$"):
+        from_environment()
+    monkeypatch.setenv("PMI_SIZE", "\uff12")       # another launcher's variables follow the same rule
+    with pytest.raises(anychip.InvalidArgumentError, match=f"^PMI_SIZE='\uff12' is invalid: {re.escape(SIZE_WHY)}$"):
+        env.launcher_int("PMI_SIZE")
+
+
+def test_anychip_info_flags_the_launch_variables():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANYCHIP_")}
+    env.update(ANYCHIP_RANK="-1", ANYCHIP_WORLD_SIZE="9" * 400, ANYCHIP_LOCAL_RANK="\uff10", ANYCHIP_LOCAL_SIZE="nan",
+               ANYCHIP_LAUNCH_DEVICE="nan", ANYCHIP_TORCH="-1")
+    r = subprocess.run([sys.executable, "-m", "anychip.cli", "info"], capture_output=True, text=True, env=env,
+                       timeout=CHILD_SECONDS)
+    assert r.returncode == 1, r.stdout
+    names = ", ".join(b.name for b in anychip.backends())
+    for name, why in (("ANYCHIP_RANK", RANK_WHY), ("ANYCHIP_WORLD_SIZE", SIZE_WHY), ("ANYCHIP_LOCAL_RANK", RANK_WHY),
+                      ("ANYCHIP_LOCAL_SIZE", SIZE_WHY), ("ANYCHIP_TORCH", NAME_WHY),
+                      ("ANYCHIP_LAUNCH_DEVICE", f"no backend 'nan' here; want one of {names}")):
+        assert f"anychip: error: {name}={env[name]!r} is invalid: {why}\n" in r.stderr, r.stderr

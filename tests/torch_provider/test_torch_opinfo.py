@@ -3,11 +3,15 @@ the anychip device against the CPU: every op with float32 samples, run on both, 
 exactly (the device runs the CPU kernels through the fallback, so every value must be
 equal, NaNs included). The samples are made twice from one seed, once for each device, so
 that arguments an op takes on the host (indices, sizes) stay there, as in PyTorch's own
-device tests. EXPECTED_FAILURES names every op that does not agree, with the reason; the
-list must not grow, and an op on it that starts to agree fails the test until it is removed.
+device tests; the device samples' tensors then get the CPU samples' values (their random
+tensors drew from the device's own generator), and a random op runs on the CPU with the CPU
+generator the device's generator hands its op. EXPECTED_FAILURES names every op that does
+not agree, with the reason; the list must not grow, and an op on it that starts to agree
+fails the test until it is removed.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -59,6 +63,61 @@ def _samples(op, device: str, seed: int) -> list:
     return list(itertools.islice(op.sample_inputs_func(op, device, torch.float32, False), SAMPLES_PER_OP))
 
 
+def _with_the_cpus_values(cpu: list, dev: list) -> list:
+    """The device samples holding the CPU samples' values (their random tensors and numbers drew
+    from the device's own generator, docs/torch.md "Random numbers"): each device tensor (and
+    the tensor it views) gets the CPU's values, each host tensor and number is the CPU sample's.
+    A sample whose structure followed its random values (a different shape or argument count)
+    is the CPU sample with its tensors moved to the device."""
+    tree = torch.utils._pytree
+    for i, (c, d) in enumerate(zip(cpu, dev, strict=True)):
+        cl, _ = tree.tree_flatten((c.input, c.args, c.kwargs))
+        dl, spec = tree.tree_flatten((d.input, d.args, d.kwargs))
+        try:
+            leaves = [_cpu_value(want, have) for want, have in zip(cl, dl, strict=True)]
+        except (ValueError, RuntimeError):
+            dev[i] = c.transform(lambda t: t.detach().to("anychip").requires_grad_(t.requires_grad)
+                                 if isinstance(t, torch.Tensor) else t)
+            continue
+        d.input, d.args, d.kwargs = tree.tree_unflatten(leaves, spec)
+    return dev
+
+
+def _cpu_value(want, have):
+    if isinstance(have, torch.Tensor) and have.device.type == "anychip":
+        if have.layout == torch.strided:        # (the sparse samples fail as they are: EXPECTED_FAILURES)
+            if have.shape != want.shape:
+                raise ValueError("the samples differ in shape")
+            with torch.no_grad():
+                if have._base is not None and want._base is not None and have._base.shape == want._base.shape:
+                    have._base.copy_(want._base)
+                else:
+                    have.copy_(want)
+        return have
+    if isinstance(have, (torch.Tensor, bool, int, float, complex)):
+        return want         # a host tensor or a number (drawn, perhaps, from a generator)
+    return have             # the device, the dtype, ...
+
+
+@contextlib.contextmanager
+def _cpu_draws_as_the_devices():
+    """``torch.manual_seed`` that also gives the CPU's generator the state the device's next draw
+    takes (the OpInfo entries of random ops seed inside), so a random op's first draw on the CPU
+    is the device's."""
+    real = torch.manual_seed
+
+    def seed(value):
+        gen = real(value)
+        torch.set_rng_state(torch.anychip._C.next_draw_state(0))
+        return gen
+
+    torch.manual_seed = seed
+    try:
+        yield
+    finally:
+        torch.manual_seed = real
+
+
 def _to_cpu(x):
     return torch.utils._pytree.tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, x)
 
@@ -77,18 +136,21 @@ def run_op(op) -> str:
         return "no sample"
     try:
         cpu = _samples(op, "cpu", 0)
-        dev = _samples(op, "anychip", 0)
+        dev = _with_the_cpus_values(cpu, _samples(op, "anychip", 0))
     except Exception as exc:  # noqa: BLE001 - a sample generator that cannot run here counts as no sample
         return f"no sample ({type(exc).__name__})"
     if not cpu or len(cpu) != len(dev):
         return "no sample"
     ran = 0
     for i, (c, d) in enumerate(zip(cpu, dev, strict=True)):
-        torch.manual_seed(i)
-        try:
-            want = op(c.input, *c.args, **c.kwargs)
-        except Exception:  # noqa: BLE001 - a sample the CPU itself refuses says nothing about the device
-            continue
+        # a random op on the device draws from its own generator, through a CPU generator made
+        # from the generator's Philox seed and offset (docs/torch.md): the CPU runs with that one
+        with _cpu_draws_as_the_devices():
+            torch.manual_seed(i)
+            try:
+                want = op(c.input, *c.args, **c.kwargs)
+            except Exception:  # noqa: BLE001 - a sample the CPU itself refuses says nothing about the device
+                continue
         ran += 1
         torch.manual_seed(i)
         try:

@@ -38,15 +38,34 @@ Completion: an event recorded after the op on its stream; when it has passed, th
 library's asynchronous error (``HcclGetCommAsyncError``, ``ncclCommGetAsyncError``)
 says whether the op failed. The simulator's BKCL reports it through
 ``anychip_sim_bkcl_async_error`` (BKCL publishes no such call).
+
+Deadline: a library times out only where it waits for its peers, and NCCL not even there,
+so an op whose work never ends (a stuck kernel, a peer that never arrives at NCCL) would
+hang every rank. As ProcessGroupNCCL's watchdog does (``TORCH_NCCL_ASYNC_ERROR_HANDLING``),
+one thread per process (:func:`_watchdog`) looks at the native transports' Works: one
+still running ``ANYCHIP_COLLECTIVE_TIMEOUT`` seconds (plus :data:`_GRACE_S`, so that a
+library that times out itself reports first, naming the peer it waited for) after it was
+enqueued fails with a :class:`CollectiveTimeout` naming the op and the rank, and its
+communicator is aborted (the Works still pending fail, later calls raise); ``Work.wait``
+waits in slices, so it raises at once. When the op's work still runs :data:`_STUCK_S`
+seconds after the abort, nothing can end it and every wait for its stream (a copy to the
+host, the next op) hangs: the watchdog says so on stderr and ends the process (exit code 1),
+as ProcessGroupNCCL does, so that the program, or its launcher, ends. The same applies to
+CUDA (:class:`NcclTransport`, ``ncclCommAbort``).
 """
 from __future__ import annotations
 
+import logging
+import math
+import os
 import re
+import sys
+import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, cast
 
-from ...runtime.env import zero_copy_min
+from ...runtime.env import NEVER_S, collective_timeout, zero_copy_min
 from ...runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
 from ...runtime.native_ccl import NativeLibrary
 from ...runtime.stream import Event, Stream
@@ -59,8 +78,17 @@ if TYPE_CHECKING:
 
 __all__ = ["NativeTransport", "NcclTransport", "native_library", "why_no_library"]
 
+_log = logging.getLogger("anychip")
+
 #: how the simulator's libraries name their communicators in messages (csrc/sim/collective.c)
 _LABEL = re.compile(r"\b(?:hccl|nccl|bkcl) communicator [\w.-]+")
+#: longest stretch a Work.wait waits without looking whether the watchdog failed it
+_SLICE_S = 0.05
+#: seconds past ANYCHIP_COLLECTIVE_TIMEOUT before the watchdog fails an op
+_GRACE_S = 1.0
+#: seconds an op's work may still run after the watchdog aborted its communicator before the
+#: watchdog ends the process
+_STUCK_S = 10.0
 
 
 class _EventWork(Work):
@@ -72,6 +100,8 @@ class _EventWork(Work):
         self._transport = transport
         self._event = event
         self._keep = keep
+        self._since = time.monotonic()        # when it was enqueued (the watchdog's deadline)
+        self._passed = False                  # the watchdog saw its event pass (nobody settled it yet)
         transport._pending[id(self)] = weakref.ref(self)
 
     def __del__(self) -> None:
@@ -85,24 +115,26 @@ class _EventWork(Work):
                 pool.append(event)
 
     def _settle(self) -> bool:
-        if self._done:                        # failed by an abort meanwhile
-            return True
-        exc = self._transport._async_failure(self._what)
-        self._finish(exc)
-        self._transport._pending.pop(id(self), None)
-        pool = self._transport._events
-        if len(pool) < 64:
-            pool.append(self._event)          # passed: it may be recorded again
-        self._event = self._keep = None
+        with self._transport._lock:           # the watchdog's thread may settle or fail it too
+            if self._done:                    # failed by an abort meanwhile
+                return True
+            exc = self._transport._async_failure(self._what)
+            self._finish(exc)
+            self._transport._pending.pop(id(self), None)
+            pool = self._transport._events
+            if len(pool) < 64:
+                pool.append(self._event)      # passed: it may be recorded again
+            self._event = self._keep = None
         return True
 
     def _abandon(self, exc: BaseException) -> None:
         """Fail now: the communicator was aborted under the op (its event, which may still
         pass later, is not reused)."""
-        if not self._done:
-            self._finish(exc)
-            self._event = self._keep = None
-        self._transport._pending.pop(id(self), None)
+        with self._transport._lock:
+            if not self._done:
+                self._finish(exc)
+                self._event = self._keep = None
+            self._transport._pending.pop(id(self), None)
 
     def _poll(self) -> bool:
         event = self._event
@@ -114,20 +146,16 @@ class _EventWork(Work):
         event = self._event
         if self._done or event is None:
             return True
-        if timeout is None:
-            event.synchronize()
-            return self._settle()
-        deadline = time.monotonic() + timeout
-        pause = 5e-5
-        while not event.query():
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            # in slices: the watchdog may fail it meanwhile (its work never ends)
+            if event._wait(min(max(left, 0.0), _SLICE_S)):
+                return self._settle()
             if self._done:
                 return True
-            left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, 5e-3)
-        return self._settle()
 
 
 class _Outcomes:
@@ -137,17 +165,65 @@ class _Outcomes:
     after ``destroy``); ``abort`` fails those still running at once."""
 
     label: str
+    rank: int
+    _comm: Any
 
     def _init_outcomes(self) -> None:
         # id -> the Work, weakly (a dict of weak references costs half a WeakSet per op)
         self._pending: dict[int, weakref.ref[_EventWork]] = {}
         self._aborted: str | None = None
+        self._timed_out = False               # aborted by the watchdog
+        # the Works' settling and the communicator's abort or close, which the watchdog's
+        # thread may run beside the rank's own
+        self._lock = threading.RLock()
+        self._timeout = collective_timeout()
+        self._stuck: tuple[Any, float, str] | None = None   # (event, when aborted, why): see _expire
+        if self._timeout < NEVER_S:
+            _watch(self)
 
     def _unsettled(self) -> list[_EventWork]:
-        return [w for w in (r() for r in list(self._pending.values())) if w is not None]
+        return [w for w in (r() for r in self._pending.copy().values()) if w is not None]
 
     def _aborted_error(self, what: str) -> CollectiveError:
-        return CollectiveError(f"{what} (group {self.label}) aborted: {self._aborted}")
+        kind = CollectiveTimeout if self._timed_out else CollectiveError
+        return kind(f"{what} (group {self.label}) aborted: {self._aborted}")
+
+    def abort(self, reason: str) -> None:
+        raise NotImplementedError
+
+    def _expire(self, now: float) -> None:
+        """The watchdog's look (its thread): the oldest Work still running past the collective
+        timeout fails, naming the op and the rank, and the communicator is aborted; if its
+        work still runs _STUCK_S later, the process ends."""
+        if self._stuck is not None:
+            event, since, reason = self._stuck
+            if event.query():
+                self._stuck = None
+            elif now - since > _STUCK_S:
+                _end_process(f"{reason}, and its work on {getattr(self, 'device', '?')} still runs {_STUCK_S:g} s "
+                             "after the abort: nothing can end it; ending the process")
+            return
+        if self._comm is None:
+            return
+        for work in self._unsettled():
+            event = work._event
+            if (work._done or work._passed or event is None or
+                    now - work._since <= self._timeout + _GRACE_S):
+                continue
+            if event.query() or work._done:   # complete; nobody has waited for it yet
+                work._passed = True
+                continue
+            reason = (f"{work._what} (group {self.label}) did not complete within {self._timeout:g} s on rank "
+                      f"{self.rank} (ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted")
+            with self._lock:
+                if work._done or self._comm is None:
+                    return
+                self._timed_out = True
+                work._abandon(CollectiveTimeout(reason))
+            self._stuck = (event, time.monotonic(), f"rank {self.rank}: {work._what} (group {self.label}) did not "
+                           f"complete within {self._timeout:g} s (ANYCHIP_COLLECTIVE_TIMEOUT)")
+            self.abort(reason)
+            return
 
     def _settle_pending(self) -> None:
         """Wait for the enqueued ops and settle their Works (before the library's destroy)."""
@@ -306,20 +382,23 @@ class NativeTransport(_Outcomes, Transport):
 
     def abort(self, reason: str) -> None:
         rc = 0
-        comm = self._comm
+        with self._lock:
+            comm = self._comm
+            if comm is not None:
+                self._fail_pending(reason)
+                self._comm = None
         if comm is not None:
-            self._fail_pending(reason)
-            self._comm = None
             rc = self.lib.abort_with_reason(comm, reason)
         self._boot.abort(reason)
         self.lib.check(rc, f"{self.lib.api} communicator abort")
 
     def close(self) -> None:
-        comm = self._comm
         try:
+            if self._comm is not None:
+                self._settle_pending()        # (the watchdog may abort it meanwhile)
+            with self._lock:
+                comm, self._comm = self._comm, None
             if comm is not None:
-                self._settle_pending()
-                self._comm = None
                 self.lib.use_device(self._plugin, self.device.index)
                 self.lib.check(self.lib.destroy(comm), f"{self.lib.api} communicator destroy")
         finally:
@@ -545,23 +624,87 @@ class NcclTransport(_Outcomes, Transport):
         return NcclTransport(self.device, boot.rank, boot.size, "", label, nccl=self.nccl, boot=boot)
 
     def abort(self, reason: str) -> None:
-        comm = self._comm
+        with self._lock:
+            comm = self._comm
+            if comm is not None:
+                self._fail_pending(reason)
+                self._comm = None
         if comm is not None:
-            self._fail_pending(reason)
-            self._comm = None
             comm.abort()
         self._boot.abort(reason)
 
     def close(self) -> None:
-        comm = self._comm
         try:
+            if self._comm is not None:
+                self._settle_pending()        # (the watchdog may abort it meanwhile)
+            with self._lock:
+                comm, self._comm = self._comm, None
             if comm is not None:
-                self._settle_pending()
-                self._comm = None
                 comm.destroy()
         finally:
             self._comm = None
             self._boot.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# the watchdog
+# ---------------------------------------------------------------------------------------------
+
+#: the native transports of this process whose ops have a deadline
+_watched: weakref.WeakSet[_Outcomes] = weakref.WeakSet()
+_watcher: threading.Thread | None = None
+_watcher_lock = threading.Lock()
+
+
+def _watch(transport: _Outcomes) -> None:
+    """Put ``transport`` under the watchdog (started with the first one)."""
+    global _watcher
+    with _watcher_lock:
+        _watched.add(transport)
+        if _watcher is None:
+            _watcher = threading.Thread(target=_watchdog, name="anychip collective watchdog", daemon=True)
+            _watcher.start()
+
+
+def _watchdog() -> None:
+    """Every tenth of the shortest timeout (at most every second), each watched transport
+    fails its Works that are past their deadline (:meth:`_Outcomes._expire`)."""
+    while True:
+        with _watcher_lock:
+            period = min([1.0, *(t._timeout / 10 for t in _watched)])
+        time.sleep(period)                    # (holding no transport: a dropped one goes meanwhile)
+        _look(time.monotonic())
+
+
+def _look(now: float) -> None:
+    with _watcher_lock:
+        transports = list(_watched)
+    for t in transports:
+        try:
+            t._expire(now)
+        except Exception as exc:  # noqa: BLE001 - a failed abort must not end the watchdog
+            _log.warning("anychip: collective watchdog: %s", exc)
+
+
+def _end_process(message: str) -> None:
+    """What ProcessGroupNCCL's watchdog does with TORCH_NCCL_ASYNC_ERROR_HANDLING: say why on
+    stderr and end the process, whose threads may be stuck in waits for the device."""
+    try:
+        sys.stderr.write(f"anychip: {message}\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+    finally:
+        os._exit(1)
+
+
+def _forget_watchdog_in_child() -> None:
+    global _watcher, _watcher_lock
+    _watcher = None                       # a forked child has no watchdog thread (nor its parent's ranks)
+    _watcher_lock = threading.Lock()      # (the thread may have held it at the fork)
+    _watched.clear()
+
+
+os.register_at_fork(after_in_child=_forget_watchdog_in_child)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -221,6 +221,7 @@ static C_Status comm_errors(void)
 typedef struct stream_rec {
     anychip_stream s;
     atomic_int pending;
+    anychip_event order_ev;               /* recorded when another stream is ordered after this one */
     struct stream_rec *next;
 } stream_rec;
 
@@ -229,6 +230,43 @@ static stream_rec *g_streams[MAX_DEVICES];
 
 /* a Paddle stream is the bridge's record (the plugin's handle inside) */
 #define REC(stream) ((stream_rec *)(stream))
+
+/* The stream order. Paddle's allocator for a custom device hands memory back for reuse as
+ * soon as the host frees it (a kernel's temporaries when the kernel returns, the executor's
+ * intermediates when their last op has been enqueued), and the next user may run on another
+ * stream: Paddle's executor copies on streams of its own, and it tells the device nothing
+ * about which memory a stream uses (it records streams for CUDA's allocator only). Observed:
+ * in a static program, the H2D stream wrote a transposed weight into the memory the compute
+ * stream's queued matmul was about to read as another one. So the device's work is ordered
+ * as the host enqueued it: work enqueued on a stream other than the one the device's last work
+ * went to first waits (an event) for that stream; a stream that keeps the work costs nothing
+ * (eager mode's one stream never switches). Collectives are left out: Paddle's process group
+ * orders its stream after the compute stream's work itself. */
+static pthread_mutex_t g_order_lock = PTHREAD_MUTEX_INITIALIZER;
+static stream_rec *_Atomic g_last[MAX_DEVICES];
+
+/* work is about to be enqueued on r of `device`: the copy fence will see it, and it comes after
+ * the device's work enqueued before it on other streams */
+static C_Status enqueue_on(int device, stream_rec *r)
+{
+    atomic_store(&r->pending, 1);
+    if (atomic_load(&g_last[device]) == r)
+        return C_SUCCESS;
+    C_Status st = C_SUCCESS;
+    pthread_mutex_lock(&g_order_lock);
+    stream_rec *last = atomic_exchange(&g_last[device], r);
+    if (last && last != r) {
+        if (!P.event_create || !P.stream_wait_event)
+            st = check(P.stream_synchronize(device, last->s), "stream_synchronize (the stream order)");
+        else if (last->order_ev || (st = check(P.event_create(device, &last->order_ev), "event_create")) == C_SUCCESS) {
+            st = check(P.event_record(device, last->order_ev, last->s), "event_record (the stream order)");
+            if (st == C_SUCCESS)
+                st = check(P.stream_wait_event(device, r->s, last->order_ev), "stream_wait_event (the stream order)");
+        }
+    }
+    pthread_mutex_unlock(&g_order_lock);
+    return st;
+}
 
 static C_Status fence(int device)
 {
@@ -273,7 +311,13 @@ static C_Status destroy_stream(const C_Device d, C_Stream stream)
             break;
         }
     pthread_mutex_unlock(&g_streams_lock);
+    pthread_mutex_lock(&g_order_lock);
+    stream_rec *mine = r;
+    atomic_compare_exchange_strong(&g_last[d->id], &mine, NULL);
+    pthread_mutex_unlock(&g_order_lock);
     C_Status st = check(P.stream_destroy(d->id, r->s), "stream_destroy");
+    if (r->order_ev)
+        P.event_destroy(d->id, r->order_ev);
     free(r);
     return st;
 }
@@ -395,6 +439,173 @@ static C_Status stream_wait_event(const C_Device d, C_Stream stream, C_Event eve
     return check(P.event_synchronize(d->id, r->e), "event_synchronize");
 }
 
+/* ---- the staging buffers of asynchronous H2D copies ------------------------------------------ */
+
+/* The staging buffers of asynchronous H2D copies are released only once the copy has
+ * completed on its stream: an event is recorded after the copy, and the entry waits in a list
+ * (oldest first) until the event has completed. Every addition reaps the list (queries each
+ * entry's event, releases the completed ones); the list is bounded: past max_n entries or
+ * max_bytes bytes the oldest entry's event is waited for. A released entry keeps its event and
+ * its buffer (up to STAGE_KEEP bytes) for the next copy; LATER_SPARE of them are kept. */
+typedef struct later {
+    int device;
+    anychip_event e;
+    void *buf;                            /* the staging buffer, kept for reuse */
+    size_t cap, bytes;
+    struct later *next;
+} later;
+
+typedef struct {
+    pthread_mutex_t lock;
+    later *head, *spare;                  /* pending (oldest first), and reusable entries */
+    size_t n, bytes, nspare;
+    size_t max_n, max_bytes;
+} later_list;
+
+#define LATER_SPARE 64                    /* reusable entries kept per list */
+#define STAGE_KEEP ((size_t)16 << 20)     /* staging buffers up to this size are kept for reuse */
+
+static void later_recycle(later_list *L, later *x)
+{
+    x->bytes = 0;
+    if (x->cap > STAGE_KEEP) {
+        free(x->buf);
+        x->buf = NULL;
+        x->cap = 0;
+    }
+    pthread_mutex_lock(&L->lock);
+    int keep = L->nspare < LATER_SPARE;
+    if (keep) {
+        x->next = L->spare;
+        L->spare = x;
+        L->nspare++;
+    }
+    pthread_mutex_unlock(&L->lock);
+    if (!keep) {
+        P.event_destroy(x->device, x->e);
+        free(x->buf);
+        free(x);
+    }
+}
+
+/* an entry with an event of `device` and a staging buffer of `staging` bytes, or NULL */
+static later *later_get(later_list *L, int device, size_t staging)
+{
+    later *x = NULL;
+    pthread_mutex_lock(&L->lock);
+    for (later **p = &L->spare; *p; p = &(*p)->next)
+        if ((*p)->device == device && (*p)->cap >= staging) {
+            x = *p;
+            *p = x->next;
+            L->nspare--;
+            break;
+        }
+    pthread_mutex_unlock(&L->lock);
+    if (!x) {
+        x = calloc(1, sizeof *x);
+        if (!x)
+            return NULL;
+        x->device = device;
+        if (check(P.event_create(device, &x->e), "event_create") != C_SUCCESS) {
+            free(x);
+            return NULL;
+        }
+    }
+    if (staging > x->cap) {
+        void *buf = malloc(staging);
+        if (!buf) {
+            later_recycle(L, x);
+            return NULL;
+        }
+        free(x->buf);
+        x->buf = buf;
+        x->cap = staging;
+    }
+    return x;
+}
+
+/* release the completed entries; past the bounds, wait for the oldest */
+static void later_reap(later_list *L)
+{
+    for (;;) {
+        later *done = NULL, *oldest = NULL;
+        pthread_mutex_lock(&L->lock);
+        for (later **p = &L->head; *p;) {
+            later *x = *p;
+            if (P.event_query && P.event_query(x->device, x->e) == 0) {    /* complete */
+                *p = x->next;
+                L->n--;
+                L->bytes -= x->bytes;
+                x->next = done;
+                done = x;
+            } else {
+                p = &x->next;
+            }
+        }
+        if (L->head && (L->n > L->max_n || L->bytes > L->max_bytes)) {
+            oldest = L->head;
+            L->head = oldest->next;
+            L->n--;
+            L->bytes -= oldest->bytes;
+        }
+        pthread_mutex_unlock(&L->lock);
+        while (done) {
+            later *x = done;
+            done = x->next;
+            later_recycle(L, x);
+        }
+        if (!oldest)
+            return;
+        check(P.event_synchronize(oldest->device, oldest->e), "event_synchronize");
+        later_recycle(L, oldest);
+    }
+}
+
+/* x (from later_get, its buffer filled) is released once the work enqueued so far on `s` has completed */
+static void later_add(later_list *L, later *x, anychip_stream s)
+{
+    if (check(P.event_record(x->device, x->e, s), "event_record") != C_SUCCESS) {
+        check(P.stream_synchronize(x->device, s), "stream_synchronize");
+        later_recycle(L, x);
+        return;
+    }
+    x->next = NULL;
+    pthread_mutex_lock(&L->lock);
+    later **p = &L->head;
+    while (*p)
+        p = &(*p)->next;
+    *p = x;
+    L->n++;
+    L->bytes += x->bytes;
+    pthread_mutex_unlock(&L->lock);
+    later_reap(L);
+}
+
+/* wait for and release every entry of `device` */
+static void later_drain(later_list *L, int device)
+{
+    for (;;) {
+        later *x = NULL;
+        pthread_mutex_lock(&L->lock);
+        for (later **p = &L->head; *p; p = &(*p)->next)
+            if ((*p)->device == device) {
+                x = *p;
+                *p = x->next;
+                L->n--;
+                L->bytes -= x->bytes;
+                break;
+            }
+        pthread_mutex_unlock(&L->lock);
+        if (!x)
+            return;
+        check(P.event_synchronize(x->device, x->e), "event_synchronize");
+        later_recycle(L, x);
+    }
+}
+
+/* the staging buffers of asynchronous H2D copies in flight */
+static later_list g_staged = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, 0, 4096, (size_t)256 << 20};
+
 /* ---- devices ------------------------------------------------------------------------------ */
 
 static C_Status initialize(void) { return C_SUCCESS; }
@@ -422,6 +633,7 @@ static C_Status get_device(const C_Device d)
 static C_Status deinit_device(const C_Device d)
 {
     DEVICE(d);
+    later_drain(&g_staged, d->id);
     return synchronize_device(d);
 }
 
@@ -482,6 +694,10 @@ static C_Status device_memory_deallocate(const C_Device d, void *ptr, size_t siz
     PROF(device_memory_deallocate);
     (void)size;
     DEVICE(d);
+    /* as cudaFree: queued work may still use the memory (Paddle's allocator hands it back
+     * when its cache is emptied, right after the ops that used it were enqueued), so the
+     * free waits for every stream of the device with work pending (the copy fence) */
+    TRY(fence(d->id), "the copy fence");
     return check(P.mem_free(d->id, ptr), "mem_free");
 }
 
@@ -547,6 +763,10 @@ static C_Status device_memory_set(const C_Device d, void *ptr, unsigned char val
     return st;
 }
 
+/* asynchronous H2D copies larger than this are synchronous (the stream's work, then the copy)
+ * rather than staged */
+#define STAGE_MAX ((size_t)64 << 20)
+
 static C_Status async_copy(int device, C_Stream stream, void *dst, const void *src, size_t size,
                            anychip_copy_kind kind)
 {
@@ -554,12 +774,39 @@ static C_Status async_copy(int device, C_Stream stream, void *dst, const void *s
     if (!size)
         return C_SUCCESS;
     stream_rec *r = REC(stream);
-    if (!P.copy_async) {
+    int staged = kind == ANYCHIP_COPY_H2D && P.copy_async && P.event_create && size <= STAGE_MAX;
+    C_Status st = enqueue_on(device, r);
+    if (st != C_SUCCESS)
+        return st;
+    if (!P.copy_async || (kind == ANYCHIP_COPY_H2D && !staged)) {
         TRY(P.stream_synchronize(device, r->s), "stream_synchronize");
         return check(P.copy(device, dst, src, size, kind), "copy");
     }
-    atomic_store(&r->pending, 1);
-    return check(P.copy_async(device, dst, src, size, kind, r->s), "copy_async");
+    if (kind == ANYCHIP_COPY_D2H) {
+        /* as CUDA's to pageable memory: the copy has completed when this returns (Paddle
+         * reads a D2H destination, or frees it, without always waiting for the stream) */
+        TRY(P.copy_async(device, dst, src, size, kind, r->s), "copy_async");
+        return check(P.stream_synchronize(device, r->s), "stream_synchronize");
+    }
+    if (!staged)
+        return check(P.copy_async(device, dst, src, size, kind, r->s), "copy_async");
+    /* Paddle may free or reuse the host source as soon as this returns (its executor frees a
+     * CPU tensor once the op that reads it has returned): the copy reads a staging buffer of
+     * the bridge's, released once the copy has completed on the stream */
+    later *x = later_get(&g_staged, device, size);
+    if (!x) {
+        TRY(P.stream_synchronize(device, r->s), "stream_synchronize");
+        return check(P.copy(device, dst, src, size, kind), "copy");
+    }
+    memcpy(x->buf, src, size);
+    x->bytes = size;
+    st = check(P.copy_async(device, dst, x->buf, size, kind, r->s), "copy_async");
+    if (st != C_SUCCESS) {
+        later_recycle(&g_staged, x);
+        return st;
+    }
+    later_add(&g_staged, x, r->s);
+    return C_SUCCESS;
 }
 
 static C_Status async_memory_copy_h2d(const C_Device d, C_Stream stream, void *dst, const void *src, size_t size)

@@ -22,8 +22,8 @@
  *
  * Composite ops (softmax, the gradients) are sequences of those primitives on the one stream,
  * with temporaries from Paddle's allocator for the device (freed when the op returns: the
- * next user of that memory is ordered after this op on the stream, as with any caching
- * allocator). The formulas are Paddle's CPU kernels', in the same order, so results agree
+ * next user of that memory, on this stream or another, is ordered after this op's work by the
+ * bridge's stream order, enqueue_on). The formulas are Paddle's CPU kernels', in the same order, so results agree
  * with Paddle-CPU to the rounding of each step.
  *
  * ANYCHIP_PADDLE_BEFORE_GEMM, when defined, names a function (void) called before the first
@@ -199,7 +199,8 @@ static anychip_stream stream_of(const char *op, const PD_DeviceContext *ctx)
     C_Stream s = PD.PD_DeviceContextGetStream(ctx, &st);
     if (st != C_SUCCESS || !s)
         fail(op, "the device context has no stream");
-    atomic_store(&REC(s)->pending, 1);    /* the copy fence sees the kernel */
+    if (enqueue_on(t_device, REC(s)) != C_SUCCESS)      /* the copy fence sees the kernel; the stream order */
+        fail(op, "ordering its stream after the device's other streams failed");
     return REC(s)->s;
 }
 
@@ -1183,6 +1184,12 @@ static void ANYCHIP_PADDLE_BEFORE_GEMM(void);
 static void before_gemm(void) {}
 #endif
 
+/* x's batches (untransposed, contiguous) times a y of no batch dims are the rows of one matrix */
+static int flat_batches(const tview *x, const tview *y, int tx)
+{
+    return x->nd > 2 && y->nd <= 2 && !tx;
+}
+
 static void k_matmul(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, bool tx, bool ty, PD_Tensor *out)
 {
     before_gemm();
@@ -1204,6 +1211,11 @@ static void k_matmul(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, bool tx,
     batch_of(op, &a, &b, &B);
     int item = ITEMSZ[a.dt];
     int64_t per = A.rows * Bm.cols;
+    if (flat_batches(&a, &b, tx)) {         /* [..., M, K] x [K, N]: one GEMM of all the rows */
+        A.rows *= B.count;
+        gemm(op, s, a.dt, o.p, A, Bm);
+        return;
+    }
     for (int64_t i = 0; i < B.count; i++) {
         int64_t xo, yo;
         batch_offsets(&B, i, &xo, &yo);
@@ -1311,6 +1323,21 @@ static void k_matmul_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_
     mat G = {g.p, X.rows, Y.cols, Y.cols, 1};
     t_tx = tx;
     t_ty = ty;
+    if (flat_batches(&a, &b, tx)) {         /* x's rows as one matrix: dx = dout @ y'^T, dy = x^T @ dout */
+        mat Xf = {X.p, X.rows * B.count, X.cols, X.s0, X.s1}, Gf = {G.p, G.rows * B.count, G.cols, G.s0, G.s1};
+        if (dx) {
+            output(op, ctx, dx, a.cdt, &o);
+            gemm(op, s, a.dt, o.p, Gf, tr(Y));
+        }
+        if (dy) {
+            output(op, ctx, dy, b.cdt, &o);
+            if (ty)
+                gemm(op, s, b.dt, o.p, tr(Gf), Xf);
+            else
+                gemm(op, s, b.dt, o.p, tr(Xf), Gf);
+        }
+        return;
+    }
     temps T = {ctx, op, {0}, 0};
     if (dx) {
         output(op, ctx, dx, a.cdt, &o);

@@ -31,6 +31,9 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -826,9 +829,97 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     return {back(std::get<0>(grads)), back(std::get<1>(grads)), back(std::get<2>(grads))};
 }
 
+// The devices of an op's tensor arguments, by CUDA's rule: the anychip tensors on one device,
+// with CPU tensors only as 0-dim inputs (scalars) and as indices (a Tensor?[] list, which torch
+// moves to the device); any other CPU tensor is refused with torch's usual error. Returns the
+// anychip device, if any tensor is on one.
+std::optional<c10::Device> check_devices(const c10::FunctionSchema &schema, const torch::jit::Stack &stack)
+{
+    const auto &args = schema.arguments();
+    size_t begin = stack.size() - args.size();
+    std::optional<c10::Device> device;
+    bool cpu = false;           // a CPU tensor other than a 0-dim input or an index
+    auto see = [&](const at::Tensor &t, bool written, bool index) {
+        if (!t.defined())
+            return;
+        if (t.device().type() == kType) {
+            if (!device)
+                device = t.device();
+            TORCH_CHECK(t.device() == *device, "Expected all tensors to be on the same device, but found at least "
+                        "two devices, ", *device, " and ", t.device(), "!");
+        } else if (t.device().is_cpu() && !index && (t.dim() > 0 || written)) {
+            cpu = true;
+        }
+    };
+    for (size_t i = 0; i < args.size(); ++i) {
+        const c10::IValue &v = stack[begin + i];
+        bool written = args[i].alias_info() && args[i].alias_info()->isWrite();
+        if (v.isTensor()) {
+            see(v.toTensor(), written, false);
+        } else if (v.isTensorList()) {
+            for (const at::Tensor &t : v.toTensorList())
+                see(t, written, false);
+        } else if (v.isOptionalTensorList()) {
+            for (const std::optional<at::Tensor> &t : v.toOptionalTensorList())
+                if (t.has_value())
+                    see(*t, written, true);
+        }
+    }
+    TORCH_CHECK(!(device && cpu), "Expected all tensors to be on the same device, but found at least two devices, ",
+                *device, " and cpu!");
+    return device;
+}
+
+// The CPU kernel of every op without a device one. A view op's result must share its input's
+// memory, which a CPU result copied back cannot: writes through it would be lost. The view ops
+// torch has no generic (CompositeExplicitAutograd) kernel for are registered below with their
+// as_strided-based native kernels; a view op still reaching here (sparse, nested) is refused.
+// torch's fallback returns the results to its first tensor argument's device (unless the op has
+// a device argument), which for `2 - t` or `where(cpu_scalar, t, u)` is the CPU's: they go to the
+// anychip device of the other arguments, as on CUDA.
 void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
+    const c10::FunctionSchema &schema = op.schema();
+    for (const auto &ret : schema.returns()) {
+        const c10::AliasInfo *alias = ret.alias_info();
+        TORCH_CHECK(alias == nullptr || alias->isWrite(), schema.operator_name(),
+                    " is a view op (its result shares its input's memory) with no implementation on the anychip "
+                    "device: the CPU fallback would return a copy, so writes through it would be lost");
+    }
+    std::optional<c10::Device> device = check_devices(schema, *stack);
+    bool device_arg = false;
+    for (size_t i = 0, begin = stack->size() - schema.arguments().size(); i < schema.arguments().size(); ++i)
+        device_arg = device_arg || (*stack)[begin + i].isDevice();
     at::native::cpu_fallback(op, stack);
+    if (!device || device_arg)
+        return;
+    size_t nret = schema.returns().size(), begin = stack->size() - nret;
+    auto place = [&](const at::Tensor &t) { return t.defined() && t.device().is_cpu() ? t.to(*device) : t; };
+    for (size_t i = 0; i < nret; ++i) {
+        c10::IValue &v = (*stack)[begin + i];
+        if (schema.returns()[i].alias_info())      // (an input written in place: where it was)
+            continue;
+        if (v.isTensor()) {
+            v = place(v.toTensor());
+        } else if (v.isTensorList()) {
+            c10::List<at::Tensor> list = v.toTensorList();
+            for (size_t k = 0; k < list.size(); ++k)
+                list.set(k, place(list.get(k)));
+            v = list;
+        }
+    }
+}
+
+// module.to(device) keeps each Parameter object, so that tied ones stay one (param.data = moved),
+// only where torch calls the two tensors' types compatible; its list of dense backends lacks
+// PrivateUse1, so a CPU parameter moved here would become a new Parameter per module
+bool has_compatible_shallow_copy_type(const at::Tensor &self, const at::Tensor &from)
+{
+    auto dense = [](c10::DispatchKeySet ks) {
+        return ks.has(c10::DispatchKey::CPU) || ks.has(c10::DispatchKey::PrivateUse1);
+    };
+    return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+           (dense(self.key_set()) && dense(from.key_set()));
 }
 
 // ---- ops on the chip's kernels (the table above) ------------------------------------------------
@@ -1027,6 +1118,13 @@ at::Tensor sum_all(const at::Tensor &self, std::optional<at::ScalarType> dtype)
 
 // ---- the device guard ----------------------------------------------------------------------
 
+// a torch event: the plugin's event and its device, which plugin.h's event calls take and torch's
+// query / synchronize / wait of an event do not give (it is not the current device's)
+struct TorchEvent {
+    anychip_event event;
+    int device;
+};
+
 struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
     c10::DeviceType type() const override { return kType; }
 
@@ -1113,8 +1211,11 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
 
     void destroyEvent(void *event, const c10::DeviceIndex device) const noexcept override
     {
-        if (event && has_events())
-            g_plugin.event_destroy(device, static_cast<anychip_event>(event));
+        (void)device;
+        auto *e = static_cast<TorchEvent *>(event);
+        if (e && has_events())
+            g_plugin.event_destroy(e->device, e->event);
+        delete e;
     }
 
     void record(void **event, const c10::Stream &stream, const c10::DeviceIndex device,
@@ -1132,37 +1233,41 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
         if (*event == nullptr) {
             anychip_event ev = nullptr;
             check(g_plugin.event_create(dev, &ev), "event_create", dev);
-            *event = ev;
+            *event = new TorchEvent{ev, dev};
         }
-        check(g_plugin.event_record(dev, static_cast<anychip_event>(*event), static_cast<anychip_stream>(s)),
-              "event_record", dev);
+        auto *e = static_cast<TorchEvent *>(*event);
+        TORCH_CHECK(e->device == dev, "an event of anychip:", e->device, " cannot be recorded on a stream of anychip:", dev);
+        check(g_plugin.event_record(dev, e->event, static_cast<anychip_stream>(s)), "event_record", dev);
     }
 
+    // work enqueued on `stream` from now on waits for the event: on the stream where the event is of
+    // the stream's device (plugin.h's stream_wait_event takes one device), else the host waits for it
     void block(void *event, const c10::Stream &stream) const override
     {
         if (event == nullptr)
             return;
+        auto *e = static_cast<TorchEvent *>(event);
         int dev = stream.device_index();
         void *s = stream_handle(dev, stream.id());
-        if (g_plugin.stream_wait_event)
-            check(g_plugin.stream_wait_event(dev, static_cast<anychip_stream>(s), static_cast<anychip_event>(event)),
-                  "stream_wait_event", dev);
+        if (g_plugin.stream_wait_event && e->device == dev)
+            check(g_plugin.stream_wait_event(dev, static_cast<anychip_stream>(s), e->event), "stream_wait_event", dev);
         else
-            check(g_plugin.event_synchronize(dev, static_cast<anychip_event>(event)), "event_synchronize", dev);
+            check(g_plugin.event_synchronize(e->device, e->event), "event_synchronize", e->device);
     }
 
     bool queryEvent(void *event) const override
     {
         if (event == nullptr)
             return true;
+        auto *e = static_cast<TorchEvent *>(event);
         if (!g_plugin.event_query) {
-            check(g_plugin.event_synchronize(t_device, static_cast<anychip_event>(event)), "event_synchronize", t_device);
+            check(g_plugin.event_synchronize(e->device, e->event), "event_synchronize", e->device);
             return true;
         }
-        anychip_status st = g_plugin.event_query(t_device, static_cast<anychip_event>(event));
+        anychip_status st = g_plugin.event_query(e->device, e->event);
         if (st == g_plugin.not_ready_status && st != 0)
             return false;
-        check(st, "event_query", t_device);
+        check(st, "event_query", e->device);
         return true;
     }
 
@@ -1193,7 +1298,8 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
     {
         if (event == nullptr)
             return;
-        check(g_plugin.event_synchronize(t_device, static_cast<anychip_event>(event)), "event_synchronize", t_device);
+        auto *e = static_cast<TorchEvent *>(event);
+        check(g_plugin.event_synchronize(e->device, e->event), "event_synchronize", e->device);
     }
 
     void synchronizeDevice(const c10::DeviceIndex device) const override
@@ -1220,12 +1326,15 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
 
     double elapsedTime(void *start, void *end, const c10::DeviceIndex device) const override
     {
+        (void)device;
         TORCH_CHECK(start && end, "elapsed_time needs two recorded events");
         TORCH_CHECK(g_plugin.event_elapsed_ms, "anychip ", g_backend, " offers no event timing (event_elapsed_ms)");
+        auto *a = static_cast<TorchEvent *>(start), *b = static_cast<TorchEvent *>(end);
+        TORCH_CHECK(a->device == b->device, "elapsed_time needs two events of one device, got anychip:", a->device,
+                    " and anychip:", b->device);
         float ms = 0;
-        check(g_plugin.event_synchronize(device, static_cast<anychip_event>(end)), "event_synchronize", device);
-        check(g_plugin.event_elapsed_ms(device, &ms, static_cast<anychip_event>(start), static_cast<anychip_event>(end)),
-              "event_elapsed_ms", device);
+        check(g_plugin.event_synchronize(b->device, b->event), "event_synchronize", b->device);
+        check(g_plugin.event_elapsed_ms(b->device, &ms, a->event, b->event), "event_elapsed_ms", b->device);
         return ms;
     }
 };
@@ -1238,11 +1347,12 @@ struct Hooks final : at::PrivateUse1HooksInterface {
     bool isBuilt() const override { return true; }
     bool isAvailable() const override { return g_ready && g_count > 0; }
     bool hasPrimaryContext(c10::DeviceIndex device) const override { return g_ready && device >= 0 && device < g_count; }
+    // each device's own generators (random.cpp)
     const at::Generator &getDefaultGenerator(c10::DeviceIndex device) const override
     {
-        (void)device;      // random ops run on the CPU (the fallback): they draw from its generator
-        return at::detail::getDefaultCPUGenerator();
+        return anychip_torch::default_generator(device);
     }
+    at::Generator getNewGenerator(c10::DeviceIndex device) const override { return anychip_torch::new_generator(device); }
     at::Device getDeviceFromPtr(void *data) const override
     {
         (void)data;
@@ -1338,6 +1448,10 @@ std::string status_text(anychip_status st) { return ::status_text(st); }
 
 int dtype_of(at::ScalarType t) { return kernel_dtype(t); }
 
+int device_count() { return g_count; }
+
+void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) { cpu_fallback(op, stack); }
+
 void *current_stream_of(int device, int64_t *id)
 {
     *id = current_id(device);
@@ -1353,10 +1467,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
     m.impl("as_strided", as_strided);
     m.impl("view", view);
     m.impl("_reshape_alias", reshape_alias);
+    // views with no generic kernel (their CPU one is as_strided-based, so it serves any device)
+    m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+    m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+    m.impl("unfold", TORCH_FN(at::native::unfold));
     m.impl("resize_", resize_);
     m.impl("_copy_from", copy_from);
     m.impl("_copy_from_and_resize", copy_from_and_resize);
     m.impl("_local_scalar_dense", local_scalar_dense);
+    m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
     m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
     m.impl("set_.source_Storage", set_source_storage);
     m.impl("set_.source_Tensor", set_source_tensor);
@@ -1419,4 +1538,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("current_stream_id", &current_stream_id);
     m.def("kernel_launches", &kernel_launches);
     anychip_torch::bind_c10d(m);
+    anychip_torch::bind_random(m);
 }

@@ -30,4 +30,12 @@ inline bool python_usable()
 // c10d.cpp's names in the extension module
 void bind_c10d(pybind11::module_ &m);
 
+int device_count();                             // the devices the backend has here
+// the CPU fallback of device.cpp (inputs copied to the host, the CPU kernel, outputs copied back)
+void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
+// random.cpp: the device's generators (its Philox seed and offset) and its names in the module
+const at::Generator &default_generator(c10::DeviceIndex device);
+at::Generator new_generator(c10::DeviceIndex device);
+void bind_random(pybind11::module_ &m);
+
 }  // namespace anychip_torch

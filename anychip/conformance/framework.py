@@ -1,0 +1,225 @@
+"""``anychip conformance --framework torch|paddle``: certify a framework on a chip — what it
+computes and its collectives — with the framework's own API, one runner for both.
+
+Each rank of the framework's job (PyTorch: ``anychip launch`` with the ``anychip`` c10d backend
+on the PrivateUse1 device bound to the backend, ``ANYCHIP_TORCH``; Paddle:
+``python -m paddle.distributed.launch`` on the Paddle device type anychip provides, docs/paddle.md)
+runs its framework's worker (torch_worker.py, paddle_worker.py) with ``--compute``: first the
+compute checks on its device against the framework's CPU in the same process (torch_compute.py,
+paddle_compute.py: ops forward and backward on every layout, optimizer steps, a 2-layer
+Transformer eager and compiled / ``to_static``, float16 AMP, two streams and every device,
+repeated), then every collective value-checked, then all_reduce, all_gather, broadcast and
+reduce_scatter timed per size with their values checked, printed as nccl-tests tables.
+Certifying a chip this way certifies "PyTorch on this chip" / "Paddle on this chip".
+
+Every line a worker prints that the runner reads: ``RANK r of n on DEVICE``, ``CHECK name ok``
+or ``CHECK name FAIL detail``, ``ROW op bytes seconds ok|WRONG``, ``DONE r failures=N``.
+
+Backends: the simulated chips (ascend, kunlun, hygon) and C plugins (PyTorch: those with an
+``anychip/plugin.h`` face; Paddle: the bridge installed with anychip for the simulated chips,
+one compiled for the run for a C plugin).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._spawn import python_command
+from ..runtime.errors import InvalidArgumentError, UnsupportedError
+
+__all__ = ["run", "run_paddle_launch", "FRAMEWORKS"]
+
+HERE = Path(__file__).resolve().parent
+BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+       "broadcast": lambda n: 1.0, "reduce_scatter": lambda n: (n - 1) / n}
+
+
+@dataclass(frozen=True)
+class Framework:
+    """What differs between the frameworks: the worker, how its job starts, where its ranks write."""
+
+    name: str
+    api: str                  # what the collectives go through (the tables' titles)
+    launcher: str
+    worker: Path
+
+    def job(self, backend: str, nranks: int, args: list[str], tmp: Path) -> tuple[list[str], dict[str, str]]:
+        if self.name == "paddle":
+            env = _paddle_environment(backend, tmp)
+            return ([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(tmp / "logs"),
+                     "--devices", ",".join(map(str, range(nranks))), str(self.worker), *args], env)
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+        env["ANYCHIP_TORCH"] = backend
+        return python_command(["-m", "anychip", "launch", "-n", str(nranks), "--device", backend, str(self.worker),
+                               *args]), env
+
+    def rank_texts(self, nranks: int, output: str, tmp: Path) -> list[str]:
+        """Each rank's lines: Paddle's launcher writes a log per rank, anychip's prefixes them."""
+        if self.name == "paddle":
+            logs = [tmp / "logs" / f"workerlog.{r}" for r in range(nranks)]
+            return [p.read_text(errors="replace") if p.exists() else "" for p in logs]
+        return ["\n".join(ln[len(f"[{r}] "):] for ln in output.splitlines() if ln.startswith(f"[{r}] "))
+                for r in range(nranks)]
+
+
+FRAMEWORKS = {
+    "torch": Framework("torch", "torch.distributed", "anychip launch, c10d backend anychip", HERE / "torch_worker.py"),
+    "paddle": Framework("paddle", "paddle.distributed", "paddle.distributed.launch", HERE / "paddle_worker.py"),
+}
+
+
+def _plugin_library(name: str) -> str | None:
+    from ..runtime import registry
+    from ..runtime.errors import PluginError
+    for path, _how in registry._plugin_libraries():
+        try:
+            symbol, probe = registry._library_probe(path)
+            if symbol == "anychip_plugin_init" and probe(path)[0] == name:
+                return path
+        except PluginError:
+            continue
+    return None
+
+
+def _paddle_environment(name: str, tmp: Path) -> dict[str, str]:
+    from .. import paddle_provider
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "FLAGS_"))}
+    env["GLOG_minloglevel"] = "2"
+    if name in paddle_provider.SIMULATED:
+        bridge = paddle_provider.simulator_bridge()
+        if bridge is None:
+            raise UnsupportedError("this anychip was built without the Paddle bridge")
+        if not env.get("CUSTOM_DEVICE_ROOT"):          # (importing paddle sets it to "")
+            env["CUSTOM_DEVICE_ROOT"] = str(bridge.parent)
+        env["ANYCHIP_PADDLE"] = name
+        return env
+    lib = _plugin_library(name)
+    if lib is None:
+        raise InvalidArgumentError(f"conformance --framework paddle: {name!r} is neither a simulated chip "
+                                   f"({', '.join(paddle_provider.SIMULATED)}) nor a C plugin anychip finds "
+                                   "(ANYCHIP_PLUGIN_PATH / the anychip.plugin_libraries entry point)")
+    paddle_provider.build_bridge(lib, tmp / "bridge")
+    env["CUSTOM_DEVICE_ROOT"] = str(tmp / "bridge")
+    env["ANYCHIP_PADDLE"] = "none"
+    return env
+
+
+def run_paddle_launch(cmd: list[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, timeout=...)`` for Paddle's launcher, which starts each worker in a
+    session of its own: on a timeout the launcher gets SIGTERM first, on which it stops its
+    workers, and SIGKILL only 10 s later, so that no worker is left behind; then
+    ``TimeoutExpired`` is raised as ``subprocess.run`` raises it."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.terminate()
+            try:
+                out, err = p.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
+        except BaseException:               # interrupted: the launcher goes, as subprocess.run does
+            p.kill()
+            raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def parse(texts: list[str]) -> dict[str, Any]:
+    """What the ranks' lines say: the checks, the rows, the device, whether every rank finished."""
+    checks = [re.findall(r"^CHECK (\S+) (ok|FAIL.*)$", t, flags=re.M) for t in texts]
+    rows = [re.findall(r"^ROW (\S+) (\d+) (\S+) (ok|WRONG)$", t, flags=re.M) for t in texts]
+    device = next((m.group(1) for t in texts for m in [re.search(r"^RANK 0 of \d+ on (.+)$", t, flags=re.M)] if m),
+                  None)
+    failed: dict[str, tuple[list[int], str]] = {}         # check -> (ranks, the first rank's detail)
+    for r, cs in enumerate(checks):
+        for name, verdict in cs:
+            if verdict != "ok":
+                ranks, detail = failed.setdefault(name, ([], verdict[len("FAIL"):].strip()))
+                ranks.append(r)
+    finished = all(re.search(rf"^DONE {r} failures=\d+", t, flags=re.M) for r, t in enumerate(texts))
+    return {"checks": sum(len(c) for c in checks), "failed": failed, "rows": rows, "device": device,
+            "finished": finished}
+
+
+def _one(fw: Framework, name: str, nranks: int, sizes: tuple[int, int, int], timeout: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix=f"anychip-{fw.name}-conf-") as tmpdir:
+        tmp = Path(tmpdir)
+        cmd, env = fw.job(name, nranks, ["--compute", "--sizes", ",".join(map(str, sizes))], tmp)
+        try:
+            if fw.name == "paddle":
+                done = run_paddle_launch(cmd, timeout, env=env, cwd=tmp)
+            else:
+                done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+            rc: int | str = done.returncode
+            output = done.stdout + done.stderr
+        except subprocess.TimeoutExpired as exc:     # the launcher was stopped: its ranks go with it
+            rc = f"timed out after {timeout:.0f} s"
+            out = exc.stdout or ""
+            output = out.decode(errors="replace") if isinstance(out, bytes) else out
+        texts = fw.rank_texts(nranks, output, tmp)
+    res = parse(texts)
+    ok = rc == 0 and not res["failed"] and res["finished"]
+    ended_badly = not res["finished"] or (rc != 0 and not res["failed"])     # not (only) failed checks
+    tail = next((t[-1500:] for t in texts if "Traceback" in t), output[-2000:]) if ended_badly else ""
+    return {"backend": name, "ranks": nranks, "rc": rc, "ok": ok, "tail": tail, **res}
+
+
+def _table(res: dict[str, Any], api: str) -> str:
+    n = res["ranks"]
+    merged: dict[tuple[str, int], tuple[float, bool]] = {}
+    for rank_rows in res["rows"]:
+        for op, size, secs, ok in rank_rows:
+            key = (op, int(size))
+            old = merged.get(key, (0.0, True))
+            merged[key] = (max(old[0], float(secs)), old[1] and ok == "ok")   # the slowest rank
+    out = []
+    for op in BUS:
+        lines = [(size, t, ok) for (o, size), (t, ok) in sorted(merged.items()) if o == op]
+        if not lines:
+            continue
+        out.append(f"# {op} ({api}), float32, sum")
+        out.append(f"#{'size':>12}{'count':>12}{'time(us)':>12}{'algbw':>9}{'busbw':>9}{'#wrong':>8}")
+        for size, t, ok in lines:
+            alg = size / t / 1e9 if t > 0 else 0.0
+            out.append(f" {size:>12}{size // 4:>12}{t * 1e6:>12.1f}{alg:>9.3f}{alg * BUS[op](n):>9.3f}"
+                       f"{0 if ok else 1:>8}")
+    return "\n".join(out)
+
+
+def run(framework: str, devices: str | None, nranks: int, min_bytes: int, max_bytes: int, factor: int,
+        timeout: float) -> int:
+    """Certify ``framework`` on each named backend; print the failed checks and the tables; 0 when all pass."""
+    fw = FRAMEWORKS[framework]
+    import importlib.util
+    if importlib.util.find_spec(fw.name) is None:          # (not imported here: the ranks import it)
+        raise UnsupportedError(f"--framework {fw.name} needs {'PyTorch' if fw.name == 'torch' else 'PaddlePaddle'}: "
+                               f"pip install 'anychip[{fw.name}]'")
+    if nranks < 2:
+        raise InvalidArgumentError(f"--framework {fw.name} needs at least 2 ranks, got -n {nranks}")
+    names = [t.strip().lower() for t in (devices or "ascend").split(",") if t.strip()]
+    results = []
+    for name in names:
+        res = _one(fw, name, nranks, (min_bytes, max_bytes, factor), timeout)
+        results.append(res)
+        print(f"# anychip conformance --framework {fw.name}: {name} as {res['device'] or '?'}, {nranks} ranks "
+              f"under {fw.launcher}")
+        print(_table(res, fw.api))
+        print(f"# {res['checks']} value checks, {sum(len(r) for r, _ in res['failed'].values())} failed")
+        for check, (ranks, detail) in res["failed"].items():
+            print(f"#   FAIL {check} (rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}): {detail}")
+        if res["tail"]:
+            print(f"# the job ended with {res['rc']}:\n{res['tail']}")
+        print()
+    for res in results:
+        print(f"{res['backend']:<12} {'PASS' if res['ok'] else 'FAIL'}")
+    failed = [r["backend"] for r in results if not r["ok"]]
+    print(f"\nconformance ({fw.name}): {'FAIL on ' + ', '.join(failed) if failed else 'PASS'}")
+    return 1 if failed else 0
