@@ -872,3 +872,35 @@ def test_process_mesh_works_with_the_numpy_of_the_paddle_extra() -> None:
     r = subprocess.run([sys.executable, "-c", code], env=_env(ANYCHIP_PADDLE="none"), capture_output=True, text=True,
                        timeout=CHILD_SECONDS)
     assert r.returncode == 0 and "OK ShardDataloader" in r.stdout, r.stderr[-3000:]
+
+
+def test_profiler_event_mirror_matches_the_wheels_header(tmp_path: Path) -> None:
+    """The trace events kernels_throw.cc builds for Paddle's collector (profiler.c) have the layout of
+    the wheel's phi::DeviceTraceEvent / RuntimeTraceEvent / KernelEventInfo (paddle/phi/api/profiler/
+    trace_event.h) and its TracerEventType values: a mismatch would corrupt Paddle's collector."""
+    from anychip._data import get_include
+    inc = paddle.sysconfig.get_include()
+    if not (Path(inc) / "paddle" / "phi" / "api" / "profiler" / "trace_event.h").exists():
+        pytest.skip(f"the Paddle wheel ships no profiler headers under {inc}")
+    fields = ("sizeof(D), offsetof(D, type), offsetof(D, start_ns), offsetof(D, stream_id), "
+              "offsetof(D, correlation_id), offsetof(D, kernel_info), offsetof(D, memcpy_info.dst_kind), "
+              "offsetof(D, memset_info.value), sizeof(R), "
+              "offsetof(R, type), offsetof(R, thread_id), offsetof(R, callback_id), sizeof(K), offsetof(K, occupancy)")
+    main = 'int main() { std::printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %d %d %d\\n", ' + fields
+    theirs = tmp_path / "theirs.cc"
+    theirs.write_text('#include <cstdio>\n#include <cstddef>\n#include "paddle/phi/api/profiler/trace_event.h"\n'
+                      "typedef phi::DeviceTraceEvent D; typedef phi::RuntimeTraceEvent R;\n"
+                      "typedef phi::KernelEventInfo K;\n"
+                      + main + ", (int)phi::TracerEventType::CudaRuntime, (int)phi::TracerEventType::Memcpy, "
+                      "(int)phi::TracerEventType::Memset); }\n")
+    ours = tmp_path / "ours.cc"
+    ours.write_text('#include <cstdio>\n#include <cstddef>\n#include "anychip/paddle/kernels_throw.cc"\n'
+                    "typedef device_trace_event D; typedef runtime_trace_event R; typedef kernel_event_info K;\n"
+                    + main + ", CUDA_RUNTIME, MEMCPY, MEMSET); }\n")
+    out = []
+    for src, flags in ((theirs, [f"-I{inc}", "-w"]), (ours, [f"-I{get_include()}", "-Wno-invalid-offsetof"])):
+        built = subprocess.run(["c++", "-std=c++17", *flags, str(src), "-o", str(tmp_path / src.stem), "-ldl"],
+                               capture_output=True, text=True)
+        assert built.returncode == 0, built.stderr[-3000:]
+        out.append(subprocess.run([str(tmp_path / src.stem)], capture_output=True, text=True).stdout.split())
+    assert out[0] == out[1] and out[0][-3:] == ["3", "5", "6"], out
