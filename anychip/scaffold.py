@@ -5,8 +5,9 @@
   host-memory device with asynchronous streams and timed events that builds with
   ``pip install ./NAME``, registers itself and passes ``anychip conformance``.
 * ``anychip plugin cflags`` prints the compiler flag that finds ``anychip/plugin.h``.
-* ``anychip plugin check LIBRARY`` loads a C plugin library as anychip would and says
-  what it offers, or why it is refused; a kernel table (plugin.h minor 1) is run entry by
+* ``anychip plugin check NAME|LIBRARY`` loads a C plugin library (an installed plugin's, by
+  its backend name, or a file) as anychip would and says where it was found, what it
+  offers, or why it is refused; a kernel table (plugin.h minor 1) is run entry by
   entry and dtype by dtype against NumPy (``conformance/kernel_table.py``).
 """
 from __future__ import annotations
@@ -115,11 +116,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from .devices.cplugin import probe
     from .runtime.registry import initialise_named
     try:
-        name, loader = initialise_named(str(Path(args.library).resolve()), probe)
+        path, how = library_argument(args.library)
+        name, loader = initialise_named(path, probe)
     except PluginError as exc:
         print(f"anychip plugin check: {args.library} refused: {exc}", file=sys.stderr)
         return 1
     plugin = loader()
+    print(f"library:     {path} ({how})")
     ok, reason = plugin.available()
     t, ffi = plugin.t, plugin.ffi
     unset = [f for f in ("set_device", "device_name", "device_synchronize", "copy_async", "copy_peer", "fill",
@@ -136,6 +139,21 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(f"collectives: {problem or 'native (' + kinds + ')'}; the host transport runs the rest")
     kernels_ok = _check_kernels(plugin) if ok else True
     return 0 if ok and kernels_ok else 1
+
+
+def library_argument(arg: str) -> tuple[str, str]:
+    """(absolute path, how it was found) of the C plugin library ``arg`` names: a file path, or
+    a backend name (``mychip``), found as anychip finds it (the installed package's entry point,
+    then ``ANYCHIP_PLUGIN_PATH``; runtime/registry.py find_library). Raises PluginError."""
+    from .runtime.registry import find_library
+    if _NAME.fullmatch(arg) and not os.path.isfile(arg):
+        path, how = find_library(arg)
+        return str(Path(path).resolve()), f"from {how}"
+    if not os.path.isfile(arg):
+        lib = re.fullmatch(r"lib([a-z][a-z0-9_]*)\.so", os.path.basename(arg))
+        hint = f"; an installed plugin is named by its backend name: {lib.group(1)}" if lib else ""
+        raise PluginError(f"no such file{hint}")
+    return str(Path(arg).resolve()), "the path given"
 
 
 def _check_kernels(plugin: Any) -> bool:
@@ -213,5 +231,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     pd.set_defaults(func=_cmd_paddle)
     k = psub.add_parser("check", help="load a C plugin library as anychip would and report on it (its kernel "
                                       "table compared with NumPy)")
-    k.add_argument("library", help="path of the shared library")
+    k.add_argument("library", help="the backend name of an installed C plugin (mychip), or the path of its "
+                                   "shared library")
     k.set_defaults(func=_cmd_check)

@@ -30,6 +30,7 @@ from .errors import PluginError, SelectionError
 from .plugin import DevicePlugin, contract_problem
 
 __all__ = ["BackendInfo", "backends", "backend", "register_plugin", "BUILTIN_BACKENDS", "reset", "refused",
+           "find_library",
            "library_files", "LIBRARY_KINDS", "PLUGIN_PATH_ENV", "LIBRARY_ENTRY_POINT_GROUP"]
 
 log = logging.getLogger("anychip")
@@ -265,6 +266,38 @@ def _plugin_libraries() -> list[tuple[str, str]]:
             seen.add(key)
             unique.append((path, how))
     return unique
+
+
+def find_library(name: str) -> tuple[str, str]:
+    """(path, how it was found) of the C plugin library of the backend ``name``, found as anychip
+    finds it, without running any library's code: the ``anychip.plugin_libraries`` entry point
+    called ``name`` (the one ``pip install`` of a scaffold project adds), else the file
+    ``lib<name>.so`` among the libraries ``ANYCHIP_PLUGIN_PATH`` names. Raises PluginError
+    saying what was looked at, or that ``name`` is a built-in or a Python plugin."""
+    if name in BUILTIN_BACKENDS:
+        raise PluginError(f"{name} is anychip's built-in backend, not a C plugin library")
+    for ep in _entry_points(LIBRARY_ENTRY_POINT_GROUP):
+        if ep.name == name:
+            try:
+                paths = library_paths_from(ep.load())
+            except Exception as exc:  # noqa: BLE001 - the package is broken: say so
+                raise PluginError(f"{_ep_source(ep)} failed: {type(exc).__name__}: {exc}") from None
+            if len(paths) != 1:
+                raise PluginError(f"{_ep_source(ep)} names {len(paths)} libraries ({', '.join(paths)}); "
+                                  "pass the path of one")
+            if not os.path.isfile(paths[0]):
+                raise PluginError(f"{_ep_source(ep)} names {paths[0]}, which does not exist (reinstall the package)")
+            return paths[0], _ep_source(ep)
+    files = [p for p in library_files(env.plugin_path()) if os.path.basename(p) in (f"lib{name}.so", f"{name}.so")]
+    if files:
+        return files[0], PLUGIN_PATH_ENV
+    python = [ep for ep in _entry_points(ENTRY_POINT_GROUP) if ep.name == name]
+    if python:
+        raise PluginError(f"{name} is a Python plugin ({_ep_source(python[0])}), not a C plugin library "
+                          "(anychip/plugin.h)")
+    raise PluginError(f"no C plugin library called {name}: no {LIBRARY_ENTRY_POINT_GROUP} entry point {name} "
+                      f"(is its package installed? `pip install ./{name}`) and no lib{name}.so in "
+                      f"{PLUGIN_PATH_ENV}; or pass the library's path")
 
 
 def _selection_excludes_libraries() -> bool:

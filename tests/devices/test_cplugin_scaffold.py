@@ -181,3 +181,26 @@ def test_installed_plugins_pass_the_conformance_suite(installed: dict[str, Path]
         assert failed == [] and skipped == (["kernels"] if no_kernel_set else []), (b["backend"], failed, skipped)
         assert {"all_reduce", "bad_free", "oom_recovery", "events_timing", "killed_rank"} <= \
             {c["name"] for c in b["cases"]}
+
+
+def test_plugin_check_finds_an_installed_plugin_by_name(installed: dict[str, Path], tmp_path: Path) -> None:
+    # the generated README's step after `pip install ./NAME`: the library lies in site-packages
+    r = subprocess.run([*ANYCHIP, "plugin", "check", "scafc"], capture_output=True, text=True, env=_env(),
+                       cwd=tmp_path, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("library:     /") and lines[0].endswith(
+        "/anychip_scafc/libscafc.so (from entry point anychip_scafc:library (package anychip-scafc))")
+    assert lines[1] == "backend:     scafc (simulated)"
+    assert "kernels:     " in r.stdout and "FAIL" not in r.stdout
+    assert "anychip plugin check scafc " in (installed["c"] / "README.md").read_text()
+    # a file name that is not there points at the name; a Python plugin and an unknown name are refused
+    for arg, why in [("libscafc.so", "no such file; an installed plugin is named by its backend name: scafc"),
+                     ("scafpy", "scafpy is a Python plugin (entry point anychip_scafpy:ScafpyPlugin (package "
+                                "anychip-scafpy)), not a C plugin library (anychip/plugin.h)"),
+                     ("nochip", "no C plugin library called nochip: no anychip.plugin_libraries entry point "
+                                "nochip (is its package installed? `pip install ./nochip`) and no libnochip.so "
+                                "in ANYCHIP_PLUGIN_PATH; or pass the library's path")]:
+        r = subprocess.run([*ANYCHIP, "plugin", "check", arg], capture_output=True, text=True, env=_env(),
+                           cwd=tmp_path, timeout=CHILD_SECONDS)
+        assert (r.returncode, r.stdout, r.stderr) == (1, "", f"anychip plugin check: {arg} refused: {why}\n")
