@@ -57,6 +57,9 @@ def test_the_device_module_has_what_torch_calls_on_it(at):
     assert props.total_memory == anychip.device("ascend:1").properties["total_memory"] > 0
     assert torch.anychip.get_device_capability() == (0, 0)       # the simulator reports none
     assert torch.anychip.get_amp_supported_dtype() == [torch.float16, torch.bfloat16]
+    dtypes = torch.accelerator.get_device_capability("anychip:1")["supported_dtypes"]
+    assert {torch.float32, torch.bfloat16, torch.complex64, torch.bool, torch.uint64} <= dtypes
+    assert not dtypes & {torch.qint8, torch.quint8, torch.qint32}
     with pytest.raises(anychip.InvalidArgumentError, match=r"anychip:99 does not exist: ascend has \d+ device"):
         torch.anychip.get_device_properties(99)
 

@@ -1324,6 +1324,16 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
         g_allocator.recordStream(ptr, stream);
     }
 
+    // torch.accelerator.get_device_capability: every dtype but the quantized ones (the device
+    // stores any dense dtype and computes it with the CPU's kernels; it has no quantized tensors)
+    c10::DeviceCapability getDeviceCapability(c10::Device) const override
+    {
+        c10::DeviceCapability cap;
+        auto &types = cap.capability_data.supported_scalar_types;
+        types.has_QInt8 = types.has_QUInt8 = types.has_QInt32 = types.has_QUInt4x2 = types.has_QUInt2x4 = 0;
+        return cap;
+    }
+
     double elapsedTime(void *start, void *end, const c10::DeviceIndex device) const override
     {
         (void)device;
