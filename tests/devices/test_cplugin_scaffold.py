@@ -231,3 +231,14 @@ def test_plugin_paddle_binds_the_installed_copy(installed: dict[str, Path], tmp_
     assert (r.returncode, r.stderr) == (1, "anychip plugin paddle: scafpy refused: scafpy is a Python plugin (entry "
                                            "point anychip_scafpy:ScafpyPlugin (package anychip-scafpy)), not a C "
                                            "plugin library (anychip/plugin.h)\n")
+
+
+def test_framework_conformance_refuses_a_python_plugin_up_front(installed: dict[str, Path]) -> None:
+    pytest.importorskip("torch")
+    r = subprocess.run([*ANYCHIP, "conformance", "--framework", "torch", "--device", "scafpy", "-n", "2"],
+                       capture_output=True, text=True, env=_env(), timeout=CHILD_SECONDS)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == ("anychip: error: conformance --framework torch: backend scafpy (entry point "
+                        "anychip_scafpy:ScafpyPlugin (package anychip-scafpy)) has no anychip/plugin.h face, which "
+                        "PyTorch's device and Paddle's run on (the simulated chips and C plugins have one; a Python "
+                        "plugin cannot)\n")
