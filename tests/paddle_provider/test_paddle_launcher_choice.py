@@ -4,6 +4,7 @@ the plugin's chip, never silently on the simulated Ascend; ANYCHIP_PADDLE still 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,19 @@ def test_anychip_paddle_still_names_a_simulated_chip(paddle_dir: Path) -> None:
     assert (st["chip"], st["device_type"]) == (None, "anychip_vchip")
     st = paddle_provider.status(_env(paddle_dir, ANYCHIP_PADDLE="hygon"), kernels=False)
     assert (st["chip"], st["device_type"]) == ("hygon", "anychip_hygon")
+
+
+def test_a_bridge_whose_plugin_is_gone_says_so(paddle_dir: Path, tmp_path: Path) -> None:
+    """After `pip uninstall` the bridge stays in Paddle's directory: it registers nothing and says why."""
+    lib = tmp_path / "libvchip.so"
+    shutil.copyfile(paddle_dir.parent / "vchip" / "libvchip.so", lib)
+    r = subprocess.run([*ANYCHIP, "plugin", "paddle", str(lib), "--dest", str(tmp_path / "pd")], capture_output=True,
+                       text=True, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stderr
+    lib.unlink()
+    code = "import paddle; print(sorted(paddle.device.get_all_custom_device_type()))"
+    r = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "pd"), capture_output=True, text=True,
+                       timeout=CHILD_SECONDS)
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stderr[-2000:]
+    assert (f"[anychip paddle] the anychip plugin {lib} is gone (its package uninstalled?): remove this bridge, "
+            f"{tmp_path / 'pd' / 'libanychip_vchip.so'}, or rebuild it with `anychip plugin paddle NAME`") in r.stderr

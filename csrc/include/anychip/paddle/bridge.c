@@ -1413,7 +1413,12 @@ static int load_target(void)
         return -1;
     void *lib = dlopen(g_target, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        say("cannot load the anychip plugin %s: %s", g_target, dlerror());
+        Dl_info self;
+        if (access(g_target, F_OK) != 0 && dladdr((void *)load_target, &self) && self.dli_fname)
+            say("the anychip plugin %s is gone (its package uninstalled?): remove this bridge, %s, or rebuild it "
+                "with `anychip plugin paddle NAME`", g_target, self.dli_fname);
+        else
+            say("cannot load the anychip plugin %s: %s", g_target, dlerror());
         return -1;
     }
     g_lib = lib;
