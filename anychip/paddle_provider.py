@@ -8,8 +8,9 @@ it loads one device type, named ``anychip_<backend>``:
   (installed there by ``pip install anychip``) serves the chip ``ANYCHIP_PADDLE`` names
   (ascend, kunlun or hygon; the Ascend when unset), through each simulator's plugin.h face
   (csrc/sim/plugin_acl.c, plugin_xpu.c, plugin_hip.c);
-* a vendor's C plugin: :func:`build_bridge` (``anychip plugin paddle LIBRARY``) compiles a
-  copy of the bridge bound to that library.
+* a vendor's C plugin: :func:`build_bridge` (``anychip plugin paddle NAME``) compiles a
+  copy of the bridge bound to the library anychip loads for the backend NAME (the installed
+  package's: a reinstall is seen by Paddle too; a path to another copy of it is refused).
 
 Both register Paddle phi kernels built from the plugin's kernel table (``anychip/plugin.h``
 minor 1; ``anychip/paddle/kernels.c``), per dtype its masks allow; every other op takes
@@ -66,8 +67,13 @@ def simulator_bridge() -> Path | None:
 
 
 def selected_simulator(environ: Any = None) -> str | None:
-    """The simulated chip the bridge serves under ANYCHIP_PADDLE (None for none)."""
+    """The simulated chip the bridge serves under ANYCHIP_PADDLE (None for none). Unset, the
+    Ascend, unless a C plugin's bridge lies in Paddle's directory: that chip is then the one
+    the user chose, and the simulated chips' bridge registers none (bridge.c, chosen_simulator),
+    so that Paddle's launcher, which takes the first device type, cannot run on a simulator."""
     env = os.environ if environ is None else environ
+    if env.get("ANYCHIP_PADDLE") is None and _plugin_bridges(paddle_dir(env)[0]):
+        return None
     return paddle_chip(env.get("ANYCHIP_PADDLE"))
 
 
@@ -177,11 +183,13 @@ def status(environ: Any = None, kernels: bool = True) -> dict[str, Any]:
         why = (f"Paddle reads {where} ({how}), which does not hold this anychip's bridge; an editable install "
                f"keeps it in {bridge_dir()}: set CUSTOM_DEVICE_ROOT={bridge_dir()}")
     table = kernel_table(bridge) if bridge and kernels else {}
-    plugins = _plugin_bridges(where) if kernels else {}
-    plugin_kernels = {t: kernel_table(lib) for t, lib in plugins.items()}
+    plugins = _plugin_bridges(where)
+    plugin_kernels = {t: kernel_table(lib) for t, lib in plugins.items()} if kernels else {}
+    # the device type Paddle's launcher takes: the simulated chip's, else a C plugin's (when only one)
+    launcher_type = device_type(chip) if chip else (next(iter(plugins)) if len(plugins) == 1 else None)
     return {"paddle": version, "bridge": str(bridge) if bridge else None, "paddle_dir": str(where) if where else None,
             "found": found and version is not None, "status": why,
-            "device_type": device_type(chip) if chip else None, "chip": chip,
+            "device_type": launcher_type, "chip": chip,
             "device_types": {b: device_type(b) for b in SIMULATED},
             # per device type: the ops with a device kernel; every other op takes Paddle's CPU fallback
             "kernels": {**({device_type(b): table for b in SIMULATED} if kernels else {}),
@@ -189,7 +197,8 @@ def status(environ: Any = None, kernels: bool = True) -> dict[str, Any]:
             # per device type without kernels: why
             "kernel_notes": {**({device_type(b): kernel_note(bridge) for b in SIMULATED}
                                 if bridge and kernels and not table else {}),
-                             **{t: kernel_note(lib) for t, lib in plugins.items() if not plugin_kernels[t]}}}
+                             **{t: kernel_note(lib) for t, lib in plugins.items()
+                                if kernels and not plugin_kernels[t]}}}
 
 
 def _cxx_compiler(cxx: str | None) -> str | None:
@@ -229,6 +238,14 @@ def build_bridge(library: str, dest: str | os.PathLike[str] | None = None, cc: s
         name, _ = probe(str(lib))
     except PluginError as exc:
         raise AnychipError(f"{library} is not a usable anychip C plugin: {exc}") from None
+    try:
+        installed, how = registry.find_library(name)
+    except PluginError:
+        installed = None                  # not installed under its name: this file is the only copy
+    if installed is not None and os.path.realpath(installed) != str(lib):
+        raise AnychipError(f"{library} is a second copy of the plugin {name}: anychip and PyTorch load "
+                           f"{installed} (from {how}); bind Paddle to that one, `anychip plugin paddle {name}`, "
+                           "so that a reinstall is seen by all three")
     if dest is None:
         where, how = paddle_dir()
         if where is None:

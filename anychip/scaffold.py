@@ -187,8 +187,17 @@ def _check_kernels(plugin: Any) -> bool:
 
 def _cmd_paddle(args: argparse.Namespace) -> int:
     from .paddle_provider import build_bridge, kernels_summary
-    out = build_bridge(args.library, args.dest)
-    print(f"{out}\nPaddle loads it when CUSTOM_DEVICE_ROOT names {out.parent} (or, unset, when that is "
+    path, how = args.library, "the path given"          # (build_bridge says what is wrong with a path)
+    if _NAME.fullmatch(path) and not os.path.isfile(path):
+        try:
+            path, how = library_argument(args.library)
+        except PluginError as exc:
+            print(f"anychip plugin paddle: {args.library} refused: {exc}", file=sys.stderr)
+            return 1
+    out = build_bridge(path, args.dest)
+    path = str(Path(path).resolve())
+    print(f"{out}: the Paddle device type {out.name[len('lib'):-len('.so')]} over {path} ({how})\n"
+          f"Paddle loads it when CUSTOM_DEVICE_ROOT names {out.parent} (or, unset, when that is "
           "<site-packages>/paddle_custom_device)")
     print(kernels_summary(out))
     return 0
@@ -225,7 +234,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(func=_cmd_cflags)
     pd = psub.add_parser("paddle", help="build the Paddle bridge for a C plugin: its chip becomes the Paddle "
                                         "device type anychip_NAME")
-    pd.add_argument("library", help="path of the C plugin library (anychip/plugin.h)")
+    pd.add_argument("library", help="the backend name of an installed C plugin (mychip: the bridge binds the "
+                                    "library anychip loads), or the path of a C plugin library (anychip/plugin.h)")
     pd.add_argument("--dest", help="directory for libanychip_NAME.so (default: where Paddle looks, "
                                    "CUSTOM_DEVICE_ROOT or <site-packages>/paddle_custom_device)")
     pd.set_defaults(func=_cmd_paddle)

@@ -87,6 +87,21 @@ def _plugin_library(name: str) -> str | None:
     return None
 
 
+def _torch_face_problem(name: str) -> str | None:
+    """Why backend ``name`` cannot be the PyTorch device (None when it can): the PrivateUse1
+    device drives an anychip/plugin.h face, which built-in host backends and Python plugins lack."""
+    from ..runtime import registry
+    info = registry.backend(name)
+    if info is None:
+        return f"anychip has no backend {name!r}"
+    if info.plugin is None or not info.available:
+        return f"backend {name} is unavailable: {info.reason}"
+    if not isinstance(getattr(info.plugin, "library_path", None) or getattr(info.plugin, "path", None), str):
+        return (f"backend {name} ({info.source}) has no anychip/plugin.h face, which PyTorch's device and Paddle's "
+                "run on (the simulated chips and C plugins have one; a Python plugin cannot)")
+    return None
+
+
 def _paddle_environment(name: str, tmp: Path) -> dict[str, str]:
     from .. import paddle_provider
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "FLAGS_"))}
@@ -205,6 +220,10 @@ def run(framework: str, devices: str | None, nranks: int, min_bytes: int, max_by
     if nranks < 2:
         raise InvalidArgumentError(f"--framework {fw.name} needs at least 2 ranks, got -n {nranks}")
     names = [t.strip().lower() for t in (devices or "ascend").split(",") if t.strip()]
+    for name in names if fw.name == "torch" else ():         # (the Paddle path refuses in _paddle_environment)
+        problem = _torch_face_problem(name)
+        if problem:
+            raise InvalidArgumentError(f"conformance --framework torch: {problem}")
     results = []
     for name in names:
         res = _one(fw, name, nranks, (min_bytes, max_bytes, factor), timeout)

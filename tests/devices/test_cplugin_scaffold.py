@@ -204,3 +204,42 @@ def test_plugin_check_finds_an_installed_plugin_by_name(installed: dict[str, Pat
         r = subprocess.run([*ANYCHIP, "plugin", "check", arg], capture_output=True, text=True, env=_env(),
                            cwd=tmp_path, timeout=CHILD_SECONDS)
         assert (r.returncode, r.stdout, r.stderr) == (1, "", f"anychip plugin check: {arg} refused: {why}\n")
+
+
+def test_plugin_paddle_binds_the_installed_copy(installed: dict[str, Path], tmp_path: Path) -> None:
+    """`anychip plugin paddle NAME` binds the library anychip and PyTorch load (the installed package's:
+    a reinstall rewrites that file, so Paddle sees it too); a path to a second copy is refused."""
+    lib = Path(installed["c"]).parent / "copy" / "libscafc.so"      # e.g. the checkout's `make` build
+    lib.parent.mkdir()
+    r = subprocess.run([*ANYCHIP, "plugin", "check", "scafc"], capture_output=True, text=True, env=_env(),
+                       timeout=CHILD_SECONDS)
+    site_lib = r.stdout.splitlines()[0].split()[1]
+    shutil.copyfile(site_lib, lib)
+    r = subprocess.run([*ANYCHIP, "plugin", "paddle", str(lib), "--dest", str(tmp_path)], capture_output=True,
+                       text=True, env=_env(), timeout=CHILD_SECONDS)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == (f"anychip: error: {lib} is a second copy of the plugin scafc: anychip and PyTorch load "
+                        f"{site_lib} (from entry point anychip_scafc:library (package anychip-scafc)); bind Paddle "
+                        "to that one, `anychip plugin paddle scafc`, so that a reinstall is seen by all three\n")
+    r = subprocess.run([*ANYCHIP, "plugin", "paddle", "scafc", "--dest", str(tmp_path)], capture_output=True,
+                       text=True, env=_env(), timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == (f"{tmp_path}/libanychip_scafc.so: the Paddle device type anychip_scafc over "
+                                        f"{site_lib} (from entry point anychip_scafc:library (package anychip-scafc))")
+    assert f"{site_lib}\0".encode() in (tmp_path / "libanychip_scafc.so").read_bytes()   # the bound path
+    r = subprocess.run([*ANYCHIP, "plugin", "paddle", "scafpy", "--dest", str(tmp_path)], capture_output=True,
+                       text=True, env=_env(), timeout=CHILD_SECONDS)
+    assert (r.returncode, r.stderr) == (1, "anychip plugin paddle: scafpy refused: scafpy is a Python plugin (entry "
+                                           "point anychip_scafpy:ScafpyPlugin (package anychip-scafpy)), not a C "
+                                           "plugin library (anychip/plugin.h)\n")
+
+
+def test_framework_conformance_refuses_a_python_plugin_up_front(installed: dict[str, Path]) -> None:
+    pytest.importorskip("torch")
+    r = subprocess.run([*ANYCHIP, "conformance", "--framework", "torch", "--device", "scafpy", "-n", "2"],
+                       capture_output=True, text=True, env=_env(), timeout=CHILD_SECONDS)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == ("anychip: error: conformance --framework torch: backend scafpy (entry point "
+                        "anychip_scafpy:ScafpyPlugin (package anychip-scafpy)) has no anychip/plugin.h face, which "
+                        "PyTorch's device and Paddle's run on (the simulated chips and C plugins have one; a Python "
+                        "plugin cannot)\n")

@@ -1573,14 +1573,58 @@ static void eng_detach(bridge_comm *bc) { (void)bc; }
 /* ---- loading the plugin and InitPlugin ------------------------------------------------------------ */
 
 #ifdef ANYCHIP_PADDLE_SIMULATORS
-/* The simulated chip ANYCHIP_PADDLE names (the first of them), "ascend" when unset, NULL for
- * none; `buf` holds the name. */
+#include <dirent.h>
+
+/* A C plugin's bridge (`anychip plugin paddle`: libanychip_<name>.so, not libanychip_sim*)
+ * in the directory Paddle loaded this library from, its file name in `buf`; 0 when none. */
+static int plugin_bridge_beside(char *buf, size_t len)
+{
+    Dl_info info;
+    if (!dladdr((void *)plugin_bridge_beside, &info) || !info.dli_fname)
+        return 0;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", info.dli_fname);   /* the path Paddle opened, not the real one */
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        found = strncmp(e->d_name, "libanychip_", 11) == 0 && strncmp(e->d_name, "libanychip_sim", 14) != 0 &&
+                n > 3 && strcmp(e->d_name + n - 3, ".so") == 0;
+        if (found)
+            snprintf(buf, len, "%s", e->d_name);
+    }
+    closedir(d);
+    return found;
+}
+
+/* set by InitPlugin: Paddle is loading this library (not a tool asking for its kernel table) */
+static int g_paddle_loading;
+
+/* The simulated chip ANYCHIP_PADDLE names (the first of them), NULL for none; `buf` holds the
+ * name. Unset, the simulated Ascend -- unless Paddle loads this library beside a C plugin's
+ * bridge: then that chip is the device the user chose, and Paddle's launcher, which takes the
+ * first device type, must not run the job on a simulated chip instead (none is registered). */
 static const char *chosen_simulator(char *buf, size_t len)
 {
     static const char *const CHIPS[] = {"ascend", "kunlun", "hygon"};
     const char *v = getenv("ANYCHIP_PADDLE");
-    if (!v)
+    if (!v) {
+        char other[256];
+        if (g_paddle_loading && plugin_bridge_beside(other, sizeof other)) {
+            say("ANYCHIP_PADDLE is unset and the C plugin bridge %s lies beside this library: that plugin "
+                "is Paddle's anychip device and no simulated chip is registered (ANYCHIP_PADDLE=ascend, "
+                "kunlun or hygon registers one)", other);
+            return NULL;
+        }
         return "ascend";
+    }
     for (const char *p = v; *p;) {
         while (*p == ' ' || *p == ',')
             p++;
@@ -1644,7 +1688,12 @@ static int load_target(void)
         return -1;
     void *lib = dlopen(g_target, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        say("cannot load the anychip plugin %s: %s", g_target, dlerror());
+        Dl_info self;
+        if (access(g_target, F_OK) != 0 && dladdr((void *)load_target, &self) && self.dli_fname)
+            say("the anychip plugin %s is gone (its package uninstalled?): remove this bridge, %s, or rebuild it "
+                "with `anychip plugin paddle NAME`", g_target, self.dli_fname);
+        else
+            say("cannot load the anychip plugin %s: %s", g_target, dlerror());
         return -1;
     }
     g_lib = lib;
@@ -1761,6 +1810,9 @@ EXPORT void InitPlugin(struct CustomRuntimeParams *params)
     params->version.major = ANYCHIP_PADDLE_RUNTIME_MAJOR;
     params->version.minor = ANYCHIP_PADDLE_RUNTIME_MINOR;
     params->version.patch = ANYCHIP_PADDLE_RUNTIME_PATCH;
+#ifdef ANYCHIP_PADDLE_SIMULATORS
+    g_paddle_loading = 1;
+#endif
     if (!target_ready())
         return;                           /* device_type stays NULL: Paddle skips the library */
     params->device_type = g_type;
