@@ -219,10 +219,12 @@ def transformer(report: Report, static: bool = True) -> None:
     def run(to_static: bool) -> str:
         cpu, mine = _on_cpu(TinyTransformer), TinyTransformer()
         _same_init(cpu, mine)
-        lc = _on_cpu(lambda: _train(cpu, paddle.optimizer.AdamW(0.01, parameters=cpu.parameters()),
+        # Momentum: Adam(W) would turn the rounding noise of the key projection's bias gradient
+        # (zero in exact arithmetic: softmax ignores it) into steps of lr, different on every device
+        lc = _on_cpu(lambda: _train(cpu, paddle.optimizer.Momentum(0.1, 0.9, parameters=cpu.parameters()),
                                     _pair(tokens, False)[0], _pair(labels, False)[0], 2, F.cross_entropy))
         step = paddle.jit.to_static(mine, full_graph=True) if to_static else mine
-        ld = _train(mine, paddle.optimizer.AdamW(0.01, parameters=mine.parameters()), _pair(tokens, False)[1],
+        ld = _train(mine, paddle.optimizer.Momentum(0.1, 0.9, parameters=mine.parameters()), _pair(tokens, False)[1],
                     _pair(labels, False)[1], 2, F.cross_entropy, step)
         return _close(ld, lc, 1e-4, 1e-5) or _close(list(mine.parameters()), list(cpu.parameters()), 1e-4, 1e-5)
     _check(report, "paddle.transformer.eager", lambda: run(False))

@@ -399,6 +399,31 @@ static void reduce_dims(temps *T, anychip_stream s, int op, int nd, const int64_
     }
 }
 
+/* Paddle's inplace rules may hand an output an input's memory: in eager mode add_grad's and
+ * subtract_grad's x_grad is out_grad's own buffer (backward.yaml: `inplace : (out_grad -> x_grad)`).
+ * A kernel that still reads its inputs after writing an output writes it where `apart` says: a
+ * temporary where it overlaps one of the inputs, which `settle` copies over once they are read. */
+static int overlaps(const tview *a, const tview *b)
+{
+    if (!a->p || !b->p || !a->n || !b->n)
+        return 0;
+    const char *x = a->p, *y = b->p;
+    return x < y + b->n * ITEMSZ[b->dt] && y < x + a->n * ITEMSZ[a->dt];
+}
+
+static void *apart(temps *T, const tview *o, const tview *in0, const tview *in1, const tview *in2)
+{
+    if (overlaps(o, in0) || (in1 && overlaps(o, in1)) || (in2 && overlaps(o, in2)))
+        return temp(T, o->nd, o->dim, o->cdt);
+    return o->p;
+}
+
+static void settle(temps *T, anychip_stream s, const tview *o, const void *p)
+{
+    if (p != o->p)
+        un(T->op, s, ANYCHIP_OP_COPY, o->dt, o->dt, o->n, o->p, p);
+}
+
 /* dx = dout summed over the dims x was broadcast along (dout's shape is the output's) */
 static void unbroadcast(temps *T, anychip_stream s, const tview *dout, const void *src, const tview *x, int axis,
                         void *dx)
@@ -441,26 +466,36 @@ BINARY(k_min, "minimum", ANYCHIP_OP_MIN)
 static void add_sub_grad(const char *op, int sign, PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y,
                          PD_Tensor *dout, int axis, PD_Tensor *dx, PD_Tensor *dy)
 {
-    tview a, b, g, o;
+    tview a, b, g, ox, oy;
     shape_of(op, x, &a);                  /* x and y: their shapes only (Paddle may pass no memory) */
     shape_of(op, y, &b);
     input(op, dout, &g);
     anychip_stream s = stream_of(op, ctx);
     temps T = {ctx, op, {0}, 0};
+    void *px = NULL, *py = NULL;
     if (dx) {
-        output(op, ctx, dx, a.cdt, &o);
-        unbroadcast(&T, s, &g, g.p, &a, axis, o.p);
+        output(op, ctx, dx, a.cdt, &ox);
+        /* dx in dout's own memory (Paddle's inplace rule) with dout's shape: it holds dx already */
+        if (!(ox.p == g.p && ox.n == g.n && ox.dt == g.dt)) {
+            px = apart(&T, &ox, &g, NULL, NULL);
+            unbroadcast(&T, s, &g, g.p, &a, axis, px);
+        }
     }
     if (dy) {
-        output(op, ctx, dy, b.cdt, &o);
+        output(op, ctx, dy, b.cdt, &oy);
+        py = apart(&T, &oy, &g, NULL, NULL);
         if (sign > 0)
-            unbroadcast(&T, s, &g, g.p, &b, axis, o.p);
+            unbroadcast(&T, s, &g, g.p, &b, axis, py);
         else {
             void *neg = temp(&T, g.nd, g.dim, g.cdt);
             un(op, s, ANYCHIP_OP_NEG, g.dt, g.dt, g.n, neg, g.p);
-            unbroadcast(&T, s, &g, neg, &b, axis, o.p);
+            unbroadcast(&T, s, &g, neg, &b, axis, py);
         }
     }
+    if (px)
+        settle(&T, s, &ox, px);
+    if (py)
+        settle(&T, s, &oy, py);
     temps_free(&T);
 }
 
@@ -492,20 +527,27 @@ static void k_mul_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_Ten
                        PD_Tensor *dy)
 {
     const char *op = "multiply_grad";
-    tview a, b, g, o;
+    tview a, b, g, ox, oy;
     input(op, x, &a);
     input(op, y, &b);
     input(op, dout, &g);
     anychip_stream s = stream_of(op, ctx);
     temps T = {ctx, op, {0}, 0};
+    void *px = NULL, *py = NULL;
     if (dx) {
-        output(op, ctx, dx, a.cdt, &o);
-        grad_term(&T, s, ANYCHIP_OP_MUL, &g, &b, b.p, axis, &a, o.p);              /* dout * y */
+        output(op, ctx, dx, a.cdt, &ox);
+        px = apart(&T, &ox, &a, &b, &g);
+        grad_term(&T, s, ANYCHIP_OP_MUL, &g, &b, b.p, axis, &a, px);               /* dout * y */
     }
     if (dy) {
-        output(op, ctx, dy, b.cdt, &o);
-        grad_term(&T, s, ANYCHIP_OP_MUL, &g, &a, a.p, axis, &b, o.p);              /* dout * x */
+        output(op, ctx, dy, b.cdt, &oy);
+        py = apart(&T, &oy, &a, &b, &g);
+        grad_term(&T, s, ANYCHIP_OP_MUL, &g, &a, a.p, axis, &b, py);               /* dout * x */
     }
+    if (px)
+        settle(&T, s, &ox, px);
+    if (py)
+        settle(&T, s, &oy, py);
     temps_free(&T);
 }
 
@@ -513,19 +555,22 @@ static void k_div_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_Ten
                        PD_Tensor *dx, PD_Tensor *dy)
 {
     const char *op = "divide_grad";
-    tview a, b, q, g, o;
+    tview a, b, q, g, ox, oy;
     input(op, x, &a);
     input(op, y, &b);
     input(op, out, &q);
     input(op, dout, &g);
     anychip_stream s = stream_of(op, ctx);
     temps T = {ctx, op, {0}, 0};
-    if (dx) {
-        output(op, ctx, dx, a.cdt, &o);
-        grad_term(&T, s, ANYCHIP_OP_DIV, &g, &b, b.p, axis, &a, o.p);              /* dout / y */
+    void *px = NULL, *py = NULL;
+    if (dx) {                                        /* x is not read: only y, out and dout */
+        output(op, ctx, dx, a.cdt, &ox);
+        px = apart(&T, &ox, &b, &q, &g);
+        grad_term(&T, s, ANYCHIP_OP_DIV, &g, &b, b.p, axis, &a, px);               /* dout / y */
     }
     if (dy) {                                                             /* -(dout * out / y) */
-        output(op, ctx, dy, b.cdt, &o);
+        output(op, ctx, dy, b.cdt, &oy);
+        py = apart(&T, &oy, &b, &q, &g);
         int64_t gs[MAXD], ys[MAXD];
         contiguous_strides(g.nd, g.dim, gs);
         broadcast_strides(op, &b, g.nd, g.dim, axis, ys);
@@ -533,8 +578,12 @@ static void k_div_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_Ten
         ew(op, s, ANYCHIP_OP_MUL, g.dt, g.nd, g.dim, t, g.p, gs, q.p, gs);
         ew(op, s, ANYCHIP_OP_DIV, g.dt, g.nd, g.dim, t, t, gs, b.p, ys);
         un(op, s, ANYCHIP_OP_NEG, g.dt, g.dt, g.n, t, t);
-        unbroadcast(&T, s, &g, t, &b, axis, o.p);
+        unbroadcast(&T, s, &g, t, &b, axis, py);
     }
+    if (px)
+        settle(&T, s, &ox, px);
+    if (py)
+        settle(&T, s, &oy, py);
     temps_free(&T);
 }
 
