@@ -205,15 +205,16 @@ def profiler():
     import paddle.profiler as prof
 
     paddle.set_device(dev)
-    p = prof.Profiler(targets=[prof.ProfilerTarget.CPU, prof.ProfilerTarget.CUSTOM_DEVICE],
-                      custom_device_types=[dev_type])
-    p.start()
-    for _ in range(2):
-        x = paddle.to_tensor(np.ones((4, 4), "float32"))
-        (paddle.matmul(x, x) + 1).numpy()
-        p.step()
-    p.stop()
-    p.summary()
+    with tempfile.TemporaryDirectory() as tmp:      # (Paddle's default trace folder is ./profiler_log)
+        p = prof.Profiler(targets=[prof.ProfilerTarget.CPU, prof.ProfilerTarget.CUSTOM_DEVICE],
+                          custom_device_types=[dev_type], on_trace_ready=prof.export_chrome_tracing(tmp))
+        p.start()
+        for _ in range(2):
+            x = paddle.to_tensor(np.ones((4, 4), "float32"))
+            (paddle.matmul(x, x) + 1).numpy()
+            p.step()
+        p.stop()
+        p.summary()
 
 
 class LeNet(paddle.nn.Layer):
