@@ -8,6 +8,7 @@ ABI 1.0 plugin, an unknown table version, a mask bit beyond bool, planted kernel
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -216,7 +217,9 @@ def test_plugin_check_refuses_a_table_it_cannot_read(variant_libs: dict[str, Pat
                  "(0, 0, 0): expected 0, got -2"),
     ("float16_as_bfloat16", "binary add float16 [contiguous, contiguous, shape (3, 5, 67)]: 998 of 1005 elements "
                             "wrong; first at (0, 0, 0): expected 13.328125, got 15.46875"),
-    ("ignores_strides", "binary add int8 [reversed, contiguous, shape (3, 5, 67)]: 986 of 1005 elements wrong; first "
+    # (a reversed operand read forwards runs past its end: how many of the 1005 differ depends on the
+    # memory there, so the count, N, is not fixed)
+    ("ignores_strides", "binary add int8 [reversed, contiguous, shape (3, 5, 67)]: N of 1005 elements wrong; first "
                         "at (0, 0, 1): expected -20, got 64"),
     ("mean_sums", "reduce mean int8 -> float64 [outer 3, n 67, inner 5]: 15 of 15 elements wrong; first at (0, 0): "
                   "expected 22.70149253731343, got 1521.0"),
@@ -229,7 +232,11 @@ def test_the_check_names_each_planted_kernel_defect(load, monkeypatch: pytest.Mo
     monkeypatch.setenv("KERNEL_DEFECT", defect)          # read by the variant's init
     dev, plugin = load("KERNELS_MUTANT")
     report = check_kernel_table(dev)
-    assert report.failure == failure
+    if failure is not None and ": N of " in failure:
+        assert report.failure is not None
+        assert re.fullmatch(r"9[0-9][0-9]".join(map(re.escape, failure.split("N", 1))), report.failure), report.failure
+    else:
+        assert report.failure == failure
     assert report.entries == ["binary", "unary", "reduce", "gemm", "fill"]
 
 
