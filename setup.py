@@ -8,6 +8,7 @@ extension modules: the backends ``dlopen`` them through cffi (ABI mode), exactly
 as they would open a vendor's library. ``anychip.runtime._libs.find_library``
 locates them. A C source added later only needs a line here.
 """
+import importlib.util
 import os
 import shutil
 import sysconfig
@@ -62,7 +63,9 @@ for _lib, _api in SIM_COLLECTIVES.items():
 _SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 VENDOR_NAMES = {"libascend_sim": ("libascendcl.so", "libhccl.so"), "libkunlun_sim": ("libxpurt.so", "libbkcl.so"),
                 "libhygon_sim": ("libamdhip64.so", "librccl.so")}
-LINK_FLAGS: dict[str, list[str]] = {name: [f"-Wl,-soname,{name}{_SUFFIX}"] for name in VENDOR_NAMES}
+# -Bsymbolic: the simulator's own calls (its plugin.h adapter calling its ACL, say) stay inside it,
+# even where a vendor's library exporting the same names was loaded with global symbols first
+LINK_FLAGS: dict[str, list[str]] = {name: [f"-Wl,-soname,{name}{_SUFFIX}", "-Wl,-Bsymbolic"] for name in VENDOR_NAMES}
 
 
 def write_link_scripts(lib_dir: str) -> None:
@@ -82,6 +85,30 @@ SIM_PLUGIN_FACES = {"libascend_sim": "plugin_acl", "libkunlun_sim": "plugin_xpu"
 for _lib, _face in SIM_PLUGIN_FACES.items():
     C_LIBRARIES[_lib][0].append(f"csrc/sim/{_face}.c")
     EXTRA_FLAGS.setdefault(_lib, []).append("-DANYCHIP_SIMULATOR")
+# The same adapters built for the vendors' own libraries (without the simulator's extensions):
+# they link against nothing, and anychip loads the vendor's runtime and collective libraries
+# with global symbols first (devices/_adapter.py), so one build serves every install of the API.
+for _face in SIM_PLUGIN_FACES.values():
+    C_LIBRARIES[f"libanychip_{_face[len('plugin_'):]}"] = ([f"csrc/sim/{_face}.c"], [])
+# Their error strings carry the vendors' code names: tables generated from the vendor headers
+# (anychip/devices/_headers.py reads them for the Python side too), written under build/include
+# before anything compiles and shipped with the headers.
+GENERATED_INCLUDE = os.path.join("build", "include")
+
+
+def write_code_tables(dest: str) -> None:
+    spec = importlib.util.spec_from_file_location("_anychip_headers", os.path.join("anychip", "devices", "_headers.py"))
+    headers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(headers)
+    os.makedirs(os.path.join(dest, "anychip"), exist_ok=True)
+    for api in headers.ADAPTER_CODES:
+        path = os.path.join(dest, "anychip", f"adapter_codes_{api}.h")
+        text = headers.c_code_table(api)
+        if not os.path.exists(path) or Path(path).read_text() != text:     # unchanged: no rebuild
+            Path(path).write_text(text)
+
+
+write_code_tables(GENERATED_INCLUDE)
 # The bridge (csrc/include/anychip/paddle/bridge.c, shipped for C plugins) over the simulated
 # chip ANYCHIP_PADDLE names (the Ascend by default): paddle_custom_device/libanychip_sim next
 # to the anychip package, where Paddle looks when CUSTOM_DEVICE_ROOT is unset.
@@ -102,10 +129,13 @@ class build_clib_as_ext(build_ext):
         objects = self._compile_once([e for e in self.extensions if self._stale(e)])
         compile_one_by_one = self.compiler.compile
 
-        def compile(sources, *args, **kwargs):
-            if all(s in objects for s in sources):
-                return [objects[s] for s in sources]
-            return compile_one_by_one(sources, *args, **kwargs)
+        def compile(sources, output_dir=None, macros=None, include_dirs=None, debug=0, extra_preargs=None,
+                    extra_postargs=None, depends=None):
+            key = (tuple(extra_postargs or ()), tuple(include_dirs or ()), tuple(macros or ()))
+            if all((s, key) in objects for s in sources):
+                return [objects[s, key] for s in sources]
+            return compile_one_by_one(sources, output_dir, macros, include_dirs, debug, extra_preargs,
+                                      extra_postargs, depends)
 
         self.compiler.compile = compile
         self.parallel = False
@@ -116,25 +146,28 @@ class build_clib_as_ext(build_ext):
         return self.force or newer_group(inputs, self.get_ext_fullpath(ext.name), "newer")
 
     def _compile_once(self, extensions):
-        """source -> object file, every distinct source compiled once (largest first, in parallel)."""
-        jobs: dict[str, tuple] = {}
+        """(source, flags) -> object file, every distinct pair compiled once (largest first, in
+        parallel). A source built with a second set of flags (the vendor adapters, with and
+        without the simulator's extensions) gets its object in a folder of its own."""
+        jobs: dict[tuple, str] = {}
+        seen: dict[str, int] = {}
         for ext in extensions:
-            macros = ext.define_macros + [(name,) for name in ext.undef_macros]
+            macros = [*ext.define_macros, *((name,) for name in ext.undef_macros)]
             key = (tuple(ext.extra_compile_args), tuple(ext.include_dirs), tuple(macros))
             for src in ext.sources:
-                if jobs.setdefault(src, key) != key:
-                    raise RuntimeError(f"setup.py: {src} is compiled with two sets of flags ({ext.name} and another "
-                                       "library); give it one set, or a source file of its own")
+                if (src, key) not in jobs:
+                    variant = seen[src] = seen.get(src, -1) + 1
+                    jobs[src, key] = os.path.join(self.build_temp, f"variant{variant}") if variant else self.build_temp
 
-        def compile_source(src):
-            args, include_dirs, macros = jobs[src]
+        def compile_source(job):
+            src, (args, include_dirs, macros) = job
             if src.endswith(".cc"):            # C++ (one file): the C standard flag does not apply
                 args = tuple(a for a in args if not a.startswith("-std=")) + ("-std=c++11",)
-            return src, self.compiler.compile([src], output_dir=self.build_temp, macros=list(macros),
+            return job, self.compiler.compile([src], output_dir=jobs[job], macros=list(macros),
                                               include_dirs=list(include_dirs), debug=self.debug,
                                               extra_postargs=list(args))[0]
 
-        largest_first = sorted(jobs, key=os.path.getsize, reverse=True)
+        largest_first = sorted(jobs, key=lambda job: os.path.getsize(job[0]), reverse=True)
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             return dict(pool.map(compile_source, largest_first))
 
@@ -144,6 +177,7 @@ class build_clib_as_ext(build_ext):
         dest = os.path.join("anychip" if self.inplace else os.path.join(self.build_lib, "anychip"), "_include")
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(os.path.join("csrc", "include"), dest)
+        shutil.copytree(GENERATED_INCLUDE, dest, dirs_exist_ok=True)      # the adapters' code tables
         # the engine's header, for the Paddle bridges `anychip plugin paddle` compiles
         os.makedirs(os.path.join(dest, "ccl"), exist_ok=True)
         shutil.copy(os.path.join("csrc", "ccl", "ccl.h"), os.path.join(dest, "ccl", "ccl.h"))
@@ -156,7 +190,7 @@ ext_modules = [
     Extension(
         f"anychip._lib.{name}",
         sources=sources,
-        include_dirs=["csrc/include", "csrc"],
+        include_dirs=["csrc/include", "csrc", GENERATED_INCLUDE],
         extra_compile_args=COMMON_FLAGS + EXTRA_FLAGS.get(name, []),
         libraries=["pthread", "rt", *libs],
         extra_link_args=LINK_FLAGS.get(name, []),

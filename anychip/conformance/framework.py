@@ -96,7 +96,7 @@ def _torch_face_problem(name: str) -> str | None:
         return f"anychip has no backend {name!r}"
     if info.plugin is None or not info.available:
         return f"backend {name} is unavailable: {info.reason}"
-    if not isinstance(getattr(info.plugin, "library_path", None) or getattr(info.plugin, "path", None), str):
+    if not isinstance(getattr(info.plugin, "path", None) or getattr(info.plugin, "library_path", None), str):
         return (f"backend {name} ({info.source}) has no anychip/plugin.h face, which PyTorch's device and Paddle's "
                 "run on (the simulated chips and C plugins have one; a Python plugin cannot)")
     return None

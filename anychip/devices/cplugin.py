@@ -35,7 +35,7 @@ from ..runtime.plugin import D2D, D2H, H2D, DevicePlugin
 from ..runtime.status import StatusCodes
 from . import _plugin_kernels
 
-__all__ = ["CPlugin", "PluginCollectives", "probe", "cdef", "abi", "REQUIRED_ENTRIES", "EVENT_ENTRIES",
+__all__ = ["CPlugin", "PluginCollectives", "probe", "open_table", "cdef", "abi", "REQUIRED_ENTRIES", "EVENT_ENTRIES",
            "INIT_SYMBOL"]
 
 INIT_SYMBOL = "anychip_plugin_init"
@@ -140,6 +140,17 @@ def _check_table(ffi: Any, table: Any, major: int, minor: int) -> str:
 def probe(path: str) -> tuple[str, Any]:
     """Open the C plugin at ``path``: (backend name, a loader returning its DevicePlugin).
     Raises PluginError (naming the reason) when the library is refused."""
+    name, ffi, lib, table, space = open_table(path)
+    cls = type(f"CPlugin_{name}", (CPlugin,), {"name": name, "__module__": __name__})
+    plugin = cls(path, ffi, lib, table)
+    plugin._table_space = space          # owns the table's memory
+    return name, lambda: plugin
+
+
+def open_table(path: str) -> tuple[str, Any, Any, Any, Any]:
+    """Open the library at ``path``, call its init on a zeroed table and check the table:
+    (device type, ffi, library, table, the memory that holds the table). Raises PluginError
+    (naming the reason) when the library is refused."""
     ffi, (major, minor) = abi()
     try:
         lib = dlopen(ffi, path)
@@ -163,11 +174,7 @@ def probe(path: str) -> tuple[str, Any]:
                           "(anychip plugin cflags)")
     if rc:
         raise PluginError(_init_failure(ffi, table, rc))
-    name = _check_table(ffi, table, major, minor)
-    cls = type(f"CPlugin_{name}", (CPlugin,), {"name": name, "__module__": __name__})
-    plugin = cls(path, ffi, lib, table)
-    plugin._table_space = space          # owns the table's memory
-    return name, lambda: plugin
+    return _check_table(ffi, table, major, minor), ffi, lib, table, space
 
 
 class _HostEvent:
@@ -522,11 +529,13 @@ def _collectives_class(plugin: CPlugin) -> type[PluginCollectives]:
     if not _missing(t, ffi, P2P_ENTRIES):
         kinds |= {"send", "recv"}
     attrs = {
-        "api": f"{plugin.name} collectives", "backend": plugin.name, "id_type": "anychip_unique_id",
+        "api": getattr(plugin, "ccl_api", "") or f"{plugin.name} collectives", "backend": plugin.name,
+        "id_type": "anychip_unique_id",
         "dtypes": {d: i for i, d in enumerate(DTYPES) if dmask & (1 << i)},
         "redops": {r: i for i, r in enumerate(REDOPS) if rmask & (1 << i)},
         "byte": 1, "kinds": frozenset(kinds),
-        "invalid_codes": frozenset({int(t.invalid_status)} - {0}),
+        # (a built-in chip's adapter names its collective library's codes too: ccl_invalid_codes)
+        "invalid_codes": frozenset({int(t.invalid_status), *getattr(plugin, "ccl_invalid_codes", ())} - {0}),
         "timeout_codes": frozenset({int(t.timeout_status)} - {0}),
     }
     return type(f"PluginCollectives_{plugin.name}", (PluginCollectives,), attrs)
@@ -552,10 +561,10 @@ class PluginCollectives(NativeLibrary):
         self._tls = _Tls()
 
     def code_name(self, code: int) -> str:
-        return f"status {code}"
+        return self.plugin.status.name(code) or f"status {code}"
 
     def detail(self) -> str:
-        return ""
+        return self.comm_detail(None)
 
     def text(self, code: int) -> str:
         return f"{super().text(code)}: {self.plugin._text(code)}"

@@ -56,7 +56,7 @@ def plugin_library(name: str) -> tuple[str | None, str]:
         return None, f"anychip has no backend {name!r} (it has {known})"
     if not info.available or info.plugin is None:
         return None, f"backend {name} is unavailable: {info.reason}"
-    path = getattr(info.plugin, "library_path", None) or getattr(info.plugin, "path", None)
+    path = getattr(info.plugin, "path", None) or getattr(info.plugin, "library_path", None)
     if not isinstance(path, str):
         return None, (f"backend {name} is served by a Python binding, not an anychip/plugin.h library "
                       "(the PrivateUse1 device drives plugin.h faces: the simulated chips and C plugins)")

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 from conftest import CHILD_SECONDS
 
-from anychip.devices import _vendor as vendor
+from anychip.devices import _adapter as vendor
 from anychip.devices.ascend import AscendPlugin
 from anychip.devices.hygon import HygonPlugin
 from anychip.devices.kunlun import KunlunPlugin

@@ -18,11 +18,8 @@ from conftest import CHILD_SECONDS
 
 from anychip.devices import _headers
 from anychip.devices.ascend import AscendPlugin
-from anychip.devices.bkcl import Bkcl
-from anychip.devices.hccl import Hccl
 from anychip.devices.hygon import HygonPlugin
 from anychip.devices.kunlun import KunlunPlugin
-from anychip.devices.rccl import Rccl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE_INCLUDE = os.path.join(ROOT, "csrc", "include")
@@ -37,13 +34,21 @@ def test_marked_sections_are_valid_cffi_declarations(headers):
     ffi.cdef(_headers.cdef_of(*headers))
 
 
-def test_backends_declare_what_the_headers_declare():
-    assert AscendPlugin.cdef == _headers.cdef_of("acl/acl.h")
-    assert KunlunPlugin.cdef == _headers.cdef_of("xpu/runtime.h")
-    assert HygonPlugin.cdef == _headers.cdef_of("hip/hip_runtime_api.h")
-    assert Hccl.cdef == _headers.cdef_of("hccl/hccl_types.h", "hccl/hccl.h")
-    assert Bkcl.cdef == _headers.cdef_of("bkcl/bkcl.h")
-    assert Rccl.cdef == _headers.cdef_of("rccl/rccl.h")
+def test_code_names_are_read_from_the_headers():
+    """The backends' and the adapters' names of the vendors' codes come from the headers, one
+    table per adapter (runtime and collective library; RCCL's past RCCL_BASE)."""
+    names = AscendPlugin.code_names
+    assert names[207001] == "ACL_ERROR_RT_MEMORY_ALLOCATION" and names[0] == "ACL_SUCCESS"
+    assert names[1] == "HCCL_E_PARA" and names[9] == "HCCL_E_TIMEOUT"
+    assert KunlunPlugin.code_names[705] == "XPUERR_NOMEM" and KunlunPlugin.code_names[1] == "BKCL_INVALID_ARGUMENT"
+    assert HygonPlugin.code_names[2] == "hipErrorOutOfMemory" and HygonPlugin.code_names[10004] == "ncclInvalidArgument"
+    with open(os.path.join(SOURCE_INCLUDE, "acl", "acl.h")) as f:
+        defined = {line.split()[1] for line in f if line.startswith("#define ACL_ERROR_")}
+    assert defined - {"ACL_ERROR_NONE"} <= set(names.values())       # (0 is named ACL_SUCCESS)
+    table = _headers.c_code_table("acl")
+    assert '{207001, "ACL_ERROR_RT_MEMORY_ALLOCATION"}' in table and '{1, "HCCL_E_PARA"}' in table
+    with pytest.raises(ValueError, match="no enum"):
+        _headers.code_names("acl/acl.h", "noSuchEnum_t")
 
 
 def test_values_seen_through_cffi_are_the_vendors():
@@ -197,12 +202,10 @@ def test_cflags_on_a_vendor_install_name_both_vendor_libraries(monkeypatch):
     class Found:
         simulated = False
         library_path = "/opt/cann/lib64/libascendcl.so"
+        ccl_path = "/opt/cann/hccl/lib64/libhccl.so"
 
         def available(self) -> tuple[bool, str]:
             return True, ""
-
-        def native_ccl(self) -> object:
-            return type("Ccl", (), {"path": "/opt/cann/hccl/lib64/libhccl.so"})()
 
     monkeypatch.setattr(sys.modules[AscendPlugin.__module__], "AscendPlugin", Found)
     assert _headers.cflags("ascend") == (

@@ -85,7 +85,7 @@ def test_every_c_binding_translates_through_it() -> None:
     dev = anychip.device("ascend:0")
     assert isinstance(dev.plugin.status, StatusCodes)
     with pytest.raises(DeviceError) as info:
-        dev.plugin._call("aclrtSetDevice", 999)
+        dev.plugin._call("set_device", 999)
     assert info.value.code_name is not None and info.value.code_name.startswith("ACL_")
-    assert str(info.value).startswith("[ascend] aclrtSetDevice failed: ")
+    assert str(info.value).startswith("[ascend] set_device failed: ")
     assert isinstance(dev.plugin.native_ccl().status, StatusCodes)

@@ -70,7 +70,7 @@ def _device_mode(device: Device) -> str:
     if device.backend == "cpu":
         return "host"
     plugin = device.plugin
-    if getattr(plugin, "simulated", False) and hasattr(plugin, "lib"):
+    if getattr(plugin, "simulated", False) and getattr(plugin, "sim_lib", None) is not None:
         return "sim"
     return "staged"
 
@@ -108,7 +108,7 @@ class ShmTransport(Transport):
         self._zc_min = zc_min
         if self.mode == "sim":
             plugin: Any = device.plugin
-            sffi, slib = plugin.ffi, plugin.lib
+            sffi, slib = plugin.sim_ffi, plugin.sim_lib
 
             def address(f: Any, lib: Any, name: str) -> int:
                 return int(f.cast("uintptr_t", f.addressof(lib, name)))
@@ -285,10 +285,10 @@ class ShmTransport(Transport):
             raise CollectiveError(f"{what}: out of host memory for the task")
         work = _TaskWork(what, task)
         plugin._use(self.device.index)
-        rc = plugin.lib.anychip_sim_stream_enqueue_host_fn(stream._live(), self._host_fn, task)
+        rc = plugin.sim_lib.anychip_sim_stream_enqueue_host_fn(plugin.sim_handle(stream._live()), self._host_fn, task)
         if rc:
             lib.ccl_task_free(task)
-            raise CollectiveError(f"{what}: enqueueing on {stream!r} failed: {plugin._detail()}")
+            raise CollectiveError(f"{what}: enqueueing on {stream!r} failed: {plugin.sim_detail()}")
         stream._keep_alive(keep)                  # the buffers live until the stream has run the op
         if self._tasks:
             self._reap()
@@ -302,10 +302,11 @@ class ShmTransport(Transport):
         plugin: Any = self.device.plugin
         block = buf._check()
         base = block.handle
-        h = plugin.ffi.cast("anychip_sim_ipc_handle *", int(ffi.cast("uintptr_t", ffi.addressof(cbuf, "ipc_handle"))))
-        rc = plugin.lib.anychip_sim_ipc_get_handle(plugin.ffi.cast("void *", base), h)
+        sffi = plugin.sim_ffi
+        h = sffi.cast("anychip_sim_ipc_handle *", int(ffi.cast("uintptr_t", ffi.addressof(cbuf, "ipc_handle"))))
+        rc = plugin.sim_lib.anychip_sim_ipc_get_handle(sffi.cast("void *", base), h)
         if rc:
-            raise CollectiveError(f"exporting a buffer for zero-copy failed: {plugin._detail()}")
+            raise CollectiveError(f"exporting a buffer for zero-copy failed: {plugin.sim_detail()}")
         cbuf.ipc_offset = buf._offset
         cbuf.has_ipc = 1
 
