@@ -19,12 +19,17 @@ Discovery picks which library answers the adapter's calls:
 The vendors' visibility variables (``ASCEND_RT_VISIBLE_DEVICES``, ``XPU_VISIBLE_DEVICES``,
 ``HIP_VISIBLE_DEVICES``) are the runtime's to read, as on a real chip.
 
+On the simulator, GEMM of float32 / float64 calls the CBLAS bundled with NumPy when it is
+found (handed to the simulator once, as a chip's runtime links its BLAS library); otherwise
+a loop in C runs it.
+
 On the simulator the backend also offers the simulator's controls (anychip/sim.h: holding
 a stream, IPC handles, timed waits that Ctrl-C interrupts); they are never vendor API.
 """
 from __future__ import annotations
 
 import ctypes
+import glob
 import logging
 import os
 import threading
@@ -49,6 +54,8 @@ SIM_E_TIMEOUT = 18
 WAIT_SLICE_MS = 50
 
 _announced: set[str] = set()
+_blas_lock = threading.Lock()
+_blas_given: dict[str, tuple[Any, Any]] = {}      # simulator library -> the (BLAS, simulator) kept open
 _sim_ffi_lock = threading.Lock()
 _sim_ffi: Any = None
 
@@ -89,6 +96,34 @@ def _sim_controls() -> Any:
             ffi.cdef(cdef_of("anychip/sim.h"))
             _sim_ffi = ffi
         return _sim_ffi
+
+
+def _give_numpy_blas(library: str) -> bool:
+    """Hand the simulator ``library`` the CBLAS bundled with NumPy for its float32 / float64
+    GEMM (once per library); False where there is none (the simulator runs its own loop)."""
+    import numpy as np
+
+    key = os.path.realpath(library)
+    with _blas_lock:
+        if key in _blas_given:
+            return True
+        root = os.path.dirname(os.path.dirname(np.__file__))
+        found = sorted(glob.glob(os.path.join(root, "numpy.libs", "libscipy_openblas64_*.so")))
+        if not found:
+            log.debug("no CBLAS beside NumPy; the simulator's GEMM runs its own loop")
+            return False
+        try:
+            blas, sim = ctypes.CDLL(found[0]), ctypes.CDLL(library)
+            sgemm = ctypes.cast(blas.scipy_cblas_sgemm64_, ctypes.c_void_p)
+            dgemm = ctypes.cast(blas.scipy_cblas_dgemm64_, ctypes.c_void_p)
+            sim.anychip_simk_set_blas.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            sim.anychip_simk_set_blas.restype = None
+        except (OSError, AttributeError) as exc:
+            log.debug("NumPy's BLAS %s is not usable (%s); the simulator's GEMM runs its own loop", found[0], exc)
+            return False
+        sim.anychip_simk_set_blas(sgemm, dgemm)
+        _blas_given[key] = (blas, sim)
+        return True
 
 
 def _forget_in_child(ref: Any) -> None:
@@ -223,6 +258,7 @@ class VendorAdapter(cplugin.CPlugin):
         if simulated:
             self.ccl_path = library
             self._sim = dlopen(_sim_controls(), library)
+            _give_numpy_blas(library)
             # the simulator gives a forked child fresh devices: this object forgets the parent's
             # streams there (also where no registry hands it the fork, as for a plugin made directly)
             me = weakref.ref(self)
