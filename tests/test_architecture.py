@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -259,6 +260,47 @@ def test_a_wrong_import_is_reported(tmp_path: Path) -> None:
         "the devices layer (it may import base)",
     ]
     assert cycles(found) == [["anychip.devices.cplugin", "anychip.runtime.registry"]]
+
+
+#: the functions of the vendor APIs the built-in chips' C adapters bind (ACL, XPU, HIP; HCCL,
+#: BKCL, RCCL): one binding per chip, so no Python module names them
+VENDOR_CALL = re.compile(r"(aclrt[A-Z]\w*|acl(Init|Finalize)\w*|Hccl[A-Z]\w*|xpu_[a-z]\w*|bkcl_[a-z]\w*"
+                         r"|hip[A-Z]\w*|rccl[A-Z]\w*)")
+#: their type names, which the code-name tables read from the headers name (as ``hipError_t``)
+VENDOR_TYPES = {"HcclResult", "HcclRootInfo", "HcclDataType", "HcclReduceOp", "HcclComm"}
+
+
+def vendor_bindings(modules: dict[str, Path]) -> list[str]:
+    """Where a module calls or declares a vendor API function (an attribute, a name or a string
+    that is exactly such a function's name, as a cffi or ctypes binding writes it)."""
+    found = []
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            word = (node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name)
+                    else node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None)
+            declared = (re.findall(r"\b((?:aclrt|Hccl|hip)[A-Z]\w*|(?:xpu|bkcl)_[a-z]\w*)\s*\(", word)
+                        if isinstance(node, ast.Constant) and isinstance(word, str) else [])
+            if word is not None and VENDOR_CALL.fullmatch(word):
+                declared = [word]
+            found += [f"{module} (line {node.lineno}) binds {name}" for name in declared if name not in VENDOR_TYPES
+                      and not name.endswith("_t")]
+    return found
+
+
+def test_one_binding_per_chip() -> None:
+    """The built-in chips are reached only through their C adapters (csrc/sim/plugin_*.c)."""
+    assert vendor_bindings(module_files()) == []
+
+
+def test_a_second_binding_is_reported(tmp_path: Path) -> None:
+    modules = _tree(tmp_path, {
+        "anychip/__init__.py": "",
+        "anychip/devices/__init__.py": "",
+        "anychip/devices/acl.py": 'CDEF = "int aclrtMalloc(void **p, size_t n, int policy);"\n'
+                                  "def malloc(lib, p, n):\n    return lib.aclrtMalloc(p, n, 0)\n",
+    })
+    assert vendor_bindings(modules) == ["anychip.devices.acl (line 1) binds aclrtMalloc",
+                                        "anychip.devices.acl (line 3) binds aclrtMalloc"]
 
 
 def test_imports_for_type_checkers_make_no_cycle(tmp_path: Path) -> None:

@@ -1,11 +1,13 @@
 """The vendor API headers shipped with anychip, and the cffi declarations read from them.
 
 Each vendor API is declared once, in a C header under ``csrc/include`` (installed with the
-package as ``anychip/_include``): the simulator's front ends are compiled against it, C
-programs include it, and the Python backends give cffi the part of it between the lines
+package as ``anychip/_include``): the simulator's front ends and the adapters are compiled
+against it, C programs include it, and anychip reads the part of it between the lines
 ``/* ANYCHIP-CDEF-BEGIN */`` and ``/* ANYCHIP-CDEF-END */``. That part holds only what
 cffi's ``cdef`` accepts: typedefs, enums, structs, prototypes and ``#define NAME number``
-(no ``#include``, ``#if`` or function-like macros, which stay outside the markers).
+(no ``#include``, ``#if`` or function-like macros, which stay outside the markers): the
+vendors' status-code names (the backends' ``code_names`` and the adapters' generated error
+strings) and the cffi declarations of the simulator's controls (anychip/sim.h).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import functools
 import os
 import re
 
-__all__ = ["include_dir", "cdef_of", "code_names", "Codes", "Declarations", "ADAPTER_CODES", "c_code_table"]
+__all__ = ["include_dir", "cdef_of", "code_names", "Codes", "ADAPTER_CODES", "c_code_table"]
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BEGIN = "/* ANYCHIP-CDEF-BEGIN */"
@@ -133,17 +135,6 @@ class Codes:
 
     def __get__(self, obj: object, owner: type | None = None) -> dict[int, str]:
         return self.names()
-
-
-class Declarations:
-    """A class attribute holding the cffi declarations of ``headers``, read on first use
-    (so importing a backend never depends on finding the headers)."""
-
-    def __init__(self, *headers: str) -> None:
-        self.headers = headers
-
-    def __get__(self, obj: object, owner: type | None = None) -> str:
-        return cdef_of(*self.headers)
 
 
 #: backend -> (module, plugin class, the headers a C program includes, the vendor's

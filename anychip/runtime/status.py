@@ -1,13 +1,13 @@
 """Status codes of a C API, translated at the boundary into anychip's errors, in one place.
 
-Every binding of a C ABI (the vendor runtimes in ``devices/_vendor.py``, the C plugins of
-``anychip/plugin.h``, Paddle's CustomDevice plugins, the chips' collective libraries)
+Every binding of a C ABI (the C plugins of ``anychip/plugin.h``, the built-in chips'
+adapters among them, Paddle's CustomDevice plugins, the chips' collective libraries)
 describes its API's codes once as a :class:`StatusCodes` and checks each call's status
 through it::
 
     codes = StatusCodes("ascend", name=lambda c: ACL_NAMES.get(c, f"status {c}"), text=acl_message,
                         oom={207001})
-    codes.check(lib.aclrtSetDevice(0), "aclrtSetDevice")      # raises DeviceError(..., code_name=...)
+    codes.check(table.set_device(0), "set_device")      # raises DeviceError(..., code_name=...)
 
 The error carries the backend, the native code and the vendor's name for it; the message is
 ``"<call> failed: <the library's text>"``. Which class is raised follows the code: an

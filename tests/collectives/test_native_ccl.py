@@ -1,14 +1,15 @@
 """Collectives through the chips' own libraries (anychip/collectives/transports/native.py).
 
-HCCL, BKCL and RCCL are the simulator's (csrc/sim/hccl.c, bkcl.c, rccl.c), called
-through cffi exactly as the vendors' libraries would be. Multi-rank tests start rank
-processes (tests/collectives/native_ccl_worker.py) that check their own results exactly.
+HCCL, BKCL and RCCL are the simulator's (csrc/sim/hccl.c, bkcl.c, rccl.c), called through
+the chips' plugin.h adapters (csrc/sim/plugin_*.c) exactly as the vendors' libraries would
+be. Multi-rank tests start rank processes (tests/collectives/native_ccl_worker.py) that check their own results exactly.
 NCCL through cupy.cuda.nccl needs a GPU; its GPU-free logic runs here against a
 recording stand-in of ``cupy.cuda.nccl``.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -22,10 +23,8 @@ from anychip import collectives
 from anychip.collectives.communicator import OpSpec
 from anychip.collectives.transports import native
 from anychip.collectives.transports.shm import ShmTransport
-from anychip.devices import _vendor
-from anychip.devices.bkcl import Bkcl
-from anychip.devices.hccl import Hccl
-from anychip.devices.rccl import Rccl
+from anychip.devices.ascend import AscendPlugin
+from anychip.runtime._libs import find_library
 from anychip.runtime.errors import CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -78,40 +77,38 @@ def test_host_override_and_errors(monkeypatch):
     comm.destroy()
 
 
-class _FakePlugin:
-    name = "ascend"
-    simulated = False
-    library_path = "/opt/vendor/libascendcl.so"
-
-    def __init__(self, dirs):
-        self.dirs = dirs
-
-    def search_dirs(self):
-        return self.dirs
-
-
-def test_real_runtime_needs_the_real_library_beside_it(tmp_path, monkeypatch):
+def test_a_vendor_runtime_whose_collective_library_does_not_load_is_reported(tmp_path, monkeypatch):
+    """The adapter binds the runtime and its collective library together: a libhccl.so beside
+    CANN's runtime that is not a loadable library is reported, not skipped (the runtime here is a
+    copy of the simulator, which has the same symbols)."""
+    lib64 = tmp_path / "Ascend" / "lib64"
+    lib64.mkdir(parents=True)
+    shutil.copy(find_library("libascend_sim"), lib64 / "libascendcl.so")
+    (lib64 / "libhccl.so").write_text("not a library")
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(tmp_path / "Ascend"))
     monkeypatch.setenv("LD_LIBRARY_PATH", "")
-    lib, why = _vendor.load_ccl(_FakePlugin([str(tmp_path)]), Hccl)
-    assert lib is None
-    assert why == f"libhccl.so not found beside /opt/vendor/libascendcl.so (searched {tmp_path})"
-    # a file of that name that is not a loadable library is reported, not used
-    (tmp_path / "libhccl.so").write_text("not a library")
-    lib, why = _vendor.load_ccl(_FakePlugin([str(tmp_path)]), Hccl)
-    assert lib is None and why.startswith(f"{tmp_path}/libhccl.so cannot serve HCCL: ")
+    monkeypatch.setenv("ANYCHIP_SIMULATE", "never")
+    ok, why = AscendPlugin().available()
+    assert not ok
+    assert why.startswith(f"{lib64}/libascendcl.so was found but does not work ({lib64}/libhccl.so: "), why
 
 
 def test_what_each_library_takes_natively():
+    """What the adapters' tables (plugin.h's ccl_dtype_mask / ccl_redop_mask and entries) offer:
+    the native transport sends the rest to the engine."""
     def spec(kind, dtype="float32", op="sum"):
         return OpSpec(kind, None, None, 4, dtype, op, -1)
-    h, b, r = Hccl, Bkcl, Rccl
-    assert not h.supports(h, spec("all_reduce", op="avg"))          # HCCL has no average
-    assert h.supports(h, spec("all_reduce", "int8", "prod")) and h.supports(h, spec("barrier"))
-    assert not h.supports(h, spec("all_reduce", "bfloat16", "prod"))  # refused on 910B / 910_93
-    assert not b.supports(b, spec("reduce_scatter", "int8"))        # BKCL has no int8
-    assert b.supports(b, spec("all_gather", "int8"))                # movement goes as bytes
-    assert not b.supports(b, spec("barrier")) and not r.supports(r, spec("barrier"))
-    assert r.supports(r, spec("reduce", "bfloat16", "avg"))
+    for backend in SIMS:
+        if not _available(backend):
+            pytest.skip(f"{backend} is unavailable")
+    h, b, r = (anychip.device(f"{backend}:0").plugin.native_ccl() for backend in SIMS)
+    assert (h.api, b.api, r.api) == ("HCCL", "BKCL", "RCCL")
+    assert not h.supports(spec("all_reduce", op="avg"))             # HCCL has no average
+    assert h.supports(spec("all_reduce", "int8", "prod"))
+    assert not b.supports(spec("reduce_scatter", "int8"))           # BKCL has no int8
+    assert b.supports(spec("all_gather", "int8"))                   # movement goes as bytes
+    assert not b.supports(spec("barrier")) and not r.supports(spec("barrier"))
+    assert r.supports(spec("reduce", "bfloat16", "avg"))
 
 
 # -- one rank, in process ---------------------------------------------------------------------

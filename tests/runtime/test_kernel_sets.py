@@ -10,7 +10,6 @@ from conftest import SCAFFOLD
 
 import anychip
 from anychip.devices._plugin_kernels import PluginKernels
-from anychip.devices._sim_kernels import SimKernels
 from anychip.devices.cuda.kernels import CudaKernels
 from anychip.devices.opencl.kernels import OpenCLKernels
 from anychip.runtime import KernelSet, kernels_of
@@ -32,9 +31,12 @@ def _device(name: str, request: pytest.FixtureRequest) -> anychip.Device:
 def test_the_backends_with_kernel_sets_here() -> None:
     # the simulated chips always; OpenCL where an ICD is installed, cuda where CuPy runs
     assert {"ascend:0", "kunlun:0", "hygon:0"} <= set(WITH_KERNELS)
+    # the simulated chips' kernels are their adapters' kernel tables, as for any C plugin
+    for name in ("ascend:0", "kunlun:0", "hygon:0"):
+        assert type(anychip.device(name).plugin.kernels) is PluginKernels
 
 
-@pytest.mark.parametrize("cls", [SimKernels, OpenCLKernels, CudaKernels, PluginKernels])
+@pytest.mark.parametrize("cls", [OpenCLKernels, CudaKernels, PluginKernels])
 def test_every_backends_set_implements_the_protocol(cls: type) -> None:
     assert kernel_set_problem(cls) is None
 
