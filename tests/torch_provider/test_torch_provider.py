@@ -159,10 +159,10 @@ def test_streams_and_events_are_the_devices(at):
 
 def _held(at, stream):
     """The simulator's hold on a stream: work queued on it waits until release."""
-    lib = at.anychip_device(0).plugin.lib
+    plugin = at.anychip_device(0).plugin
     handle = at.anychip_stream(stream)._handle
-    assert lib.anychip_sim_stream_hold(handle) == 0
-    return lambda: lib.anychip_sim_stream_release(handle)
+    plugin.sim_hold_stream(0, handle)
+    return lambda: plugin.sim_release_stream(0, handle)
 
 
 def test_work_on_a_stream_is_asynchronous_and_events_see_it(at):
