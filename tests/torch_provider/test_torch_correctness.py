@@ -21,14 +21,6 @@ from anychip._spawn import python_command  # noqa: E402
 HERE = Path(__file__).parent
 
 
-@pytest.fixture(scope="module")
-def at():
-    os.environ.pop("ANYCHIP_TORCH", None)
-    os.environ.pop("ANYCHIP_LAUNCH_DEVICE", None)
-    import anychip.torch as module
-    return module
-
-
 # the first import on a fresh machine compiles the extension (a minute or two)
 @pytest.mark.timeout(LONG_TEST_SECONDS)
 def test_this_process_binds_the_ascend(at):

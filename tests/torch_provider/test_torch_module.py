@@ -24,14 +24,6 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 
 
-@pytest.fixture(scope="module")
-def at():
-    os.environ.pop("ANYCHIP_TORCH", None)
-    os.environ.pop("ANYCHIP_LAUNCH_DEVICE", None)
-    import anychip.torch as module
-    return module
-
-
 # ---- the device module ---------------------------------------------------------------------------
 
 # what torch's code looks up on a PrivateUse1 device module (torch/utils/backend_registration.py,

@@ -22,14 +22,6 @@ import anychip  # noqa: E402
 from anychip._spawn import python_command  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def at():
-    os.environ.pop("ANYCHIP_TORCH", None)
-    os.environ.pop("ANYCHIP_LAUNCH_DEVICE", None)
-    import anychip.torch as module
-    return module
-
-
 # the first import on a fresh machine compiles the extension (a minute or two)
 @pytest.mark.timeout(LONG_TEST_SECONDS)
 def test_the_extension_builds_into_the_cache_and_binds_the_ascend(at):
