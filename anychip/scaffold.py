@@ -7,7 +7,8 @@
 * ``anychip plugin cflags`` prints the compiler flag that finds ``anychip/plugin.h``.
 * ``anychip plugin check NAME|LIBRARY`` loads a C plugin library (an installed plugin's, by
   its backend name, or a file) as anychip would and says where it was found, what it
-  offers, or why it is refused; a kernel table (plugin.h minor 1) is run entry by
+  offers, or why it is refused; a kernel table (plugin.h minor 1): what it leaves to the host
+  (NULL entries, dtypes its masks leave out), then run entry by
   entry and dtype by dtype against NumPy (``conformance/kernel_table.py``).
 """
 from __future__ import annotations
@@ -156,6 +157,26 @@ def library_argument(arg: str) -> tuple[str, str]:
     return str(Path(arg).resolve()), "the path given"
 
 
+def left_to_host(masks: dict[str, int | None] | None) -> str:
+    """What a kernel table (entry -> its dtype mask, None for a NULL entry; None: no table used)
+    leaves to the host: the NULL entries, and per set entry the dtypes plugin.h allows it that
+    its mask leaves out. (Ops plugin.h has no entry for, such as pow, run on the host anyway.)"""
+    from .devices._plugin_kernels import BINARY_OPS, ENTRIES, KERNEL_DTYPES, REDUCE_OPS, UNARY_OPS, allowed
+    if masks is None:
+        return f"every tensor op (no kernel table used: {', '.join(ENTRIES)})"
+    ops = {"binary": BINARY_OPS, "unary": UNARY_OPS, "reduce": REDUCE_OPS, "gemm": ("matmul",)}
+    null = [e for e in ENTRIES if masks[e] is None]
+    parts = [f"{', '.join(null)} (NULL)"] if null else []
+    for entry in ENTRIES:
+        mask = masks[entry]
+        if mask is not None:
+            left = [dt for bit, dt in enumerate(KERNEL_DTYPES) if not mask & (1 << bit) and
+                    (entry == "fill" or any(allowed(entry, op, dt) for op in ops[entry]))]
+            if left:
+                parts.append(f"{entry} for {', '.join(left)} (not in {entry}_dtypes)")
+    return "; ".join(parts) if parts else "nothing: every entry is set, for every dtype plugin.h allows it"
+
+
 def _check_kernels(plugin: Any) -> bool:
     """Print the kernel table's verdict (plugin.h minor 1): whether it is used, and every entry
     and claimed dtype compared with NumPy on device 0. False when it is refused or disagrees."""
@@ -164,10 +185,15 @@ def _check_kernels(plugin: Any) -> bool:
     from .runtime.device import device as get_device
 
     problem = plugin.kernels_problem()
+    table = None if problem is not None else plugin.kernels
+    k, ffi = plugin.t.kernels, plugin.ffi
+    masks = None if table is None else \
+        {e: int(getattr(k, f"{e}_dtypes")) if getattr(k, e) != ffi.NULL else None for e in table.masks}
+    print(f"on the host: {left_to_host(masks)}")
     if problem is not None:
         print(f"kernels:     refused, every tensor op runs on the host: {problem}")
         return False
-    if plugin.kernels is None:
+    if table is None:
         why = "the plugin is of ABI 1.0" if plugin.abi[1] < 1 else "no kernel table (kernels is NULL)"
         print(f"kernels:     none ({why}): every tensor op runs on the host")
         return True
