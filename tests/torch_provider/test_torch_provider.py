@@ -42,6 +42,34 @@ def test_the_extension_builds_into_the_cache_and_binds_the_ascend(at):
     assert torch.anychip is at
 
 
+def test_a_second_environment_with_the_same_torch_loads_the_cached_build(at, tmp_path):
+    """The build is keyed by the torch version and the sources, not by where they are installed:
+    torch and anychip imported through other paths (as a second virtual environment has them)
+    find this environment's build and compile nothing (the key held the paths: it recompiled)."""
+    from pathlib import Path
+
+    from anychip.torch import _build
+    (tmp_path / "other").symlink_to(Path(anychip.__file__).parent.parent)
+    (tmp_path / "torch").symlink_to(Path(torch.__file__).parent)
+    code = textwrap.dedent("""
+        from pathlib import Path
+        import torch
+        import anychip.torch
+        from anychip.torch import _build
+        print("FROM", torch.__file__, anychip.__file__)
+        print("KEY", _build._key(_build._commands(Path("OUT"))))
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_LAUNCH_DEVICE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "other"), str(tmp_path)])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines["FROM"] == f"{tmp_path}/torch/__init__.py {tmp_path}/other/anychip/__init__.py"
+    assert lines["KEY"] == _build._key(_build._commands(Path("OUT")))
+    assert "compiling" not in done.stderr, done.stderr
+
+
 def test_a_failing_compile_says_which_command_failed_and_leaves_no_build(tmp_path):
     env = {**os.environ, "CXX": "/bin/false", "ANYCHIP_TORCH_CACHE": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", "import anychip.torch"], capture_output=True, text=True, env=env,
@@ -513,3 +541,4 @@ def test_an_unknown_backend_is_refused_naming_the_choices():
     assert "ANYCHIP_TORCH=nosuchchip: anychip has no backend 'nosuchchip'" in done.stderr
     assert "set ANYCHIP_TORCH to one of ascend, kunlun, hygon" in done.stderr
     assert sys.executable
+
