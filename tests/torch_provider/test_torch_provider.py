@@ -542,3 +542,17 @@ def test_an_unknown_backend_is_refused_naming_the_choices():
     assert "set ANYCHIP_TORCH to one of ascend, kunlun, hygon" in done.stderr
     assert sys.executable
 
+
+def test_simulated_chips_with_no_devices_are_named_as_such():
+    """ANYCHIP_SIM_DEVICES=0: the simulated chips are built but have no device; the error says so
+    (it said they "need anychip's built simulator libraries")."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_LAUNCH_DEVICE")}
+    env["ANYCHIP_SIM_DEVICES"] = "0"
+    done = subprocess.run(python_command(["-c", "import anychip.torch"]), capture_output=True, text=True, env=env,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "anychip.runtime.errors.InvalidArgumentError: anychip.torch: no anychip backend with an anychip/plugin.h "
+        "face is available here (the simulated chips (ascend, kunlun, hygon) have 0 devices: ANYCHIP_SIM_DEVICES=0)")
+    assert "built simulator libraries" not in done.stderr
+
