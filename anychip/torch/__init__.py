@@ -286,8 +286,21 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
     return _state.devices[_index(device)].mem_info()
 
 
+_forked = False
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _is_in_bad_fork() -> bool:
-    return False
+    """True in a process forked from this one: the device does not survive fork() (every use of it
+    there is refused, saying to use the 'spawn' start method), as torch.cuda says of CUDA."""
+    return _forked
 
 
 # ---- what torch's own code calls on a device module (torch.cuda's names) -----------------------------

@@ -187,7 +187,7 @@ def _build(out: Path) -> list[list[str]]:
             if linked.returncode != 0:
                 failed.append((link, linked.stderr))
             else:
-                _say(f"[{steps}/{steps}] linked {out.name} ({time.monotonic() - start:.0f} s)")
+                _say(f"[{steps}/{steps}] linked ({time.monotonic() - start:.0f} s)")
     finally:
         for _, proc in procs:
             _stop(proc)

@@ -556,3 +556,33 @@ def test_simulated_chips_with_no_devices_are_named_as_such():
         "face is available here (the simulated chips (ascend, kunlun, hygon) have 0 devices: ANYCHIP_SIM_DEVICES=0)")
     assert "built simulator libraries" not in done.stderr
 
+
+def test_a_forked_child_is_told_to_use_spawn():
+    """In a child forked after the device was set up, allocating and reading the parent's tensor
+    say "forked child ... 'spawn' start method", as CUDA does (they named a destroyed stream and an
+    unknown source pointer); the parent's device still works."""
+    code = textwrap.dedent("""
+        import os, torch, anychip.torch
+        x = torch.arange(4.0, device="anychip")
+        pid = os.fork()
+        if pid == 0:
+            print("CHILD bad fork", torch.anychip._is_in_bad_fork(), flush=True)
+            for what, fn in (("alloc", lambda: torch.empty(4, device="anychip")), ("read", lambda: x.cpu())):
+                try:
+                    fn()
+                    print("CHILD", what, "ok", flush=True)
+                except RuntimeError as exc:
+                    print("CHILD", what, str(exc).splitlines()[0], flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("PARENT", torch.anychip._is_in_bad_fork(), (x + 1).cpu().tolist(), flush=True)
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_LAUNCH_DEVICE")}
+    done = subprocess.run(python_command(["-c", code]), capture_output=True, text=True, env=env,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    want = ("anychip ascend: this is a forked child of the process that set up the anychip device (import "
+            "anychip.torch): its device memory, tensors and streams do not survive fork(); use the 'spawn' start "
+            "method (multiprocessing.get_context('spawn'), torch.multiprocessing.set_start_method('spawn'))")
+    assert done.stdout.splitlines() == ["CHILD bad fork True", f"CHILD alloc {want}", f"CHILD read {want}",
+                                        "PARENT False [1.0, 2.0, 3.0, 4.0]"], done.stdout + done.stderr[-2000:]
