@@ -122,6 +122,7 @@ def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytes
     assert out.splitlines() == [str(pkg / "_include"), str(pkg / "_templates")]
 
 
+@pytest.mark.slow
 def test_installed_plugins_are_listed(installed: dict[str, Path]) -> None:
     r = subprocess.run([*ANYCHIP, "devices", "--all", "--json"], capture_output=True, text=True, env=_env(),
                        timeout=CHILD_SECONDS)
@@ -166,6 +167,7 @@ def test_installed_plugins_run_collectives(installed: dict[str, Path], lang: str
     assert sorted(r.stdout.splitlines()) == [f"[0] {name}:0 shm/staged correct", f"[1] {name}:1 shm/staged correct"]
 
 
+@pytest.mark.slow
 def test_installed_plugins_pass_the_conformance_suite(installed: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     r = subprocess.run([*ANYCHIP, "conformance", "--device", ",".join(NAMES.values()), "-n", "2", "--json",

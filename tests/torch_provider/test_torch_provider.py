@@ -487,6 +487,7 @@ PROGRAM = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("chip", ["kunlun", "hygon"])
+@pytest.mark.slow
 def test_the_other_simulated_chips_serve_the_device(chip):
     env = {**os.environ, "ANYCHIP_TORCH": chip}
     env.pop("ANYCHIP_LAUNCH_DEVICE", None)
