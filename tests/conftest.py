@@ -5,6 +5,7 @@ backend (``ANYCHIP_DEVICES`` narrows it, e.g. ``ANYCHIP_DEVICES=opencl:0 ci/test
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -67,6 +68,59 @@ def device(request: pytest.FixtureRequest) -> anychip.Device:
     return anychip.device(request.param)
 
 
+#: compiled test fixtures (plugins, programs), kept between runs: build/test-fixtures/<key>/
+FIXTURE_CACHE = ROOT / "build" / "test-fixtures"
+_SOURCES = (".c", ".cc", ".cpp")
+
+
+def _compiler_identity(cc: str) -> str:
+    out = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    return f"{shutil.which(cc) or cc}\n{out}"
+
+
+def cached_compile(cmd: list[str], output: Path, roots: tuple[Path, ...] = ()) -> Path:
+    """Run ``cmd`` (a compiler command that writes ``output``), or copy ``output`` from the last
+    run of the same compile. The key is what the compile reads, by content: the compiler's
+    identity and version, the command, the preprocessed text of each C source it names (so
+    every header it includes counts) and the bytes of every other file it names (objects,
+    libraries); the temporary directories ``roots`` are named alike in every run."""
+    def same_everywhere(text: str) -> str:
+        for i, root in enumerate(roots):
+            text = text.replace(str(root), f"<root{i}>")
+        return text
+
+    out_at = cmd.index("-o") + 1
+    flags = [a for i, a in enumerate(cmd[1:], 1) if i != out_at and not a.endswith(_SOURCES)
+             and not os.path.isfile(a)]
+    preprocess: list[str] = []
+    for i, a in enumerate(flags):
+        if a.startswith(("-I", "-D", "-U", "-std", "-f")) or (i and flags[i - 1] == "-I"):
+            preprocess.append(a)
+    h = hashlib.sha256(_compiler_identity(cmd[0]).encode())
+    h.update(same_everywhere("\0".join(flags)).encode())
+    for i, a in enumerate(cmd[1:], 1):
+        if i == out_at or a.startswith("-"):
+            continue
+        if a.endswith(_SOURCES):
+            lang = ["-x", "c++"] if a.endswith((".cc", ".cpp")) else []
+            text = subprocess.run([cmd[0], *preprocess, *lang, "-E", a], capture_output=True, text=True,
+                                  check=True).stdout
+            h.update(same_everywhere(text).encode())
+        elif os.path.isfile(a):
+            h.update(Path(a).read_bytes())
+    cached = FIXTURE_CACHE / h.hexdigest()[:32] / output.name
+    if not cached.is_file():
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(output, f"{cached}.{os.getpid()}")
+        os.replace(f"{cached}.{os.getpid()}", cached)         # whole, or not there
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cached, output)
+        output.chmod(0o755)
+    return output
+
+
 #: the backend name of the scaffolded C plugin (`anychip plugin new`, unchanged) some tests load
 SCAFFOLD = "tkern"
 
@@ -81,10 +135,9 @@ def build_scaffold(directory: Path, name: str = SCAFFOLD) -> Path:
         pytest.skip("no C compiler (cc) to build the scaffolded plugin")
     project = new_plugin(name, "c", directory)
     lib = project / f"lib{name}.so"
-    subprocess.run([cc, "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-fPIC",
-                    f"-I{project / 'include'}", "-shared", "-o", str(lib), str(project / "src" / f"{name}.c"),
-                    "-lpthread", "-lm"], check=True, capture_output=True, text=True)
-    return lib
+    return cached_compile([cc, "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-fPIC",
+                           f"-I{project / 'include'}", "-shared", "-o", str(lib), str(project / "src" / f"{name}.c"),
+                           "-lpthread", "-lm"], lib, roots=(directory,))
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CHILD_SECONDS
+from conftest import CHILD_SECONDS, cached_compile
 
 import anychip
 from anychip.devices import cplugin
@@ -46,8 +46,7 @@ def _build(project: Path, variant: str, out: Path) -> Path:
            f'-DNAME="{VARIANTS[variant]}"', f"-DVARIANT_{flag}", "-o", str(lib),
            str(HERE.parent / "c" / "plugin_variants.c"),
            "-lpthread", "-lm"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return lib
+    return cached_compile(cmd, lib, roots=(project.parent,))
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, cached_compile
 
 import anychip
 from anychip.runtime import registry
@@ -50,17 +50,17 @@ def plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("paddle_plugins")
     inc = os.path.join(REPO, "csrc", "include")        # anychip/paddle/device_ext.h
     ccl = out / "ccl.o"
-    subprocess.run([CC, "-O2", "-fPIC", "-std=gnu11", "-fwrapv", "-c", "-I", os.path.join(REPO, "csrc"),
-                    os.path.join(REPO, "csrc", "sim", "ccl_embed.c"), "-o", str(ccl)], check=True)
+    cached_compile([CC, "-O2", "-fPIC", "-std=gnu11", "-fwrapv", "-c", "-I", os.path.join(REPO, "csrc"),
+                    os.path.join(REPO, "csrc", "sim", "ccl_embed.c"), "-o", str(ccl)], ccl, roots=(out,))
     dirs = {}
     for d, libs in VARIANTS.items():
         (out / d).mkdir()
         dirs[d] = str(out / d)
         for name, defines in libs:
-            subprocess.run([CC, "-O2", "-fPIC", "-shared", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
+            cached_compile([CC, "-O2", "-fPIC", "-shared", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
                             "-Wno-unused-function", *defines,
                             "-I", str(inc), "-I", os.path.join(REPO, "csrc"), SOURCE, str(ccl),
-                            "-o", str(out / d / name), "-lpthread", "-lrt"], check=True)
+                            "-o", str(out / d / name), "-lpthread", "-lrt"], out / d / name, roots=(out,))
     return dirs
 
 
