@@ -13,8 +13,9 @@ TESTS = Path(__file__).parent
 LAUNCH = re.compile(r'"launch",\s*"-n"|\bmpiexec\b|\bmpirun\b|torch\.multiprocessing|mp\.spawn|'
                     r'paddle\.distributed\.launch')
 
-#: the launcher's own checks (a refusal before any rank starts, or one or two short ranks),
-#: kept in the fast loop: `file::test`
+#: the tests that start ranks and that the fast loop kept when the marks moved onto the tests
+#: (the launcher's own checks, refusals before any rank starts, short jobs): `file::test`. A new
+#: test that starts ranks is marked slow, or argued into this list
 FAST_LAUNCHES = {
     "test_collectives.py::test_zero_copy_mappings_are_evicted_and_remade",
     "test_collectives.py::test_ranks_started_by_mpiexec",
