@@ -8,8 +8,11 @@ extension modules: the backends ``dlopen`` them through cffi (ABI mode), exactly
 as they would open a vendor's library. ``anychip.runtime._libs.find_library``
 locates them. A C source added later only needs a line here.
 """
+import hashlib
+import json
 import os
 import shutil
+import subprocess
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,7 +20,6 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
-from setuptools.modified import newer_group
 
 # every warning is an error: the C code builds clean or not at all
 COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wextra", "-Werror"]
@@ -88,6 +90,45 @@ for _lib, _face in SIM_PLUGIN_FACES.items():
 os.makedirs("paddle_custom_device", exist_ok=True)   # an in-place build copies the bridges there
 
 
+#: the persistent build directory: object files and linked libraries, each with the key of what
+#: made it (the compiler, its flags and the content of every file it read), reused by every build
+#: (`pip install -e .`, `setup.py build_ext --inplace`, a wheel) until that key changes
+BUILD_DIR = os.path.join("build", "c")
+
+
+def _digest(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _read_key(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_key(path: str, key: dict) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(key, f)
+    os.replace(path + ".tmp", path)
+
+
+def _dependencies(depfile: str) -> list[str]:
+    """The files a compile read, from the compiler's -MMD output (``obj: src hdr ...``)."""
+    with open(depfile) as f:
+        text = f.read().replace("\\\n", " ")
+    return sorted(set(text.partition(":")[2].split()))
+
+
 class build_clib_as_ext(build_ext):
     """Plain shared libraries: no PyInit symbol is required or exported (except by the allocator core).
     The vendor API headers (csrc/include) are installed with the package as anychip/_include,
@@ -95,28 +136,46 @@ class build_clib_as_ext(build_ext):
 
     Each C source is compiled once, however many libraries link it (the simulator core goes into
     all three vendor libraries), and the compiles run in parallel, one per CPU; then every
-    library is linked from those objects."""
+    library is linked from those objects. The build is incremental and keyed on content
+    (BUILD_DIR): a source is compiled again only when it, a header it includes, its flags or
+    the compiler changed, and a library is linked again only when one of its objects or its
+    link flags changed."""
 
     def build_extensions(self):
         self.check_extensions_list(self.extensions)
-        objects = self._compile_once([e for e in self.extensions if self._stale(e)])
-        compile_one_by_one = self.compiler.compile
-
-        def compile(sources, *args, **kwargs):
-            if all(s in objects for s in sources):
-                return [objects[s] for s in sources]
-            return compile_one_by_one(sources, *args, **kwargs)
-
-        self.compiler.compile = compile
+        self._compiler_id = _digest(self.compiler.compiler_so, subprocess.run(
+            [self.compiler.compiler_so[0], "--version"], capture_output=True, text=True).stdout)
+        self._objects = self._compile_once(self.extensions)
         self.parallel = False
         super().build_extensions()
 
-    def _stale(self, ext):
-        inputs = list(ext.sources) + list(ext.depends)
-        return self.force or newer_group(inputs, self.get_ext_fullpath(ext.name), "newer")
+    def build_extension(self, ext):
+        """Link ``ext`` into BUILD_DIR when its key changed; copy the library to its place."""
+        target = self.get_ext_fullpath(ext.name)
+        linked = os.path.join(BUILD_DIR, "lib", os.path.basename(target))
+        key = {"objects": [self._objects[s][1] for s in ext.sources], "libraries": self.get_libraries(ext),
+               "link_args": ext.extra_link_args, "exports": self.get_export_symbols(ext), "compiler": self._compiler_id}
+        if _read_key(linked + ".key") != key or not os.path.exists(linked):
+            os.makedirs(os.path.dirname(linked), exist_ok=True)
+            objects = {s: self._objects[s][0] for s in ext.sources}
+            compile_one_by_one, self.compiler.compile = self.compiler.compile, lambda sources, *a, **k: [
+                objects[s] for s in sources]
+            self.get_ext_fullpath, force = (lambda name: linked), self.force
+            self.force = True              # the key decided; the base class's dates do not
+            try:
+                super().build_extension(ext)
+            finally:
+                self.compiler.compile, self.force = compile_one_by_one, force
+                del self.get_ext_fullpath
+            _write_key(linked + ".key", key)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if _file_digest(target) != _file_digest(linked):
+            shutil.copyfile(linked, target + ".tmp")     # a new file: a process that maps the old one keeps it
+            os.replace(target + ".tmp", target)
 
     def _compile_once(self, extensions):
-        """source -> object file, every distinct source compiled once (largest first, in parallel)."""
+        """source -> (object file, its key), every distinct source compiled once when its key changed
+        (largest first, in parallel)."""
         jobs: dict[str, tuple] = {}
         for ext in extensions:
             macros = ext.define_macros + [(name,) for name in ext.undef_macros]
@@ -130,9 +189,18 @@ class build_clib_as_ext(build_ext):
             args, include_dirs, macros = jobs[src]
             if src.endswith(".cc"):            # C++ (one file): the C standard flag does not apply
                 args = tuple(a for a in args if not a.startswith("-std=")) + ("-std=c++11",)
-            return src, self.compiler.compile([src], output_dir=self.build_temp, macros=list(macros),
-                                              include_dirs=list(include_dirs), debug=self.debug,
-                                              extra_postargs=list(args))[0]
+            obj = os.path.join(BUILD_DIR, "obj", self.compiler.object_filenames([src])[0])
+            flags = _digest(self._compiler_id, args, include_dirs, macros, self.debug)
+            old = _read_key(obj + ".key")
+            if (old.get("flags") == flags and os.path.exists(obj)
+                    and all(_file_digest(path) == digest for path, digest in old.get("files", {}).items())):
+                return src, (obj, _digest(old))
+            self.compiler.compile([src], output_dir=os.path.join(BUILD_DIR, "obj"), macros=list(macros),
+                                  include_dirs=list(include_dirs), debug=self.debug,
+                                  extra_postargs=[*args, "-MMD", "-MF", obj + ".d"])
+            key = {"flags": flags, "files": {p: _file_digest(p) for p in _dependencies(obj + ".d")}}
+            _write_key(obj + ".key", key)
+            return src, (obj, _digest(key))
 
         largest_first = sorted(jobs, key=os.path.getsize, reverse=True)
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:

@@ -290,6 +290,7 @@ def _launch(n: int, backend: str, *args: str, env: dict | None = None) -> str:
 
 @pytest.mark.parametrize("backend", SIM_PARAMS)
 @pytest.mark.parametrize("nranks", [2, 4])
+@pytest.mark.slow
 def test_every_op_dtype_and_reduce_op_through_the_native_library(backend, nranks):
     big = "1048579" if nranks == 2 else "0"             # 2^20 + 3: the zero-copy path
     out = _launch(nranks, backend, "matrix", "0,1,7,1000", big)
@@ -318,6 +319,7 @@ def _result(out: str) -> tuple[str, float, str]:
 
 
 @pytest.mark.parametrize("backend", SIM_PARAMS)
+@pytest.mark.slow
 def test_a_peer_that_never_arrives_is_a_timeout_on_the_others(backend):
     results = _spawn(3, "timeout", backend, {}, "0.5")
     for rc, out, err in results[:2]:
@@ -331,6 +333,7 @@ def test_a_peer_that_never_arrives_is_a_timeout_on_the_others(backend):
 
 
 @pytest.mark.parametrize("backend", SIM_PARAMS)
+@pytest.mark.slow
 def test_an_op_that_never_runs_times_out_on_every_rank(backend):
     """Every rank's all_reduce waits behind a held stream, so the library never sees it (nor
     times it out): the watchdog fails each rank's Work after ANYCHIP_COLLECTIVE_TIMEOUT (plus
@@ -347,6 +350,7 @@ def test_an_op_that_never_runs_times_out_on_every_rank(backend):
 
 
 @pytest.mark.parametrize("backend", SIM_PARAMS)
+@pytest.mark.slow
 def test_a_killed_peer_fails_the_others_within_seconds(backend):
     before = ccl_segments()
     results = _spawn(3, "kill", backend, {"ANYCHIP_COLLECTIVE_TIMEOUT": "60"})

@@ -136,6 +136,7 @@ def test_count_wrong_is_exact_and_avg_has_a_tolerance() -> None:
 
 # five backends, three ranks on the simulated chips: minutes on 2 busy cores
 @pytest.mark.timeout(LONG_TEST_SECONDS)
+@pytest.mark.slow
 def test_quick_pass_on_every_builtin_backend(tmp_path) -> None:
     """`anychip conformance` with no arguments: every available backend, 3 ranks where it has 3
     devices (the simulated chips), else 2, a summary."""
@@ -179,6 +180,7 @@ def test_quick_pass_on_every_builtin_backend(tmp_path) -> None:
     assert lines[-1] == "conformance: PASS"
 
 
+@pytest.mark.slow
 def test_tables_json_plot_and_progress(tmp_path) -> None:
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install 'anychip[plot]')")
     js, png = tmp_path / "r.json", tmp_path / "r.png"
@@ -301,6 +303,7 @@ def broken_plugin(tmp_path) -> dict:
     return {"PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
 
 
+@pytest.mark.slow
 def test_collectives_that_move_no_data_fail_with_wrong_elements(broken_plugin, tmp_path) -> None:
     js = tmp_path / "broken.json"
     p = conformance("--device", "brokenchip", "-e", "64K", "--iters", "1", "--json", str(js), env=broken_plugin)
@@ -353,6 +356,7 @@ def _pytest(*args: str, env: dict | None = None, cwd: str) -> subprocess.Complet
                           cwd=cwd)
 
 
+@pytest.mark.slow
 def test_pytest_plugin_runs_the_cases_per_device(tmp_path) -> None:
     # from outside the source tree (as an installed package) and from the repository root
     p = _pytest("--anychip-device", "cpu,nosuchchip", "-q", "-rs", cwd=str(tmp_path))
@@ -367,6 +371,7 @@ def test_pytest_plugin_runs_the_cases_per_device(tmp_path) -> None:
     assert f"2 passed, {len(CASE_NAMES) - 2} deselected" in p.stdout
 
 
+@pytest.mark.slow
 def test_pytest_plugin_reports_expected_and_got(broken_plugin, tmp_path) -> None:
     p = _pytest("--anychip-device", "brokenchip", "-q", "-k", "all_gather or killed_rank or memset", cwd=str(tmp_path),
                 env=broken_plugin)

@@ -100,6 +100,7 @@ def _certify(library: Path, tmp_path: Path, defect: str | None, *args: str) -> t
     return r.returncode, json.loads(out.read_text())["backends"][0], r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_the_plugin_without_a_defect_passes_every_case(library: Path, tmp_path: Path) -> None:
     """The control: the default quick run (3 ranks, the faults too), every case passed, its
     collectives the plugin's own."""
@@ -110,6 +111,7 @@ def test_the_plugin_without_a_defect_passes_every_case(library: Path, tmp_path: 
 
 
 @pytest.mark.parametrize("defect", sorted(MUTANTS))
+@pytest.mark.slow
 def test_each_planted_defect_fails_the_case_of_its_class(library: Path, tmp_path: Path, defect: str) -> None:
     op, cases = MUTANTS[defect]
     rows = ("-d", "int8", "-b", "8", "-e", "8") if op == "sendrecv" else ()
@@ -153,6 +155,7 @@ def _framework(library: Path, framework: str, defect: str | None) -> tuple[int, 
 
 
 @pytest.mark.parametrize("framework, defect", sorted(FRAMEWORK_MUTANTS))
+@pytest.mark.slow
 def test_a_wrong_kernel_fails_the_framework_certification(library: Path, framework: str, defect: str) -> None:
     """The plugin's kernels, through the framework's ops against its CPU: the checks a defect
     breaks pass on the correct plugin (which passes every check) and fail with it, on every
@@ -249,6 +252,7 @@ def _certify_py(env_extra: dict[str, str], tmp_path: Path, defect: str | None) -
     return r.returncode, json.loads(out.read_text())["backends"][0], r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_the_python_plugin_without_a_defect_passes(python_plugin: dict[str, str], tmp_path: Path) -> None:
     rc, b, text = _certify_py(python_plugin, tmp_path, None)
     assert rc == 0, text[-4000:]
@@ -258,6 +262,7 @@ def test_the_python_plugin_without_a_defect_passes(python_plugin: dict[str, str]
 
 
 @pytest.mark.parametrize("defect", sorted(PY_MUTANTS))
+@pytest.mark.slow
 def test_each_device_api_defect_of_a_python_plugin_fails(python_plugin: dict[str, str], tmp_path: Path,
                                                          defect: str) -> None:
     rc, b, text = _certify_py(python_plugin, tmp_path, defect)
@@ -274,6 +279,7 @@ def _env(library: Path, defect: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_a_case_without_an_answer_fails_at_its_deadline(library: Path, tmp_path: Path) -> None:
     """Streams and events that never report completion: the collective's wait never ends; the case
     fails after --deadline seconds naming itself and the rank, and the run ends with a verdict."""
@@ -291,6 +297,7 @@ def test_a_case_without_an_answer_fails_at_its_deadline(library: Path, tmp_path:
     assert all(c["status"] == "failed" and c["detail"].startswith("not run") for c in b["cases"] if c["name"] in after)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_whole_run(library: Path, tmp_path: Path) -> None:
     """SIGTERM while a backend's ranks hang: the ranks are stopped and no further backend starts."""
     import signal

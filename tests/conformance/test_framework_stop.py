@@ -62,6 +62,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 @pytest.mark.parametrize("framework", ["torch", "paddle"])
 def test_a_stopped_framework_run_leaves_nothing(framework: str, how: str, tmp_path: Path) -> None:
@@ -117,6 +118,7 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+@pytest.mark.slow
 def test_the_first_torch_run_compiles_before_its_clock_and_stops_cleanly_while_compiling(tmp_path: Path) -> None:
     """On a machine without the extension's build, `--framework torch` compiles it first, saying
     what it compiles (before, the compile ran inside the job's deadline, silently, and outlived a

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import CHILD_SECONDS
+from conftest import CHILD_SECONDS, cached_compile
 
 import anychip
 from anychip.conformance.kernel_table import check_kernel_table
@@ -38,12 +38,11 @@ ANYCHIP = [sys.executable, "-m", "anychip.cli"]
 
 def build_variant(project: Path, variant: str, name: str, out: Path) -> Path:
     lib = out / f"lib{name}.so"
-    subprocess.run([CC, "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
-                    "-fvisibility=hidden", f"-I{project / 'include'}",
-                    f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"', f'-DNAME="{name}"', f"-DVARIANT_{variant}",
-                    "-o", str(lib), str(HERE.parent / "c" / "plugin_variants.c"), "-lpthread", "-lm"],
-                   check=True, capture_output=True, text=True)
-    return lib
+    return cached_compile([CC, "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
+                           "-fvisibility=hidden", f"-I{project / 'include'}",
+                           f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"', f'-DNAME="{name}"',
+                           f"-DVARIANT_{variant}", "-o", str(lib), str(HERE.parent / "c" / "plugin_variants.c"),
+                           "-lpthread", "-lm"], lib, roots=(project.parent,))
 
 
 @pytest.fixture(scope="module")

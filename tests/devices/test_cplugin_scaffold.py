@@ -160,6 +160,7 @@ def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytes
     assert out.splitlines() == [str(pkg / "_include"), str(pkg / "_templates")]
 
 
+@pytest.mark.slow
 def test_installed_plugins_are_listed(installed: dict[str, Path]) -> None:
     r = subprocess.run([*ANYCHIP, "devices", "--all", "--json"], capture_output=True, text=True, env=_env(),
                        timeout=CHILD_SECONDS)
@@ -205,6 +206,7 @@ def test_installed_plugins_run_collectives(installed: dict[str, Path], lang: str
     assert sorted(r.stdout.splitlines()) == [f"[0] {name}:0 {transport} correct", f"[1] {name}:1 {transport} correct"]
 
 
+@pytest.mark.slow
 def test_installed_plugins_pass_the_conformance_suite(installed: dict[str, Path], tmp_path: Path) -> None:
     """As generated, on 3 ranks: the C project's collectives through its own entries (the header
     line says `via native/scafc`), the Python project's on the host transport."""
@@ -295,6 +297,7 @@ def test_framework_conformance_refuses_a_python_plugin_up_front(installed: dict[
                         "plugin cannot)\n")
 
 
+@pytest.mark.slow
 def test_the_c_project_passes_the_torch_conformance(installed: dict[str, Path]) -> None:
     """`--framework torch`: PyTorch's device and c10d on the C project as generated, its collectives
     through the plugin's own entries."""
@@ -308,6 +311,7 @@ def test_the_c_project_passes_the_torch_conformance(installed: dict[str, Path]) 
 
 # -- the vendor's loop: edit, reinstall, uninstall (these two run last: they change the install) --------
 
+@pytest.mark.slow
 def test_an_edit_and_a_reinstall_are_seen(installed: dict[str, Path]) -> None:
     """An edit of the C source and `pip install ./scafc` again: anychip and PyTorch, which load the
     installed copy, run the new library."""

@@ -202,6 +202,7 @@ def no_data_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return top / "nodata"
 
 
+@pytest.mark.slow
 def test_conformance_framework_paddle(tmp_path: Path, no_data_plugin: Path) -> None:
     """`anychip conformance --framework paddle` passes on the simulated Ascend and fails on a
     plugin whose collectives move no data."""
@@ -256,6 +257,7 @@ def test_one_process(chip: str, request: pytest.FixtureRequest) -> None:
 
 
 @pytest.mark.parametrize("chip", ["ascend", "kunlun", "hygon", "scaffolded"])
+@pytest.mark.slow
 def test_kernels_run_on_the_device_without_fallback(chip: str, request: pytest.FixtureRequest) -> None:
     """With FLAGS_enable_api_kernel_fallback=0 every op of tests/paddle_provider/kernels.py runs
     on the device's kernels (a simulated chip's, through its plugin.h face's kernel table; the
@@ -280,6 +282,7 @@ STATIC_CALLS = {"matmul": 1, "add": 2, "relu": 1, "subtract": 1, "square": 1, "m
 
 
 @pytest.mark.parametrize("chip", ["ascend", "hygon", "scaffolded"])
+@pytest.mark.slow
 def test_static_program_runs_on_the_devices_kernels(chip: str, request: pytest.FixtureRequest) -> None:
     """paddle.static (Paddle's executor, PIR): a forward pass, a loss, its gradients and SGD's
     update, run twice by an Executor on the device with the fallback off, give NumPy's exact
@@ -528,6 +531,7 @@ def _registered(device_type: str, env: dict[str, str]) -> dict[str, list[str]]:
     return {n: v for n, v in json.loads(r.stdout.strip().splitlines()[-1]).items() if v}
 
 
+@pytest.mark.slow
 def test_info_lists_the_kernels_each_device_type_registers(scaffolded: Path, tableless: Path) -> None:
     """`anychip info` lists, per Paddle device type, the ops with a device kernel and their
     dtypes -- exactly what Paddle has registered for that type once it loaded the bridge -- for the
@@ -578,6 +582,7 @@ def test_a_plugin_without_the_kernel_table_registers_no_kernels(tableless: Path)
     assert r.returncode != 0 and "of kernel `full` is not registered" in r.stderr, r.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
     """A plugin whose kernel table takes float32 and int64 only, and no GEMM dtype: the bridge registers
     each kernel for the dtypes every primitive it uses takes (no matmul at all), exactly as Paddle then
@@ -612,6 +617,7 @@ def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
                  "the plugin's kernel table sets dtype mask bits 0x1000 beyond bool, which anychip/plugin.h 1.1 "
                  "does not define", id="mask-bits"),
 ])
+@pytest.mark.slow
 def test_a_kernel_table_the_bridge_does_not_know_is_not_used(variant: str, old: str, new: str, note: str,
                                                              tmp_path: Path) -> None:
     """A table of a later version, or with dtype bits plugin.h does not define: no kernels, and why."""
@@ -621,6 +627,7 @@ def test_a_kernel_table_the_bridge_does_not_know_is_not_used(variant: str, old: 
     assert f"kernels: none ({note}); every op takes Paddle's CPU fallback{paddle_provider.HOST_VIEWS}" in out
 
 
+@pytest.mark.slow
 def test_a_bridge_built_without_a_cxx_compiler_has_no_kernels(tmp_path: Path, scaffolded: Path) -> None:
     """`anychip plugin paddle` where no C++ compiler is found (a PATH with only cc and the binutils)
     builds the bridge without its kernel layer, says so, and Paddle runs it through the fallback."""
@@ -661,6 +668,7 @@ def _check_lines(log: str) -> tuple[int, list[str]]:
 
 
 @pytest.mark.parametrize("chip", ["ascend", "kunlun", "hygon", "scaffolded"])
+@pytest.mark.slow
 def test_collectives_two_ranks(chip: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Every paddle.distributed collective, every dtype and reduce op the xccl path takes,
     every root, all_gather into a list read at once (the copy-fence race), async wait()."""
@@ -677,6 +685,7 @@ def test_collectives_two_ranks(chip: str, tmp_path: Path, request: pytest.Fixtur
         assert f"DONE {rank} failures=0" in log
 
 
+@pytest.mark.slow
 def test_collectives_four_ranks(tmp_path: Path) -> None:
     r = _launch(WORKER, 4, tmp_path, _env())
     logs = _worker_logs(tmp_path, 4)
@@ -687,6 +696,7 @@ def test_collectives_four_ranks(tmp_path: Path) -> None:
         assert f"DONE {rank} failures=0" in log
 
 
+@pytest.mark.slow
 def test_data_parallel_example_matches_one_device(tmp_path: Path) -> None:
     """examples/paddle_data_parallel.py on 4 simulated Ascend ranks: the losses equal one device's."""
     script = ROOT / "examples" / "paddle_data_parallel.py"
@@ -712,6 +722,7 @@ def _shm() -> set[str]:
     return {n for n in os.listdir("/dev/shm") if n.startswith(("anychip", "sim-", "acl", "hccl"))}
 
 
+@pytest.mark.slow
 def test_killed_rank_ends_the_job_and_leaves_no_shm(tmp_path: Path) -> None:
     before = _shm()
     script = tmp_path / "hang.py"
@@ -773,6 +784,7 @@ def test_auto_growth_frees_its_idle_chunks_when_the_device_is_full() -> None:
     assert r.stdout.splitlines() == [f"HELD {5 * (2 << 20):.1f}", f"BIG {10 << 20} {2.0 * (10 << 20):.1f}"]
 
 
+@pytest.mark.slow
 def test_collective_timeout_is_a_paddle_error_naming_the_rank(tmp_path: Path) -> None:
     """A peer that never joins: the collective's stream synchronizes, its communicator holds the
     failure; the bridge reports it at the next synchronize, and Paddle raises."""

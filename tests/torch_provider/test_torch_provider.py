@@ -507,6 +507,7 @@ PROGRAM = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("chip", ["kunlun", "hygon"])
+@pytest.mark.slow
 def test_the_other_simulated_chips_serve_the_device(chip):
     env = {**os.environ, "ANYCHIP_TORCH": chip}
     env.pop("ANYCHIP_LAUNCH_DEVICE", None)
@@ -549,6 +550,7 @@ def test_simulated_chips_with_no_devices_are_named_as_such():
     assert "built simulator libraries" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_forked_child_is_told_to_use_spawn():
     """In a child forked after the device was set up, allocating and reading the parent's tensor
     say "forked child ... 'spawn' start method", as CUDA does (they named a destroyed stream and an
