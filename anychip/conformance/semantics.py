@@ -70,7 +70,7 @@ def stream_query(dev: Any, busy: Busy) -> None:
             before = s.record_event()
             s.wait_event(other)                   # the last item
             while not before.query():
-                pass
+                time.sleep(0.0002)
             q = s.query()
             other_pending = not other.query()
             s2.synchronize()
@@ -227,7 +227,7 @@ def wait_binding(dev: Any, busy: Busy) -> None:
             anychip.copy(b, a, stream=s2)
             done = s2.record_event()
             while not done.query():
-                pass
+                time.sleep(0.0002)
             later_pending = not ev.query()
             s1.synchronize()
             _same("the copy on stream 2", b.to_numpy(), np.full(4096, 3, np.uint8))
