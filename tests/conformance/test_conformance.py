@@ -373,7 +373,10 @@ def test_collectives_that_move_no_data_fail_with_wrong_elements(broken_plugin, t
     assert ar["oop"]["wrong"] == 2 * 1024 * 3          # 2 ranks (one device) x 1024 elements x 3 repetitions
     assert 0 < ar["ip"]["wrong"] <= 2 * 1024 * 3
     # the device API is the CPU's and passes; the front end's check still refuses a bad root
-    assert all(by[name]["status"] == "passed" for name in cases.DEVICE_CASES if name not in ("oom_recovery", "kernels"))
+    assert all(by[name]["status"] == "passed" for name in cases.DEVICE_CASES
+               if name not in ("oom_recovery", "kernels", "mem_info", "copy_peer"))
+    # two ranks share its one device: no peer to copy to, and free memory moves with the other rank's
+    assert by["mem_info"]["status"] == by["copy_peer"]["status"] == "skipped"
     assert by["kernels"]["status"] == "skipped"          # the CPU's plugin underneath: no kernel set
     assert by["bad_root"]["status"] == "passed"
     # faults the library should report and does not: each says what was expected and what came
@@ -408,8 +411,9 @@ def test_pytest_plugin_runs_the_cases_per_device(tmp_path) -> None:
     # from outside the source tree (as an installed package) and from the repository root
     p = _pytest("--anychip-device", "cpu,nosuchchip", "-q", "-rs", cwd=str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
-    # cpu: every case but kernels (no kernel set); nosuchchip: every case skipped
-    assert f"{len(CASE_NAMES) - 1} passed, {len(CASE_NAMES) + 1} skipped" in p.stdout, p.stdout
+    # cpu: every case but kernels (no kernel set), mem_info (host memory) and copy_peer (one device);
+    # nosuchchip: every case skipped
+    assert f"{len(CASE_NAMES) - 3} passed, {len(CASE_NAMES) + 3} skipped" in p.stdout, p.stdout
     assert "cpu has no kernel set" in p.stdout
     assert "unknown backend 'nosuchchip'" in p.stdout
     p = _pytest("--anychip-device", "cpu", "-k", "all_reduce or bad_free", "-v", cwd=ROOT)
