@@ -458,9 +458,9 @@ def op_streams(comm: Any, busy: Busy) -> None:
 
 
 def abort(comm: Any) -> None:
-    """ncclCommAbort: the aborting rank's communicator ends; its peers' collectives on it fail
-    (ncclCommGetAsyncError reports it) instead of hanging: each peer's all_reduce raises an
-    anychip error naming the abort or the aborting rank, within 10 s."""
+    """anychip's Communicator.abort: every rank's pending and future ops of the communicator fail
+    (NCCL's ncclCommAbort is local; anychip promises more). Each peer's all_reduce raises an
+    anychip error naming the abort or the aborting rank within 10 s, instead of hanging."""
     from ..runtime.errors import AnychipError
     from .cases import _comm_with
     n, r = comm.size, comm.rank
