@@ -8,9 +8,12 @@ extension modules: the backends ``dlopen`` them through cffi (ABI mode), exactly
 as they would open a vendor's library. ``anychip.runtime._libs.find_library``
 locates them. A C source added later only needs a line here.
 """
+import hashlib
 import importlib.util
+import json
 import os
 import shutil
+import subprocess
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,7 +21,6 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
-from setuptools.modified import newer_group
 
 # every warning is an error: the C code builds clean or not at all
 COMMON_FLAGS = ["-O2", "-std=gnu11", "-fvisibility=default", "-Wall", "-Wextra", "-Werror"]
@@ -115,6 +117,51 @@ write_code_tables(GENERATED_INCLUDE)
 os.makedirs("paddle_custom_device", exist_ok=True)   # an in-place build copies the bridges there
 
 
+#: the persistent build directory: object files and linked libraries, each with the key of what
+#: made it (the compiler, its flags and the content of every file it read), reused by every build
+#: (`pip install -e .`, `setup.py build_ext --inplace`, a wheel) until that key changes
+BUILD_DIR = os.path.join("build", "c")
+
+
+def _digest(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _read_key(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_key(path: str, key: dict) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(key, f)
+    os.replace(path + ".tmp", path)
+
+
+def _dependencies(depfile: str) -> list[str]:
+    """The files a compile read, from the compiler's -MMD output (``obj: src hdr ...``)."""
+    with open(depfile) as f:
+        text = f.read().replace("\\\n", " ")
+    return sorted(set(text.partition(":")[2].split()))
+
+
+def _flags(ext) -> tuple:
+    """What an extension compiles its sources with (one object per source and set of flags)."""
+    macros = [*ext.define_macros, *((name,) for name in ext.undef_macros)]
+    return tuple(ext.extra_compile_args), tuple(ext.include_dirs), tuple(macros)
+
+
 class build_clib_as_ext(build_ext):
     """Plain shared libraries: no PyInit symbol is required or exported (except by the allocator core).
     The vendor API headers (csrc/include) are installed with the package as anychip/_include,
@@ -122,50 +169,73 @@ class build_clib_as_ext(build_ext):
 
     Each C source is compiled once, however many libraries link it (the simulator core goes into
     all three vendor libraries), and the compiles run in parallel, one per CPU; then every
-    library is linked from those objects."""
+    library is linked from those objects. The build is incremental and keyed on content
+    (BUILD_DIR): a source is compiled again only when it, a header it includes, its flags or
+    the compiler changed, and a library is linked again only when one of its objects or its
+    link flags changed."""
 
     def build_extensions(self):
         self.check_extensions_list(self.extensions)
-        objects = self._compile_once([e for e in self.extensions if self._stale(e)])
-        compile_one_by_one = self.compiler.compile
-
-        def compile(sources, output_dir=None, macros=None, include_dirs=None, debug=0, extra_preargs=None,
-                    extra_postargs=None, depends=None):
-            key = (tuple(extra_postargs or ()), tuple(include_dirs or ()), tuple(macros or ()))
-            if all((s, key) in objects for s in sources):
-                return [objects[s, key] for s in sources]
-            return compile_one_by_one(sources, output_dir, macros, include_dirs, debug, extra_preargs,
-                                      extra_postargs, depends)
-
-        self.compiler.compile = compile
+        self._compiler_id = _digest(self.compiler.compiler_so, subprocess.run(
+            [self.compiler.compiler_so[0], "--version"], capture_output=True, text=True).stdout)
+        self._objects = self._compile_once(self.extensions)
         self.parallel = False
         super().build_extensions()
 
-    def _stale(self, ext):
-        inputs = list(ext.sources) + list(ext.depends)
-        return self.force or newer_group(inputs, self.get_ext_fullpath(ext.name), "newer")
+    def build_extension(self, ext):
+        """Link ``ext`` into BUILD_DIR when its key changed; copy the library to its place."""
+        target = self.get_ext_fullpath(ext.name)
+        linked = os.path.join(BUILD_DIR, "lib", os.path.basename(target))
+        flags = _flags(ext)
+        key = {"objects": [self._objects[s, flags][1] for s in ext.sources], "libraries": self.get_libraries(ext),
+               "link_args": ext.extra_link_args, "exports": self.get_export_symbols(ext), "compiler": self._compiler_id}
+        if _read_key(linked + ".key") != key or not os.path.exists(linked):
+            os.makedirs(os.path.dirname(linked), exist_ok=True)
+            objects = {s: self._objects[s, flags][0] for s in ext.sources}
+            compile_one_by_one, self.compiler.compile = self.compiler.compile, lambda sources, *a, **k: [
+                objects[s] for s in sources]
+            self.get_ext_fullpath, force = (lambda name: linked), self.force
+            self.force = True              # the key decided; the base class's dates do not
+            try:
+                super().build_extension(ext)
+            finally:
+                self.compiler.compile, self.force = compile_one_by_one, force
+                del self.get_ext_fullpath
+            _write_key(linked + ".key", key)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if _file_digest(target) != _file_digest(linked):
+            shutil.copyfile(linked, target + ".tmp")     # a new file: a process that maps the old one keeps it
+            os.replace(target + ".tmp", target)
 
     def _compile_once(self, extensions):
-        """(source, flags) -> object file, every distinct pair compiled once (largest first, in
-        parallel). A source built with a second set of flags (the vendor adapters, with and
-        without the simulator's extensions) gets its object in a folder of its own."""
+        """(source, flags) -> (object file, its key), every distinct pair compiled once when its key
+        changed (largest first, in parallel). A source built with a second set of flags (the vendor
+        adapters, with and without the simulator's extensions) gets its object in a folder of its own."""
         jobs: dict[tuple, str] = {}
         seen: dict[str, int] = {}
         for ext in extensions:
-            macros = [*ext.define_macros, *((name,) for name in ext.undef_macros)]
-            key = (tuple(ext.extra_compile_args), tuple(ext.include_dirs), tuple(macros))
+            key = _flags(ext)
             for src in ext.sources:
                 if (src, key) not in jobs:
                     variant = seen[src] = seen.get(src, -1) + 1
-                    jobs[src, key] = os.path.join(self.build_temp, f"variant{variant}") if variant else self.build_temp
+                    jobs[src, key] = os.path.join(BUILD_DIR, "obj", *([f"variant{variant}"] if variant else []))
 
         def compile_source(job):
             src, (args, include_dirs, macros) = job
             if src.endswith(".cc"):            # C++ (one file): the C standard flag does not apply
                 args = tuple(a for a in args if not a.startswith("-std=")) + ("-std=c++11",)
-            return job, self.compiler.compile([src], output_dir=jobs[job], macros=list(macros),
-                                              include_dirs=list(include_dirs), debug=self.debug,
-                                              extra_postargs=list(args))[0]
+            obj = os.path.join(jobs[job], self.compiler.object_filenames([src])[0])
+            flags = _digest(self._compiler_id, args, include_dirs, macros, self.debug)
+            old = _read_key(obj + ".key")
+            if (old.get("flags") == flags and os.path.exists(obj)
+                    and all(_file_digest(path) == digest for path, digest in old.get("files", {}).items())):
+                return job, (obj, _digest(old))
+            self.compiler.compile([src], output_dir=jobs[job], macros=list(macros),
+                                  include_dirs=list(include_dirs), debug=self.debug,
+                                  extra_postargs=[*args, "-MMD", "-MF", obj + ".d"])
+            key = {"flags": flags, "files": {p: _file_digest(p) for p in _dependencies(obj + ".d")}}
+            _write_key(obj + ".key", key)
+            return job, (obj, _digest(key))
 
         largest_first = sorted(jobs, key=lambda job: os.path.getsize(job[0]), reverse=True)
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:

@@ -1,13 +1,16 @@
 """``anychip plugin``: start and check a plugin for a new chip.
 
-* ``anychip plugin new NAME [--lang c|python] [--dir DIR]`` writes ``DIR/NAME``, a complete
-  plugin project from the templates (``csrc/templates``, shipped in the package): a
+* ``anychip plugin new NAME [--lang c|python] [--collectives] [--dir DIR]`` writes ``DIR/NAME``,
+  a complete plugin project from the templates (``csrc/templates``, shipped in the package): a
   host-memory device with asynchronous streams and timed events that builds with
-  ``pip install ./NAME``, registers itself and passes ``anychip conformance``.
+  ``pip install ./NAME``, registers itself and passes ``anychip conformance``. With
+  ``--collectives`` (C) it also sets plugin.h's collective entries, over a stand-in library
+  between the processes of one host (``src/collectives.c``).
 * ``anychip plugin cflags`` prints the compiler flag that finds ``anychip/plugin.h``.
 * ``anychip plugin check NAME|LIBRARY`` loads a C plugin library (an installed plugin's, by
   its backend name, or a file) as anychip would and says where it was found, what it
-  offers, or why it is refused; a kernel table (plugin.h minor 1) is run entry by
+  offers, or why it is refused; a kernel table (plugin.h minor 1): what it leaves to the host
+  (NULL entries, dtypes its masks leave out), then run entry by
   entry and dtype by dtype against NumPy (``conformance/kernel_table.py``).
 """
 from __future__ import annotations
@@ -37,8 +40,15 @@ def _class_name(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
 
-def new_plugin(name: str, lang: str = "c", directory: str | Path = ".") -> Path:
-    """Write the plugin project ``directory/name`` and return its path."""
+#: template files written only with an option (the option's name)
+_OPTIONAL_FILES = {"src/collectives.c": "collectives"}
+#: a template's lines between "@{OPTION" (or "@{!OPTION") and "@}" are kept only with (without) OPTION
+_BLOCK = re.compile(r"^@\{(!?)(\w+)\n(.*?)^@\}\n", re.M | re.S)
+
+
+def new_plugin(name: str, lang: str = "c", directory: str | Path = ".", collectives: bool = False) -> Path:
+    """Write the plugin project ``directory/name`` and return its path (``collectives``: a C
+    project's collective entries too)."""
     if not _NAME.fullmatch(name):
         raise InvalidArgumentError(f"plugin name {name!r} is not a backend name: want lower-case letters, digits "
                                    "and _, starting with a letter (e.g. mychip)")
@@ -49,6 +59,9 @@ def new_plugin(name: str, lang: str = "c", directory: str | Path = ".") -> Path:
         raise InvalidArgumentError(f"plugin name {name!r} is taken by a built-in backend; choose another")
     if lang not in LANGUAGES:
         raise InvalidArgumentError(f"--lang {lang!r}: want one of {', '.join(LANGUAGES)}")
+    if collectives and lang != "c":
+        raise InvalidArgumentError("--collectives writes plugin.h's collective entries: it takes --lang c (a Python "
+                                   "plugin's collectives are its native_ccl(); without one the host transport serves)")
     if Path(directory).exists() and not Path(directory).is_dir():
         raise InvalidArgumentError(f"--dir {directory} is not a directory")
     target = Path(directory) / name
@@ -57,17 +70,18 @@ def new_plugin(name: str, lang: str = "c", directory: str | Path = ".") -> Path:
     if target.exists() and any(target.iterdir()):
         raise InvalidArgumentError(f"{target} exists and is not empty; choose another --dir or remove it")
     try:
-        _write_project(target, name, lang)
+        _write_project(target, name, lang, {"collectives": collectives})
     except OSError as exc:
         raise InvalidArgumentError(f"--dir {directory}: cannot write {exc.filename or target}: "
                                    f"{exc.strerror or exc}") from None
     return target
 
 
-def _write_project(target: Path, name: str, lang: str) -> None:
+def _write_project(target: Path, name: str, lang: str, options: dict[str, bool]) -> None:
     tokens = {"@name@": name, "@NAME@": name.upper(), "@Name@": _class_name(name)}
 
     def subst(text: str) -> str:
+        text = _BLOCK.sub(lambda m: m.group(3) if options[m.group(2)] != bool(m.group(1)) else "", text)
         for k, v in tokens.items():
             text = text.replace(k, v)
         return text
@@ -75,6 +89,9 @@ def _write_project(target: Path, name: str, lang: str) -> None:
     source = templates_dir() / lang
     for path in sorted(source.rglob("*")):
         if path.is_dir() or "__pycache__" in path.parts:
+            continue
+        option = _OPTIONAL_FILES.get(path.relative_to(source).as_posix())
+        if option is not None and not options[option]:
             continue
         rel = subst(str(path.relative_to(source)))
         if Path(rel).name == "dot-gitignore":
@@ -90,14 +107,16 @@ def _write_project(target: Path, name: str, lang: str) -> None:
 
 def _cmd_new(args: argparse.Namespace) -> int:
     try:
-        path = new_plugin(args.name, args.lang, args.dir)
+        path = new_plugin(args.name, args.lang, args.dir, args.collectives)
     except AnychipError as exc:
         print(f"anychip plugin new: error: {exc}", file=sys.stderr)
         return 2
     where = str(path) if path.is_absolute() else f".{os.sep}{path}"     # (a bare name would be looked up on PyPI)
-    print(f"wrote {where} ({'C, anychip/plugin.h' if args.lang == 'c' else 'Python, DevicePlugin'})\n"
+    kind = "C, anychip/plugin.h" + (", with collectives" if args.collectives else "") if args.lang == "c" else \
+        "Python, DevicePlugin"
+    print(f"wrote {where} ({kind})\n"
           f"next:\n  pip install {where}\n  anychip devices --all\n"
-          f"  anychip conformance --device {args.name} -n 2\n"
+          f"  anychip conformance --device {args.name} -n {3 if args.collectives else 2}\n"
           f"then replace the functions marked DRIVER with your chip's calls (see {path / 'README.md'})")
     return 0
 
@@ -156,6 +175,26 @@ def library_argument(arg: str) -> tuple[str, str]:
     return str(Path(arg).resolve()), "the path given"
 
 
+def left_to_host(masks: dict[str, int | None] | None) -> str:
+    """What a kernel table (entry -> its dtype mask, None for a NULL entry; None: no table used)
+    leaves to the host: the NULL entries, and per set entry the dtypes plugin.h allows it that
+    its mask leaves out. (Ops plugin.h has no entry for, such as pow, run on the host anyway.)"""
+    from .devices._plugin_kernels import BINARY_OPS, ENTRIES, KERNEL_DTYPES, REDUCE_OPS, UNARY_OPS, allowed
+    if masks is None:
+        return f"every tensor op (no kernel table used: {', '.join(ENTRIES)})"
+    ops = {"binary": BINARY_OPS, "unary": UNARY_OPS, "reduce": REDUCE_OPS, "gemm": ("matmul",)}
+    null = [e for e in ENTRIES if masks[e] is None]
+    parts = [f"{', '.join(null)} (NULL)"] if null else []
+    for entry in ENTRIES:
+        mask = masks[entry]
+        if mask is not None:
+            left = [dt for bit, dt in enumerate(KERNEL_DTYPES) if not mask & (1 << bit) and
+                    (entry == "fill" or any(allowed(entry, op, dt) for op in ops[entry]))]
+            if left:
+                parts.append(f"{entry} for {', '.join(left)} (not in {entry}_dtypes)")
+    return "; ".join(parts) if parts else "nothing: every entry is set, for every dtype plugin.h allows it"
+
+
 def _check_kernels(plugin: Any) -> bool:
     """Print the kernel table's verdict (plugin.h minor 1): whether it is used, and every entry
     and claimed dtype compared with NumPy on device 0. False when it is refused or disagrees."""
@@ -164,10 +203,15 @@ def _check_kernels(plugin: Any) -> bool:
     from .runtime.device import device as get_device
 
     problem = plugin.kernels_problem()
+    table = None if problem is not None else plugin.kernels
+    k, ffi = plugin.t.kernels, plugin.ffi
+    masks = None if table is None else \
+        {e: int(getattr(k, f"{e}_dtypes")) if getattr(k, e) != ffi.NULL else None for e in table.masks}
+    print(f"on the host: {left_to_host(masks)}")
     if problem is not None:
         print(f"kernels:     refused, every tensor op runs on the host: {problem}")
         return False
-    if plugin.kernels is None:
+    if table is None:
         why = "the plugin is of ABI 1.0" if plugin.abi[1] < 1 else "no kernel table (kernels is NULL)"
         print(f"kernels:     none ({why}): every tensor op runs on the host")
         return True
@@ -228,6 +272,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     n.add_argument("name", help="backend name of the chip (lower-case letters, digits, _)")
     n.add_argument("--lang", choices=LANGUAGES, default="c",
                    help="c: a shared library implementing anychip/plugin.h; python: a DevicePlugin package")
+    n.add_argument("--collectives", action="store_true",
+                   help="(C) also set plugin.h's collective entries, over a stand-in shared-memory library "
+                        "(src/collectives.c) whose calls you replace with your collective library's")
     n.add_argument("--dir", default=".", help="where to create the project directory NAME (default: .)")
     n.set_defaults(func=_cmd_new)
     c = psub.add_parser("cflags", help="print the compiler flag that finds anychip/plugin.h")

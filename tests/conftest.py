@@ -5,6 +5,7 @@ backend (``ANYCHIP_DEVICES`` narrows it, e.g. ``ANYCHIP_DEVICES=opencl:0 ci/test
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -67,6 +68,59 @@ def device(request: pytest.FixtureRequest) -> anychip.Device:
     return anychip.device(request.param)
 
 
+#: compiled test fixtures (plugins, programs), kept between runs: build/test-fixtures/<key>/
+FIXTURE_CACHE = ROOT / "build" / "test-fixtures"
+_SOURCES = (".c", ".cc", ".cpp")
+
+
+def _compiler_identity(cc: str) -> str:
+    out = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    return f"{shutil.which(cc) or cc}\n{out}"
+
+
+def cached_compile(cmd: list[str], output: Path, roots: tuple[Path, ...] = ()) -> Path:
+    """Run ``cmd`` (a compiler command that writes ``output``), or copy ``output`` from the last
+    run of the same compile. The key is what the compile reads, by content: the compiler's
+    identity and version, the command, the preprocessed text of each C source it names (so
+    every header it includes counts) and the bytes of every other file it names (objects,
+    libraries); the temporary directories ``roots`` are named alike in every run."""
+    def same_everywhere(text: str) -> str:
+        for i, root in enumerate(roots):
+            text = text.replace(str(root), f"<root{i}>")
+        return text
+
+    out_at = cmd.index("-o") + 1
+    flags = [a for i, a in enumerate(cmd[1:], 1) if i != out_at and not a.endswith(_SOURCES)
+             and not os.path.isfile(a)]
+    preprocess: list[str] = []
+    for i, a in enumerate(flags):
+        if a.startswith(("-I", "-D", "-U", "-std", "-f")) or (i and flags[i - 1] == "-I"):
+            preprocess.append(a)
+    h = hashlib.sha256(_compiler_identity(cmd[0]).encode())
+    h.update(same_everywhere("\0".join(flags)).encode())
+    for i, a in enumerate(cmd[1:], 1):
+        if i == out_at or a.startswith("-"):
+            continue
+        if a.endswith(_SOURCES):
+            lang = ["-x", "c++"] if a.endswith((".cc", ".cpp")) else []
+            text = subprocess.run([cmd[0], *preprocess, *lang, "-E", a], capture_output=True, text=True,
+                                  check=True).stdout
+            h.update(same_everywhere(text).encode())
+        elif os.path.isfile(a):
+            h.update(Path(a).read_bytes())
+    cached = FIXTURE_CACHE / h.hexdigest()[:32] / output.name
+    if not cached.is_file():
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(output, f"{cached}.{os.getpid()}")
+        os.replace(f"{cached}.{os.getpid()}", cached)         # whole, or not there
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cached, output)
+        output.chmod(0o755)
+    return output
+
+
 #: the backend name of the scaffolded C plugin (`anychip plugin new`, unchanged) some tests load
 SCAFFOLD = "tkern"
 
@@ -81,10 +135,9 @@ def build_scaffold(directory: Path, name: str = SCAFFOLD) -> Path:
         pytest.skip("no C compiler (cc) to build the scaffolded plugin")
     project = new_plugin(name, "c", directory)
     lib = project / f"lib{name}.so"
-    subprocess.run([cc, "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-fPIC",
-                    f"-I{project / 'include'}", "-shared", "-o", str(lib), str(project / "src" / f"{name}.c"),
-                    "-lpthread", "-lm"], check=True, capture_output=True, text=True)
-    return lib
+    return cached_compile([cc, "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-fPIC",
+                           f"-I{project / 'include'}", "-shared", "-o", str(lib), str(project / "src" / f"{name}.c"),
+                           "-lpthread", "-lm"], lib, roots=(directory,))
 
 
 @pytest.fixture(scope="session")
@@ -113,119 +166,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("ANYCHIP_DEVICES", raising=False)
     yield monkeypatch
     anychip.runtime.registry.reset()
-
-
-# What `pytest -m "not slow"` (the development loop, see CONTRIBUTING.md) leaves out: the
-# multi-process jobs, sweeps and whole-suite runs, a few seconds to a minute each, together
-# about half of the suite's time. ci/test runs them all. One `file::test function` a line;
-# tests/test_markers.py checks that every name here is a test that exists.
-SLOW = set("""
-test_cli.py::test_info_flags_invalid_variables
-test_collectives.py::test_chunked_rounds_with_tiny_slots
-test_collectives.py::test_every_op_dtype_and_reduce_op_on_four_ranks
-test_collectives.py::test_every_op_dtype_and_reduce_op_on_two_ranks
-test_collectives.py::test_grouped_ring_survives_a_peer_that_finished_and_left
-test_collectives.py::test_send_recv_ring_groups_and_split
-test_conformance.py::test_collectives_that_move_no_data_fail_with_wrong_elements
-test_conformance.py::test_pytest_plugin_reports_expected_and_got
-test_conformance.py::test_pytest_plugin_runs_the_cases_per_device
-test_conformance_mutants.py::test_a_wrong_kernel_fails_the_framework_certification
-test_conformance.py::test_quick_pass_on_every_builtin_backend
-test_conformance.py::test_tables_json_plot_and_progress
-test_conformance_mutants.py::test_a_case_without_an_answer_fails_at_its_deadline
-test_conformance_mutants.py::test_each_device_api_defect_of_a_python_plugin_fails
-test_conformance_mutants.py::test_each_planted_defect_fails_the_case_of_its_class
-test_conformance_mutants.py::test_sigterm_stops_the_whole_run
-test_conformance_mutants.py::test_the_plugin_without_a_defect_passes_every_case
-test_conformance_mutants.py::test_the_python_plugin_without_a_defect_passes
-test_cplugin.py::test_collectives_plugin_refusing_a_group_size_fails_every_rank
-test_cplugin.py::test_collectives_route_to_the_plugin
-test_cplugin.py::test_a_native_collective_that_never_completes_times_out
-test_cplugin.py::test_one_rank_whose_collective_never_completes_ends_the_job
-test_cplugin.py::test_conformance_suite_fails_collectives_that_move_no_data
-test_cplugin.py::test_plugin_collectives_pass_the_conformance_suite
-test_cplugin.py::test_shared_memory_collectives_of_a_plugin_serve_two_ranks
-test_cplugin.py::test_without_collectives_the_host_transport_serves
-test_cplugin_scaffold.py::test_installed_plugins_are_listed
-test_cplugin_scaffold.py::test_installed_plugins_pass_the_conformance_suite
-test_env_values.py::test_an_infinite_timeout_on_two_ranks
-test_env_values.py::test_anychip_info_accepts_valid_values
-test_env_values.py::test_anychip_info_flags_every_invalid_collectives_value
-test_faults.py::test_a_forked_child_cannot_act_as_its_parents_rank
-test_faults.py::test_a_killed_peer_fails_the_pending_op_even_after_destroy
-test_faults.py::test_a_rank_that_cannot_start_stops_the_others
-test_faults.py::test_a_stopped_peer_is_a_timeout_naming_it
-test_faults.py::test_abort_fails_the_pending_op_and_every_later_call
-test_faults.py::test_an_mpi_timeout_ends_the_job_when_a_rank_hangs
-test_fork.py::test_fork_while_another_thread_allocates
-test_fork.py::test_opencl_child_exit_does_not_wait_for_the_parents_held_host_copy
-test_fork.py::test_opencl_child_lists_it_unavailable_and_exits_cleanly
-test_fork.py::test_opencl_in_a_forked_child_is_refused_not_hung
-test_mpi.py::test_flat_mpi_every_op_dtype_and_redop
-test_mpi.py::test_hierarchical_two_hosts_of_two_ranks
-test_native_ccl.py::test_a_killed_peer_fails_the_others_within_seconds
-test_native_ccl.py::test_a_peer_that_never_arrives_is_a_timeout_on_the_others
-test_native_ccl.py::test_an_op_that_never_runs_times_out_on_every_rank
-test_native_ccl.py::test_every_op_dtype_and_reduce_op_through_the_native_library
-test_opencl_exit.py::test_exit_right_after_releasing_work_an_interrupted_wait_left_behind
-test_paddle.py::test_conformance_suite_passes_on_the_plugin
-test_paddle.py::test_generic_device_suite_passes_on_the_plugin
-test_paddle.py::test_two_ranks_run_every_collective_through_xccl
-test_paddle.py::test_xccl_all_reduce_that_moves_nothing_fails_the_suite
-test_paddle_provider.py::test_collective_timeout_is_a_paddle_error_naming_the_rank
-test_paddle_provider.py::test_info_lists_the_kernels_each_device_type_registers
-test_paddle_provider.py::test_kernels_follow_the_plugins_masks
-test_paddle_provider.py::test_a_kernel_table_the_bridge_does_not_know_is_not_used
-test_paddle_provider.py::test_a_bridge_built_without_a_cxx_compiler_has_no_kernels
-test_paddle_provider.py::test_collectives_four_ranks
-test_paddle_provider.py::test_collectives_two_ranks
-test_paddle_provider.py::test_conformance_framework_paddle
-test_paddle_provider.py::test_data_parallel_example_matches_one_device
-test_paddle_provider.py::test_kernels_run_on_the_device_without_fallback
-test_paddle_provider.py::test_killed_rank_ends_the_job_and_leaves_no_shm
-test_paddle_provider.py::test_static_program_runs_on_the_devices_kernels
-test_parallel.py::test_every_reshard_matmul_and_gradient_across_ranks
-test_parallel.py::test_example_small_matches_one_device
-test_parallel.py::test_transformer_ops_and_gradients_across_ranks
-test_parallel.py::test_transformer_example_matches_one_device
-test_parallel.py::test_transformer_matches_paddle
-test_sim_env.py::test_each_bad_setting_warns_once_and_good_ones_are_quiet
-test_sim_env.py::test_memory_size_units_and_device_count
-test_sim_env.py::test_visibility_variables_renumber_devices
-test_sim_robustness.py::test_ctrl_c_interrupts_synchronize_of_work_that_never_completes
-test_sim_robustness.py::test_synchronize_does_not_release_host_arrays_of_copies_enqueued_after_it_began
-test_sim_robustness.py::test_synchronize_in_another_thread_keeps_host_arrays_of_later_copies
-test_spawn.py::test_launched_ranks_beside_a_decoy_use_the_launchers_anychip
-test_tensor_collectives.py::test_four_ranks_all_reduce_and_all_gather_tensors
-test_torch_c10d.py::test_a_killed_rank_fails_the_survivors_op_naming_it
-test_torch_c10d.py::test_a_rank_that_never_joins_is_a_timeout_naming_it
-test_torch_c10d.py::test_an_aborted_group_fails_its_pending_op_at_once
-test_torch_c10d.py::test_conformance_framework_torch_prints_tables_and_passes
-test_torch_c10d.py::test_ddp_losses_equal_one_devices
-test_torch_c10d.py::test_every_op_by_value_on_two_ranks
-test_torch_c10d.py::test_work_wait_timeout_raises_naming_the_op_and_leaves_it_pending
-test_torch_c10d.py::test_every_op_by_value_on_four_ranks
-test_torch_c10d.py::test_a_c_plugins_collectives_take_the_cpp_path_where_its_masks_allow
-test_torch_c10d.py::test_every_op_by_value_on_the_other_simulated_chips
-test_torch_c10d.py::test_views_inside_a_storage_reuse_the_prepared_op_and_keep_no_freed_memory
-test_torch_correctness.py::test_a_c_plugins_events_work_on_another_device_than_the_current_one
-test_torch_correctness.py::test_c10d_reduces_complex_tensors_in_place
-test_torch_correctness.py::test_pending_results_read_right_while_the_current_device_changes
-test_torch_module.py::test_parallel_stages_on_four_ranks_equal_one_device
-test_torch_module.py::test_spawned_dataloader_workers_use_the_device_without_importing_anychip
-test_torch_opinfo.py::test_opinfo_every_float32_op_agrees_with_the_cpu
-test_torch_opinfo.py::test_opinfo_subset_on_a_c_plugins_kernel_table
-test_torch_provider.py::test_the_other_simulated_chips_serve_the_device
-test_twohost.py::test_a_hosts_ranks_killed_end_the_job_naming_the_host
-test_twohost.py::test_hierarchical_all_reduce_of_two_by_two_ranks_across_namespaces
-test_twohost.py::test_the_link_going_down_mid_collective_is_a_timeout_on_every_rank_of_the_host
-""".split())
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if f"{item.path.name}::{getattr(item, 'originalname', item.name)}" in SLOW:
-            item.add_marker(pytest.mark.slow)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

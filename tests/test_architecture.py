@@ -31,7 +31,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "anychip"
 
-#: layer -> the module prefixes that form it (the longest match wins)
+#: layer -> the modules that form it: each top-level module of the package by name (a package
+#: with its submodules; ``anychip`` is only its ``__init__``), so that a new one must be placed here
 LAYERS: dict[str, tuple[str, ...]] = {
     "base": ("anychip._version", "anychip._lib", "anychip._format", "anychip._spawn"),
     "runtime": ("anychip.runtime", "anychip._data"),
@@ -39,7 +40,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "collectives": ("anychip.collectives",),
     "tensor": ("anychip.tensor",),
     "parallel": ("anychip.parallel",),
-    "frameworks": ("anychip.torch", "anychip._torch_autoload"),
+    "frameworks": ("anychip.torch", "anychip._torch_autoload", "anychip.paddle_provider"),
     "conformance": ("anychip.conformance",),
     "face": ("anychip",),
     "commands": ("anychip.cli", "anychip.scaffold", "anychip.__main__"),
@@ -142,10 +143,12 @@ def imports(modules: dict[str, Path] | None = None) -> list[Import]:
 
 
 def layer_of(module: str) -> str:
+    """The layer of ``module``: the one that names it or the package above it ("" when none does)."""
     best, length = "", -1
     for layer, prefixes in LAYERS.items():
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+            inside = module.startswith(prefix + ".") and prefix != "anychip"   # the face is one module
+            if (module == prefix or inside) and len(prefix) > length:
                 best, length = layer, len(prefix)
     return best
 
@@ -221,6 +224,35 @@ def test_the_graph_reader_sees_imports_inside_functions_and_for_type_checkers() 
 
 def test_every_module_has_a_layer() -> None:
     assert [m for m in module_files() if not layer_of(m)] == []
+
+
+def test_a_module_outside_the_table_has_no_layer(tmp_path: Path) -> None:
+    modules = _tree(tmp_path, {
+        "anychip/__init__.py": "",
+        "anychip/bridge.py": "from .runtime import registry\n",
+        "anychip/runtime/__init__.py": "",
+        "anychip/runtime/registry.py": "",
+        "anychip/newpkg/__init__.py": "",
+        "anychip/newpkg/part.py": "",
+    })
+    assert [m for m in modules if not layer_of(m)] == ["anychip.bridge", "anychip.newpkg", "anychip.newpkg.part"]
+    assert layer_of("anychip") == "face" and layer_of("anychip.paddle_provider") == "frameworks"
+
+
+def test_a_wrong_import_of_the_face_is_reported(tmp_path: Path) -> None:
+    modules = _tree(tmp_path, {
+        "anychip/__init__.py": "",
+        "anychip/runtime/__init__.py": "",
+        "anychip/runtime/device.py": "import anychip\n",
+        "anychip/paddle_provider.py": "from . import tensor\n",
+        "anychip/tensor/__init__.py": "",
+    })
+    assert layer_violations(imports(modules)) == [
+        "anychip.paddle_provider (line 1) imports anychip.tensor: the frameworks layer may not import the tensor "
+        "layer (it may import base, collectives, runtime)",
+        "anychip.runtime.device (line 1) imports anychip: the runtime layer may not import the face layer "
+        "(it may import base)",
+    ]
 
 
 def test_imports_follow_the_layers() -> None:

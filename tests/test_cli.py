@@ -107,6 +107,7 @@ BAD_ENV = [
 
 
 @pytest.mark.parametrize(("name", "value", "why"), BAD_ENV, ids=[f"{n}={v}" for n, v, _ in BAD_ENV])
+@pytest.mark.slow
 def test_info_flags_invalid_variables(name, value, why):
     r = run("info", env={name: value})
     assert r.returncode == 1

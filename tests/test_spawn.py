@@ -98,6 +98,7 @@ def test_python_command_refuses_an_empty_program():
         python_command(["-m"])
 
 
+@pytest.mark.slow
 def test_launched_ranks_beside_a_decoy_use_the_launchers_anychip(decoy: Path, capfd):
     (decoy / "where.py").write_text("import anychip; print('AT', anychip.__file__)\n")
     cwd = os.getcwd()

@@ -13,11 +13,11 @@ from typing import Any
 
 from ..runtime.errors import InvalidArgumentError
 from ._bootstrap import World, from_environment
-from .communicator import DTYPES, REDUCE_OPS, Communicator, OpSpec, Work
+from .communicator import DTYPES, REDUCE_OPS, Communicator, OpSpec, PreparedOp, Work
 from .transports.base import Transport
 from .transports.shm import ShmTransport
 
-__all__ = ["init", "Communicator", "Work", "OpSpec", "Transport", "ShmTransport", "World", "DTYPES",
+__all__ = ["init", "Communicator", "PreparedOp", "Work", "OpSpec", "Transport", "ShmTransport", "World", "DTYPES",
            "REDUCE_OPS", "default_device"]
 
 

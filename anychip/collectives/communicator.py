@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..runtime.device import Device
     from .transports.base import Transport
 
-__all__ = ["Communicator", "Work", "OpSpec", "DTYPES", "REDUCE_OPS", "dtype_name"]
+__all__ = ["Communicator", "PreparedOp", "Work", "OpSpec", "DTYPES", "REDUCE_OPS", "dtype_name"]
 
 #: supported element types: name -> bytes per element
 DTYPES: dict[str, int] = {"int8": 1, "uint8": 1, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2,
@@ -194,9 +194,8 @@ class Communicator:
         self._pid = os.getpid()
         self._forked = False                 # this process is a fork() of the one that made it
         self._splits = 0
-        self._prepared: dict[tuple, tuple] = {}
-        self._group_checked: dict[tuple, tuple] = {}      # the checked ops of comm.group() blocks
-        self._group_prepared: dict[tuple, tuple] = {}     # and the groups' prepared forms
+        self._prepared: dict[tuple, PreparedOp] = {}     # the repeated calls' prepared ops (see _submit)
+        self._group_prepared: dict[tuple, tuple] = {}     # the comm.group() blocks' prepared forms
         _communicators.add(self)
 
     # -- identity -----------------------------------------------------------
@@ -365,64 +364,58 @@ class Communicator:
 
     def _submit(self, kind: str, send: Any, recv: Any, count: Any, dtype: Any, op: Any, root: Any,
                 stream: Stream | None, *, send_mult: int, recv_mult: int) -> Work:
-        self._live()
+        if self._closed:
+            self._live()
         if hasattr(send, "__anychip_buffer__") or hasattr(recv, "__anychip_buffer__"):
             send, recv, dtype = _from_tensors(kind, send, recv, dtype)
         stream = self._stream(kind, stream)
-        g = getattr(self._tls, "group", None)
-        # a call repeated with the same buffers, stream and arguments reuses its checked,
-        # prepared form (the buffers are only checked not to have been freed since); a view
+        # a call repeated with the same buffers and arguments launches the prepared op made by
+        # its first call (held with its buffers weakly, so they are released as usual); a view
         # (made afresh at each call, as a framework's tensor inside its storage is) is known by
         # the buffer it views and its range
-        full = (kind, id(send), id(recv), count, dtype, op, root, id(stream))
-        key: tuple | None = full
-        cache = self._prepared if g is None else self._group_checked
-        own_send, own_recv = send, recv
+        key = (kind, _ident(send), _ident(recv), count, dtype, op, root)
         try:
-            hit = cache.get(full)
+            prepared = self._prepared.get(key)
+            hashable = True
         except TypeError:                 # an unhashable argument: the checks below say what is wrong
-            hit, key = None, None
-        if hit is not None and not (hit[0]() is send and hit[1]() is recv and hit[2]() is stream):
-            hit = None
-        if hit is None and key is not None and (_viewed(send) is not None or _viewed(recv) is not None):
-            own_send, own_recv = _owner(send), _owner(recv)
-            key = (kind, _ident(send), _ident(recv), count, dtype, op, root, id(stream))
-            hit = cache.get(key)
-            if hit is not None and not (hit[0]() is own_send and hit[1]() is own_recv and hit[2]() is stream):
-                hit = None
-        if hit is not None and ((send is not None and send.freed) or (recv is not None and recv.freed)):
-            hit = None
-        if g is not None:
-            if hit is not None:
-                k, c, d, o, r = hit[3]
-                spec = OpSpec(k, send, recv if recv is not None or recv_mult == 0 else send, c, d, o, r)
-            else:
-                spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
-                if key is not None:
-                    if len(cache) >= 64:
-                        cache.clear()
-                    cache[key] = (_ref(own_send), _ref(own_recv), weakref.ref(stream), spec.signature())
-            return self._group_add(g, kind, spec, stream)
-        if hit is not None:
-            k, c, d, o, r, native = hit[3]
-            last = hit[4]
-            specs = last[0]() if last[0] is not None else None
-            if specs is None:
-                specs = _Specs([OpSpec(k, send, recv if recv is not None or recv_mult == 0 else send, c, d, o, r)])
-                last[0] = weakref.ref(specs)
-            return self._transport.submit_prepared((specs, native), stream)
-        spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
-        if len(self._prepared) >= 32:
-            self._prepared.clear()
-        specs, native = self._transport.prepare([spec])
-        specs = _Specs(specs)
-        if key is None:
-            return self._transport.submit_prepared((specs, native), stream)
-        # the cache holds the buffers weakly: their memory is released as usual when dropped;
-        # and the spec list last submitted weakly, reused while the stream still holds it
-        fields = (spec.kind, spec.count, spec.dtype, spec.op, spec.root, native)
-        self._prepared[key] = (_ref(own_send), _ref(own_recv), weakref.ref(stream), fields, [weakref.ref(specs)])
-        return self._transport.submit_prepared((specs, native), stream)
+            prepared, hashable = None, False
+        if prepared is None or not prepared._binds(send, recv):
+            spec = self._check(kind, send, recv, count, dtype, op, root, send_mult, recv_mult)
+            prepared = PreparedOp(self, spec, (send, recv) if hashable else None)
+            if hashable:
+                if len(self._prepared) >= 64:
+                    self._prepared.clear()
+                self._prepared[key] = prepared
+        return prepared._launch_with(send, recv, stream)
+
+    def prepare(self, kind: str, buf: Any, count: Any = None, dtype: Any = "float32", op: Any = "sum", *,
+                recv: Any = None, root: Any = None, peer: Any = None) -> PreparedOp:
+        """An op checked once and bound to its buffers (MPI's ``MPI_Allreduce_init`` / ``MPI_Start``
+        model): ``op = comm.prepare("all_reduce", buf, count, dtype, "sum")``, then
+        ``op.launch(stream)`` issues it, as often as wanted, at the cost of one call.
+
+        ``kind``: all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, send,
+        recv or barrier. ``buf`` is the send buffer (recv's receive buffer; None for a barrier);
+        ``recv`` the receive buffer where the op has one (default: in place, ``buf``, for
+        all_reduce / broadcast / reduce / all_to_all); ``count`` and ``dtype`` as the op's own call
+        takes them; ``op`` the reduction (reducing ops only); ``root`` (broadcast, reduce; default
+        0) or ``peer`` (send, recv). The op holds its buffers: a launch after one was freed is
+        refused. Its Work is one object, re-armed by every launch (see :meth:`PreparedOp.launch`)."""
+        self._live()
+        if kind not in _KINDS:
+            raise InvalidArgumentError(f"prepare: kind {kind!r} is not a collective; use one of {', '.join(_KINDS)}")
+        send_mult, recv_mult = _KINDS[kind](self.size)
+        reducing = kind in ("all_reduce", "reduce", "reduce_scatter")
+        if not reducing and op not in ("sum", None):
+            raise InvalidArgumentError(f"prepare: {kind} takes no reduce op (got op={op!r})")
+        root = _prepare_root(kind, root, peer)
+        send, recv = _prepare_buffers(kind, buf, recv)
+        if kind == "barrier":
+            count, dtype = 0, "uint8"
+        if hasattr(send, "__anychip_buffer__") or hasattr(recv, "__anychip_buffer__"):
+            send, recv, dtype = _from_tensors(kind, send, recv, dtype)
+        spec = self._check(kind, send, recv, count, dtype, op if reducing else None, root, send_mult, recv_mult)
+        return PreparedOp(self, spec, None)
 
     def _group_add(self, g: _Group, kind: str, spec: OpSpec, stream: Stream) -> Work:
         if g.stream is not None and g.stream is not stream:
@@ -499,6 +492,139 @@ class Communicator:
         return non_negative_int(count, f"{kind}: count")
 
 
+#: op kind -> (send_mult, recv_mult) in a group of ``size`` ranks: the multiples of count that
+#: send and recv hold (0: the op has no such buffer)
+_KINDS: dict[str, Any] = {
+    "all_reduce": lambda n: (1, 1), "broadcast": lambda n: (1, 1), "reduce": lambda n: (1, 1),
+    "all_gather": lambda n: (1, n), "reduce_scatter": lambda n: (n, 1), "all_to_all": lambda n: (n, n),
+    "send": lambda n: (1, 0), "recv": lambda n: (0, 1), "barrier": lambda n: (0, 0)}
+
+
+_UNPREPARED = object()
+
+
+class PreparedOp:
+    """An op checked once and bound to its buffers: :meth:`Communicator.prepare` makes it,
+    :meth:`launch` issues it. The transport's prepared form (the engine's op array, the
+    library call with its arguments converted) is made once, at prepare.
+
+    The communicator makes these too, for its own repeated calls (``comm.all_reduce(x)`` in a
+    loop): those hold their buffers weakly (a dropped buffer is released as usual and its
+    entry misses) and give each call a Work of its own."""
+
+    __slots__ = ("_comm", "_transport", "kind", "_fields", "_native", "_specs", "_last", "_refs", "_has_recv",
+                 "_work", "__weakref__")
+
+    def __init__(self, comm: Communicator, spec: OpSpec, call: tuple[Any, Any] | None) -> None:
+        """``call``: for the communicator's own entries, the (send, recv) its call passed (held
+        weakly); None: a prepared op that holds its buffers."""
+        self._comm = comm
+        self._transport = comm._transport
+        self.kind = spec.kind
+        # the transport's form: made here for a prepared op, at the first launch outside a group
+        # for an entry (a group's ops are prepared together, at the group's end)
+        specs, native = comm._transport.prepare([spec]) if call is None else ([spec], _UNPREPARED)
+        self._native: Any = native
+        self._fields = (spec.kind, spec.count, spec.dtype, spec.op, spec.root)
+        self._has_recv = spec.recv is not None
+        self._work: Work | None = None
+        self._last: Any = None
+        if call is not None:
+            self._specs: _Specs | None = None
+            self._refs: tuple[Any, Any] | None = (_ref(_owner(call[0])), _ref(_owner(call[1])))
+        else:
+            self._specs = _Specs(specs)
+            self._refs = None
+
+    def launch(self, stream: Stream | None = None) -> Work:
+        """Issue the op on ``stream`` (default: the device's current stream), as the op's own
+        call would; inside ``with comm.group():`` it joins the group. Returns the op's Work:
+        one object, re-armed by each launch, so that a launch allocates nothing; it tracks the
+        latest launch (on one stream, waiting for it waits for every earlier one)."""
+        comm = self._comm
+        if comm._closed:
+            comm._live()
+        specs = self._specs
+        assert specs is not None, "the communicator's own entries are launched through its calls"
+        sp = specs[0]
+        if (sp.send is not None and sp.send.freed) or (sp.recv is not None and sp.recv.freed):
+            which = "send" if sp.send is not None and sp.send.freed else "recv"
+            raise InvalidArgumentError(f"{self.kind}: the prepared op's {which} buffer was freed; prepare the op "
+                                       "again with live buffers")
+        stream = comm._stream(self.kind, stream)
+        g = getattr(comm._tls, "group", None)
+        if g is not None:
+            return comm._group_add(g, self.kind, sp, stream)
+        work = self._transport.submit_prepared((specs, self._native), stream, True, self._work)
+        self._work = work
+        return work
+
+    # -- the communicator's own entries ------------------------------------------------
+    def _binds(self, send: Any, recv: Any) -> bool:
+        """Whether a call on ``send`` / ``recv`` is this entry's op: the same buffers (or views of
+        the same ones), none of them freed."""
+        refs = self._refs
+        return (refs is not None and refs[0]() is _owner(send) and refs[1]() is _owner(recv) and
+                not (send is not None and send.freed) and not (recv is not None and recv.freed))
+
+    def _launch_with(self, send: Any, recv: Any, stream: Stream) -> Work:
+        """Issue the op for a call on ``send`` / ``recv``. The spec list last issued is held weakly
+        and reused while a stream (or a Work) still holds it, so that back-to-back calls do not
+        each leave a new spec and list behind them (objects held until their op completes age into
+        the collector's oldest generation, whose full collections cost milliseconds)."""
+        last = self._last
+        specs = last() if last is not None else self._specs
+        if specs is None:
+            k, c, d, o, r = self._fields
+            specs = _Specs([OpSpec(k, send, recv if recv is not None or not self._has_recv else send, c, d, o, r)])
+            self._last = weakref.ref(specs)
+        g = getattr(self._comm._tls, "group", None)
+        if g is not None:
+            return self._comm._group_add(g, self.kind, specs[0], stream)
+        if self._native is _UNPREPARED:
+            self._native = self._transport.prepare(specs)[1]
+        return self._transport.submit_prepared((specs, self._native), stream)
+
+    def __repr__(self) -> str:
+        kind, count, dtype, op, root = self._fields
+        return f"<anychip PreparedOp {kind}(count={count}, {dtype}, op={op}, root={root}) of {self._comm!r}>"
+
+
+def _prepare_root(kind: str, root: Any, peer: Any) -> Any:
+    """``prepare``'s root argument: the root (broadcast, reduce; default 0), the peer (send,
+    recv), else -1; a root or peer given to an op that has none is refused."""
+    if kind in ("send", "recv"):
+        if root is not None:
+            raise InvalidArgumentError(f"prepare: {kind} takes peer=, not root=")
+        if peer is None:
+            raise InvalidArgumentError(f"prepare: {kind} needs peer= (the rank it exchanges with)")
+        return peer
+    if peer is not None:
+        raise InvalidArgumentError(f"prepare: {kind} takes no peer= (send and recv do)")
+    if kind in ("broadcast", "reduce"):
+        return 0 if root is None else root
+    if root is not None:
+        raise InvalidArgumentError(f"prepare: {kind} takes no root= (broadcast and reduce do)")
+    return -1
+
+
+def _prepare_buffers(kind: str, buf: Any, recv: Any) -> tuple[Any, Any]:
+    """``prepare``'s (send, recv) from its ``buf`` and ``recv`` arguments."""
+    if kind == "recv":
+        if recv is not None:
+            raise InvalidArgumentError("prepare: recv receives into buf; it takes no recv=")
+        return None, buf
+    if kind == "barrier":
+        if buf is not None or recv is not None:
+            raise InvalidArgumentError("prepare: barrier takes no buffers (pass None)")
+        return None, None
+    if kind == "send" and recv is not None:
+        raise InvalidArgumentError("prepare: send takes no recv=")
+    if kind in ("all_gather", "reduce_scatter") and recv is None:
+        raise InvalidArgumentError(f"prepare: {kind} needs recv= (its receive buffer)")
+    return buf, recv
+
+
 #: every communicator of this process, for the fork hook
 _communicators: weakref.WeakSet[Communicator] = weakref.WeakSet()
 
@@ -510,7 +636,7 @@ def _after_fork_in_child() -> None:
     for comm in list(_communicators):
         comm._forked = True
         comm._closed = True
-        comm._prepared, comm._group_checked, comm._group_prepared = {}, {}, {}
+        comm._prepared, comm._group_prepared = {}, {}
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

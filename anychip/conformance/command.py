@@ -12,6 +12,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from ._stop import Stopped
 from .cases import DTYPES, OPS, REDOPS, Config, parse_size
 
 __all__ = ["add_parser", "config_from_args", "run"]
@@ -192,14 +193,6 @@ def _backends(arg: str | None) -> list[str]:
     return names
 
 
-class Stopped(Exception):
-    """The run was stopped by a signal (SIGTERM, SIGINT): no further backend is started."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(f"stopped by signal {code - 128}")
-        self.code = code
-
-
 def default_ranks(backend: str) -> int:
     """3 ranks where the backend has 3 devices or more, else 2 (sharing its devices)."""
     from ..runtime.registry import backend as lookup
@@ -246,8 +239,12 @@ def _cmd(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.framework in ("paddle", "torch"):
         from .framework import run as run_framework
-        return run_framework(args.framework, args.device, args.nprocs or 2, cfg.min_bytes, min(cfg.max_bytes, 4 << 20),
-                             cfg.factor, cfg.timeout * 4 if cfg.timeout else 600)
+        try:
+            return run_framework(args.framework, args.device, args.nprocs or 2, cfg.min_bytes,
+                                 min(cfg.max_bytes, 4 << 20), cfg.factor, cfg.timeout * 4 if cfg.timeout else 600)
+        except Stopped as stop:
+            print(f"conformance: {stop}; the remaining backends were not run", file=sys.stderr)
+            return stop.code
     names = _backends(args.device)
     if args.nprocs is None and cfg.roots:        # -r without -n: valid for every backend's default ranks
         _roots(str(cfg.roots[0]), min((default_ranks(b) for b in names), default=cfg.ranks))

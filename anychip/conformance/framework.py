@@ -23,17 +23,22 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._spawn import python_command
 from ..runtime.errors import InvalidArgumentError, UnsupportedError
+from ._stop import Stopped
 
-__all__ = ["run", "run_paddle_launch", "FRAMEWORKS"]
+__all__ = ["run", "run_launcher", "run_paddle_launch", "FRAMEWORKS"]
 
 HERE = Path(__file__).resolve().parent
 BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -119,32 +124,75 @@ def _paddle_environment(name: str, tmp: Path) -> dict[str, str]:
         raise InvalidArgumentError(f"conformance --framework paddle: {name!r} is neither a simulated chip "
                                    f"({', '.join(paddle_provider.SIMULATED)}) nor a C plugin anychip finds "
                                    "(ANYCHIP_PLUGIN_PATH / the anychip.plugin_libraries entry point)")
+    print(f"conformance --framework paddle: compiling the Paddle bridge for {name} ({lib})", file=sys.stderr,
+          flush=True)
     paddle_provider.build_bridge(lib, tmp / "bridge")
     env["CUSTOM_DEVICE_ROOT"] = str(tmp / "bridge")
     env["ANYCHIP_PADDLE"] = "none"
     return env
 
 
-def run_paddle_launch(cmd: list[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess:
-    """``subprocess.run(cmd, timeout=...)`` for Paddle's launcher, which starts each worker in a
-    session of its own: on a timeout the launcher gets SIGTERM first, on which it stops its
-    workers, and SIGKILL only 10 s later, so that no worker is left behind; then
-    ``TimeoutExpired`` is raised as ``subprocess.run`` raises it."""
+def run_launcher(cmd: list[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, timeout=...)`` for a job's launcher (``anychip launch``, or Paddle's
+    launcher, which starts each worker in a session of its own): when the job times out or
+    this process is interrupted (Ctrl-C, SIGTERM turned into an exception), the launcher gets
+    SIGTERM first, on which it stops its ranks, and SIGKILL only 10 s later (or at a further
+    interrupt), so that no rank is left behind; then ``TimeoutExpired`` is raised as
+    ``subprocess.run`` raises it, or the interrupt goes on."""
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs) as p:
         try:
             out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            p.terminate()
-            try:
-                out, err = p.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, err = p.communicate()
+            out, err = _stop(p)
             raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
-        except BaseException:               # interrupted: the launcher goes, as subprocess.run does
-            p.kill()
+        except BaseException:               # interrupted: the launcher and its ranks go first
+            _stop(p)
             raise
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+run_paddle_launch = run_launcher
+
+
+def _stop(p: subprocess.Popen) -> tuple[str, str]:
+    """SIGTERM to a launcher, SIGKILL after 10 s or at a further interrupt; its output."""
+    p.terminate()
+    try:
+        return p.communicate(timeout=10)
+    except BaseException:  # noqa: BLE001 - the 10 s passed, or a second Ctrl-C / SIGTERM: no more waiting
+        p.kill()
+        out, err = p.communicate()
+        return out or "", err or ""
+
+
+def _build_torch(backend: str, env: dict[str, str]) -> None:
+    """``import anychip.torch`` once, as a rank would, before any job starts and outside its
+    deadline: the first run on a machine compiles the extension here, showing its progress
+    (the ``anychip.torch:`` lines), and a backend PyTorch cannot take is refused in one line.
+    Interrupted, the import stops its compilers and removes their files (SIGTERM becomes an
+    exception in it)."""
+    code = ("import signal, sys\n"
+            "signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))\n"
+            "import anychip.torch\n")
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          env=env) as p:
+        kept = []
+        try:
+            assert p.stderr is not None
+            for line in p.stderr:
+                if line.startswith("anychip.torch: "):
+                    print(f"conformance --framework torch: {line[len('anychip.torch: '):]}", end="",
+                          file=sys.stderr, flush=True)
+                else:
+                    kept.append(line)
+            p.wait()
+        except BaseException:
+            _stop(p)
+            raise
+    if p.returncode != 0:
+        last = next((ln.strip() for ln in reversed(kept) if ln.strip()), f"exit code {p.returncode}")
+        raise UnsupportedError(f"conformance --framework torch: import anychip.torch with ANYCHIP_TORCH={backend} "
+                               f"failed: {last}")
 
 
 def parse(texts: list[str]) -> dict[str, Any]:
@@ -168,11 +216,10 @@ def _one(fw: Framework, name: str, nranks: int, sizes: tuple[int, int, int], tim
     with tempfile.TemporaryDirectory(prefix=f"anychip-{fw.name}-conf-") as tmpdir:
         tmp = Path(tmpdir)
         cmd, env = fw.job(name, nranks, ["--compute", "--sizes", ",".join(map(str, sizes))], tmp)
+        if fw.name == "torch":
+            _build_torch(name, env)                  # a first run's compile: before the job's clock starts
         try:
-            if fw.name == "paddle":
-                done = run_paddle_launch(cmd, timeout, env=env, cwd=tmp)
-            else:
-                done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+            done = run_launcher(cmd, timeout, env=env, cwd=tmp if fw.name == "paddle" else None)
             rc: int | str = done.returncode
             output = done.stdout + done.stderr
         except subprocess.TimeoutExpired as exc:     # the launcher was stopped: its ranks go with it
@@ -209,6 +256,25 @@ def _table(res: dict[str, Any], api: str) -> str:
     return "\n".join(out)
 
 
+@contextmanager
+def _stoppable() -> Iterator[None]:
+    """While it lasts, SIGTERM raises :class:`Stopped` (as Ctrl-C raises KeyboardInterrupt, which
+    becomes Stopped too): a job being run stops its launcher and ranks on the way out
+    (:func:`run_launcher`), and the run ends in one line (``anychip conformance``'s)."""
+    def on_term(signum: int, frame: object) -> None:
+        raise Stopped(128 + signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main else None
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Stopped(130) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def run(framework: str, devices: str | None, nranks: int, min_bytes: int, max_bytes: int, factor: int,
         timeout: float) -> int:
     """Certify ``framework`` on each named backend; print the failed checks and the tables; 0 when all pass."""
@@ -224,9 +290,24 @@ def run(framework: str, devices: str | None, nranks: int, min_bytes: int, max_by
         problem = _torch_face_problem(name)
         if problem:
             raise InvalidArgumentError(f"conformance --framework torch: {problem}")
+    with _stoppable():
+        results = _run_all(fw, names, nranks, (min_bytes, max_bytes, factor), timeout)
+    for res in results:
+        print(f"{res['backend']:<12} {'PASS' if res['ok'] else 'FAIL'}")
+    failed = [r["backend"] for r in results if not r["ok"]]
+    print(f"\nconformance ({fw.name}): {'FAIL on ' + ', '.join(failed) if failed else 'PASS'}")
+    return 1 if failed else 0
+
+
+def _run_all(fw: Framework, names: list[str], nranks: int, sizes: tuple[int, int, int],
+             timeout: float) -> list[dict[str, Any]]:
+    """Each backend's job in turn, its report printed as it ends; a job stopped by a signal
+    (its launcher's 130 / 143) stops the run (:class:`Stopped`)."""
     results = []
     for name in names:
-        res = _one(fw, name, nranks, (min_bytes, max_bytes, factor), timeout)
+        res = _one(fw, name, nranks, sizes, timeout)
+        if res["rc"] in (130, 143):
+            raise Stopped(int(res["rc"]))
         results.append(res)
         print(f"# anychip conformance --framework {fw.name}: {name} as {res['device'] or '?'}, {nranks} ranks "
               f"under {fw.launcher}")
@@ -237,8 +318,4 @@ def run(framework: str, devices: str | None, nranks: int, min_bytes: int, max_by
         if res["tail"]:
             print(f"# the job ended with {res['rc']}:\n{res['tail']}")
         print()
-    for res in results:
-        print(f"{res['backend']:<12} {'PASS' if res['ok'] else 'FAIL'}")
-    failed = [r["backend"] for r in results if not r["ok"]]
-    print(f"\nconformance ({fw.name}): {'FAIL on ' + ', '.join(failed) if failed else 'PASS'}")
-    return 1 if failed else 0
+    return results

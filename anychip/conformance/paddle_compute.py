@@ -23,7 +23,8 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F  # noqa: N812 - Paddle's own spelling
 
-Report = Callable[[str, bool, str], None]
+from ._compare import Report, check, compare, one_line
+
 #: how many times the ordered checks run their program without a synchronize in between
 REPEATS = 20
 CPU = paddle.CPUPlace()
@@ -37,31 +38,16 @@ def _np(t: Any) -> np.ndarray:
 
 def _close(got: Any, want: Any, rtol: float = 1e-5, atol: float = 1e-6) -> str:
     """'' when ``got`` (device) matches ``want`` (CPU), else what differs."""
-    gs = got if isinstance(got, (list, tuple)) else [got]
-    ws = want if isinstance(want, (list, tuple)) else [want]
-    if len(gs) != len(ws):
-        return f"{len(gs)} results, want {len(ws)}"
-    for i, (g, w) in enumerate(zip(gs, ws, strict=True)):
-        if g is None or w is None:
-            if (g is None) != (w is None):
-                return f"result {i}: {g!r}, want {w!r}"
-            continue
+    def same(g: Any, w: Any) -> str:
         gn, wn = _np(g), _np(w)
         if gn.shape != wn.shape:
-            return f"result {i}: shape {list(gn.shape)}, want {list(wn.shape)}"
+            return f"shape {list(gn.shape)}, want {list(wn.shape)}"
         try:
             np.testing.assert_allclose(gn.astype(np.float64), wn.astype(np.float64), rtol=rtol, atol=atol)
         except AssertionError as exc:
-            return f"result {i}: " + " ".join(str(exc).split())[:400]
-    return ""
-
-
-def _check(report: Report, name: str, fn: Callable[[], str]) -> None:
-    try:
-        problem = fn()
-    except Exception as exc:  # noqa: BLE001 - an error on the device is the check's failure
-        problem = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
-    report(name, not problem, problem)
+            return one_line(exc)
+        return ""
+    return compare(got, want, same)
 
 
 def _arrays(seed: int, *shapes: tuple[int, ...]) -> list[np.ndarray]:
@@ -114,17 +100,17 @@ def ops(report: Report) -> None:
     a, b, row, col = _arrays(1, (4, 6), (4, 6), (6,), (4, 1))
     for name, fn in UNARY.items():
         for lname, lay in LAYOUTS.items():
-            _check(report, f"paddle.{name}.{lname}", partial(_forward_grad, fn, [a], lay))
+            check(report, f"paddle.{name}.{lname}", partial(_forward_grad, fn, [a], lay))
     for name, fn2 in BINARY.items():
         for lname, lay in LAYOUTS.items():
-            _check(report, f"paddle.{name}.{lname}", partial(_forward_grad, fn2, [a, b], lay))
+            check(report, f"paddle.{name}.{lname}", partial(_forward_grad, fn2, [a, b], lay))
         if name != "matmul":
-            _check(report, f"paddle.{name}.broadcast_row", partial(_forward_grad, fn2, [a, row], LAYOUTS["contiguous"]))
-            _check(report, f"paddle.{name}.broadcast_col", partial(_forward_grad, fn2, [col, a], LAYOUTS["contiguous"]))
+            check(report, f"paddle.{name}.broadcast_row", partial(_forward_grad, fn2, [a, row], LAYOUTS["contiguous"]))
+            check(report, f"paddle.{name}.broadcast_col", partial(_forward_grad, fn2, [col, a], LAYOUTS["contiguous"]))
     m1, m2 = _arrays(2, (5, 7), (7, 3))
-    _check(report, "paddle.matmul.5x7x3", lambda: _forward_grad(paddle.matmul, [m1, m2], lambda t: t))
+    check(report, "paddle.matmul.5x7x3", lambda: _forward_grad(paddle.matmul, [m1, m2], lambda t: t))
     ones = np.ones(3, np.float32)
-    _check(report, "paddle.add.ones", lambda: _close(paddle.add(_pair(ones)[1], _pair(ones)[1]),
+    check(report, "paddle.add.ones", lambda: _close(paddle.add(_pair(ones)[1], _pair(ones)[1]),
                                                      paddle.add(_pair(ones)[0], _pair(ones)[0])))
     for dtype in ("int32", "int64", "float64", "float16", "bfloat16"):
         x, y = (np.round(v * 100) for v in _arrays(3, (5, 7), (5, 7)))
@@ -137,8 +123,8 @@ def ops(report: Report) -> None:
                 return _close(paddle.multiply(paddle.add(xd, yd), yd), want, 1e-2, 1e-2)
             xc, yc = paddle.cast(xc, dtype), paddle.cast(yc, dtype)
             return _close(paddle.multiply(paddle.add(xd, yd), yd), paddle.multiply(paddle.add(xc, yc), yc))
-        _check(report, f"paddle.add_multiply.{dtype}", typed)
-    _check(report, "paddle.full", lambda: _close(paddle.full([3, 5], 2.5), paddle.full([3, 5], 2.5).cpu()))
+        check(report, f"paddle.add_multiply.{dtype}", typed)
+    check(report, "paddle.full", lambda: _close(paddle.full([3, 5], 2.5), paddle.full([3, 5], 2.5).cpu()))
 
 
 # -- optimizers, a Transformer, AMP ----------------------------------------------------------------
@@ -194,7 +180,7 @@ def optimizers(report: Report) -> None:
             lc = _on_cpu(lambda: _train(cpu, make(cpu.parameters()), _pair(x, False)[0], _pair(y, False)[0], 3))
             ld = _train(mine, make(mine.parameters()), _pair(x, False)[1], _pair(y, False)[1], 3)
             return _close(ld, lc) or _close(list(mine.parameters()), list(cpu.parameters()))
-        _check(report, f"paddle.optimizer.{name}", run)
+        check(report, f"paddle.optimizer.{name}", run)
 
 
 class TinyTransformer(paddle.nn.Layer):
@@ -227,9 +213,9 @@ def transformer(report: Report, static: bool = True) -> None:
         ld = _train(mine, paddle.optimizer.Momentum(0.1, 0.9, parameters=mine.parameters()), _pair(tokens, False)[1],
                     _pair(labels, False)[1], 2, F.cross_entropy, step)
         return _close(ld, lc, 1e-4, 1e-5) or _close(list(mine.parameters()), list(cpu.parameters()), 1e-4, 1e-5)
-    _check(report, "paddle.transformer.eager", lambda: run(False))
+    check(report, "paddle.transformer.eager", lambda: run(False))
     if static:
-        _check(report, "paddle.transformer.to_static", lambda: run(True))
+        check(report, "paddle.transformer.to_static", lambda: run(True))
 
 
 def amp(report: Report) -> None:
@@ -251,7 +237,7 @@ def amp(report: Report) -> None:
         F.mse_loss(out_c, _pair(y, False)[0]).backward()
         F.mse_loss(paddle.cast(out_d, "float32"), _pair(y, False)[1]).backward()
         return _close([p.grad for p in mine.parameters()], [p.grad for p in cpu.parameters()], 2e-2, 2e-2)
-    _check(report, "paddle.amp.float16", run)
+    check(report, "paddle.amp.float16", run)
 
 
 # -- order: repeated chains, two streams, other devices -----------------------------------------------
@@ -265,7 +251,7 @@ def ordering(report: Report) -> None:
             xc = paddle.tanh(paddle.matmul(xc, bc, transpose_y=True) / 64 + i)
             xd = paddle.tanh(paddle.matmul(xd, bd, transpose_y=True) / 64 + i)
         return _close(xd, xc)
-    _check(report, "paddle.order.chain", chain)
+    check(report, "paddle.order.chain", chain)
 
     def two_streams() -> str:                       # produced on one stream, consumed on another
         dev = paddle.device.get_device()
@@ -284,7 +270,7 @@ def ordering(report: Report) -> None:
             want.append(paddle.sum(bc * (i + 1), 0) + 1)
         paddle.device.synchronize()
         return _close(got, want, 1e-4, 1e-4)          # (sums of 64 terms, in another order)
-    _check(report, "paddle.order.two_streams", two_streams)
+    check(report, "paddle.order.two_streams", two_streams)
 
     def devices() -> str:                           # every other device of the process, and back
         dev = paddle.device.get_device()
@@ -305,7 +291,7 @@ def ordering(report: Report) -> None:
             got.append(x)
             want.append((bc + i) * 2 ** n)
         return _close(got, want)
-    _check(report, "paddle.order.devices", devices)
+    check(report, "paddle.order.devices", devices)
 
 
 def run_all(report: Report, static: bool = True) -> None:

@@ -20,35 +20,21 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 
-Report = Callable[[str, bool, str], None]
+from ._compare import Report, check, compare, one_line
+
 #: how many times the ordered checks run their program without a synchronize in between
 REPEATS = 20
 
 
 def _close(got: Any, want: Any, rtol: float | None = None, atol: float | None = None) -> str:
     """'' when ``got`` (device) matches ``want`` (CPU), else what differs."""
-    gs = got if isinstance(got, (list, tuple)) else [got]
-    ws = want if isinstance(want, (list, tuple)) else [want]
-    if len(gs) != len(ws):
-        return f"{len(gs)} results, want {len(ws)}"
-    for i, (g, w) in enumerate(zip(gs, ws, strict=True)):
-        if g is None or w is None:
-            if g is not w:
-                return f"result {i}: {g!r}, want {w!r}"
-            continue
+    def same(g: torch.Tensor, w: torch.Tensor) -> str:
         try:
             torch.testing.assert_close(g.detach().cpu(), w.detach(), equal_nan=True, rtol=rtol, atol=atol)
         except AssertionError as exc:
-            return f"result {i}: " + " ".join(str(exc).split())[:400]
-    return ""
-
-
-def _check(report: Report, name: str, fn: Callable[[], str]) -> None:
-    try:
-        problem = fn()
-    except Exception as exc:  # noqa: BLE001 - an error on the device is the check's failure
-        problem = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
-    report(name, not problem, problem)
+            return one_line(exc)
+        return ""
+    return compare(got, want, same)
 
 
 # -- ops, forward and backward ------------------------------------------------------------------
@@ -116,33 +102,33 @@ def ops(report: Report, dev: torch.device) -> None:
     a, b = _inputs(1, (4, 6), (4, 6))
     for name, fn in UNARY.items():
         for lname, lay in _layouts(a).items():
-            _check(report, f"torch.{name}.{lname}", partial(_forward_backward, fn, [a], dev, lay))
+            check(report, f"torch.{name}.{lname}", partial(_forward_backward, fn, [a], dev, lay))
     row, col = _inputs(2, (6,), (4, 1))
     for name, fn2 in BINARY.items():
         for lname, lay in _layouts(a).items():
-            _check(report, f"torch.{name}.{lname}", partial(_forward_backward, fn2, [a, b], dev, lay))
-        _check(report, f"torch.{name}.broadcast_row", partial(_forward_backward, fn2, [a, row], dev, _same))
-        _check(report, f"torch.{name}.broadcast_col", partial(_forward_backward, fn2, [col, a], dev, _same))
+            check(report, f"torch.{name}.{lname}", partial(_forward_backward, fn2, [a, b], dev, lay))
+        check(report, f"torch.{name}.broadcast_row", partial(_forward_backward, fn2, [a, row], dev, _same))
+        check(report, f"torch.{name}.broadcast_col", partial(_forward_backward, fn2, [col, a], dev, _same))
     for name, cmp in COMPARE.items():                 # half the pairs equal, so eq / le / ge see ties
         bb = torch.where(torch.arange(24).reshape(4, 6) % 2 == 0, a, b)
-        _check(report, f"torch.{name}", partial(_compare, cmp, a, bb, dev))
+        check(report, f"torch.{name}", partial(_compare, cmp, a, bb, dev))
     ones = torch.ones(3)
-    _check(report, "torch.add.ones", lambda: _close(ones.to(dev) + ones.to(dev), ones + ones))
+    check(report, "torch.add.ones", lambda: _close(ones.to(dev) + ones.to(dev), ones + ones))
     for dtype in (torch.int32, torch.int64, torch.float64, torch.float16, torch.bfloat16):
         x, y = (t * 100 for t in _inputs(3, (5, 7), (5, 7)))
         x, y = x.to(dtype), y.to(dtype)
-        _check(report, f"torch.add_mul.{str(dtype)[6:]}", partial(_add_mul, x, y, dev))
+        check(report, f"torch.add_mul.{str(dtype)[6:]}", partial(_add_mul, x, y, dev))
     m1, m2, m3 = _inputs(4, (5, 7), (7, 3), (3, 4, 7))
-    _check(report, "torch.mm", lambda: _forward_backward(lambda p, q: p @ q, [m1, m2], dev, lambda t: t))
-    _check(report, "torch.mm.transposed", lambda: _forward_backward(lambda p, q: p.t() @ q, [m1.t().contiguous(),
+    check(report, "torch.mm", lambda: _forward_backward(lambda p, q: p @ q, [m1, m2], dev, lambda t: t))
+    check(report, "torch.mm.transposed", lambda: _forward_backward(lambda p, q: p.t() @ q, [m1.t().contiguous(),
                                                                                           m2], dev, lambda t: t))
-    _check(report, "torch.matmul.batched", lambda: _forward_backward(lambda p, q: p @ q, [m3, m1.t().contiguous()],
+    check(report, "torch.matmul.batched", lambda: _forward_backward(lambda p, q: p @ q, [m3, m1.t().contiguous()],
                                                                      dev, lambda t: t))
     w, bias = _inputs(5, (3, 7), (3,))
-    _check(report, "torch.linear", lambda: _forward_backward(lambda x, w, b: F.linear(x, w, b), [m1, w, bias], dev,
+    check(report, "torch.linear", lambda: _forward_backward(lambda x, w, b: F.linear(x, w, b), [m1, w, bias], dev,
                                                              lambda t: t))
     target = torch.tensor([0, 2, 1, 1, 0])
-    _check(report, "torch.cross_entropy", lambda: _forward_backward(
+    check(report, "torch.cross_entropy", lambda: _forward_backward(
         lambda x: F.cross_entropy(x, target.to(x.device)), [m1[:, :3].contiguous()], dev, lambda t: t))
 
 
@@ -181,7 +167,7 @@ def optimizers(report: Report, dev: torch.device) -> None:
             ld = _train(mine, make(mine.parameters()), x.to(dev), y.to(dev), 3)
             return _close(ld, lc, rtol=1e-5, atol=1e-6) or _close(list(mine.parameters()), list(cpu.parameters()),
                                                                    rtol=1e-5, atol=1e-6)
-        _check(report, f"torch.optim.{name}", run)
+        check(report, f"torch.optim.{name}", run)
 
 
 class TinyTransformer(torch.nn.Module):
@@ -213,9 +199,9 @@ def transformer(report: Report, dev: torch.device, compiled: bool = True) -> Non
                     F.cross_entropy)
         return _close(ld, lc, rtol=1e-4, atol=1e-5) or _close(list(mine.parameters()), list(cpu.parameters()),
                                                               rtol=1e-4, atol=1e-5)
-    _check(report, "torch.transformer.eager", lambda: run(False))
+    check(report, "torch.transformer.eager", lambda: run(False))
     if compiled:
-        _check(report, "torch.transformer.compile_aot_eager", lambda: run(True))
+        check(report, "torch.transformer.compile_aot_eager", lambda: run(True))
 
 
 def amp(report: Report, dev: torch.device) -> None:
@@ -235,7 +221,7 @@ def amp(report: Report, dev: torch.device) -> None:
         F.mse_loss(out_c.float(), y).backward()
         F.mse_loss(out_d.float(), y.to(dev)).backward()
         return _close([p.grad for p in mine.parameters()], [p.grad for p in cpu.parameters()], rtol=1e-2, atol=1e-2)
-    _check(report, "torch.amp.float16", run)
+    check(report, "torch.amp.float16", run)
 
 
 # -- order: repeated chains, two streams, other devices -----------------------------------------------
@@ -250,7 +236,7 @@ def ordering(report: Report, dev: torch.device) -> None:
             x_c = torch.tanh(x_c @ base.t() / 64 + i)
             x_d = torch.tanh(x_d @ base.to(dev).t() / 64 + i)
         return _close(x_d, x_c)
-    _check(report, "torch.order.chain", chain)
+    check(report, "torch.order.chain", chain)
 
     def two_streams() -> str:                       # produced on one stream, consumed on another
         s1, s2 = torch.Stream(device=dev), torch.Stream(device=dev)
@@ -267,7 +253,7 @@ def ordering(report: Report, dev: torch.device) -> None:
             want.append((base * (i + 1)).sum(0) + 1)
         at.synchronize(dev)
         return _close(got, want)
-    _check(report, "torch.order.two_streams", two_streams)
+    check(report, "torch.order.two_streams", two_streams)
 
     def devices() -> str:                           # every other device of the process, and back
         n = at.device_count()
@@ -280,7 +266,7 @@ def ordering(report: Report, dev: torch.device) -> None:
             got.append(x)
             want.append((base + i) * 2 ** n)
         return _close(got, want)
-    _check(report, f"torch.order.devices_{at.device_count()}", devices)
+    check(report, f"torch.order.devices_{at.device_count()}", devices)
 
 
 def run_all(report: Report, dev: torch.device, compiled: bool = True) -> None:

@@ -454,7 +454,7 @@ def _cupy() -> Any:
 
 def _ml_bfloat16() -> Any:
     try:
-        import ml_dtypes  # type: ignore[import-not-found]
+        import ml_dtypes
     except ImportError:
         raise UnsupportedError("NumPy has no bfloat16: install ml_dtypes for bfloat16 arrays, or convert "
                                "first with .cast('float32')") from None

@@ -19,6 +19,7 @@ anychip Streams, events the plugin's events. This module is also ``torch.anychip
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -91,7 +92,20 @@ def _choose() -> tuple[str, str]:
         if path is not None:
             return name, path
     raise InvalidArgumentError("anychip.torch: no anychip backend with an anychip/plugin.h face is available here "
-                               "(the simulated chips need anychip's built simulator libraries)")
+                               f"({_why_no_simulated_chip()})")
+
+
+def _why_no_simulated_chip() -> str:
+    """Why the simulated chips cannot serve the device (none has a device, or they were not built)."""
+    sims = [b for b in _backends() if b.simulated]
+    if not sims:
+        return "the simulated chips need anychip's built simulator libraries"
+    empty = [b.name for b in sims if b.device_count == 0]
+    if len(empty) == len(sims):
+        raw = os.environ.get("ANYCHIP_SIM_DEVICES")
+        return (f"the simulated chips ({', '.join(empty)}) have 0 devices"
+                + (f": ANYCHIP_SIM_DEVICES={raw}" if raw is not None else ""))
+    return "; ".join(f"{b.name}: {b.reason}" for b in sims if not b.available)
 
 
 def _candidates() -> list[str]:
@@ -272,8 +286,21 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
     return _state.devices[_index(device)].mem_info()
 
 
+_forked = False
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _is_in_bad_fork() -> bool:
-    return False
+    """True in a process forked from this one: the device does not survive fork() (every use of it
+    there is refused, saying to use the 'spawn' start method), as torch.cuda says of CUDA."""
+    return _forked
 
 
 # ---- what torch's own code calls on a device module (torch.cuda's names) -----------------------------

@@ -81,22 +81,12 @@ BKCL_API BKCLResult_t bkcl_comm_abort(BKCLContext_t ctx) { return code(sc_comm_a
 
 BKCL_API BKCLResult_t bkcl_comm_count(const BKCLContext_t ctx, int *count)
 {
-    sc_status st = sc_comm_check((sc_comm *)ctx, "bkcl_comm_count");
-    if (st == SC_OK && !count)
-        st = sc_fail(SC_NULL, "bkcl_comm_count: count is NULL");
-    if (st == SC_OK)
-        *count = sc_comm_size((sc_comm *)ctx);
-    return code(st);
+    return code(sc_comm_get((sc_comm *)ctx, SC_COMM_SIZE, "bkcl_comm_count", "count", count));
 }
 
 BKCL_API BKCLResult_t bkcl_comm_user_rank(const BKCLContext_t ctx, int *rank)
 {
-    sc_status st = sc_comm_check((sc_comm *)ctx, "bkcl_comm_user_rank");
-    if (st == SC_OK && !rank)
-        st = sc_fail(SC_NULL, "bkcl_comm_user_rank: rank is NULL");
-    if (st == SC_OK)
-        *rank = sc_comm_rank((sc_comm *)ctx);
-    return code(st);
+    return code(sc_comm_get((sc_comm *)ctx, SC_COMM_RANK, "bkcl_comm_user_rank", "rank", rank));
 }
 
 BKCL_API BKCLResult_t anychip_sim_bkcl_async_error(BKCLContext_t ctx, BKCLResult_t *error)

@@ -394,6 +394,16 @@ SIM_EXPORT int anychip_sim_ccl_abort(void *comm, const char *reason)
 int sc_comm_rank(const sc_comm *c) { return c->rank; }
 int sc_comm_size(const sc_comm *c) { return c->nranks; }
 int sc_comm_device(const sc_comm *c) { return c->logical; }
+
+sc_status sc_comm_get(const sc_comm *c, sc_comm_field f, const char *fn, const char *arg, int *out)
+{
+    sc_status st = sc_comm_check(c, fn);
+    if (st == SC_OK && !out)
+        st = sc_fail(SC_NULL, "%s: %s is NULL", fn, arg);
+    if (st == SC_OK)
+        *out = f == SC_COMM_SIZE ? c->nranks : f == SC_COMM_RANK ? c->rank : c->logical;
+    return st;
+}
 const char *sc_comm_name(const sc_comm *c) { return c->name; }
 
 sc_status sc_comm_async_error(const sc_comm *c, const char **msg)

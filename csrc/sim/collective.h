@@ -84,6 +84,10 @@ SIM_HIDDEN sc_status sc_comm_check(const sc_comm *c, const char *fn);
 SIM_HIDDEN int sc_comm_rank(const sc_comm *c);
 SIM_HIDDEN int sc_comm_size(const sc_comm *c);
 SIM_HIDDEN int sc_comm_device(const sc_comm *c);   /* logical device index */
+/* A library getter `fn` of one of those numbers into `*out` (its argument named `arg`): fails
+ * on a dead communicator or a NULL `out`, saying which. */
+typedef enum { SC_COMM_SIZE, SC_COMM_RANK, SC_COMM_DEVICE } sc_comm_field;
+SIM_HIDDEN sc_status sc_comm_get(const sc_comm *c, sc_comm_field f, const char *fn, const char *arg, int *out);
 /* The first failure of enqueued work (SC_OK when none) and its message. */
 SIM_HIDDEN sc_status sc_comm_async_error(const sc_comm *c, const char **msg);
 SIM_HIDDEN const char *sc_comm_name(const sc_comm *c);

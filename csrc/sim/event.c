@@ -63,7 +63,7 @@ sim_status sim_event_destroy(void *handle)
     return SIM_OK;
 }
 
-/* Mark record `gen` complete, now (caller holds nothing). */
+/* Mark record `gen` complete, now (the caller holds at most the recording stream's lock). */
 void sim_event_complete(sim_event *e, uint64_t gen)
 {
     uint64_t t = now_ns();

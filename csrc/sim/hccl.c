@@ -420,22 +420,12 @@ HCCL_API HcclResult HcclCommDestroy(HcclComm comm)
 
 HCCL_API HcclResult HcclGetRankSize(HcclComm comm, uint32_t *rankSize)
 {
-    sc_status st = sc_comm_check((sc_comm *)comm, "HcclGetRankSize");
-    if (st == SC_OK && !rankSize)
-        st = sc_fail(SC_NULL, "HcclGetRankSize: rankSize is NULL");
-    if (st == SC_OK)
-        *rankSize = (uint32_t)sc_comm_size((sc_comm *)comm);
-    return code(st);
+    return code(sc_comm_get((sc_comm *)comm, SC_COMM_SIZE, "HcclGetRankSize", "rankSize", (int *)rankSize));
 }
 
 HCCL_API HcclResult HcclGetRankId(HcclComm comm, uint32_t *rank)
 {
-    sc_status st = sc_comm_check((sc_comm *)comm, "HcclGetRankId");
-    if (st == SC_OK && !rank)
-        st = sc_fail(SC_NULL, "HcclGetRankId: rank is NULL");
-    if (st == SC_OK)
-        *rank = (uint32_t)sc_comm_rank((sc_comm *)comm);
-    return code(st);
+    return code(sc_comm_get((sc_comm *)comm, SC_COMM_RANK, "HcclGetRankId", "rank", (int *)rank));
 }
 
 HCCL_API HcclResult HcclGetCommName(HcclComm comm, char *commName)

@@ -355,32 +355,17 @@ NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async
 
 NCCL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
 {
-    sc_status st = sc_comm_check((sc_comm *)comm, "ncclCommCount");
-    if (st == SC_OK && !count)
-        st = sc_fail(SC_NULL, "ncclCommCount: count is NULL");
-    if (st == SC_OK)
-        *count = sc_comm_size((sc_comm *)comm);
-    return code(st);
+    return code(sc_comm_get((sc_comm *)comm, SC_COMM_SIZE, "ncclCommCount", "count", count));
 }
 
 NCCL_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
 {
-    sc_status st = sc_comm_check((sc_comm *)comm, "ncclCommCuDevice");
-    if (st == SC_OK && !device)
-        st = sc_fail(SC_NULL, "ncclCommCuDevice: device is NULL");
-    if (st == SC_OK)
-        *device = sc_comm_device((sc_comm *)comm);
-    return code(st);
+    return code(sc_comm_get((sc_comm *)comm, SC_COMM_DEVICE, "ncclCommCuDevice", "device", device));
 }
 
 NCCL_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
 {
-    sc_status st = sc_comm_check((sc_comm *)comm, "ncclCommUserRank");
-    if (st == SC_OK && !rank)
-        st = sc_fail(SC_NULL, "ncclCommUserRank: rank is NULL");
-    if (st == SC_OK)
-        *rank = sc_comm_rank((sc_comm *)comm);
-    return code(st);
+    return code(sc_comm_get((sc_comm *)comm, SC_COMM_RANK, "ncclCommUserRank", "rank", rank));
 }
 
 NCCL_API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,

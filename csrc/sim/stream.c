@@ -53,9 +53,7 @@ static sim_status run_op(const sim_op *op, char *msg, size_t msglen)
         return run_copy(op, msg, msglen);
     case OP_SET:
         return run_set(op, msg, msglen);
-    case OP_RECORD:
-        sim_event_complete(op->u.ev.ev, op->u.ev.gen);
-        sim_event_put(op->u.ev.ev);
+    case OP_RECORD: /* completed by run_next once the stream counts it as run */
         return SIM_OK;
     case OP_WAIT:
         sim_event_wait_gen(op->u.ev.ev, op->u.ev.gen);
@@ -73,7 +71,9 @@ static sim_status run_op(const sim_op *op, char *msg, size_t msglen)
 }
 
 /* Run the op at the head of the queue (caller holds s->lock, which is released while
- * the op runs). */
+ * the op runs). A record completes its event only after `done` counts it, under the
+ * lock: whoever sees the event complete then sees the stream's ops up to it run (a
+ * query of the stream right after a synchronize of its last record reports it idle). */
 static void run_next(sim_stream *s)
 {
     sim_op op = s->ring[s->head & (s->cap - 1)];
@@ -90,6 +90,10 @@ static void run_next(sim_stream *s)
     ASTORE(&s->head, s->head + 1);
     ASTORE(&s->running, 0);
     ASTORE(&s->done, s->head);
+    if (op.type == OP_RECORD) { /* the lock order is the stream's, then the event's (as in record) */
+        sim_event_complete(op.u.ev.ev, op.u.ev.gen);
+        sim_event_put(op.u.ev.ev);
+    }
     if (s->waiters)
         pthread_cond_broadcast(&s->done_cv);
 }

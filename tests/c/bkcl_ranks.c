@@ -7,7 +7,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bkcl/bkcl.h"
@@ -40,8 +39,9 @@ static void *dev_alloc(size_t n)
     return p;
 }
 
-static int run(int rank, int nranks, const BKCLUniqueId *uid)
+static int run(int nranks, void *arg)
 {
+    const BKCLUniqueId *uid = arg;
     const size_t big = (1 << 15) + 1;
     xpu_set_device(rank % 4);
     BKCLContext_t ctx;
@@ -123,17 +123,5 @@ int main(int argc, char **argv)
     BKCLUniqueId uid;
     if (bkcl_get_unique_id(&uid) != BKCL_SUCCESS)
         return 1;
-    for (int r = 0; r < nranks; r++) {
-        if (fork() == 0) {
-            int rc = run(r, nranks, &uid);
-            fflush(stdout);
-            fflush(stderr);
-            _exit(rc);
-        }
-    }
-    int bad = 0, status;
-    while (wait(&status) > 0)
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            bad++;
-    return bad ? 1 : 0;
+    return run_ranks(nranks, run, &uid) ? 1 : 0;
 }

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "hccl/hccl.h"
@@ -47,8 +46,9 @@ static void *dev_alloc(size_t n)
 static void put(void *dev, const void *host, size_t n) { aclrtMemcpy(dev, n, host, n, ACL_MEMCPY_HOST_TO_DEVICE); }
 static void get(void *host, const void *dev, size_t n) { aclrtMemcpy(host, n, dev, n, ACL_MEMCPY_DEVICE_TO_HOST); }
 
-static int run(int rank, int nranks, const HcclRootInfo *root_info)
+static int run(int nranks, void *arg)
 {
+    const HcclRootInfo *root_info = arg;
     const size_t big = (1 << 16) + 5;
     aclInit(NULL);
     aclrtSetDevice(rank % 4);
@@ -206,17 +206,5 @@ int main(int argc, char **argv)
     HcclRootInfo root_info;
     if (HcclGetRootInfo(&root_info) != HCCL_SUCCESS)
         return 1;
-    for (int r = 0; r < nranks; r++) {
-        if (fork() == 0) {
-            int rc = run(r, nranks, &root_info);
-            fflush(stdout);
-            fflush(stderr);
-            _exit(rc);
-        }
-    }
-    int bad = 0, status;
-    while (wait(&status) > 0)
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            bad++;
-    return bad ? 1 : 0;
+    return run_ranks(nranks, run, &root_info) ? 1 : 0;
 }

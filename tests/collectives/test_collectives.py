@@ -53,6 +53,7 @@ def launch(n: int, device: str, *args: str, env: dict | None = None, timeout: fl
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_every_op_dtype_and_reduce_op_on_two_ranks(backend: str) -> None:
     # 4 counts x 8 dtypes x 18 (op, redop), then every op at 2^20+3 in 4 dtypes on cpu, 2 elsewhere
     if backend == "cpu":
@@ -62,6 +63,7 @@ def test_every_op_dtype_and_reduce_op_on_two_ranks(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_every_op_dtype_and_reduce_op_on_four_ranks(backend: str) -> None:
     if backend in ("cpu", "hygon"):     # the staged and the zero-copy large paths, two dtypes at 2^20+3
         out = launch(4, backend, "matrix", "0,1,7,1000", str(BIG), "float32,bfloat16")
@@ -70,6 +72,7 @@ def test_every_op_dtype_and_reduce_op_on_four_ranks(backend: str) -> None:
         assert "PASS 576 cases" in launch(4, backend, "matrix", "0,1,7,1000")
 
 
+@pytest.mark.slow
 def test_chunked_rounds_with_tiny_slots() -> None:
     # a 4 KiB chunk and a 64-byte small slot: many rounds, blocks split across rounds
     env = {"ANYCHIP_CCL_SMALL": "64", "ANYCHIP_CCL_CHUNK": "4096"}
@@ -81,6 +84,7 @@ def test_chunked_rounds_with_tiny_slots() -> None:
 
 
 @pytest.mark.parametrize("backend,n", [("cpu", 4), ("ascend", 4), ("opencl", 2), ("hygon", 3)])
+@pytest.mark.slow
 def test_send_recv_ring_groups_and_split(backend: str, n: int) -> None:
     if not _available(backend):
         pytest.skip(f"{backend} is unavailable")
@@ -89,6 +93,7 @@ def test_send_recv_ring_groups_and_split(backend: str, n: int) -> None:
 
 @pytest.mark.parametrize("backend,leave", [("cpu", "destroy"), ("cpu", "exit"), ("opencl", "destroy"),
                                            ("ascend", "destroy"), ("kunlun", "exit"), ("hygon", "destroy")])
+@pytest.mark.slow
 def test_grouped_ring_survives_a_peer_that_finished_and_left(backend: str, leave: str) -> None:
     """Rank 1's part of the group is done (its send is in the channel, its recv complete) and
     it destroys its communicator or exits while rank 2, 0.5 s late, has not received yet: rank 2

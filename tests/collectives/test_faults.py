@@ -71,6 +71,7 @@ def _run(transport: str, suite: str) -> tuple[dict[str, tuple[float, str, str]],
 
 
 @pytest.mark.parametrize("transport", _params(TRANSPORTS))
+@pytest.mark.slow
 def test_abort_fails_the_pending_op_and_every_later_call(transport):
     before = ccl_segments()
     steps, buf, codes = _run(transport, "abort")
@@ -95,6 +96,7 @@ def test_abort_fails_the_pending_op_and_every_later_call(transport):
 
 
 @pytest.mark.parametrize("transport", _params(TRANSPORTS))
+@pytest.mark.slow
 def test_a_killed_peer_fails_the_pending_op_even_after_destroy(transport):
     before = ccl_segments()
     steps, buf, codes = _run(transport, "kill_destroy")
@@ -109,6 +111,7 @@ def test_a_killed_peer_fails_the_pending_op_even_after_destroy(transport):
 
 
 @pytest.mark.parametrize("transport", _params(TRANSPORTS))
+@pytest.mark.slow
 def test_a_stopped_peer_is_a_timeout_naming_it(transport):
     before = ccl_segments()
     steps, _, codes = _run(transport, "stop")
@@ -121,6 +124,7 @@ def test_a_stopped_peer_is_a_timeout_naming_it(transport):
 
 
 @pytest.mark.parametrize("transport", _params(["hccl", "shm-host"]))
+@pytest.mark.slow
 def test_a_forked_child_cannot_act_as_its_parents_rank(transport):
     before = ccl_segments()
     steps, buf, codes = _run(transport, "fork")
@@ -153,6 +157,7 @@ def _processes_with(token: str) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_an_mpi_timeout_ends_the_job_when_a_rank_hangs():
     reason = _mpi_skip()
     if reason:
@@ -250,6 +255,7 @@ def test_a_killed_launcher_leaves_no_rank(tmp_path):
         _kill_left(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_a_rank_that_cannot_start_stops_the_others(tmp_path):
     import resource
 

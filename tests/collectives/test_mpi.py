@@ -374,6 +374,7 @@ def outcome(res: list[dict]) -> list[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.slow
 def test_flat_mpi_every_op_dtype_and_redop(n: int) -> None:
     devices = ["cpu", "ascend"] if n == 2 else ["cpu"]
     res = job([(n, {})], dict(devices=",".join(devices), transport="mpi", parity="mpi", halves="mpi",
@@ -381,6 +382,7 @@ def test_flat_mpi_every_op_dtype_and_redop(n: int) -> None:
     assert outcome(res) == [(planned(n, devices, r, timeout=True), 0) for r in range(n)]
 
 
+@pytest.mark.slow
 def test_hierarchical_two_hosts_of_two_ranks() -> None:
     # hosts {0, 1} and {2, 3}: parity sub-groups span both hosts with one rank each,
     # halves sub-groups are one host each (the shared-memory engine)

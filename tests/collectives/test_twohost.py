@@ -43,6 +43,7 @@ def _nothing_left(ns: tuple[str, str], shm_before: set[str]) -> None:
     assert sorted(set(os.listdir("/dev/shm")) - shm_before - twohost._in_use_shm()) == []
 
 
+@pytest.mark.slow
 def test_hierarchical_all_reduce_of_two_by_two_ranks_across_namespaces() -> None:
     mpiexec, env = _bed()
     with twohost.TwoHosts(rate="10gbit") as bed:
@@ -64,6 +65,7 @@ def test_hierarchical_all_reduce_of_two_by_two_ranks_across_namespaces() -> None
     assert not any((Path("/etc/netns") / n).exists() for n in ns)
 
 
+@pytest.mark.slow
 def test_the_link_going_down_mid_collective_is_a_timeout_on_every_rank_of_the_host() -> None:
     """hosta's ranks, cut off from hostb in the middle of their all_reduces, each raise
     CollectiveTimeout within ANYCHIP_COLLECTIVE_TIMEOUT; the job ends, nothing is left."""
@@ -82,6 +84,7 @@ def test_the_link_going_down_mid_collective_is_a_timeout_on_every_rank_of_the_ho
     _nothing_left(ns, shm)
 
 
+@pytest.mark.slow
 def test_a_hosts_ranks_killed_end_the_job_naming_the_host() -> None:
     """hostb's ranks SIGKILLed mid-collective: MPICH's launcher ends the whole job at once and
     names the host; nothing is left on either host nor in /dev/shm."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CHILD_SECONDS
+from conftest import CHILD_SECONDS, cached_compile
 
 import anychip
 from anychip.devices import cplugin
@@ -46,8 +46,7 @@ def _build(project: Path, variant: str, out: Path) -> Path:
            f'-DNAME="{VARIANTS[variant]}"', f"-DVARIANT_{flag}", "-o", str(lib),
            str(HERE.parent / "c" / "plugin_variants.c"),
            "-lpthread", "-lm"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return lib
+    return cached_compile(cmd, lib, roots=(project.parent,))
 
 
 @pytest.fixture(scope="module")
@@ -279,12 +278,14 @@ ALL_REDUCE = """
 """
 
 
+@pytest.mark.slow
 def test_collectives_route_to_the_plugin(libs: dict[str, Path], tmp_path: Path) -> None:
     r = _launch(1, "tself", libs["CCL_SELF"], ALL_REDUCE.replace("{BACKEND}", "tself"), tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines() == ["[0] transport native/tself collectives (simulated) correct"]
 
 
+@pytest.mark.slow
 def test_collectives_plugin_refusing_a_group_size_fails_every_rank(libs: dict[str, Path], tmp_path: Path) -> None:
     r = _launch(2, "tself", libs["CCL_SELF"], ALL_REDUCE.replace("{BACKEND}", "tself"), tmp_path)
     assert r.returncode != 0
@@ -301,6 +302,7 @@ def test_collectives_that_move_no_data_give_wrong_results(libs: dict[str, Path],
     ]
 
 
+@pytest.mark.slow
 def test_shared_memory_collectives_of_a_plugin_serve_two_ranks(libs: dict[str, Path], tmp_path: Path) -> None:
     r = _launch(2, "tshm", libs["CCL_SHM"], ALL_REDUCE.replace("{BACKEND}", "tshm"), tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -308,6 +310,7 @@ def test_shared_memory_collectives_of_a_plugin_serve_two_ranks(libs: dict[str, P
                                              "[1] transport native/tshm collectives (simulated) correct"]
 
 
+@pytest.mark.slow
 def test_plugin_collectives_pass_the_conformance_suite(libs: dict[str, Path], tmp_path: Path) -> None:
     """Its all_reduce (int32, int64, float32, float64; sum, min, max), all_gather and broadcast
     run in the plugin; other types, ops and collectives on the host transport; the faults too."""
@@ -340,6 +343,7 @@ HANG = """
 """
 
 
+@pytest.mark.slow
 def test_a_native_collective_that_never_completes_times_out(libs: dict[str, Path], tmp_path: Path) -> None:
     """Every rank's all_reduce enqueues work that never ends (the plugin reports success).
     Rank 0 waits for its Work: the watchdog fails it after ANYCHIP_COLLECTIVE_TIMEOUT (plus a
@@ -364,6 +368,7 @@ def test_a_native_collective_that_never_completes_times_out(libs: dict[str, Path
     assert took < 60, took
 
 
+@pytest.mark.slow
 def test_one_rank_whose_collective_never_completes_ends_the_job(libs: dict[str, Path], tmp_path: Path) -> None:
     """Only rank 2's all_reduce never ends: ranks 0 and 1 time out in the plugin's barrier,
     rank 2 through the watchdog, and the job ends."""
@@ -379,12 +384,14 @@ def test_one_rank_whose_collective_never_completes_ends_the_job(libs: dict[str, 
     assert r.returncode == 0 and took < 60, (took, r.stdout + r.stderr)
 
 
+@pytest.mark.slow
 def test_without_collectives_the_host_transport_serves(libs: dict[str, Path], tmp_path: Path) -> None:
     r = _launch(2, "tgood", libs["GOOD"], ALL_REDUCE.replace("{BACKEND}", "tgood"), tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(r.stdout.splitlines()) == ["[0] transport shm/staged correct", "[1] transport shm/staged correct"]
 
 
+@pytest.mark.slow
 def test_conformance_suite_fails_collectives_that_move_no_data(libs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(libs["CCL_NOOP"]), "ANYCHIP_LOG_LEVEL": "ERROR"}

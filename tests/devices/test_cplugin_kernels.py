@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import CHILD_SECONDS
+from conftest import CHILD_SECONDS, cached_compile
 
 import anychip
 from anychip.conformance.kernel_table import check_kernel_table
@@ -38,12 +38,11 @@ ANYCHIP = [sys.executable, "-m", "anychip.cli"]
 
 def build_variant(project: Path, variant: str, name: str, out: Path) -> Path:
     lib = out / f"lib{name}.so"
-    subprocess.run([CC, "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
-                    "-fvisibility=hidden", f"-I{project / 'include'}",
-                    f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"', f'-DNAME="{name}"', f"-DVARIANT_{variant}",
-                    "-o", str(lib), str(HERE.parent / "c" / "plugin_variants.c"), "-lpthread", "-lm"],
-                   check=True, capture_output=True, text=True)
-    return lib
+    return cached_compile([CC, "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
+                           "-fvisibility=hidden", f"-I{project / 'include'}",
+                           f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"', f'-DNAME="{name}"',
+                           f"-DVARIANT_{variant}", "-o", str(lib), str(HERE.parent / "c" / "plugin_variants.c"),
+                           "-lpthread", "-lm"], lib, roots=(project.parent,))
 
 
 @pytest.fixture(scope="module")
@@ -192,24 +191,36 @@ def test_plugin_check_compares_every_entry_and_dtype_of_the_scaffold(scaffold_pl
     r = subprocess.run([*ANYCHIP, "plugin", "check", scaffold_plugin.path], capture_output=True, text=True,
                        timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.splitlines()[-1] == ("kernels:     5 entries (binary, unary, reduce, gemm, fill), 249 dtype cases "
-                                         "checked (1560 calls) against NumPy: all agree")
+    assert r.stdout.splitlines()[-2:] == [
+        "on the host: nothing: every entry is set, for every dtype plugin.h allows it",
+        "kernels:     5 entries (binary, unary, reduce, gemm, fill), 249 dtype cases checked (1560 calls) against "
+        "NumPy: all agree"]
 
 
-@pytest.mark.parametrize("variant, line, rc", [
+_EVERY_OP = "on the host: every tensor op (no kernel table used: binary, unary, reduce, gemm, fill)"
+_BUT_F32 = "int8, uint8, int32, int64, float16, bfloat16, float64, bool"
+
+
+@pytest.mark.parametrize("variant, line, rc, host", [
     ("KERNELS_V2", "kernels:     refused, every tensor op runs on the host: tkv2: its kernel table has version 2; "
-                   "this anychip knows version 1", 1),
+                   "this anychip knows version 1", 1, _EVERY_OP),
     ("KERNELS_BADMASK", "kernels:     refused, every tensor op runs on the host: tkbadmask: the kernel table's "
-                        "binary_dtypes 0x3ff sets bits beyond ANYCHIP_BOOL", 1),
-    ("KERNELS_NONE", "kernels:     none (no kernel table (kernels is NULL)): every tensor op runs on the host", 0),
-    ("MINOR0", "kernels:     none (the plugin is of ABI 1.0): every tensor op runs on the host", 0),
+                        "binary_dtypes 0x3ff sets bits beyond ANYCHIP_BOOL", 1, _EVERY_OP),
+    ("KERNELS_NONE", "kernels:     none (no kernel table (kernels is NULL)): every tensor op runs on the host", 0,
+     _EVERY_OP),
+    ("MINOR0", "kernels:     none (the plugin is of ABI 1.0): every tensor op runs on the host", 0, _EVERY_OP),
+    # what a table leaves to the host is named: the NULL entry, and per entry the dtypes its mask leaves out
+    ("KERNELS_F32", "kernels:     4 entries (binary, unary, reduce, fill), 22 dtype cases checked", 0,
+     f"on the host: gemm (NULL); binary for {_BUT_F32} (not in binary_dtypes); unary for {_BUT_F32} (not in "
+     f"unary_dtypes); reduce for {_BUT_F32} (not in reduce_dtypes); fill for {_BUT_F32} (not in fill_dtypes)"),
 ])
 def test_plugin_check_refuses_a_table_it_cannot_read(variant_libs: dict[str, Path], variant: str, line: str,
-                                                      rc: int) -> None:
+                                                      rc: int, host: str) -> None:
     r = subprocess.run([*ANYCHIP, "plugin", "check", str(variant_libs[variant])], capture_output=True, text=True,
                        timeout=CHILD_SECONDS)
     assert r.returncode == rc, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1].startswith(line)
+    assert r.stdout.splitlines()[-2] == host
 
 
 @pytest.mark.parametrize("defect, failure", [

@@ -1,16 +1,20 @@
-"""`anychip plugin new`: both kinds of project, installed with pip into this environment,
-are listed, run collectives across 2 ranks and pass the conformance suite; uninstalled after."""
+"""`anychip plugin new`: both kinds of project (the C one with its collectives, --collectives),
+installed with pip into this environment, are listed, run collectives across 2 ranks and pass
+the conformance suite; then the vendor's loop: an edit and a reinstall are seen, and an
+uninstall leaves nothing behind. (The C project is built once, by the module's fixture.)"""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import CHILD_SECONDS
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS
 
 from anychip.runtime.errors import InvalidArgumentError
 from anychip.scaffold import new_plugin
@@ -22,9 +26,19 @@ NAMES = {"c": "scafc", "python": "scafpy"}
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_DEVICES", "ANYCHIP_PLUGIN_PATH")}
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_DEVICES", "ANYCHIP_PLUGIN_PATH",
+                                                              "ANYCHIP_TORCH")}
     env["ANYCHIP_LOG_LEVEL"] = "ERROR"
     return env
+
+
+def _pip_install(*projects: Path) -> None:
+    """`pip install ./NAME`, the C compiled with -Werror on top of the project's -Wall -Wextra
+    (setuptools adds CFLAGS)."""
+    env = dict(os.environ, CFLAGS=(os.environ.get("CFLAGS", "") + " -Werror").strip())
+    r = subprocess.run([*PIP, "install", "-q", "--no-deps", *map(str, projects)], capture_output=True, text=True,
+                       env=env, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +46,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory):
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler to build the C plugin")
     root = tmp_path_factory.mktemp("scaffold")
-    projects = {lang: new_plugin(name, lang, root) for lang, name in NAMES.items()}
-    r = subprocess.run([*PIP, "install", "-q", "--no-deps", *map(str, projects.values())],
-                       capture_output=True, text=True, timeout=CHILD_SECONDS)
-    assert r.returncode == 0, r.stdout + r.stderr
+    projects = {lang: new_plugin(name, lang, root, collectives=lang == "c") for lang, name in NAMES.items()}
+    _pip_install(*projects.values())
     try:
         yield projects
     finally:
@@ -53,6 +65,32 @@ def test_projects_have_what_the_vendor_needs(tmp_path: Path) -> None:
     assert source.count("DRIVER") >= 5 and "MYCHIP_DEVICES" in source
     assert '"mychip" = "anychip_mychip:library"' in (c / "pyproject.toml").read_text()
     assert "| `mem_alloc` / `mem_free` |" in (c / "README.md").read_text()
+    assert "set_collectives" not in source and "`anychip plugin new NAME --collectives` writes" in source
+    # --collectives: plugin.h's collective entries over the stand-in library, a DRIVER line each
+    cc = new_plugin("ccchip", "c", tmp_path, collectives=True)
+    assert sorted(str(p.relative_to(cc)) for p in cc.rglob("*") if p.is_file()) == [
+        ".gitignore", "Makefile", "README.md", "anychip_ccchip/__init__.py", "include/anychip/plugin.h",
+        "pyproject.toml", "setup.py", "src/ccchip.c", "src/collectives.c", "src/kernels.c"]
+    ccl = (cc / "src" / "collectives.c").read_text()
+    assert sorted(re.findall(r"p->(\w+) = c_", ccl)) == sorted(
+        ["get_unique_id", "comm_init_rank", "comm_destroy", "comm_abort", "comm_get_async_error", "all_reduce",
+         "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv", "group_start",
+         "group_end"])
+    for call in ("ncclGetUniqueId", "ncclCommInitRank", "ncclCommDestroy", "ncclCommAbort", "ncclCommGetAsyncError",
+                 "ncclAllReduce", "ncclBroadcast", "ncclReduce", "ncclAllGather", "ncclReduceScatter", "ncclAllToAll",
+                 "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd"):
+        assert f"DRIVER: {call}" in ccl, call
+    assert "set_collectives(p);" in (cc / "src" / "ccchip.c").read_text() and "/ccchip-ccl-" in ccl
+    readme = (cc / "README.md").read_text()
+    assert "| `c_all_reduce` | `shm_all_reduce` | `ncclAllReduce` | `HcclAllReduce` |" in readme
+    assert "anychip conformance --device ccchip -n 3 " in readme and "static anychip_status use(int device)" in readme
+    for project in (c, cc):                         # every conditional block rendered, every token replaced
+        for f in project.rglob("*"):
+            if f.is_file() and f.suffix != ".h":
+                assert not re.search(r"^@[{}]|@\w+@", f.read_text(), re.M), f
+    with pytest.raises(InvalidArgumentError, match=r"^--collectives writes plugin.h's collective entries: it takes "
+                                                   r"--lang c"):
+        new_plugin("pychip", "python", tmp_path, collectives=True)
     py = new_plugin("my_chip", "python", tmp_path)
     assert sorted(str(p.relative_to(py)) for p in py.rglob("*") if p.is_file()) == [
         ".gitignore", "README.md", "anychip_my_chip/__init__.py", "anychip_my_chip/device.py", "pyproject.toml"]
@@ -122,6 +160,7 @@ def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytes
     assert out.splitlines() == [str(pkg / "_include"), str(pkg / "_templates")]
 
 
+@pytest.mark.slow
 def test_installed_plugins_are_listed(installed: dict[str, Path]) -> None:
     r = subprocess.run([*ANYCHIP, "devices", "--all", "--json"], capture_output=True, text=True, env=_env(),
                        timeout=CHILD_SECONDS)
@@ -163,17 +202,26 @@ def test_installed_plugins_run_collectives(installed: dict[str, Path], lang: str
     r = subprocess.run([*ANYCHIP, "launch", "-n", "2", "--device", name, str(prog)], capture_output=True,
                        text=True, env=_env(), timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert sorted(r.stdout.splitlines()) == [f"[0] {name}:0 shm/staged correct", f"[1] {name}:1 shm/staged correct"]
+    transport = "native/scafc collectives (simulated)" if lang == "c" else "shm/staged"   # the plugin's own
+    assert sorted(r.stdout.splitlines()) == [f"[0] {name}:0 {transport} correct", f"[1] {name}:1 {transport} correct"]
 
 
+@pytest.mark.slow
 def test_installed_plugins_pass_the_conformance_suite(installed: dict[str, Path], tmp_path: Path) -> None:
+    """As generated, on 3 ranks: the C project's collectives through its own entries (the header
+    line says `via native/scafc`), the Python project's on the host transport."""
     out = tmp_path / "out.json"
-    r = subprocess.run([*ANYCHIP, "conformance", "--device", ",".join(NAMES.values()), "-n", "2", "--json",
-                        str(out), "--no-progress"], capture_output=True, text=True, env=_env(), timeout=CHILD_SECONDS)
+    r = subprocess.run([*ANYCHIP, "conformance", "--device", ",".join(NAMES.values()), "-n", "3", "--json",
+                        str(out), "--no-progress", "--iters", "1", "--warmup", "0"],   # (values, not timings)
+                       capture_output=True, text=True, env=_env(), timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert "# anychip conformance: scafc (simulated), 3 ranks on scafc:0 via native/scafc collectives (simulated), " \
+        "quick\n" in r.stdout
     report = json.loads(out.read_text())
     assert report["passed"] is True
     assert sorted(b["backend"] for b in report["backends"]) == sorted(NAMES.values())
+    assert {b["backend"]: b["transport"] for b in report["backends"]} == {
+        "scafc": "native/scafc collectives (simulated)", "scafpy": "shm/staged"}
     for b in report["backends"]:
         failed = [c["name"] for c in b["cases"] if c["status"] == "failed"]
         skipped = [c["name"] for c in b["cases"] if c["status"] == "skipped"]
@@ -192,7 +240,11 @@ def test_plugin_check_finds_an_installed_plugin_by_name(installed: dict[str, Pat
     assert lines[0].startswith("library:     /") and lines[0].endswith(
         "/anychip_scafc/libscafc.so (from entry point anychip_scafc:library (package anychip-scafc))")
     assert lines[1] == "backend:     scafc (simulated)"
-    assert "kernels:     " in r.stdout and "FAIL" not in r.stdout
+    assert ("collectives: native (all_gather, all_reduce, all_to_all, broadcast, recv, reduce, reduce_scatter, send); "
+            "the host transport runs the rest") in lines
+    assert lines[-2:] == ["on the host: nothing: every entry is set, for every dtype plugin.h allows it",
+                          "kernels:     5 entries (binary, unary, reduce, gemm, fill), 249 dtype cases checked (1560 "
+                          "calls) against NumPy: all agree"]
     assert "anychip plugin check scafc " in (installed["c"] / "README.md").read_text()
     # a file name that is not there points at the name; a Python plugin and an unknown name are refused
     for arg, why in [("libscafc.so", "no such file; an installed plugin is named by its backend name: scafc"),
@@ -243,3 +295,58 @@ def test_framework_conformance_refuses_a_python_plugin_up_front(installed: dict[
                         "anychip_scafpy:ScafpyPlugin (package anychip-scafpy)) has no anychip/plugin.h face, which "
                         "PyTorch's device and Paddle's run on (the simulated chips and C plugins have one; a Python "
                         "plugin cannot)\n")
+
+
+@pytest.mark.slow
+def test_the_c_project_passes_the_torch_conformance(installed: dict[str, Path]) -> None:
+    """`--framework torch`: PyTorch's device and c10d on the C project as generated, its collectives
+    through the plugin's own entries."""
+    pytest.importorskip("torch")
+    r = subprocess.run([*ANYCHIP, "conformance", "--framework", "torch", "--device", "scafc", "-n", "2"],
+                       capture_output=True, text=True, env=_env(), timeout=LONG_CHILD_SECONDS)
+    failed = re.findall(r"^#   FAIL (\S+) \(ranks? [\d,]+\): ", r.stdout, flags=re.M)
+    assert failed == [] and r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "conformance (torch): PASS" in r.stdout
+
+
+# -- the vendor's loop: edit, reinstall, uninstall (these two run last: they change the install) --------
+
+@pytest.mark.slow
+def test_an_edit_and_a_reinstall_are_seen(installed: dict[str, Path]) -> None:
+    """An edit of the C source and `pip install ./scafc` again: anychip and PyTorch, which load the
+    installed copy, run the new library."""
+    source = installed["c"] / "src" / "scafc.c"
+    text = source.read_text()
+    assert text.count('"scafc device %d (host memory)"') == 1
+    source.write_text(text.replace('"scafc device %d (host memory)"', '"scafc device %d (edited)"'))
+    _pip_install(installed["c"])
+    r = subprocess.run([*ANYCHIP, "devices", "--all", "--json"], capture_output=True, text=True, env=_env(),
+                       timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stderr
+    assert {row["device"]: row["name"] for row in json.loads(r.stdout)}["scafc:2"] == "scafc device 2 (edited)"
+    if importlib.util.find_spec("torch") is not None:
+        probe = "import anychip.torch, torch; print(torch.anychip.get_device_name(1))"
+        r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           env=dict(_env(), ANYCHIP_TORCH="scafc"), timeout=LONG_CHILD_SECONDS)
+        assert (r.returncode, r.stdout) == (0, "scafc device 1 (edited)\n"), r.stderr[-3000:]
+
+
+def test_an_uninstall_leaves_nothing_behind(installed: dict[str, Path]) -> None:
+    files = subprocess.run([sys.executable, "-c", "import importlib.metadata as m, json; print(json.dumps({n: [str(f."
+                            "locate()) for f in m.files(n)] for n in ('anychip-scafc', 'anychip-scafpy')}))"],
+                           capture_output=True, text=True, check=True, timeout=CHILD_SECONDS).stdout
+    installed_files = [Path(f) for names in json.loads(files).values() for f in names]
+    packages = {f.parent for f in installed_files if f.name == "__init__.py"}
+    assert {p.name for p in packages} == {"anychip_scafc", "anychip_scafpy"}
+    assert any(f.name == "libscafc.so" for f in installed_files)
+    r = subprocess.run([*PIP, "uninstall", "-q", "-y", "anychip-scafc", "anychip-scafpy"], capture_output=True,
+                       text=True, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [str(f) for f in installed_files if f.exists()] == []
+    assert [str(p) for p in packages if p.exists()] == []          # no __pycache__ or build left either
+    r = subprocess.run([*ANYCHIP, "devices", "--all", "--json"], capture_output=True, text=True, env=_env(),
+                       timeout=CHILD_SECONDS)
+    assert [row["device"] for row in json.loads(r.stdout) if row["device"].startswith(("scafc:", "scafpy:"))] == []
+    r = subprocess.run([*ANYCHIP, "plugin", "check", "scafc"], capture_output=True, text=True, env=_env(),
+                       timeout=CHILD_SECONDS)
+    assert (r.returncode, r.stdout) == (1, "") and "no C plugin library called scafc" in r.stderr

@@ -40,6 +40,7 @@ def _blocked(pid: int) -> bool:
 
 @pytest.mark.skipif(not HAS_OPENCL, reason="no OpenCL platform")
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.slow
 def test_exit_right_after_releasing_work_an_interrupted_wait_left_behind():
     env = {k: v for k, v in os.environ.items() if k != "ANYCHIP_DEVICES"}
     results = []

@@ -17,7 +17,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, cached_compile
 
 import anychip
 from anychip.runtime import registry
@@ -50,17 +50,17 @@ def plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("paddle_plugins")
     inc = os.path.join(REPO, "csrc", "include")        # anychip/paddle/device_ext.h
     ccl = out / "ccl.o"
-    subprocess.run([CC, "-O2", "-fPIC", "-std=gnu11", "-fwrapv", "-c", "-I", os.path.join(REPO, "csrc"),
-                    os.path.join(REPO, "csrc", "sim", "ccl_embed.c"), "-o", str(ccl)], check=True)
+    cached_compile([CC, "-O2", "-fPIC", "-std=gnu11", "-fwrapv", "-c", "-I", os.path.join(REPO, "csrc"),
+                    os.path.join(REPO, "csrc", "sim", "ccl_embed.c"), "-o", str(ccl)], ccl, roots=(out,))
     dirs = {}
     for d, libs in VARIANTS.items():
         (out / d).mkdir()
         dirs[d] = str(out / d)
         for name, defines in libs:
-            subprocess.run([CC, "-O2", "-fPIC", "-shared", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
+            cached_compile([CC, "-O2", "-fPIC", "-shared", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
                             "-Wno-unused-function", *defines,
                             "-I", str(inc), "-I", os.path.join(REPO, "csrc"), SOURCE, str(ccl),
-                            "-o", str(out / d / name), "-lpthread", "-lrt"], check=True)
+                            "-o", str(out / d / name), "-lpthread", "-lrt"], out / d / name, roots=(out,))
     return dirs
 
 
@@ -218,6 +218,7 @@ def test_out_of_memory_and_bad_free_are_reported(root, monkeypatch):
     del buf
 
 
+@pytest.mark.slow
 def test_generic_device_suite_passes_on_the_plugin(plugins):
     """The backend-agnostic device tests (tests/runtime/test_device_api.py), on both variants."""
     for variant in ("pdtest", "pdmin"):
@@ -243,6 +244,7 @@ def _launch(plugins, directory: str, backend: str, *args: str, check: bool = Tru
     return p
 
 
+@pytest.mark.slow
 def test_two_ranks_run_every_collective_through_xccl(plugins):
     out = _launch(plugins, "good", "pdtest", "matrix", "0,1,7,1000", "70001").stdout
     assert out.count("via native/xccl") == 2, out
@@ -258,6 +260,7 @@ def _conformance(plugins, directory: str, backend: str, tmp_path, *args: str) ->
     return p.returncode, json.loads(out.read_text()), p.stdout + p.stderr
 
 
+@pytest.mark.slow
 def test_conformance_suite_passes_on_the_plugin(plugins, tmp_path):
     rc, report, text = _conformance(plugins, "good", "pdtest", tmp_path)
     assert rc == 0, text[-4000:]
@@ -273,6 +276,7 @@ def test_conformance_suite_passes_on_the_plugin(plugins, tmp_path):
     assert b["rows"] and all(r["oop"]["wrong"] == 0 and (r.get("ip") or {}).get("wrong", 0) == 0 for r in b["rows"])
 
 
+@pytest.mark.slow
 def test_xccl_all_reduce_that_moves_nothing_fails_the_suite(plugins, tmp_path):
     rc, report, text = _conformance(plugins, "badccl", "pdbadccl", tmp_path, "-c", "all_reduce", "--no-faults")
     assert rc == 1

@@ -26,6 +26,7 @@ PROGRAMS = [
     ("acl_fidelity.c", "libascend_sim", "acl fidelity ok", {}),
     ("acl_stream_context.c", "libascend_sim", "acl stream context ok", {}),
     ("acl_runtime_calls.c", "libascend_sim", "acl runtime calls ok", {}),
+    ("acl_event_stream_order.c", "libascend_sim", "acl event stream order ok", {}),
     ("hip_fidelity.c", "libhygon_sim", "hip fidelity ok", {}),
     ("hip_stream_ordered.c", "libhygon_sim", "hip stream-ordered ok", {}),
     ("hip_null_stream.c", "libhygon_sim", "hip null stream ok", {}),

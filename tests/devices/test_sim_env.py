@@ -82,6 +82,7 @@ def test_out_of_memory_at_capacity_and_recovery():
         assert r["after"] == [1 << 20, 1 << 20] and r["other"] == [1 << 20, 1 << 20]
 
 
+@pytest.mark.slow
 def test_memory_size_units_and_device_count():
     code = """
         import json
@@ -138,6 +139,7 @@ def test_bad_memory_size_warns_once_per_process_and_uses_the_default(value, why)
     assert err == [f'anychip simulator: ignoring ANYCHIP_SIM_MEMORY="{value}": {why}; using the default, 16GiB']
 
 
+@pytest.mark.slow
 def test_each_bad_setting_warns_once_and_good_ones_are_quiet():
     out, err = run_warned(ANYCHIP_SIM_SPIN_US="fast", ANYCHIP_SIM_DEVICES="3 devices", ANYCHIP_SIM_MEMORY="2G")
     assert out == [[8, 2 << 30]] * 3
@@ -168,6 +170,7 @@ VISIBLE = """
 """
 
 
+@pytest.mark.slow
 def test_visibility_variables_renumber_devices():
     # ACL (CANN): ascending ids; an id past the last device ends the list; out of order rejects all
     # XPU: list order; reading stops at the first invalid or repeated id

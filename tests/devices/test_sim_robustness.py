@@ -99,6 +99,7 @@ HELD_RACE = """
 
 @pytest.mark.parametrize("mode", ["stream", "device"])
 @pytest.mark.parametrize("name", SIM)
+@pytest.mark.slow
 def test_synchronize_in_another_thread_keeps_host_arrays_of_later_copies(name, mode):
     """One thread synchronizes in a loop while another enqueues 32 MiB device-to-host
     copies into arrays only the stream holds: a synchronize must release only the arrays
@@ -111,6 +112,7 @@ def test_synchronize_in_another_thread_keeps_host_arrays_of_later_copies(name, m
 
 
 @pytest.mark.parametrize("name", SIM)
+@pytest.mark.slow
 def test_synchronize_does_not_release_host_arrays_of_copies_enqueued_after_it_began(name):
     """Deterministic form: a synchronize waiting on a held stream for one small copy; three
     64 MiB copies into arrays only the stream holds are enqueued after it began; on
@@ -190,6 +192,7 @@ def _sleeping(pid: int) -> bool:
 @pytest.mark.parametrize("what", ["stream", "event", "device"])
 @pytest.mark.parametrize("name,path", [*((n, "timed") for n in SIM), *((n, "polled") for n in SIM),
                                        ("opencl", "native")])
+@pytest.mark.slow
 def test_ctrl_c_interrupts_synchronize_of_work_that_never_completes(name, path, what):
     """``timed``: the simulator's timed waits; ``polled``: the path taken on a vendor's
     own library, which polls the vendor's queries."""

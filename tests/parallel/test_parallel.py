@@ -273,6 +273,7 @@ def test_the_articles_snippet_runs_with_its_imports_changed(mesh1: ProcessMesh) 
 
 @pytest.mark.parametrize("n,backend,cases", [(2, "cpu", 363), (4, "cpu", 2115), (2, "kunlun", 363),
                                              (4, "ascend", 2115)])
+@pytest.mark.slow
 def test_every_reshard_matmul_and_gradient_across_ranks(n: int, backend: str, cases: int) -> None:
     # 1-D mesh of n ranks (shapes (8,4), (5,7), (3,2), (3,5,2): even, uneven, empty chunks, 3-D),
     # and with 4 ranks a 2x2 mesh ((4,6), (5,3)); every source x destination placement, every
@@ -284,6 +285,7 @@ def test_every_reshard_matmul_and_gradient_across_ranks(n: int, backend: str, ca
 
 
 @pytest.mark.parametrize("backend", ["cpu", "ascend", "kunlun", "hygon"])
+@pytest.mark.slow
 def test_example_small_matches_one_device(backend: str) -> None:
     if not _available(backend):
         pytest.skip(f"{backend} is unavailable")
@@ -304,6 +306,7 @@ def test_example_needs_four_ranks() -> None:
 
 
 @pytest.mark.parametrize("n,backend,cases", [(2, "cpu", 653), (4, "ascend", 1861)])
+@pytest.mark.slow
 def test_transformer_ops_and_gradients_across_ranks(n: int, backend: str, cases: int) -> None:
     # every op a transformer block needs, for every placement of its input, forward and gradient
     # against NumPy, on a 1-D mesh (and with 4 ranks a 2x2 mesh)
@@ -330,6 +333,7 @@ TRANSFORMER = os.path.join(ROOT, "examples", "transformer_parallel.py")
 
 
 @pytest.mark.parametrize("backend,zero", [("cpu", False), ("ascend", True)])
+@pytest.mark.slow
 def test_transformer_example_matches_one_device(backend: str, zero: bool) -> None:
     p = _launch(4, backend, TRANSFORMER, "--small", *(["--zero"] if zero else []))
     assert p.returncode == 0, p.stdout + p.stderr
@@ -392,6 +396,7 @@ def test_op_errors_say_what_would_be_right(mesh1: ProcessMesh) -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("paddle") is None, reason="PaddlePaddle is not installed "
                     "(pip install -e '.[paddle]')")
+@pytest.mark.slow
 def test_transformer_matches_paddle(tmp_path: pytest.TempPathFactory) -> None:
     # the example's GPT trained on the 2x2 mesh of simulated chips against the same model in
     # Paddle 3.3.1 on the CPU, from the same weights and data

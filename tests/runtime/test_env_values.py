@@ -46,6 +46,7 @@ def _info(name: str, value: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(("name", "value", "why"), BAD)
+@pytest.mark.slow
 def test_anychip_info_flags_every_invalid_collectives_value(name, value, why):
     r = _info(name, value)
     assert r.returncode == 1, r.stdout
@@ -54,6 +55,7 @@ def test_anychip_info_flags_every_invalid_collectives_value(name, value, why):
 
 
 @pytest.mark.parametrize(("name", "value"), GOOD)
+@pytest.mark.slow
 def test_anychip_info_accepts_valid_values(name, value):
     r = _info(name, value)
     assert r.returncode == 0, r.stderr
@@ -120,6 +122,7 @@ comm.destroy()
 
 
 @pytest.mark.parametrize("backend", [b for b in ("cpu", "ascend") if any(d.backend == b for d in anychip.devices())])
+@pytest.mark.slow
 def test_an_infinite_timeout_on_two_ranks(backend, tmp_path):
     prog = tmp_path / "prog.py"
     prog.write_text(PROG)

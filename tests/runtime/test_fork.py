@@ -104,6 +104,7 @@ def test_parent_objects_are_refused_in_the_child(name):
 
 
 @pytest.mark.parametrize("name", SIM_AND_CPU)
+@pytest.mark.slow
 def test_fork_while_another_thread_allocates(name):
     # Another thread holds the device lock at some forks; the child must not inherit it
     # held. A child that deadlocks is killed by its alarm and shows up as a bad status.
@@ -177,6 +178,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.skipif(not HAS_OPENCL, reason="no OpenCL platform")
+@pytest.mark.slow
 def test_opencl_in_a_forked_child_is_refused_not_hung(tmp_path):
     script = tmp_path / "scenario.py"
     script.write_text(SCENARIO_POOL)
@@ -194,6 +196,7 @@ def test_opencl_in_a_forked_child_is_refused_not_hung(tmp_path):
 
 
 @pytest.mark.skipif(not HAS_OPENCL, reason="no OpenCL platform")
+@pytest.mark.slow
 def test_opencl_child_lists_it_unavailable_and_exits_cleanly():
     r = run('''
         import os, sys, numpy as np, anychip
@@ -238,6 +241,7 @@ def test_opencl_never_initialized_in_the_parent_works_in_the_child():
 
 
 @pytest.mark.skipif(not HAS_OPENCL, reason="no OpenCL platform")
+@pytest.mark.slow
 def test_opencl_child_exit_does_not_wait_for_the_parents_held_host_copy():
     """A host copy of the parent that waits for a user event is pending at the fork: the
     child's normal exit must not release the parent's objects (the copy's NannyEvent

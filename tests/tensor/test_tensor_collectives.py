@@ -41,6 +41,7 @@ def test_one_rank_ops_on_tensors(device: str) -> None:
         c.destroy()
 
 
+@pytest.mark.slow
 def test_four_ranks_all_reduce_and_all_gather_tensors(tmp_path) -> None:
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent("""

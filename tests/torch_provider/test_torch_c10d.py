@@ -54,6 +54,7 @@ def _want_checks(n: int, rank: int) -> int:
     return per_dtype + 5 + (n if rank == 0 else 0) + (8 if rank == 1 else 0)
 
 
+@pytest.mark.slow
 def test_every_op_by_value_on_two_ranks():
     out, counts = _every_op(2)
     assert counts == {0: 167, 1: 173} == {r: _want_checks(2, r) for r in range(2)}
@@ -70,12 +71,14 @@ def test_every_op_by_value_on_two_ranks():
     ("kunlun", {"all_gather_into_tensor": 8, "all_reduce": 29, "broadcast": 16, "reduce_scatter_tensor": 7}),
     # RCCL reduces every dtype, average included
     ("hygon", {"all_gather_into_tensor": 8, "all_reduce": 37, "broadcast": 16, "reduce_scatter_tensor": 8})])
+@pytest.mark.slow
 def test_every_op_by_value_on_the_other_simulated_chips(device, direct):
     out, counts = _every_op(2, device)
     assert counts == {0: 167, 1: 173}
     assert f"[0] DIRECT {json.dumps(direct, sort_keys=True)}" in out
 
 
+@pytest.mark.slow
 def test_a_c_plugins_collectives_take_the_cpp_path_where_its_masks_allow(tmp_path):
     from anychip.scaffold import new_plugin
     project = new_plugin("tmpl", "c", tmp_path)
@@ -91,6 +94,7 @@ def test_a_c_plugins_collectives_take_the_cpp_path_where_its_masks_allow(tmp_pat
     assert f"[0] RESULT {want}" in done.stdout and f"[1] RESULT {want}" in done.stdout, done.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_every_op_by_value_on_four_ranks():
     out, counts = _every_op(4)
     assert counts == {0: 233, 1: 237, 2: 229, 3: 229} == {r: _want_checks(4, r) for r in range(4)}
@@ -103,6 +107,7 @@ def test_every_op_by_value_on_four_ranks():
 
 
 @pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.slow
 def test_ddp_losses_equal_one_devices(n):
     done = _launch(n, "examples/torch_ddp.py", "--check", "--steps", "4")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -110,6 +115,7 @@ def test_ddp_losses_equal_one_devices(n):
 
 
 @pytest.mark.parametrize("direct", ["0", "1"])
+@pytest.mark.slow
 def test_views_inside_a_storage_reuse_the_prepared_op_and_keep_no_freed_memory(direct):
     # tests/torch_provider/views.py: a tensor that starts inside its storage, all_reduced 25
     # times, is checked and prepared once by the communicator (and never on the C++ path); a
@@ -162,6 +168,7 @@ def _two_ranks(*argv: str, direct: str) -> list[subprocess.CompletedProcess]:
 
 
 @pytest.mark.parametrize("direct", ["0", "1"])
+@pytest.mark.slow
 def test_a_killed_rank_fails_the_survivors_op_naming_it(direct):
     before = ccl_segments()
     r0, r1 = _two_ranks("kill", "60", direct=direct)
@@ -176,6 +183,7 @@ def test_a_killed_rank_fails_the_survivors_op_naming_it(direct):
 
 
 @pytest.mark.parametrize("direct", ["0", "1"])
+@pytest.mark.slow
 def test_a_rank_that_never_joins_is_a_timeout_naming_it(direct):
     before = ccl_segments()
     r0, r1 = _two_ranks("timeout", "2", direct=direct)
@@ -188,6 +196,7 @@ def test_a_rank_that_never_joins_is_a_timeout_naming_it(direct):
 
 
 @pytest.mark.parametrize("direct", ["0", "1"])
+@pytest.mark.slow
 def test_an_aborted_group_fails_its_pending_op_at_once(direct):
     before = ccl_segments()
     r0, r1 = _two_ranks("abort", "3", direct=direct)
@@ -201,6 +210,7 @@ def test_an_aborted_group_fails_its_pending_op_at_once(direct):
     assert ccl_segments() - before == set()
 
 
+@pytest.mark.slow
 def test_conformance_framework_torch_prints_tables_and_passes():
     env = {k: v for k, v in os.environ.items() if k != "ANYCHIP_TORCH"}
     done = subprocess.run(python_command(["-m", "anychip", "conformance", "--framework", "torch", "--device",
@@ -218,6 +228,7 @@ def test_conformance_framework_torch_prints_tables_and_passes():
 
 
 @pytest.mark.parametrize("direct", ["0", "1"])
+@pytest.mark.slow
 def test_work_wait_timeout_raises_naming_the_op_and_leaves_it_pending(direct):
     before = ccl_segments()
     r0, r1 = _two_ranks("late", "60", direct=direct)

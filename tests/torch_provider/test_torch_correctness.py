@@ -21,14 +21,6 @@ from anychip._spawn import python_command  # noqa: E402
 HERE = Path(__file__).parent
 
 
-@pytest.fixture(scope="module")
-def at():
-    os.environ.pop("ANYCHIP_TORCH", None)
-    os.environ.pop("ANYCHIP_LAUNCH_DEVICE", None)
-    import anychip.torch as module
-    return module
-
-
 # the first import on a fresh machine compiles the extension (a minute or two)
 @pytest.mark.timeout(LONG_TEST_SECONDS)
 def test_this_process_binds_the_ascend(at):
@@ -39,6 +31,7 @@ def test_this_process_binds_the_ascend(at):
 
 @pytest.mark.timeout(LONG_TEST_SECONDS)
 @pytest.mark.parametrize("chip", ["ascend", "kunlun", "hygon"])
+@pytest.mark.slow
 def test_pending_results_read_right_while_the_current_device_changes(chip):
     # tests/torch_provider/device_switch.py: the first uses of anychip:1 and anychip:2 while
     # anychip:0's kernel is pending, then 100 rounds over 4 devices and 3 streams each, with
@@ -250,6 +243,7 @@ def test_adam_moves_a_complex_parameter_as_on_the_cpu(at, foreach):
 
 
 
+@pytest.mark.slow
 def test_c10d_reduces_complex_tensors_in_place(at):
     # torch runs a complex tensor's all_reduce / broadcast / all_gather through view_as_real
     # (before: the input came back unreduced, without an error)
@@ -414,6 +408,7 @@ EVENTS_PROGRAM = textwrap.dedent("""
 
 
 @pytest.mark.timeout(LONG_TEST_SECONDS)
+@pytest.mark.slow
 def test_a_c_plugins_events_work_on_another_device_than_the_current_one(scaffold_plugin):
     # (before: "event_query failed: status 1 (invalid argument): event_query: not an event of
     # device 0" for an event of anychip:1, and the cross-device wait_stream refused)

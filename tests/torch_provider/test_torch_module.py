@@ -24,14 +24,6 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 
 
-@pytest.fixture(scope="module")
-def at():
-    os.environ.pop("ANYCHIP_TORCH", None)
-    os.environ.pop("ANYCHIP_LAUNCH_DEVICE", None)
-    import anychip.torch as module
-    return module
-
-
 # ---- the device module ---------------------------------------------------------------------------
 
 # what torch's code looks up on a PrivateUse1 device module (torch/utils/backend_registration.py,
@@ -317,6 +309,7 @@ def test_import_torch_binds_the_device_only_where_marked(at):
 
 
 @pytest.mark.timeout(LONG_CHILD_SECONDS)
+@pytest.mark.slow
 def test_spawned_dataloader_workers_use_the_device_without_importing_anychip(at):
     sys.path.insert(0, str(HERE))
     try:
@@ -332,6 +325,7 @@ def test_spawned_dataloader_workers_use_the_device_without_importing_anychip(at)
 # ---- the parallel APIs on 4 ranks ------------------------------------------------------------------------
 
 @pytest.mark.timeout(LONG_TEST_SECONDS)
+@pytest.mark.slow
 def test_parallel_stages_on_four_ranks_equal_one_device(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_TORCH_C10D_DIRECT")}
     cmd = python_command(["-m", "anychip", "launch", "-n", "4", "--device", "ascend",

@@ -187,6 +187,7 @@ def test_opinfo_subset_agrees_with_the_cpu(op_db):
 
 
 @pytest.mark.timeout(LONG_TEST_SECONDS)
+@pytest.mark.slow
 def test_opinfo_every_float32_op_agrees_with_the_cpu(op_db):
     out = _check(op_db)
     print(f"\nOpInfo float32 on anychip ({len(op_db)} entries): {len(out['pass'])} agree, {len(out['fail'])} fail "
@@ -211,6 +212,7 @@ print("RESULT " + json.dumps({"backend": at.backend(), "launches": at._C.kernel_
 
 
 @pytest.mark.timeout(LONG_TEST_SECONDS)
+@pytest.mark.slow
 def test_opinfo_subset_on_a_c_plugins_kernel_table(scaffold_plugin):
     from pathlib import Path
 

@@ -22,14 +22,6 @@ import anychip  # noqa: E402
 from anychip._spawn import python_command  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def at():
-    os.environ.pop("ANYCHIP_TORCH", None)
-    os.environ.pop("ANYCHIP_LAUNCH_DEVICE", None)
-    import anychip.torch as module
-    return module
-
-
 # the first import on a fresh machine compiles the extension (a minute or two)
 @pytest.mark.timeout(LONG_TEST_SECONDS)
 def test_the_extension_builds_into_the_cache_and_binds_the_ascend(at):
@@ -40,6 +32,34 @@ def test_the_extension_builds_into_the_cache_and_binds_the_ascend(at):
     assert torch.accelerator.current_accelerator() == torch.device("anychip")
     assert list(_build.cache_dir().glob(f"*/{_build.MODULE}*.so"))
     assert torch.anychip is at
+
+
+def test_a_second_environment_with_the_same_torch_loads_the_cached_build(at, tmp_path):
+    """The build is keyed by the torch version and the sources, not by where they are installed:
+    torch and anychip imported through other paths (as a second virtual environment has them)
+    find this environment's build and compile nothing (the key held the paths: it recompiled)."""
+    from pathlib import Path
+
+    from anychip.torch import _build
+    (tmp_path / "other").symlink_to(Path(anychip.__file__).parent.parent)
+    (tmp_path / "torch").symlink_to(Path(torch.__file__).parent)
+    code = textwrap.dedent("""
+        from pathlib import Path
+        import torch
+        import anychip.torch
+        from anychip.torch import _build
+        print("FROM", torch.__file__, anychip.__file__)
+        print("KEY", _build._key(_build._commands(Path("OUT"))))
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_LAUNCH_DEVICE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "other"), str(tmp_path)])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines["FROM"] == f"{tmp_path}/torch/__init__.py {tmp_path}/other/anychip/__init__.py"
+    assert lines["KEY"] == _build._key(_build._commands(Path("OUT")))
+    assert "compiling" not in done.stderr, done.stderr
 
 
 def test_a_failing_compile_says_which_command_failed_and_leaves_no_build(tmp_path):
@@ -487,6 +507,7 @@ PROGRAM = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("chip", ["kunlun", "hygon"])
+@pytest.mark.slow
 def test_the_other_simulated_chips_serve_the_device(chip):
     env = {**os.environ, "ANYCHIP_TORCH": chip}
     env.pop("ANYCHIP_LAUNCH_DEVICE", None)
@@ -513,3 +534,49 @@ def test_an_unknown_backend_is_refused_naming_the_choices():
     assert "ANYCHIP_TORCH=nosuchchip: anychip has no backend 'nosuchchip'" in done.stderr
     assert "set ANYCHIP_TORCH to one of ascend, kunlun, hygon" in done.stderr
     assert sys.executable
+
+
+def test_simulated_chips_with_no_devices_are_named_as_such():
+    """ANYCHIP_SIM_DEVICES=0: the simulated chips are built but have no device; the error says so
+    (it said they "need anychip's built simulator libraries")."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_LAUNCH_DEVICE")}
+    env["ANYCHIP_SIM_DEVICES"] = "0"
+    done = subprocess.run(python_command(["-c", "import anychip.torch"]), capture_output=True, text=True, env=env,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "anychip.runtime.errors.InvalidArgumentError: anychip.torch: no anychip backend with an anychip/plugin.h "
+        "face is available here (the simulated chips (ascend, kunlun, hygon) have 0 devices: ANYCHIP_SIM_DEVICES=0)")
+    assert "built simulator libraries" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_forked_child_is_told_to_use_spawn():
+    """In a child forked after the device was set up, allocating and reading the parent's tensor
+    say "forked child ... 'spawn' start method", as CUDA does (they named a destroyed stream and an
+    unknown source pointer); the parent's device still works."""
+    code = textwrap.dedent("""
+        import os, torch, anychip.torch
+        x = torch.arange(4.0, device="anychip")
+        pid = os.fork()
+        if pid == 0:
+            print("CHILD bad fork", torch.anychip._is_in_bad_fork(), flush=True)
+            for what, fn in (("alloc", lambda: torch.empty(4, device="anychip")), ("read", lambda: x.cpu())):
+                try:
+                    fn()
+                    print("CHILD", what, "ok", flush=True)
+                except RuntimeError as exc:
+                    print("CHILD", what, str(exc).splitlines()[0], flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("PARENT", torch.anychip._is_in_bad_fork(), (x + 1).cpu().tolist(), flush=True)
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_LAUNCH_DEVICE")}
+    done = subprocess.run(python_command(["-c", code]), capture_output=True, text=True, env=env,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    want = ("anychip ascend: this is a forked child of the process that set up the anychip device (import "
+            "anychip.torch): its device memory, tensors and streams do not survive fork(); use the 'spawn' start "
+            "method (multiprocessing.get_context('spawn'), torch.multiprocessing.set_start_method('spawn'))")
+    assert done.stdout.splitlines() == ["CHILD bad fork True", f"CHILD alloc {want}", f"CHILD read {want}",
+                                        "PARENT False [1.0, 2.0, 3.0, 4.0]"], done.stdout + done.stderr[-2000:]

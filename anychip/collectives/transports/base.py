@@ -8,8 +8,11 @@ package implements it:
   or a whole ``comm.group()``: its point-to-point ops progress together, then its
   collectives in order) on ``stream``; errors known at once are raised, errors of
   enqueued work come from ``Work.wait``;
-* ``prepare(specs)`` / ``submit_prepared(prepared, stream)``: optional, a cheaper path
-  for an op submitted again and again;
+* ``prepare(specs)`` / ``submit_prepared(prepared, stream, reuse=False, work=None)``: optional,
+  a cheaper path for an op submitted again and again (a :class:`~..communicator.PreparedOp`);
+  with ``reuse``, ``work`` is the Work this transport returned for the previous launch of the
+  same prepared op (None at the first), which it may re-arm and return instead of making a new
+  one;
 * ``exchange(obj) -> list``: all-gather of a small picklable object, in call order with
   the ops (bootstrap of native libraries, ``split``);
 * ``sub(ranks, tag, label) -> Transport``: a transport for the listed ranks (new rank =
@@ -43,7 +46,8 @@ class Transport:
         rebuilds the specs around it); it stays valid while the buffers are alive and not freed."""
         return specs, None
 
-    def submit_prepared(self, prepared: tuple[list[OpSpec], Any], stream: Stream) -> Work:
+    def submit_prepared(self, prepared: tuple[list[OpSpec], Any], stream: Stream, reuse: bool = False,
+                        work: Work | None = None) -> Work:
         return self.submit(prepared[0], stream)
 
     def exchange(self, obj: Any) -> list[Any]:

@@ -18,10 +18,21 @@ MPI has no float16 / bfloat16 arithmetic and no average: half types are widened 
 float32, summed by MPI and rounded once (as the engine does, so every rank gets the
 same bits); avg is a sum divided once at the end (int8 / uint8 / int32 summed in
 int64, so the average of the true sum is taken, truncated toward zero).
+
+Small messages (up to :data:`PERSISTENT_MAX` bytes, cpu buffers, an op MPI does itself)
+go through MPI 4's persistent collectives (``MPI_Allreduce_init`` ... ``MPI_Start``): one
+request per op signature (kind, count, dtype, op, root), made the first time the signature
+comes, with buffers of its own that the op's data is copied into and out of. A nonblocking
+collective (``MPI_Iallreduce``) costs MPICH a schedule built at every call, several times
+its blocking call's time at 8 bytes; a started persistent request costs about the blocking
+call. The requests are keyed by signature, not by buffers, because MPI matches persistent
+collectives by the order of their init calls: every rank calls the same ops with the same
+signatures in the same order, so every rank makes each request at the same op.
 """
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import sys
 import threading
@@ -32,12 +43,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...runtime.env import collective_check
 from ...runtime.errors import CollectiveTimeout, InvalidArgumentError, UnsupportedError
-from .staged import DTYPE_BYTES, Item, StagedTransport, finish_avg, from_acc, to_acc
+from ..communicator import Work
+from .base import sizes
+from .staged import DTYPE_BYTES, NP_TYPES, Item, StagedTransport, finish_avg, from_acc, to_acc
 
 if TYPE_CHECKING:
     from ...runtime.device import Device
+    from ...runtime.stream import Stream
     from .._bootstrap import World
+    from ..communicator import OpSpec
 
 __all__ = ["MpiTransport", "load_mpi"]
 
@@ -52,6 +68,15 @@ _ANSWER_WAIT_S = 1.0
 _POLLS_PER_LOOK = 64
 #: polls before a wait yields the CPU between polls (MPICH's MPIR_CVAR_POLLS_BEFORE_YIELD default)
 _POLLS_BEFORE_YIELD = 1000
+#: largest message (bytes a rank sends or receives) that takes a persistent request (see the docstring)
+PERSISTENT_MAX = 64 << 10
+#: persistent requests a communicator keeps; past it they are all freed (every rank at the same op)
+_PERSISTENT_KEEP = 64
+#: the kinds with a persistent form: MPI's init call on mpi4py's communicator
+_INIT_CALLS = {"all_reduce": "Allreduce_init", "broadcast": "Bcast_init", "reduce": "Reduce_init",
+               "all_gather": "Allgather_init", "reduce_scatter": "Reduce_scatter_block_init",
+               "all_to_all": "Alltoall_init"}
+_memmove = ctypes.memmove
 
 
 #: (requests, what) of the collectives abandoned by a timeout, while they are incomplete
@@ -74,7 +99,7 @@ def _end_abandoned(MPI: Any) -> None:
         return
     deadline = time.monotonic() + 0.2
     while True:
-        stuck = [what for reqs, what in _abandoned if not MPI.Request.Testall(reqs)]
+        stuck = [what for reqs, what in _abandoned if not _tester(MPI, reqs)()]
         if not stuck or time.monotonic() > deadline:
             break
         time.sleep(0.01)
@@ -89,6 +114,15 @@ def _end_abandoned(MPI: Any) -> None:
         time.sleep(0.25)
         _unlink_mpi_segments()
         MPI.COMM_WORLD.Abort(1)
+
+
+def _tester(MPI: Any, reqs: list[Any]) -> Any:
+    """A function of nothing that tests ``reqs`` (True: all complete). One request is tested
+    by its own ``Test``: mpi4py's ``Testall`` fails on a started persistent request."""
+    if len(reqs) == 1:
+        return reqs[0].Test
+    Testall = MPI.Request.Testall
+    return lambda: Testall(reqs)
 
 
 #: The MPI libraries' own shared-memory segments: MPICH's and Open MPI's.
@@ -133,6 +167,10 @@ def _mpi_type(MPI: Any, dtype: np.dtype) -> Any:
     return _TYPES[dtype]
 
 
+#: the element types MPI reduces itself (the others are widened: see the module docstring)
+_MPI_NUMERIC = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.int64, np.float32, np.float64))
+
+
 def _mpi_op(MPI: Any, op: str) -> Any:
     if not _OPS:
         _OPS.update(sum=MPI.SUM, avg=MPI.SUM, prod=MPI.PROD, min=MPI.MIN, max=MPI.MAX)
@@ -163,6 +201,10 @@ class MpiTransport(StagedTransport):
         self._opno = 0                              # ops this rank has waited for
         self._where: dict[int, tuple[int, str]] = {}  # rank -> (op #, op) it said it was in
         self._sends: list[Any] = []                 # those messages, kept until MPI_Finalize
+        # signature -> (persistent request, its send array's address, its recv array's address,
+        # the arrays); see the module docstring
+        self._persistent: dict[tuple, tuple[Any, int, int, Any]] = {}
+        self._has_persistent = hasattr(comm, "Allreduce_init")
 
     # -- interface ------------------------------------------------------------
     def exchange(self, obj: Any) -> list[Any]:
@@ -178,8 +220,96 @@ class MpiTransport(StagedTransport):
     def close(self) -> None:
         comm, self.comm = self.comm, None
         MPI = self.MPI
+        if not MPI.Is_finalized():
+            self._free_persistent()
         if comm is not None and comm != MPI.COMM_WORLD and not MPI.Is_finalized():
             comm.Free()
+
+    # -- small messages: persistent requests ---------------------------------------
+    def prepare(self, specs: list[OpSpec]) -> tuple[list[OpSpec], Any]:
+        """(specs, None), or for one small op on cpu buffers that MPI runs itself: (specs, its
+        signature, the buffers' addresses and the bytes to copy in and out)."""
+        if len(specs) != 1 or not self._has_persistent or self.device.backend != "cpu" or collective_check():
+            return specs, None
+        sp = specs[0]
+        if sp.kind not in _INIT_CALLS or sp.count == 0:
+            return specs, None
+        if sp.kind in ("all_reduce", "reduce", "reduce_scatter") and (
+                sp.op == "avg" or np.dtype(NP_TYPES[sp.dtype]) not in _MPI_NUMERIC or sp.dtype == "bfloat16"):
+            return specs, None
+        s_n, r_n = sizes(sp, self.size)
+        if max(s_n, r_n) > PERSISTENT_MAX:
+            return specs, None
+        if sp.kind == "reduce" and sp.root != self.rank:
+            r_n = 0                                 # recv is written on the root only
+        if sp.kind == "broadcast":
+            s_n = s_n if sp.root == self.rank else 0
+        saddr = sp.send.ptr if s_n and sp.send is not None else 0
+        raddr = sp.recv.ptr if r_n and sp.recv is not None else 0
+        return specs, (sp.signature(), saddr or 0, raddr or 0, s_n, r_n, sp.kind)
+
+    def submit_prepared(self, prepared: tuple[list[OpSpec], Any], stream: Stream, reuse: bool = False,
+                        work: Work | None = None) -> Work:
+        specs, native = prepared
+        if native is None:
+            return self.submit(specs, stream)
+        if self._failed is not None or self.comm is None:
+            self._live()
+        key, saddr, raddr, s_n, r_n, what = native
+        entry = self._persistent.get(key)
+        if entry is None:
+            entry = self._new_persistent(specs[0])
+        req, sbuf, rbuf, _ = entry
+        if s_n:
+            _memmove(sbuf, saddr, s_n)
+        req.Start()
+        if req.Test():
+            self._opno += 1
+        else:
+            self._wait([req], what)
+        if r_n:
+            _memmove(raddr, rbuf, r_n)
+        if reuse and work is not None:
+            return work
+        w = Work(what)
+        w._done = True
+        return w
+
+    def _new_persistent(self, sp: OpSpec) -> tuple[Any, int, int, Any]:
+        """The persistent request of ``sp``'s signature, on arrays of its own (each rank makes
+        it at the same op: the first of that signature since the last clear)."""
+        if len(self._persistent) >= _PERSISTENT_KEEP:
+            self._free_persistent()
+        MPI = self.MPI
+        s_n, r_n = sizes(sp, self.size)
+        if sp.kind == "broadcast":
+            s_n = 0                                 # in place on its own array
+        sarr = np.zeros(max(s_n, 1), np.uint8)
+        rarr = np.zeros(max(r_n, 1), np.uint8)
+        init = getattr(self.comm, _INIT_CALLS[sp.kind])
+        if sp.kind in ("all_reduce", "reduce", "reduce_scatter"):
+            t = _mpi_type(MPI, np.dtype(NP_TYPES[sp.dtype]))
+            op = _mpi_op(MPI, sp.op)
+            if sp.kind == "reduce":
+                req = init([sarr, t], [rarr, t], op, sp.root)
+            else:
+                req = init([sarr, t], [rarr, t], op)
+        elif sp.kind == "broadcast":
+            req = init([rarr, MPI.BYTE], sp.root)
+        else:
+            req = init([sarr, MPI.BYTE], [rarr, MPI.BYTE])
+        sbuf = sarr.ctypes.data if sp.kind != "broadcast" else rarr.ctypes.data
+        entry = (req, sbuf, rarr.ctypes.data, (sarr, rarr))
+        self._persistent[sp.signature()] = entry
+        return entry
+
+    def _free_persistent(self) -> None:
+        entries, self._persistent = self._persistent, {}
+        for req, *_ in entries.values():
+            try:
+                req.Free()
+            except Exception:  # noqa: BLE001 - an abandoned (still active) request stays MPI's
+                pass
 
     def _live(self) -> None:
         super()._live()
@@ -192,12 +322,12 @@ class MpiTransport(StagedTransport):
         polled: this spins, then yields the CPU between polls, as MPICH's blocking calls do.
         ``peers``: the ranks the op waits for (default: all)."""
         self._opno += 1
-        Testall = self.MPI.Request.Testall
-        if Testall(reqs):
+        done = _tester(self.MPI, reqs)
+        if done():
             return
         deadline = time.monotonic() + self.timeout
         polls = 0
-        while not Testall(reqs):
+        while not done():
             polls += 1
             if polls > _POLLS_BEFORE_YIELD:
                 os.sched_yield()

@@ -95,14 +95,30 @@ class _EventWork(Work):
     """Complete when an event recorded after the op has passed and the library reports
     no asynchronous error; or failed at once when its communicator is aborted."""
 
-    def __init__(self, what: str, transport: Any, event: Any, keep: Any) -> None:
+    def __init__(self, what: str, transport: Any, event: Any, keep: Any, reusable: bool = False) -> None:
         super().__init__(what)
         self._transport = transport
         self._event = event
         self._keep = keep
         self._since = time.monotonic()        # when it was enqueued (the watchdog's deadline)
         self._passed = False                  # the watchdog saw its event pass (nobody settled it yet)
-        transport._pending[id(self)] = weakref.ref(self)
+        self._reusable = reusable             # a prepared op's: re-armed by each launch, keeps its event
+        self._ref = weakref.ref(self)
+        transport._pending[id(self)] = self._ref
+
+    def _rearm(self, stream: Stream, keep: Any) -> None:
+        """Track the op just enqueued on ``stream`` (a prepared op's next launch): its own event
+        recorded again, the outcome reset."""
+        event = self._event
+        if event is None:                     # abandoned by an abort: the communicator is dead by now
+            raise self._transport._dead()
+        event.record(stream)
+        self._keep = keep
+        self._since = time.monotonic()
+        self._passed = False
+        self._exc = None
+        self._done = False
+        self._transport._pending[id(self)] = self._ref
 
     def __del__(self) -> None:
         # dropped before it settled: nobody can wait for its event any more, and the event's
@@ -121,10 +137,13 @@ class _EventWork(Work):
             exc = self._transport._async_failure(self._what)
             self._finish(exc)
             self._transport._pending.pop(id(self), None)
+            self._keep = None
+            if self._reusable:
+                return True                   # its event serves its next launch
             pool = self._transport._events
             if len(pool) < 64:
                 pool.append(self._event)      # passed: it may be recorded again
-            self._event = self._keep = None
+            self._event = None
         return True
 
     def _abandon(self, exc: BaseException) -> None:
@@ -325,15 +344,17 @@ class NativeTransport(_Outcomes, Transport):
         call = self.lib.bind(self._comm, sp.kind, send, recv, count, dtype, redop, root)
         return specs, (call, sp.kind, f"{sp.kind} ({self.lib.api}, group {self.label})")
 
-    def submit_prepared(self, prepared: tuple[list[OpSpec], Any], stream: Stream) -> Work:
+    def submit_prepared(self, prepared: tuple[list[OpSpec], Any], stream: Stream, reuse: bool = False,
+                        work: Work | None = None) -> Work:
         specs, native = prepared
         if native is None:
             return self.submit(specs, stream)
-        self._live()
+        if self._comm is None:
+            raise self._dead()
         call, what, where = native
         lib, plugin = self.lib, self._plugin
         lib.use_device(plugin, self.device.index)
-        on = self._side_enter(stream)
+        on = stream if lib.null_stream or not stream._default else self._side_enter(stream)
         raw = on._live()
         last = self._last_stream
         if last is not None and last[0] is raw:
@@ -347,10 +368,15 @@ class NativeTransport(_Outcomes, Transport):
             self._side_leave(on, stream)
         if rc:
             raise lib.error(rc, where)
-        event = self._events.pop() if self._events else Event(self.device)
-        event.record(stream)
         stream._keep_alive(specs)
-        return _EventWork(what, self, event, specs)
+        if not reuse:
+            event = self._events.pop() if self._events else Event(self.device)
+            event.record(stream)
+            return _EventWork(what, self, event, specs)
+        if type(work) is _EventWork and work._transport is self and work._reusable:
+            work._rearm(stream, specs)
+            return work
+        return _EventWork(what, self, Event(self.device).record(stream), specs, reusable=True)
 
     def handle(self) -> tuple[int, str, bool] | None:
         """For a caller that enqueues this group's ops itself, in C, through the library

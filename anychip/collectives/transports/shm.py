@@ -138,10 +138,9 @@ class ShmTransport(Transport):
                     self._export(own[i].recv, sp.recv)
         return specs, own
 
-    def submit_prepared(self, prepared: Any, stream: Stream) -> Work:
+    def submit_prepared(self, prepared: Any, stream: Stream, reuse: bool = False, work: Work | None = None) -> Work:
         specs, ops = prepared
         n = len(specs)
-        what = specs[0].kind if n == 1 else f"group of {n} ops"
         with self._lock:
             comm = self._comm
             if comm is None or self._aborted is not None:
@@ -150,11 +149,13 @@ class ShmTransport(Transport):
                 rc = self._lib.ccl_run(comm, ops, n)
                 if rc:
                     self._raise(rc)
+                if reuse and work is not None:   # complete on return, as every host-mode Work
+                    return work
             elif self.mode == "sim":
-                return self._submit_sim(specs, ops, stream, what)
+                return self._submit_sim(specs, ops, stream, specs[0].kind if n == 1 else f"group of {n} ops")
             else:
                 self._run_staged(specs, stream)
-        w = Work(what)
+        w = Work(specs[0].kind if n == 1 else f"group of {n} ops")
         w._done = True
         return w
 

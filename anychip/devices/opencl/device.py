@@ -67,7 +67,7 @@ def cl_code_name(code: int | None) -> str | None:
     try:
         import pyopencl as cl
 
-        return "CL_" + cl.status_code.to_string(code)  # type: ignore[operator]  # pyopencl's stubs call it a constant class
+        return "CL_" + cl.status_code.to_string(code)  # type: ignore[operator, unused-ignore]  # stubs: a constant
     except (ImportError, ValueError, AttributeError):
         return _CL_CODE_NAMES.get(code, f"CL_STATUS_{code}")
 

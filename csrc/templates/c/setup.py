@@ -1,5 +1,6 @@
 """Builds lib@name@.so, a plain shared library (not a Python extension module), into the
 package anychip_@name@, so that ``pip install .`` installs it where the entry point finds it."""
+import glob
 import os
 
 from setuptools import Extension, setup
@@ -19,11 +20,16 @@ setup(
     ext_modules=[
         Extension(
             "anychip_@name@.lib@name@",
-            sources=["src/@name@.c"],              # (it includes src/kernels.c)
-            depends=["src/kernels.c"],
+            sources=["src/@name@.c"],              # (it includes the other files of src/)
+            depends=sorted(glob.glob("src/*.c")),
             include_dirs=["include"],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-fvisibility=hidden"],
+@{!collectives
             libraries=["pthread", "m"],
+@}
+@{collectives
+            libraries=["pthread", "m", "rt"],     # rt: shm_open (in libc itself from glibc 2.34)
+@}
         )
     ],
     cmdclass={"build_ext": build_plugin},

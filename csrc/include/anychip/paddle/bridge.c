@@ -210,11 +210,15 @@ static C_Status comm_errors(void)
         anychip_status err = 0;
         if (P.comm_get_async_error(r->c, &err) != 0 || err == 0)
             continue;
+        /* the library's detail (which rank, what happened to it): the calling thread's last
+         * error, which comm_get_async_error sets to the failure it reports, as anychip reads it */
+        const char *detail = P.get_last_error ? P.get_last_error() : NULL;
         const char *text = P.get_error_string ? P.get_error_string(err) : NULL;
         if (!r->reported)
-            say("rank %d of %d: a collective failed on its stream: status %d%s%s%s%s", r->rank, r->nranks,
+            say("rank %d of %d: a collective failed on its stream: status %d%s%s%s%s%s%s", r->rank, r->nranks,
                 (int)err, text ? " (" : "", text ? text : "", text ? ")" : "",
-                err == P.timeout_status && err ? "; a peer did not join in time (ANYCHIP_COLLECTIVE_TIMEOUT)" : "");
+                err == P.timeout_status && err ? "; a peer did not join in time (ANYCHIP_COLLECTIVE_TIMEOUT)" : "",
+                detail && *detail ? ": " : "", detail && *detail ? detail : "");
         r->reported = 1;
         st = C_FAILED;
     }
@@ -708,11 +712,14 @@ static C_Status device_memory_allocate(const C_Device d, void **ptr, size_t size
     if (rc == 0)
         return C_SUCCESS;
     if (rc == P.oom_status || P.oom_status == 0) {
-        size_t free_bytes = 0, total = 0;
-        P.mem_info(d->id, &free_bytes, &total);
-        say("out of memory on %s:%d: %zu bytes requested, %zu of %zu bytes free (plugin status %d)", g_type,
-            d->id, size, free_bytes, total, (int)rc);
-        return C_FAILED;
+        /* out of memory is success with no pointer, as cudaMalloc's failure is to Paddle's CUDA
+         * allocator: Paddle's CustomAllocator then raises its out-of-memory error (BadAlloc, with
+         * the request and the free memory), on which the auto_growth allocator frees the chunks
+         * it keeps idle and tries again. A failed status would be an "External" error that
+         * skips that retry: after freeing five 8 MiB tensors of a 64 MiB device, 40 MiB failed
+         * until paddle.device.empty_cache(). */
+        *ptr = NULL;
+        return C_SUCCESS;
     }
     return check(rc, "mem_alloc");
 }

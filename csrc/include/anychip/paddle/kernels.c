@@ -1402,6 +1402,46 @@ static void k_matmul_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *y, PD_
 /* the master (accumulation) dtype MT of dtype `t`: Paddle's MPTypeTrait */
 static C_DataType master_of(C_DataType t) { return t == FLOAT16 || t == BFLOAT16 ? FLOAT32 : t; }
 
+/* An optimizer step's weights in its compute type c: pt is param_out (the param's own type); po takes the
+ * updated weights in c (the master output with multi_precision, param_out itself, or a temporary that
+ * weights_done casts back into param_out); *gp and *pin are the grad and the weights read in c. */
+static void weights_in(const char *op, PD_DeviceContext *ctx, temps *T, anychip_stream s, C_DataType c, int mp,
+                       const tview *p, const tview *g, const tview *w, PD_Tensor *param_out, PD_Tensor *master_out,
+                       tview *pt, tview *po, const void **gp, const void **pin)
+{
+    int dt = to_dtype(c);
+    int64_t n = p->n;
+    output(op, ctx, param_out, p->cdt, pt);
+    if (mp)
+        output(op, ctx, master_out, c, po);
+    else {
+        *po = *pt;
+        if (p->cdt != c)
+            po->p = temp(T, 1, &n, c);
+    }
+    *gp = g->p;
+    *pin = w->p;
+    if (g->cdt != c) {
+        void *t = temp(T, 1, &n, c);
+        un(op, s, ANYCHIP_OP_COPY, dt, g->dt, n, t, g->p);
+        *gp = t;
+    }
+    if (w->cdt != c) {
+        void *t = temp(T, 1, &n, c);
+        un(op, s, ANYCHIP_OP_COPY, dt, w->dt, n, t, w->p);
+        *pin = t;
+    }
+}
+
+/* The weights of their own type (float16 / bfloat16) from the update in c; then the temporaries go. */
+static void weights_done(const char *op, temps *T, anychip_stream s, C_DataType c, const tview *p, const tview *pt,
+                         const tview *po)
+{
+    if (p->cdt != c)
+        un(op, s, ANYCHIP_OP_COPY, p->dt, to_dtype(c), p->n, pt->p, po->p);
+    temps_free(T);
+}
+
 /* ---- AdamW ---------------------------------------------------------------------------------------- */
 
 /* Paddle's CPU AdamW, in its order: the decay p -= lr * lr_ratio * coeff * p, then Adam:
@@ -1464,28 +1504,10 @@ static void adamw(const char *op, PD_DeviceContext *ctx, PD_Tensor *param, PD_Te
     int dt = to_dtype(c);
     int64_t n = p.n, one = 1, zero = 0, unit = 1;
     tview po, pt, o1, o2;                 /* po: the updated weights, of type c; pt: param_out */
-    output(op, ctx, param_out, p.cdt, &pt);
-    if (mp)
-        output(op, ctx, master_out, c, &po);
-    else if (p.cdt == c)
-        po = pt;
-    else {
-        po = pt;
-        po.p = temp(&T, 1, &n, c);
-    }
+    const void *gp, *pin;
+    weights_in(op, ctx, &T, s, c, mp, &p, &g, &w, param_out, master_out, &pt, &po, &gp, &pin);
     output(op, ctx, m1_out, c, &o1);
     output(op, ctx, m2_out, c, &o2);
-    const void *gp = g.p, *pin = w.p;
-    if (g.cdt != c) {
-        void *t = temp(&T, 1, &n, c);
-        un(op, s, ANYCHIP_OP_COPY, dt, g.dt, n, t, g.p);
-        gp = t;
-    }
-    if (w.cdt != c) {
-        void *t = temp(&T, 1, &n, c);
-        un(op, s, ANYCHIP_OP_COPY, dt, w.dt, n, t, w.p);
-        pin = t;
-    }
     double b1 = c == FLOAT32 ? (double)(float)beta1 : beta1, b2 = c == FLOAT32 ? (double)(float)beta2 : beta2;
     double e = c == FLOAT32 ? (double)(float)eps : eps;
     void *t1 = temp(&T, 1, &n, c), *t2 = temp(&T, 1, &n, c);
@@ -1525,9 +1547,7 @@ static void adamw(const char *op, PD_DeviceContext *ctx, PD_Tensor *param, PD_Te
         ew(op, s, ANYCHIP_OP_MUL, dt, 1, &unit, r1.p, q1.p, &zero, kb1, &zero);
         ew(op, s, ANYCHIP_OP_MUL, dt, 1, &unit, r2.p, q2.p, &zero, kb2, &zero);
     }
-    if (p.cdt != c)                       /* the weights of their own type (float16 / bfloat16) */
-        un(op, s, ANYCHIP_OP_COPY, p.dt, dt, n, pt.p, po.p);
-    temps_free(&T);
+    weights_done(op, &T, s, c, &p, &pt, &po);
 }
 
 /* SGD's update, as Paddle's CPU kernel: param_out = param - lr * grad (in place); with master
@@ -1665,27 +1685,9 @@ static void momentum(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, P
     temps T = {ctx, op, {0}, 0};
     int dt = to_dtype(c);
     int64_t n = p.n, one = 1, zero = 0;
-    output(op, ctx, param_out, p.cdt, &pt);
-    if (mp)
-        output(op, ctx, master_out, c, &po);
-    else if (p.cdt == c)
-        po = pt;
-    else {
-        po = pt;
-        po.p = temp(&T, 1, &n, c);
-    }
+    const void *gp, *pin;
+    weights_in(op, ctx, &T, s, c, mp, &p, &g, &w, param_out, master_out, &pt, &po, &gp, &pin);
     output(op, ctx, velocity_out, c, &vo);
-    const void *gp = g.p, *pin = w.p;
-    if (g.cdt != c) {
-        void *t = temp(&T, 1, &n, c);
-        un(op, s, ANYCHIP_OP_COPY, dt, g.dt, n, t, g.p);
-        gp = t;
-    }
-    if (w.cdt != c) {
-        void *t = temp(&T, 1, &n, c);
-        un(op, s, ANYCHIP_OP_COPY, dt, w.dt, n, t, w.p);
-        pin = t;
-    }
     void *t = temp(&T, 1, &n, c);
     if (rescale != 1.0f) {
         void *r = temp(&T, 1, &n, c);
@@ -1708,9 +1710,7 @@ static void momentum(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, P
     } else                                                                                   /* lr * v */
         ew(op, s, ANYCHIP_OP_MUL, dt, 1, &n, t, l.p, &zero, vo.p, &one);
     ew(op, s, ANYCHIP_OP_SUB, dt, 1, &n, po.p, pin, &one, t, &one);
-    if (p.cdt != c)                       /* the weights of their own type (float16 / bfloat16) */
-        un(op, s, ANYCHIP_OP_COPY, p.dt, dt, n, pt.p, po.p);
-    temps_free(&T);
+    weights_done(op, &T, s, c, &p, &pt, &po);
 }
 
 static void k_momentum(PD_DeviceContext *ctx, PD_Tensor *param, PD_Tensor *grad, PD_Tensor *velocity, PD_Tensor *lr,

@@ -13,6 +13,7 @@
 // the host, the CPU kernel runs, the outputs are copied back; a few run on the chip's own
 // kernels where the library has plugin.h's kernel table (minor 1; "the chip's kernels" below).
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <atomic>
@@ -82,13 +83,29 @@ std::string status_text(anychip_status st)
     return text;
 }
 
+// Set in a process forked from one that set the device up (pthread_atfork): the parent's device
+// memory, streams and the plugin's state do not survive fork(), as CUDA's do not; every use of the
+// device there is refused saying so, rather than failing on a stale stream or pointer.
+std::atomic<bool> g_forked{false};
+
+void refuse_in_forked_child()
+{
+    TORCH_CHECK(!g_forked.load(std::memory_order_relaxed), "anychip ", g_backend,
+                ": this is a forked child of the process that set up the anychip device (import anychip.torch): "
+                "its device memory, tensors and streams do not survive fork(); use the 'spawn' start method "
+                "(multiprocessing.get_context('spawn'), torch.multiprocessing.set_start_method('spawn'))");
+}
+
 void check(anychip_status st, const char *what, int device)
 {
+    if (st != 0)
+        refuse_in_forked_child();
     TORCH_CHECK(st == 0, "anychip ", g_backend, ":", device, ": ", what, " failed: ", status_text(st));
 }
 
 void require_ready()
 {
+    refuse_in_forked_child();
     TORCH_CHECK(g_ready, "the anychip device is not initialized: import anychip.torch first");
 }
 
@@ -511,6 +528,7 @@ bool same_layout(const at::Tensor &a, const at::Tensor &b)
 
 at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking)
 {
+    refuse_in_forked_child();
     require_ready();
     // (a source of another shape broadcasts: it goes through the host, where copy_ expands it)
     if (dst.numel() == 0)
@@ -1418,6 +1436,7 @@ void init(const std::string &library, const std::string &backend, int count, py:
     }
     c10::SetAllocator(kType, &g_allocator);
     at::RegisterPrivateUse1HooksInterface(&g_hooks);
+    pthread_atfork(nullptr, nullptr, [] { g_forked.store(true); });
     g_ready = true;
 }
 

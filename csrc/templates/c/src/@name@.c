@@ -9,11 +9,22 @@
  *   - events: a recorded generation and a completion timestamp (CLOCK_MONOTONIC);
  *   - tensor kernels (src/kernels.c): elementwise, casts, reductions, GEMM and fill as plain
  *     loops, run by the stream workers in order with the copies.
+@{collectives
+ *   - collectives (src/collectives.c): plugin.h's NCCL-shaped entries over a stand-in library
+ *     between the processes of one host (shared memory), run by the stream workers in order.
+@}
  * Devices: @NAME@_DEVICES (default 4).
  *
  * To bring up a real chip, replace the functions marked DRIVER with your driver's calls
+@{collectives
+ * (README.md lists them), and the stand-in library's calls in src/collectives.c with your
+ * collective library's.
+@}
+@{!collectives
  * (README.md lists them). Collectives are left out: anychip's host transport serves until
- * you add your collective library's entries (see plugin.h, "COLLECTIVES").
+ * you add your collective library's entries (see plugin.h, "COLLECTIVES";
+ * `anychip plugin new NAME --collectives` writes them).
+@}
  */
 #define _GNU_SOURCE
 #include <anychip/plugin.h>
@@ -35,7 +46,12 @@ enum {
     S_BAD_POINTER = 3,      /* not memory of this device */
     S_NOT_READY = 4,        /* work still pending (stream_query / event_query) */
     S_BAD_DEVICE = 5,       /* no such device */
-    S_SYSTEM = 6            /* the host refused a thread, a lock or memory */
+    S_SYSTEM = 6,           /* the host refused a thread, a lock or memory */
+@{collectives
+    S_TIMEOUT = 7,          /* a collective's peer did not answer in time (timeout_status) */
+    S_PEER = 8,             /* a collective's peer exited, or called another op */
+    S_ABORTED = 9,          /* the communicator was aborted */
+@}
 };
 
 static const char *error_string(anychip_status s) {
@@ -47,6 +63,11 @@ static const char *error_string(anychip_status s) {
     case S_NOT_READY: return "not ready";
     case S_BAD_DEVICE: return "no such device";
     case S_SYSTEM: return "system error";
+@{collectives
+    case S_TIMEOUT: return "timed out waiting for a peer";
+    case S_PEER: return "a peer failed";
+    case S_ABORTED: return "communicator aborted";
+@}
     default: return "unknown status";
     }
 }
@@ -214,7 +235,7 @@ static void event_release(struct anychip_event_s *e) {
 }
 
 /* ---- streams: a worker thread running queued tasks in order ------------------------- */
-typedef enum { T_COPY, T_FILL, T_RECORD, T_WAIT, T_KERNEL } task_kind;
+typedef enum { T_COPY, T_FILL, T_RECORD, T_WAIT, T_KERNEL, T_HOST } task_kind;
 
 struct kernel_call;                               /* a tensor kernel's arguments (kernels.c) */
 static void run_kernel(struct kernel_call *call); /* runs it, then frees it */
@@ -228,6 +249,8 @@ typedef struct task {
     anychip_event event;
     uint64_t generation;
     struct kernel_call *kernel;
+    void (*host)(void *);       /* T_HOST: a function the worker calls, in order with the rest */
+    void *arg;
     struct task *next;
 } task;
 
@@ -263,6 +286,7 @@ static void run(task *t) {   /* DRIVER: what the chip does for each queued comma
         event_release(t->event);
         break;
     case T_KERNEL: run_kernel(t->kernel); break;
+    case T_HOST: t->host(t->arg); break;
     }
 }
 
@@ -495,6 +519,11 @@ static anychip_status stream_wait_event(int d, anychip_stream s, anychip_event e
 
 /* ---- tensor kernels: the KERNELS table (one translation unit with this file) --------------- */
 #include "kernels.c"
+@{collectives
+
+/* ---- collectives: the COLLECTIVES entries (one translation unit with this file) ------------ */
+#include "collectives.c"
+@}
 
 /* ---- the table ------------------------------------------------------------------------ */
 ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
@@ -538,5 +567,8 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     p->event_elapsed_ms = event_elapsed_ms;
 
     p->kernels = &KERNELS;
+@{collectives
+    set_collectives(p);
+@}
     return S_OK;
 }
