@@ -61,25 +61,28 @@ class Deadline:
         self.path, self.rank, self.seconds = path, rank, seconds
         self._case: tuple[str, str] | None = None
         self._since = 0.0
+        self._limit = seconds
         self._lock = threading.Lock()
         threading.Thread(target=self._watch, name="conformance-deadline", daemon=True).start()
 
-    def case(self, name: str, group: str) -> None:
+    def case(self, name: str, group: str, seconds: float | None = None) -> None:
+        """A new case begins; it has ``seconds`` (default: the deadline given at the start)."""
         with self._lock:
             self._case, self._since = (name, group), time.monotonic()
+            self._limit = self.seconds if seconds is None else seconds
 
     def _watch(self) -> None:
         while True:
             time.sleep(0.25)
             with self._lock:
-                late = self._case is not None and time.monotonic() - self._since > self.seconds
-                case = self._case
+                late = self._case is not None and time.monotonic() - self._since > self._limit
+                case, limit = self._case, self._limit
             if late and case is not None:
                 name, group = case
-                why = f"rank {self.rank}: no answer in {self.seconds:g} s (case {name})"
+                why = f"rank {self.rank}: no answer in {limit:.4g} s (case {name})"
                 _Writer(self.path).write("case", name=name, group=group, status="failed", detail=why,
-                                         expected=f"an outcome within {self.seconds:g} s", got=why,
-                                         seconds=self.seconds, rank=self.rank, extra={})
+                                         expected=f"an outcome within {limit:.4g} s", got=why,
+                                         seconds=limit, rank=self.rank, extra={})
                 print(f"anychip conformance: {why}", file=sys.stderr, flush=True)
                 os._exit(3)
 
@@ -104,6 +107,36 @@ def _row_record(row: Row, per_rank: list[dict], n: int) -> dict:
     wrong = sum(rec[p]["wrong"] for p in ("oop", "ip") if p in rec)
     rec["status"] = "passed" if wrong == 0 else "failed"
     return rec
+
+
+def traffic(row: Row, cfg: Config, timed: bool) -> int:
+    """Bytes a row moves on a rank (its larger buffer, once per op run: the checked repetitions,
+    the timed and untimed iterations, in each placement)."""
+    placements = 1 if row.op == "sendrecv" else 2
+    checks = (cfg.checks + 1 if timed else 2) if cfg.checks else 0
+    ops = checks + (cfg.iters + cfg.warmup if timed else min(1, cfg.iters))
+    return row.nbytes * placements * max(1, ops)
+
+
+class RowDeadlines:
+    """Deadlines of the collective rows scaled with the bandwidth measured so far: a row has the
+    run's deadline or 8 times what its traffic takes at the slowest rate seen on rows of 1 MiB
+    or more, whichever is longer (a correct library that is slow, or slowed by load, is not
+    failed; a hang is still stopped). An explicit ``--deadline`` is kept as given."""
+
+    def __init__(self, cfg: Config, base: float) -> None:
+        self.cfg, self.base = cfg, base
+        self.rate: float | None = None            # bytes per second
+
+    def of(self, row: Row, timed: bool) -> float:
+        if self.cfg.deadline or not self.rate:
+            return self.base
+        return max(self.base, 8 * traffic(row, self.cfg, timed) / self.rate)
+
+    def saw(self, row: Row, timed: bool, seconds: float) -> None:
+        if row.nbytes >= 1 << 20 and seconds > 0:
+            rate = traffic(row, self.cfg, timed) / seconds
+            self.rate = rate if self.rate is None else min(self.rate, rate)
 
 
 def _run_row(comm: Any, row: Row, cfg: Config, index: int, timed: bool = True) -> dict:
@@ -146,7 +179,9 @@ def main_job(cfg: Config, path: str) -> int:
     dev, n, rank = comm.device, comm.size, comm.rank
     lead = rank == 0
     out = _Writer(path if lead else None)
-    deadline = Deadline(path, rank, cfg.deadline or max(10.0, 0.75 * cfg.timeout))
+    base = cfg.deadline or max(10.0, 0.75 * cfg.timeout)
+    deadline = Deadline(path, rank, base)
+    row_deadlines = RowDeadlines(cfg, base)
     per_device = -(-n // max(1, dev.plugin.device_count()))
     if lead:
         out.write("start", device=str(dev), backend=dev.backend, simulated=bool(dev.simulated),
@@ -169,8 +204,10 @@ def main_job(cfg: Config, path: str) -> int:
         records = []
         t = time.perf_counter()
         for i, row in mine:
-            deadline.case(op, "collective")
+            deadline.case(op, "collective", row_deadlines.of(row, row in timed))
+            t_row = time.perf_counter()
             rec = _row_record(row, comm.exchange(_run_row(comm, row, cfg, i, row in timed)), n)
+            row_deadlines.saw(row, row in timed, time.perf_counter() - t_row)
             records.append(rec)
             if lead:
                 out.write("row", **rec)

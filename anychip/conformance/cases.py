@@ -46,10 +46,11 @@ def BUSBW_FACTOR(op: str, n: int) -> float:   # noqa: N802 - a table of nccl-tes
 
 
 DEVICE_CASES: tuple[str, ...] = ("alloc_free", "copy_h2d_d2h", "copy_d2d", "memset", "stream_order",
-                                 "events_timing", "oom_recovery", "bad_free", "kernels")
+                                 "events_timing", "stream_query", "event_rerecord", "elapsed_time", "wait_binding",
+                                 "device_synchronize", "mem_info", "copy_peer", "oom_recovery", "bad_free", "kernels")
 #: collective cases beyond the tables (they run when any collective is chosen)
-COMM_CASES: tuple[str, ...] = ("stream_order_ccl", "p2p_matching")
-FAULT_CASES: tuple[str, ...] = ("bad_root", "mismatched_count", "timeout", "killed_rank")
+COMM_CASES: tuple[str, ...] = ("stream_order_ccl", "p2p_matching", "split", "group_collectives", "op_streams")
+FAULT_CASES: tuple[str, ...] = ("bad_root", "mismatched_count", "timeout", "abort", "killed_rank")
 #: every named case, in the order they run and are reported
 CASE_NAMES: tuple[str, ...] = DEVICE_CASES + OPS + COMM_CASES + FAULT_CASES
 
@@ -198,6 +199,17 @@ def plan(cfg: Config) -> list[Row]:
         for size in cfg.boundary:
             todo += [_row(op, size, d, "sum", 0, n, "plus" if i % 2 == 0 else "minus")
                      for i, d in enumerate(cfg.boundary_dtypes)]
+        if cfg.boundary:
+            # past the first chunks: a non-sum reduction and a root other than 0, and avg of large
+            # integers (exact only in the integer type: a float32 or float64 average is wrong)
+            size = cfg.boundary[0]
+            if op in REDUCING:
+                todo += [_row(op, size, "float32", "max", n - 1, n, "minus"),
+                         _row(op, size, "int64", "avg", n - 1, n, "plus")]
+                if op == "all_reduce":
+                    todo.append(_row(op, size, "int32", "avg", -1, n, "minus"))
+            elif rooted:
+                todo.append(_row(op, size, "float32", "none", n - 1, n, "minus"))
         for row in todo:
             if row not in seen:
                 seen.add(row)
@@ -346,6 +358,10 @@ def inputs(count: int, dtype: str, redop: str, n: int, rank: int, seed: int) -> 
         return np.resize(inputs(PERIOD, dtype, redop, n, rank, seed), count)
     key = seed * 1_000_003 + 17
     if redop == "avg":
+        if dtype in _AVG_WIDE:          # sums far above 2^24 (and 2^53): exact in the integer type only
+            v = _AVG_WIDE[dtype] // n
+            w = _bits(count, key * 131 + rank + 1)
+            return (w % np.uint64(2 * v + 1)).astype(np.int64) - v
         h = (np.arange(count, dtype=np.int64) * 2654435761 + seed * 1000003 + rank * 7919) % 2147483647
         if dtype == "uint8":
             return h % (255 // n + 1)
@@ -358,7 +374,12 @@ def inputs(count: int, dtype: str, redop: str, n: int, rank: int, seed: int) -> 
             return (mine >> np.uint64(1)).astype(np.int64) * np.where((mine & np.uint64(1)) == 1, -1, 1)
         return (mine % np.uint64(span)).astype(np.int64) + lo
     if redop in ("min", "max"):
-        return _floats(mine, dtype, -6, 7)
+        vals = _floats(mine, dtype, -6, 7)
+        # NaN: at about one element in 17 on one rank, one in 97 on every rank (see count_wrong)
+        pick = _bits(count, key + 5)
+        one = (pick % np.uint64(17) == 0) & ((pick >> np.uint64(20)) % np.uint64(max(1, n)) == rank)
+        every = pick % np.uint64(97) == 1
+        return np.where(one | every, np.nan, vals)
     # sum / prod of floats: two active ranks per element
     pick = _bits(count, key)
     a = (pick % np.uint64(n)).astype(np.int64)
@@ -373,17 +394,24 @@ def inputs(count: int, dtype: str, redop: str, n: int, rank: int, seed: int) -> 
     return np.where(active, vals, identity)
 
 
-_REDUCE = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}
+#: the sums of integer avg rows reach this (int32: 2^31 - 1; int64: 2^62, so the check's products fit)
+_AVG_WIDE = {"int32": (1 << 31) - 1, "int64": 1 << 62}
+
+#: min and max ignore a NaN operand here (IEEE maxNum, fmax); where any operand is NaN a NaN
+#: result is right too (see count_wrong)
+_REDUCE = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.fmin, "max": np.fmax}
+_PROPAGATE = {"min": np.minimum, "max": np.maximum}
 
 
-def reduced(xs: list[np.ndarray], redop: str) -> np.ndarray:
+def reduced(xs: list[np.ndarray], redop: str, propagate: bool = False) -> np.ndarray:
     """The exact reduction over ranks: int64 (modular: wraps where the dtype wraps, see
     :func:`encode`) or float64 (exact for these inputs: at most two operands differ from the
     identity, and their sum or product fits float64's 53 bits)."""
     out = np.array(xs[0], copy=True)
-    with np.errstate(over="ignore"):
+    fn = _PROPAGATE[redop] if propagate and redop in _PROPAGATE else _REDUCE[redop]
+    with np.errstate(over="ignore", invalid="ignore"):
         for x in xs[1:]:
-            _REDUCE[redop](out, x, out=out)
+            fn(out, x, out=out)
     return out
 
 
@@ -395,6 +423,8 @@ def count_wrong(got: np.ndarray, expect: np.ndarray, dtype: str, redop: str, n: 
     exact sums): exact after rounding to nearest even (floats) or wrapping (integers), except avg,
     within the dtype's rounding."""
     if redop == "avg":
+        if dtype in _AVG_WIDE:          # exactly: |got - sum / n| < 1, in integers
+            return int(np.count_nonzero(np.abs(got.astype(np.int64) * n - expect.astype(np.int64)) >= n))
         mean = expect / n
         if dtype in _AVG_TOL:
             return int(np.count_nonzero(np.abs(got - mean) > _AVG_TOL[dtype] * np.maximum(1.0, np.abs(mean))))
@@ -470,32 +500,39 @@ def _tiled(base: np.ndarray, start: int, stop: int) -> np.ndarray:
     return np.resize(np.roll(base, -(start % len(base))), stop - start)
 
 
-def _expected(row: Row, bases: list[np.ndarray], rank: int, n: int) -> np.ndarray | None:
-    """This rank's exact result (unrounded), from every rank's inputs over one period."""
+def _expected(row: Row, bases: list[np.ndarray], rank: int, n: int, propagate: bool = False) -> np.ndarray | None:
+    """This rank's exact result (unrounded), from every rank's inputs over one period (min and max:
+    NaN operands ignored, or with ``propagate`` propagated)."""
     p = row.per_rank(n)
     if row.op in ("all_reduce", "reduce"):
         if row.op == "reduce" and rank != row.root:
             return None
-        return _tiled(reduced(bases, row.redop), 0, p)
+        return _tiled(reduced(bases, row.redop, propagate), 0, p)
     if row.op == "broadcast":
         return _tiled(bases[row.root], 0, p)
     if row.op == "all_gather":
         return np.concatenate([_tiled(b, 0, p) for b in bases])
     if row.op == "reduce_scatter":
-        return _tiled(reduced(bases, row.redop), rank * p, (rank + 1) * p)
+        return _tiled(reduced(bases, row.redop, propagate), rank * p, (rank + 1) * p)
     if row.op == "all_to_all":
         return np.concatenate([_tiled(b, rank * p, (rank + 1) * p) for b in bases])
     return _tiled(bases[(rank - 1) % n], 0, p)            # sendrecv: from the previous rank of the ring
 
 
-def _wrong(raw: np.ndarray, expect: np.ndarray, dtype: str, redop: str, n: int) -> int:
-    """Wrong elements of ``raw`` (the dtype's bytes) against the exact results ``expect``."""
+def _wrong(raw: np.ndarray, expect: np.ndarray, dtype: str, redop: str, n: int,
+           nan_ok: np.ndarray | None = None) -> int:
+    """Wrong elements of ``raw`` (the dtype's bytes) against the exact results ``expect``; where
+    ``nan_ok`` (min / max: an operand was NaN), a NaN is right too."""
     if redop == "avg":
         return count_wrong(decode(raw, dtype), expect, dtype, redop, n)
     want = encode(expect, dtype)
     bad = np.flatnonzero(raw != want)
-    if bad.size and dtype.startswith(("float", "bfloat")):      # +0 and -0 are the same sum
-        bad = bad[decode(raw[bad], dtype) != decode(want[bad], dtype)]
+    if bad.size and dtype.startswith(("float", "bfloat")):      # +0 and -0 are the same sum; NaN is NaN
+        got, exp = decode(raw[bad], dtype), decode(want[bad], dtype)
+        right = (got == exp) | (np.isnan(got) & np.isnan(exp))
+        if nan_ok is not None:
+            right |= np.isnan(got) & nan_ok[bad]
+        bad = bad[~right]
     return int(bad.size)
 
 
@@ -527,7 +564,11 @@ def _check_once(comm: Any, row: Row, lay: _Layout, k: int, seed: int, busy: _Bus
         if lay.recv_base is None:      # in place: the buffer still holds this rank's input
             return int(np.count_nonzero(raw.view(np.uint8) != mine.view(np.uint8)))
         return int(np.count_nonzero(raw.view(np.uint8) != _SENTINEL))
-    return _wrong(raw, expect, dt, row.redop, n)
+    nan_ok = None
+    if row.redop in ("min", "max") and dt.startswith(("float", "bfloat")):
+        propagated = _expected(row, bases, r, n, propagate=True)
+        nan_ok = None if propagated is None else np.isnan(propagated)
+    return _wrong(raw, expect, dt, row.redop, n, nan_ok)
 
 
 def _time(comm: Any, row: Row, lay: _Layout, iters: int, warmup: int, slots: int) -> float:
@@ -820,6 +861,8 @@ def device_cases(dev: Any, names: tuple[str, ...] = DEVICE_CASES, ranks_per_devi
                  largest_copy: int = 64 << 20) -> list[Outcome]:
     """The device API cases on ``dev`` (``ranks_per_device``: how many ranks share it, so that
     memory the case allocates leaves room for the others; copies up to ``largest_copy`` bytes)."""
+    from . import semantics
+
     def with_busy(fn: Callable[[Any, _Busy], None]) -> Callable[[], None]:
         return lambda: fn(dev, _Busy.of(dev, ranks_per_device))
 
@@ -830,6 +873,13 @@ def device_cases(dev: Any, names: tuple[str, ...] = DEVICE_CASES, ranks_per_devi
         "memset": lambda: _memset(dev),
         "stream_order": with_busy(_stream_order),
         "events_timing": with_busy(_events_timing),
+        "stream_query": with_busy(semantics.stream_query),
+        "event_rerecord": with_busy(semantics.event_rerecord),
+        "elapsed_time": lambda: semantics.elapsed_time(dev),
+        "wait_binding": with_busy(semantics.wait_binding),
+        "device_synchronize": with_busy(semantics.device_synchronize),
+        "mem_info": lambda: semantics.mem_info(dev, ranks_per_device),
+        "copy_peer": with_busy(semantics.copy_peer),
         "oom_recovery": lambda: _oom_recovery(dev),
         "bad_free": lambda: _bad_free(dev),
         "kernels": lambda: _kernels(dev),
@@ -866,13 +916,13 @@ def _payload(count: int, src: int, dst: int, m: int) -> np.ndarray:
 
 
 def _p2p_matching(comm: Any) -> None:
-    """In one group every rank sends a distinct message to every other rank (two to the same peer
-    with 2 ranks) and receives them in another order: each receive gets its own peer's message,
-    messages to one peer arrive in the order sent."""
+    """In one group every rank sends two distinct messages to every other rank and receives them
+    in another order: each receive gets its own peer's message, messages to one peer arrive in
+    the order sent."""
     n, r = comm.size, comm.rank
     if n < 2:
         raise Skip("needs at least 2 ranks")
-    count, per = 4099, (2 if n == 2 else 1)
+    count, per = 4099, 2
     dev = comm.device
     peers = [(r + k) % n for k in range(1, n)]
     sends, recvs = [], []
@@ -904,8 +954,13 @@ def _p2p_matching(comm: Any) -> None:
 
 def comm_cases(comm: Any, cfg: Config, ranks_per_device: int = 1,
                names: tuple[str, ...] = COMM_CASES) -> list[Outcome]:
+    from . import semantics
     fns: dict[str, Callable[[], None]] = {"stream_order_ccl": lambda: _stream_order_ccl(comm, cfg, ranks_per_device),
-                                          "p2p_matching": lambda: _p2p_matching(comm)}
+                                          "p2p_matching": lambda: _p2p_matching(comm),
+                                          "split": lambda: semantics.split(comm),
+                                          "group_collectives": lambda: semantics.group_collectives(comm),
+                                          "op_streams": lambda: semantics.op_streams(
+                                              comm, _Busy.of(comm.device, ranks_per_device))}
     return [run_case(name, "collective", fns[name]) for name in names]
 
 
@@ -975,8 +1030,13 @@ def _timeout(comm: Any) -> None:
         c.destroy()
 
 
+def _abort(comm: Any) -> None:
+    from .semantics import abort
+    abort(comm)
+
+
 _FAULT_FNS: dict[str, Callable[[Any], None]] = {"bad_root": _bad_root, "mismatched_count": _mismatched_count,
-                                                "timeout": _timeout}
+                                                "timeout": _timeout, "abort": _abort}
 
 
 def names_rank(message: str, rank: int) -> bool:

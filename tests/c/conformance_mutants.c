@@ -30,6 +30,26 @@
  *                          dimension read as a scalar), subnormal_flush (subnormal float results become
  *                          zero), bool_ff (true stored as 0xFF), kernels_at_once (a kernel runs when it is
  *                          launched, not after the work queued before it on its stream)
+ *   device semantics       query_last_item (a stream reported complete while its last item runs),
+ *                          query_ignores_kernels (queued kernels not counted), event_first_record (a
+ *                          re-recorded event complete once any record completed), elapsed_first_record
+ *                          (elapsed time from the start event's first record), elapsed_clock (elapsed
+ *                          time at a clock 25 % off), wait_latest_record (a stream wait bound when the
+ *                          stream's next copy is queued: to a later record), mem_info_peak (free = total - the peak
+ *                          use: freed memory never comes back), mem_info_drift (an allocation's padding
+ *                          to 256 bytes counted twice, given back once), peer_at_once (a peer copy
+ *                          runs when called, not in stream order), peer_burst (peer copies rounded down
+ *                          to 64-byte bursts)
+ *   collective semantics   avg_float32 (integer avg computed in float32), split_world_size (avg on a
+ *                          sub-communicator divides by the first communicator's rank count),
+ *                          group_last_only (all_reduces of one group share one slot: only the last
+ *                          runs), first_op_stream (every op waits for the stream of the communicator's
+ *                          first op), abort_silent (an abort does not tell the peers), nan_identity
+ *                          (float max / min start from -inf / +inf: an element NaN on every rank
+ *                          becomes -inf / +inf)
+ *   past the first chunk   late_root (a broadcast's chunks after the first come from rank 0),
+ *                          late_redop (chunks after the first are summed, whatever the reduce op),
+ *                          swap_same_peer (two messages to one peer in a group arrive in reverse order)
  */
 #define anychip_plugin_init template_plugin_init
 #include TEMPLATE_SOURCE
@@ -48,14 +68,21 @@ enum {
     D_EVENT_QUERY_ALWAYS_DONE, D_ELAPSED_ZERO, D_ELAPSED_SECONDS, D_WAIT_EVENT_IGNORED, D_FREE_LEAKS,
     D_MEM_INFO_ALWAYS_FREE, D_MEM_INFO_DOUBLE_TOTAL, D_BAD_FREE_OK, D_NEVER_DONE, D_COPY_LARGE_SHORT, D_ADD_ONE,
     D_GEMM_DROP_LAST, D_REDUCE_REMAINDER, D_BROADCAST_FAST_PATH, D_SUBNORMAL_FLUSH, D_BOOL_FF, D_KERNELS_AT_ONCE,
-    D_COUNT
+    D_QUERY_LAST_ITEM, D_QUERY_IGNORES_KERNELS, D_EVENT_FIRST_RECORD, D_ELAPSED_FIRST_RECORD, D_ELAPSED_CLOCK,
+    D_WAIT_LATEST_RECORD, D_MEM_INFO_PEAK, D_MEM_INFO_DRIFT, D_PEER_AT_ONCE, D_PEER_BURST,
+    D_AVG_FLOAT32, D_SPLIT_WORLD_SIZE, D_GROUP_LAST_ONLY, D_FIRST_OP_STREAM, D_ABORT_SILENT, D_NAN_IDENTITY,
+    D_LATE_ROOT, D_LATE_REDOP, D_SWAP_SAME_PEER, D_COUNT
 };
 static const char *const defects[D_COUNT] = {
     "none", "bf16_truncate", "fp16_truncate", "int8_saturate", "tail8", "tail4", "last_chunk", "skip_repeat",
     "skip_same_recv", "no_stream_wait", "reduce_inplace_clobber", "recv_any_source", "query_always_done",
     "event_query_always_done", "elapsed_zero", "elapsed_seconds", "wait_event_ignored", "free_leaks",
     "mem_info_always_free", "mem_info_double_total", "bad_free_ok", "never_done", "copy_large_short", "add_one",
-    "gemm_drop_last", "reduce_remainder", "broadcast_fast_path", "subnormal_flush", "bool_ff", "kernels_at_once"
+    "gemm_drop_last", "reduce_remainder", "broadcast_fast_path", "subnormal_flush", "bool_ff", "kernels_at_once",
+    "query_last_item", "query_ignores_kernels", "event_first_record", "elapsed_first_record", "elapsed_clock",
+    "wait_latest_record", "mem_info_peak", "mem_info_drift", "peer_at_once", "peer_burst",
+    "avg_float32", "split_world_size", "group_last_only", "first_op_stream", "abort_silent", "nan_identity",
+    "late_root", "late_redop", "swap_same_peer"
 };
 static int defect = D_NONE;
 static size_t chunk = 1u << 20;
@@ -74,26 +101,100 @@ static anychip_status read_defect(void) {
 
 /* ---- device API defects ----------------------------------------------------------------- */
 static anychip_status mutant_stream_query(int d, anychip_stream s) {
+    if (s && (defect == D_QUERY_LAST_ITEM || defect == D_QUERY_IGNORES_KERNELS)) {
+        pthread_mutex_lock(&s->lock);
+        int idle = s->completed + 1 >= s->enqueued;       /* query_last_item: the running item counts as done */
+        if (defect == D_QUERY_IGNORES_KERNELS) {           /* only copies, fills and event tasks count */
+            idle = 1;
+            for (task *t = s->head; t; t = t->next) idle &= t->kind == T_KERNEL;
+        }
+        pthread_mutex_unlock(&s->lock);
+        return idle ? S_OK : S_NOT_READY;
+    }
     anychip_status rc = stream_query(d, s);
     if (defect == D_NEVER_DONE && rc == S_OK) return S_NOT_READY;
     return defect == D_QUERY_ALWAYS_DONE && rc == S_NOT_READY ? S_OK : rc;
 }
 
 static anychip_status mutant_event_query(int d, anychip_event e) {
+    if (e && defect == D_EVENT_FIRST_RECORD) {           /* complete once any record completed */
+        pthread_mutex_lock(&e->lock);
+        int done = e->completed >= 1 || e->recorded == 0;
+        pthread_mutex_unlock(&e->lock);
+        return done ? S_OK : S_NOT_READY;
+    }
     anychip_status rc = event_query(d, e);
     if (defect == D_NEVER_DONE && rc == S_OK) return S_NOT_READY;
     return defect == D_EVENT_QUERY_ALWAYS_DONE && rc == S_NOT_READY ? S_OK : rc;
 }
 
+/* elapsed_first_record: when each event's first record completed */
+#define MAX_FIRSTS 1024
+static struct { anychip_event e; struct timespec when; } firsts[MAX_FIRSTS];
+static int nfirsts;
+static pthread_mutex_t firsts_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static anychip_status mutant_event_record(int d, anychip_event e, anychip_stream s) {
+    if (e && defect == D_ELAPSED_FIRST_RECORD) {
+        pthread_mutex_lock(&firsts_lock);
+        pthread_mutex_lock(&e->lock);
+        int known = 0;
+        for (int i = 0; i < nfirsts; i++) known |= firsts[i].e == e;
+        if (!known && e->completed >= 1 && nfirsts < MAX_FIRSTS) {
+            firsts[nfirsts].e = e;
+            firsts[nfirsts++].when = e->when;
+        }
+        pthread_mutex_unlock(&e->lock);
+        pthread_mutex_unlock(&firsts_lock);
+    }
+    return event_record(d, e, s);
+}
+
 static anychip_status mutant_elapsed(int d, float *ms, anychip_event a, anychip_event b) {
     anychip_status rc = event_elapsed_ms(d, ms, a, b);
+    if (rc == S_OK && defect == D_ELAPSED_FIRST_RECORD) {
+        pthread_mutex_lock(&firsts_lock);
+        for (int i = 0; i < nfirsts; i++)
+            if (firsts[i].e == a)
+                *ms = (float)((double)(b->when.tv_sec - firsts[i].when.tv_sec) * 1e3 +
+                              (double)(b->when.tv_nsec - firsts[i].when.tv_nsec) / 1e6);
+        pthread_mutex_unlock(&firsts_lock);
+    }
+    if (rc == S_OK && defect == D_ELAPSED_CLOCK) *ms *= 1.25f;
     if (rc == S_OK && defect == D_ELAPSED_ZERO) *ms = 0.0f;
     if (rc == S_OK && defect == D_ELAPSED_SECONDS) *ms /= 1000.0f;
     return rc;
 }
 
+/* wait_latest_record: a stream's wait is bound when its next copy is queued */
+static struct { anychip_stream s; anychip_event e; } lazy_waits[64];
+static pthread_mutex_t lazy_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static anychip_status mutant_wait_event(int d, anychip_stream s, anychip_event e) {
+    if (defect == D_WAIT_LATEST_RECORD) {
+        pthread_mutex_lock(&lazy_lock);
+        for (int i = 0; i < 64; i++)
+            if (!lazy_waits[i].s || lazy_waits[i].s == s) {
+                lazy_waits[i].s = s;
+                lazy_waits[i].e = e;
+                break;
+            }
+        pthread_mutex_unlock(&lazy_lock);
+        return S_OK;
+    }
     return defect == D_WAIT_EVENT_IGNORED ? S_OK : stream_wait_event(d, s, e);
+}
+
+static anychip_status bind_lazy_wait(int d, anychip_stream s) {
+    anychip_event e = NULL;
+    pthread_mutex_lock(&lazy_lock);
+    for (int i = 0; i < 64; i++)
+        if (lazy_waits[i].s == s) {
+            e = lazy_waits[i].e;
+            lazy_waits[i].s = NULL;
+        }
+    pthread_mutex_unlock(&lazy_lock);
+    return e ? stream_wait_event(d, s, e) : S_OK;
 }
 
 static size_t copied(size_t n) {
@@ -106,7 +207,38 @@ static anychip_status mutant_copy(int d, void *dst, const void *src, size_t n, a
 
 static anychip_status mutant_copy_async(int d, void *dst, const void *src, size_t n, anychip_copy_kind kind,
                                         anychip_stream s) {
+    if (defect == D_WAIT_LATEST_RECORD) {
+        anychip_status rc = bind_lazy_wait(d, s);
+        if (rc) return rc;
+    }
     return copy_async(d, dst, src, copied(n), kind, s);
+}
+
+/* device memory is host memory: a peer copy is a copy on the source device's stream */
+static anychip_status mutant_copy_peer(int dd, void *dst, int sd, const void *src, size_t n, anychip_stream s) {
+    DEVICE(ddev, dd);
+    DEVICE(sdev, sd);
+    if (!valid_range(ddev, dst, n) || !valid_range(sdev, src, n))
+        return fail(S_BAD_POINTER, "copy_peer: %zu bytes from device %d to device %d out of range", n, sd, dd);
+    if (defect == D_PEER_BURST) n &= ~(size_t)63;
+    if (n == 0) return S_OK;
+    if (defect == D_PEER_AT_ONCE) {
+        memmove(dst, src, n);
+        return S_OK;
+    }
+    return enqueue(s, (task){.kind = T_COPY, .dst = dst, .src = src, .n = n});
+}
+
+static anychip_status mutant_alloc(int d, size_t nbytes, void **ptr) {
+    anychip_status rc = mem_alloc(d, nbytes, ptr);
+    if (rc == S_OK && defect == D_MEM_INFO_DRIFT) {     /* the padding counted twice, freed once */
+        DEVICE(dev, d);
+        size_t size = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
+        pthread_mutex_lock(&dev->lock);
+        dev->used += size - nbytes;
+        pthread_mutex_unlock(&dev->lock);
+    }
+    return rc;
 }
 
 static anychip_status mutant_free(int d, void *ptr) {
@@ -131,6 +263,11 @@ static anychip_status mutant_free(int d, void *ptr) {
 
 static anychip_status mutant_mem_info(int d, size_t *free_bytes, size_t *total) {
     anychip_status rc = mem_info(d, free_bytes, total);
+    static size_t peak[MAX_DEVICES];
+    if (rc == S_OK && defect == D_MEM_INFO_PEAK && d >= 0 && d < MAX_DEVICES) {
+        if (*total - *free_bytes > peak[d]) peak[d] = *total - *free_bytes;
+        *free_bytes = *total - peak[d];
+    }
     if (rc == S_OK && defect == D_MEM_INFO_ALWAYS_FREE) *free_bytes = *total;
     if (rc == S_OK && defect == D_MEM_INFO_DOUBLE_TOTAL) {
         *free_bytes += *total;
@@ -144,6 +281,7 @@ typedef struct {
     _Atomic uint64_t seq[MAX_RANKS];                     /* barriers each rank has reached */
     _Atomic int32_t pid[MAX_RANKS];
     _Atomic uint64_t want[MAX_RANKS];                    /* bytes of a rank's longest p2p stream */
+    _Atomic int32_t aborted;                             /* 1 + the rank that aborted, 0 while none did */
 } shm_header;
 
 typedef struct { const void *send; void *recv; size_t bytes; int peer; } p2p_op;
@@ -156,7 +294,13 @@ struct anychip_comm_s {
     size_t size;
     double timeout;
     struct { int kind; const void *send; void *recv; size_t count; int dtype, op; } last;
+    anychip_stream first_stream;                         /* first_op_stream: the stream of the first op */
 };
+
+/* a barrier fails once a rank aborted the communicator (shm_group.h) */
+#define SHM_ABORTED(c) atomic_load(&(c)->hdr->aborted)
+static int world_nranks;                                 /* split_world_size: the first communicator's */
+static __thread int group_depth;
 
 #include "shm_group.h"
 
@@ -168,6 +312,7 @@ static anychip_status comm_init_rank(int d, int nranks, const anychip_unique_id 
     c->nranks = nranks;
     c->rank = rank;
     c->last.kind = -1;
+    if (!world_nranks) world_nranks = nranks;
     c->size = sizeof(shm_header) + (size_t)nranks * chunk + (size_t)nranks * (size_t)nranks * chunk;
     anychip_status rc = shm_map(c, id);
     if (rc) {
@@ -184,6 +329,12 @@ static anychip_status comm_destroy(anychip_comm c) {
     if (c->hdr) munmap(c->hdr, c->size);
     free(c);
     return S_OK;
+}
+
+/* the peers' barriers fail, naming this rank (abort_silent: they are not told) */
+static anychip_status comm_abort(anychip_comm c) {
+    if (defect != D_ABORT_SILENT && c->hdr) atomic_store(&c->hdr->aborted, c->rank + 1);
+    return comm_destroy(c);
 }
 
 /* ---- reductions ---------------------------------------------------------------------------- */
@@ -265,8 +416,14 @@ static void divide(void *acc, size_t n, anychip_dtype t, int by) {
         switch (t) {
         case ANYCHIP_INT8: ((int8_t *)acc)[i] = (int8_t)(((int8_t *)acc)[i] / by); break;
         case ANYCHIP_UINT8: ((uint8_t *)acc)[i] = (uint8_t)(((uint8_t *)acc)[i] / by); break;
-        case ANYCHIP_INT32: ((int32_t *)acc)[i] /= by; break;
-        case ANYCHIP_INT64: ((int64_t *)acc)[i] /= by; break;
+        case ANYCHIP_INT32:
+            if (defect == D_AVG_FLOAT32) ((int32_t *)acc)[i] = (int32_t)((float)((int32_t *)acc)[i] / (float)by);
+            else ((int32_t *)acc)[i] /= by;
+            break;
+        case ANYCHIP_INT64:
+            if (defect == D_AVG_FLOAT32) ((int64_t *)acc)[i] = (int64_t)((float)((int64_t *)acc)[i] / (float)by);
+            else ((int64_t *)acc)[i] /= by;
+            break;
         case ANYCHIP_FLOAT16:
         case ANYCHIP_BFLOAT16: from_float((char *)acc + 2 * i, to_float((char *)acc + 2 * i, t) / (float)by, t); break;
         case ANYCHIP_FLOAT32: ((float *)acc)[i] /= (float)by; break;
@@ -280,8 +437,17 @@ static void reduce_slots(anychip_comm c, void *out, size_t n, anychip_dtype t, a
     size_t bytes = n * dtype_size(t);
     char *tmp = malloc(bytes ? bytes : 1);
     memcpy(tmp, c->slots, bytes);
-    for (int r = 1; r < c->nranks; r++) combine(tmp, c->slots + (size_t)r * chunk, n, t, op);
-    if (op == ANYCHIP_AVG) divide(tmp, n, t, c->nranks);
+    int from = 1;
+    if (defect == D_NAN_IDENTITY && (op == ANYCHIP_MIN || op == ANYCHIP_MAX) &&
+        (t == ANYCHIP_FLOAT32 || t == ANYCHIP_FLOAT64)) {  /* start from the identity, compare with < / > */
+        for (size_t i = 0; i < n; i++) {
+            if (t == ANYCHIP_FLOAT32) ((float *)tmp)[i] = op == ANYCHIP_MAX ? -INFINITY : INFINITY;
+            else ((double *)tmp)[i] = op == ANYCHIP_MAX ? -INFINITY : INFINITY;
+        }
+        from = 0;
+    }
+    for (int r = from; r < c->nranks; r++) combine(tmp, c->slots + (size_t)r * chunk, n, t, op);
+    if (op == ANYCHIP_AVG) divide(tmp, n, t, defect == D_SPLIT_WORLD_SIZE ? world_nranks : c->nranks);
     if (defect == D_TAIL8 && dtype_size(t) == 1) bytes -= (n % 8);
     if (defect == D_TAIL4 && dtype_size(t) == 2) bytes -= (n % 4) * 2;
     memcpy(out, tmp, bytes);
@@ -309,7 +475,14 @@ static anychip_status begin(anychip_comm c, anychip_stream s, int kind, const vo
     c->last.count = count;
     c->last.dtype = dtype;
     c->last.op = op;
+    if (!c->first_stream) c->first_stream = s;
+    if (defect == D_FIRST_OP_STREAM) s = c->first_stream;
     return defect == D_NO_STREAM_WAIT ? S_OK : stream_synchronize(c->device, s);
+}
+
+/* the reduce op of the chunk at element `at` (late_redop: sum past the first chunk) */
+static anychip_redop late_op(anychip_redop op, size_t at) {
+    return defect == D_LATE_REDOP && at ? ANYCHIP_SUM : op;
 }
 
 static anychip_status reduce_to(anychip_comm c, const void *send, void *recv, size_t count, anychip_dtype t,
@@ -322,14 +495,23 @@ static anychip_status reduce_to(anychip_comm c, const void *send, void *recv, si
         size_t n = todo - at < per ? todo - at : per;
         memcpy(c->slots + (size_t)c->rank * chunk, (const char *)send + at * size, n * size);
         if ((rc = barrier(c))) break;
-        if (writes) reduce_slots(c, (char *)recv + at * size, n, t, op);
+        if (writes) reduce_slots(c, (char *)recv + at * size, n, t, late_op(op, at));
         rc = barrier(c);
     }
     return rc;
 }
 
+/* group_last_only: the all_reduces of a group share one slot, run at the group's end */
+static __thread struct { int set; const void *send; void *recv; size_t count; anychip_dtype t; anychip_redop op;
+                         anychip_comm c; anychip_stream s; } grouped;
+
 static anychip_status all_reduce(const void *send, void *recv, size_t count, anychip_dtype t, anychip_redop op,
                                  anychip_comm c, anychip_stream s) {
+    if (defect == D_GROUP_LAST_ONLY && group_depth > 0) {
+        grouped.set = 1, grouped.send = send, grouped.recv = recv, grouped.count = count;
+        grouped.t = t, grouped.op = op, grouped.c = c, grouped.s = s;
+        return S_OK;
+    }
     return reduce_to(c, send, recv, count, t, op, -1, s, 0);
 }
 
@@ -349,7 +531,7 @@ static anychip_status reduce_scatter(const void *send, void *recv, size_t count,
             size_t n = todo - at < per ? todo - at : per;
             memcpy(c->slots + (size_t)c->rank * chunk, (const char *)send + ((size_t)q * count + at) * size, n * size);
             if ((rc = barrier(c))) break;
-            if (c->rank == q) reduce_slots(c, (char *)recv + at * size, n, t, op);
+            if (c->rank == q) reduce_slots(c, (char *)recv + at * size, n, t, late_op(op, at));
             rc = barrier(c);
         }
     }
@@ -364,7 +546,7 @@ static anychip_status broadcast(const void *send, void *recv, size_t count, anyc
     anychip_status rc = begin(c, s, 3, send, recv, count, t, root, &skip);
     for (size_t at = 0; rc == S_OK && !skip && at < bytes; at += chunk) {
         size_t n = bytes - at < chunk ? bytes - at : chunk;
-        if (c->rank == root) memcpy(c->slots, (const char *)send + at, n);
+        if (c->rank == (defect == D_LATE_ROOT && at ? 0 : root)) memcpy(c->slots, (const char *)send + at, n);
         if ((rc = barrier(c))) break;
         memmove((char *)recv + at, c->slots, n);
         rc = barrier(c);
@@ -434,7 +616,8 @@ static anychip_status exchange(anychip_comm c, const p2p_op *ops, int nops) {
         }
         if ((rc = barrier(c))) break;
         memset(pos, 0, sizeof pos);
-        for (int i = 0; i < nops; i++) {
+        for (int k = 0; k < nops; k++) {
+            int i = defect == D_SWAP_SAME_PEER ? nops - 1 - k : k;   /* receives of one peer in reverse */
             if (ops[i].send) continue;
             int p = ops[i].peer, q = from[p];
             size_t lo = pos[p], hi = pos[p] + ops[i].bytes;
@@ -472,7 +655,6 @@ static anychip_status all_to_all(const void *send, void *recv, size_t count, any
 }
 
 /* groups: sends and receives are collected per thread and exchanged at the end of the group */
-static __thread int group_depth;
 static __thread struct { anychip_comm comm; anychip_stream stream; int n; p2p_op ops[MAX_P2P]; } pending;
 
 static anychip_status group_start(void) {
@@ -494,7 +676,14 @@ static anychip_status flush(void) {
 
 static anychip_status group_end(void) {
     if (group_depth == 0) return fail(S_INVALID, "group_end without group_start");
-    return --group_depth == 0 ? flush() : S_OK;
+    if (--group_depth) return S_OK;
+    if (grouped.set) {
+        grouped.set = 0;
+        anychip_status rc = reduce_to(grouped.c, grouped.send, grouped.recv, grouped.count, grouped.t, grouped.op, -1,
+                                      grouped.s, 0);
+        if (rc) return rc;
+    }
+    return flush();
 }
 
 static anychip_status queue_p2p(const void *send, void *recv, size_t count, anychip_dtype t, int peer, anychip_comm c,
@@ -623,6 +812,9 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     p->event_query = mutant_event_query;
     p->event_elapsed_ms = mutant_elapsed;
     p->stream_wait_event = mutant_wait_event;
+    p->event_record = mutant_event_record;
+    p->copy_peer = mutant_copy_peer;
+    p->mem_alloc = mutant_alloc;
     p->mem_free = mutant_free;
     p->copy = mutant_copy;
     p->copy_async = mutant_copy_async;
@@ -630,6 +822,7 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     p->get_unique_id = get_unique_id;
     p->comm_init_rank = comm_init_rank;
     p->comm_destroy = comm_destroy;
+    p->comm_abort = comm_abort;
     p->all_reduce = all_reduce;
     p->reduce = reduce;
     p->broadcast = broadcast;

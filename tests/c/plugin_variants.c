@@ -47,6 +47,7 @@
 typedef struct {
     _Atomic uint64_t seq[MAX_RANKS];                     /* barriers each rank has reached */
     _Atomic int32_t pid[MAX_RANKS];
+    _Atomic int32_t aborted;                             /* 1 + the rank that aborted, 0 while none did */
 } shm_header;
 
 struct anychip_comm_s {
@@ -58,6 +59,8 @@ struct anychip_comm_s {
     int hang;                                            /* VARIANT_CCL_HANG: this rank's all_reduce never ends */
 };
 
+/* a barrier fails once a rank aborted the communicator (shm_group.h) */
+#define SHM_ABORTED(c) atomic_load(&(c)->hdr->aborted)
 #include "shm_group.h"
 
 #ifdef VARIANT_CCL_SHM
@@ -103,6 +106,12 @@ static anychip_status comm_destroy(anychip_comm c) {
     if (c->hdr) munmap(c->hdr, c->size);
     free(c);
     return S_OK;
+}
+
+/* the peers' barriers fail, naming this rank */
+static anychip_status comm_abort(anychip_comm c) {
+    if (c->hdr) atomic_store(&c->hdr->aborted, c->rank + 1);
+    return comm_destroy(c);
 }
 
 #ifdef VARIANT_CCL_SHM
@@ -349,6 +358,7 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     p->get_unique_id = get_unique_id;
     p->comm_init_rank = comm_init_rank;
     p->comm_destroy = comm_destroy;
+    p->comm_abort = comm_abort;
     p->all_reduce = all_reduce;
     p->broadcast = broadcast;
     p->all_gather = all_gather;

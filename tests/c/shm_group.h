@@ -62,6 +62,10 @@ static inline anychip_status barrier(anychip_comm c) {
     for (int r = 0; r < c->nranks; r++) {
         while (atomic_load(&c->hdr->seq[r]) < mine) {
             double t = now_s();
+#ifdef SHM_ABORTED
+            int by = SHM_ABORTED(c);
+            if (by) return fail(S_SYSTEM, "rank %d: the communicator was aborted by rank %d", c->rank, by - 1);
+#endif
             if (t - start > c->timeout)
                 return fail(S_TIMEOUT, "rank %d: timed out after %g s waiting for rank %d", c->rank, c->timeout, r);
             if (t > next_check) {

@@ -7,8 +7,9 @@ in the case that owns the defect's class: a suite that lets one through has lost
 
 Each run certifies the one collective the defect is easiest to see in (``-c``; the rows of that
 collective are the default quick ones, so the default command catches it too) without the fault
-cases, to keep the runs short; defects of the device API and of point-to-point matching, which
-the named cases catch whatever the rows, run with a single small row.
+cases, to keep the runs short; defects of the device API, of point-to-point matching and of the
+communicator cases (split, groups, streams), which the named cases catch whatever the rows, run
+with a single small row; the abort defect runs with the fault cases.
 """
 from __future__ import annotations
 
@@ -71,7 +72,32 @@ MUTANTS = {
     "subnormal_flush": ("sendrecv", {"kernels"}),
     "bool_ff": ("sendrecv", {"kernels"}),
     "kernels_at_once": ("sendrecv", {"kernels"}),
+    # device semantics (CUDA's documented behaviour)
+    "query_last_item": ("sendrecv", {"stream_query"}),
+    "query_ignores_kernels": ("sendrecv", {"stream_query"}),
+    "event_first_record": ("sendrecv", {"event_rerecord"}),
+    "elapsed_first_record": ("sendrecv", {"elapsed_time"}),
+    "elapsed_clock": ("sendrecv", {"elapsed_time"}),
+    "wait_latest_record": ("sendrecv", {"wait_binding"}),
+    "mem_info_peak": ("sendrecv", {"mem_info"}),
+    "mem_info_drift": ("sendrecv", {"mem_info"}),
+    "peer_at_once": ("sendrecv", {"copy_peer"}),
+    "peer_burst": ("sendrecv", {"copy_peer"}),
+    # collective semantics (NCCL's documented behaviour)
+    "avg_float32": ("all_reduce", {"all_reduce"}),
+    "nan_identity": ("all_reduce", {"all_reduce"}),
+    "split_world_size": ("sendrecv", {"split"}),
+    "group_last_only": ("sendrecv", {"group_collectives"}),
+    "first_op_stream": ("sendrecv", {"op_streams"}),
+    "abort_silent": ("sendrecv", {"abort"}),
+    # past the first chunk (1 MiB), and two messages to one peer: only the rows and messages added for them
+    "late_root": ("broadcast", {"broadcast"}),
+    "late_redop": ("all_reduce", {"all_reduce"}),
+    "swap_same_peer": ("sendrecv", {"p2p_matching"}),
 }
+
+#: defects of the fault cases: certified with the faults
+FAULT_MUTANTS = {"abort_silent"}
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +141,8 @@ def test_the_plugin_without_a_defect_passes_every_case(library: Path, tmp_path: 
 def test_each_planted_defect_fails_the_case_of_its_class(library: Path, tmp_path: Path, defect: str) -> None:
     op, cases = MUTANTS[defect]
     rows = ("-d", "int8", "-b", "8", "-e", "8") if op == "sendrecv" else ()
-    rc, b, text = _certify(library, tmp_path, defect, "-c", op, "--no-faults", *rows)
+    faults = () if defect in FAULT_MUTANTS else ("--no-faults",)
+    rc, b, text = _certify(library, tmp_path, defect, "-c", op, *faults, *rows)
     assert rc == 1, f"{defect} passed the suite:\n{text[-3000:]}"
     failed = {c["name"] for c in b["cases"] if c["status"] == "failed"}
     assert cases <= failed, (defect, failed, text[-3000:])
@@ -187,17 +214,27 @@ DEFECT = os.environ.get("MUTANT_DEFECT", "")
 
 class MutantPlugin(MutpyPlugin):
     def _stream_query(self, index, stream):
+        if DEFECT == "query_last_item":          # the running item counts as done
+            with stream._cond:
+                return stream._enqueued - stream._completed <= 1
         return True if DEFECT == "query_always_done" else super()._stream_query(index, stream)
 
     def _event_query(self, index, event):
+        if DEFECT == "event_first_record":       # complete once any record completed
+            with event.cond:
+                return event.completed >= 1
         return True if DEFECT == "event_query_always_done" else super()._event_query(index, event)
 
     def _event_elapsed_ms(self, index, start, end):
         ms = super()._event_elapsed_ms(index, start, end)
-        return {"elapsed_zero": 0.0, "elapsed_seconds": ms / 1000}.get(DEFECT, ms)
+        if DEFECT == "elapsed_first_record" and hasattr(start, "first_ns"):
+            ms = (end.when_ns - start.first_ns) / 1e6
+        return {"elapsed_zero": 0.0, "elapsed_seconds": ms / 1000, "elapsed_clock": ms * 1.25}.get(DEFECT, ms)
 
     def _stream_wait_event(self, index, stream, event):
-        if DEFECT != "wait_event_ignored":
+        if DEFECT == "wait_latest_record":       # bound when the stream reaches it
+            stream.enqueue(lambda: event.wait(event.recorded))
+        elif DEFECT != "wait_event_ignored":
             super()._stream_wait_event(index, stream, event)
 
     def _free(self, index, handle):
@@ -216,13 +253,52 @@ class MutantPlugin(MutpyPlugin):
             return total, total
         if DEFECT == "mem_info_double_total":
             return free + total, 2 * total
+        if DEFECT == "mem_info_peak":
+            mem = self._mem[index]
+            mem.peak = max(getattr(mem, "peak", 0), total - free)
+            return total - mem.peak, total
         return free, total
+
+    def _malloc(self, index, nbytes):
+        handle = super()._malloc(index, nbytes)
+        if DEFECT == "mem_info_drift":           # the padding to 256 bytes counted twice, given back once
+            mem = self._mem[index]
+            with mem.lock:
+                mem.used += max(256, (nbytes + 255) & ~255) - nbytes
+        return handle
+
+    def _event_record(self, index, event, stream):
+        if DEFECT == "elapsed_first_record" and event.completed and not hasattr(event, "first_ns"):
+            event.first_ns = event.when_ns
+        super()._event_record(index, event, stream)
+
+    def _synchronize(self, index):
+        if DEFECT != "sync_one_stream":
+            return super()._synchronize(index)
+        self._default_stream(index).synchronize()
+
+    def _copy_peer(self, dst_index, dst, dst_off, src_index, src, src_off, nbytes, stream):
+        d, s = self._array(dst_index, dst), self._array(src_index, src)
+        n = nbytes & ~63 if DEFECT == "peer_burst" else nbytes
+
+        def run():
+            d[dst_off:dst_off + n] = s[src_off:src_off + n]
+        if DEFECT == "peer_at_once":
+            run()
+        else:
+            stream.enqueue(run)
 '''
 
 #: the device API's defects: the case that must fail
 PY_MUTANTS = {d: MUTANTS[d][1] for d in ("query_always_done", "event_query_always_done", "elapsed_zero",
                                          "elapsed_seconds", "wait_event_ignored", "free_leaks",
-                                         "mem_info_always_free", "mem_info_double_total", "bad_free_ok")}
+                                         "mem_info_always_free", "mem_info_double_total", "bad_free_ok",
+                                         "query_last_item", "event_first_record", "elapsed_first_record",
+                                         "elapsed_clock", "wait_latest_record", "mem_info_peak", "mem_info_drift",
+                                         "peer_at_once", "peer_burst")}
+#: a Python plugin's device synchronize is its own (a C plugin's is preceded by anychip's synchronize of
+#: every stream it made, so a C plugin's one-stream device synchronize cannot be seen, nor do harm)
+PY_MUTANTS["sync_one_stream"] = {"device_synchronize"}
 
 
 @pytest.fixture(scope="module")
