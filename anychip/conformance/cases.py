@@ -11,7 +11,6 @@ dtype's tolerance (integers: within one of the exact mean).
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -19,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from . import semantics
 from ._busy import Busy as _Busy
+from ._outcomes import Failure, Skip, _comm_with, _pattern, _same, names_rank
 
 __all__ = ["OPS", "REDUCING", "DTYPES", "REDOPS", "BUSBW_FACTOR", "DEVICE_CASES", "COMM_CASES", "FAULT_CASES",
            "CASE_NAMES",
@@ -220,18 +221,6 @@ def plan(cfg: Config) -> list[Row]:
 # ---------------------------------------------------------------------------------------------
 # case outcomes
 # ---------------------------------------------------------------------------------------------
-
-class Failure(Exception):
-    """A case failed: what was expected and what came."""
-
-    def __init__(self, what: str, expected: Any, got: Any) -> None:
-        super().__init__(f"{what}: expected {expected}, got {got}")
-        self.what, self.expected, self.got = what, str(expected), str(got)
-
-
-class Skip(Exception):
-    """The backend does not support what the case checks (the reason is the message)."""
-
 
 @dataclass
 class Outcome:
@@ -625,16 +614,6 @@ def collective_row(comm: Any, row: Row, cfg: Config, index: int, timed: bool = T
 # device API cases (each rank on its own device)
 # ---------------------------------------------------------------------------------------------
 
-def _same(what: str, got: np.ndarray, expect: np.ndarray) -> None:
-    if got.shape != expect.shape or not np.array_equal(got, expect):
-        bad = np.flatnonzero(got != expect) if got.shape == expect.shape else np.array([0])
-        i = int(bad[0])
-        raise Failure(f"{what} ({len(bad)} bytes differ, first at {i})", f"byte {int(expect.flat[i])}",
-                      f"byte {int(got.flat[i])}" if got.size > i else f"{got.size} bytes")
-
-
-
-
 def _alloc_free(dev: Any, ranks_per_device: int = 1) -> None:
     from ..runtime.errors import OutOfMemoryError
     key = "allocated_bytes.all.current"
@@ -689,10 +668,6 @@ def _alloc_free(dev: Any, ranks_per_device: int = 1) -> None:
         for b in held:
             b.free()
         dev.empty_cache()
-
-
-def _pattern(n: int, salt: int) -> np.ndarray:
-    return np.resize(np.roll(np.arange(251, dtype=np.uint8), salt % 251), n)
 
 
 #: copy sizes, 1 B to 64 MiB, none a multiple of a power of two above 1
@@ -861,7 +836,6 @@ def device_cases(dev: Any, names: tuple[str, ...] = DEVICE_CASES, ranks_per_devi
                  largest_copy: int = 64 << 20) -> list[Outcome]:
     """The device API cases on ``dev`` (``ranks_per_device``: how many ranks share it, so that
     memory the case allocates leaves room for the others; copies up to ``largest_copy`` bytes)."""
-    from . import semantics
 
     def with_busy(fn: Callable[[Any, _Busy], None]) -> Callable[[], None]:
         return lambda: fn(dev, _Busy.of(dev, ranks_per_device))
@@ -954,7 +928,6 @@ def _p2p_matching(comm: Any) -> None:
 
 def comm_cases(comm: Any, cfg: Config, ranks_per_device: int = 1,
                names: tuple[str, ...] = COMM_CASES) -> list[Outcome]:
-    from . import semantics
     fns: dict[str, Callable[[], None]] = {"stream_order_ccl": lambda: _stream_order_ccl(comm, cfg, ranks_per_device),
                                           "p2p_matching": lambda: _p2p_matching(comm),
                                           "split": lambda: semantics.split(comm),
@@ -967,21 +940,6 @@ def comm_cases(comm: Any, cfg: Config, ranks_per_device: int = 1,
 # ---------------------------------------------------------------------------------------------
 # fault cases run inside the job (the killed rank runs in a job of its own: see runner)
 # ---------------------------------------------------------------------------------------------
-
-def _comm_with(env: dict[str, str]) -> Any:
-    """A new communicator of every rank, made while ``env`` is in effect."""
-    from .. import collectives
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return collectives.init()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
 
 def _bad_root(comm: Any) -> None:
     from ..runtime.errors import InvalidArgumentError
@@ -1037,13 +995,6 @@ def _abort(comm: Any) -> None:
 
 _FAULT_FNS: dict[str, Callable[[Any], None]] = {"bad_root": _bad_root, "mismatched_count": _mismatched_count,
                                                 "timeout": _timeout, "abort": _abort}
-
-
-def names_rank(message: str, rank: int) -> bool:
-    """Whether an error message names ``rank`` (as "rank 3", "peer 3", "ranks [1, 3]", ...): the
-    library's own words are its business, the rank is what is checked."""
-    import re
-    return re.search(rf"(?<![\w.]){rank}(?![\w.])", message) is not None
 
 
 def fault_cases(comm: Any, names: tuple[str, ...] = tuple(_FAULT_FNS)) -> list[Outcome]:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ._busy import Busy
-from .cases import Failure, Skip, _pattern, _same, names_rank
+from ._outcomes import Failure, Skip, _comm_with, _pattern, _same, names_rank
 
 #: observations of a race the host must win to see a defect (never to pass a correct backend)
 _TRIES = 8
@@ -462,7 +462,6 @@ def abort(comm: Any) -> None:
     (NCCL's ncclCommAbort is local; anychip promises more). Each peer's all_reduce raises an
     anychip error naming the abort or the aborting rank within 10 s, instead of hanging."""
     from ..runtime.errors import AnychipError
-    from .cases import _comm_with
     n, r = comm.size, comm.rank
     if n < 2:
         raise Skip("needs at least 2 ranks")
