@@ -176,3 +176,13 @@ def pytest_report_header(config: pytest.Config) -> str:
     if os.environ.get("ANYCHIP_DEVICES"):
         lines.append(f"  ANYCHIP_DEVICES={os.environ['ANYCHIP_DEVICES']!r}")
     return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def at() -> Any:
+    """anychip.torch, imported with PrivateUse1 bound to the default backend (the simulated
+    Ascend): no ANYCHIP_TORCH or launcher device left over from another test."""
+    os.environ.pop("ANYCHIP_TORCH", None)
+    os.environ.pop("ANYCHIP_LAUNCH_DEVICE", None)
+    import anychip.torch as module
+    return module

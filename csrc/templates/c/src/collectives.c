@@ -307,6 +307,7 @@ typedef struct {
     _Atomic int32_t joined;                 /* ranks that have mapped the segment */
     _Atomic uint32_t bell[SHM_MAX_RANKS];   /* rung when a ring of the rank moves: a futex word */
     _Atomic uint32_t asleep[SHM_MAX_RANKS]; /* the rank waits on its bell */
+    _Atomic int32_t aborted_by;             /* 1 + the rank that aborted the communicator; 0: none */
 } shm_header;
 
 struct shm_comm_s {
@@ -525,6 +526,10 @@ static anychip_status shm_comm_destroy(shm_comm c) {
 
 static anychip_status shm_comm_abort(shm_comm c) {
     atomic_store(&c->aborted, 1);                 /* the op running and those enqueued fail at once */
+    int32_t none = 0;                             /* and the peers' ops too (they look while they wait) */
+    atomic_compare_exchange_strong(&c->hdr->aborted_by, &none, c->rank + 1);
+    for (int r = 0; r < c->nranks; r++)
+        if (r != c->rank) shm_ring_bell(c, r);
     shm_fail(c, S_ABORTED, "rank %d: the communicator was aborted", c->rank);
     shm_release(c);
     return S_OK;
@@ -620,6 +625,8 @@ static anychip_status shm_exchange(shm_comm c, shm_xfer *xs, int n) {
             continue;
         }
         if (atomic_load(&c->aborted)) return shm_fail(c, S_ABORTED, "rank %d: the communicator was aborted", c->rank);
+        int32_t by = atomic_load(&c->hdr->aborted_by);
+        if (by) return shm_fail(c, S_ABORTED, "rank %d: rank %d aborted the communicator", c->rank, (int)by - 1);
         int waiting = -1;
         for (int i = 0; i < n && waiting < 0; i++)
             if (xs[i].done < xs[i].bytes + 8) waiting = xs[i].peer;
