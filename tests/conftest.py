@@ -160,6 +160,21 @@ def scaffold_device(scaffold_plugin: Any):
         anychip.runtime.registry.unregister_plugin(SCAFFOLD)
 
 
+def solo(device: str) -> Any:
+    """A one-rank communicator on ``device`` in this process (no launcher), its job id unique."""
+    from anychip import collectives
+    return collectives.init(device, world=collectives.World(0, 1, 0, 1, f"solo-{os.getpid()}-{time.monotonic_ns()}",
+                                                            "none"))
+
+
+@pytest.fixture
+def comm():
+    """A one-rank communicator on cpu:0, destroyed after the test."""
+    c = solo("cpu:0")
+    yield c
+    c.destroy()
+
+
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch):
     """No ANYCHIP_DEVICES from the outside; registry and selection rebuilt after the test."""

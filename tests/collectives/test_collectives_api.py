@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import CHILD_SECONDS
+from conftest import CHILD_SECONDS, solo
 
 import anychip
 from anychip import collectives
@@ -21,17 +21,6 @@ _LAUNCH_VARS = ("ANYCHIP_RANK", "ANYCHIP_WORLD_SIZE", "ANYCHIP_LOCAL_RANK", "ANY
                 "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                 "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                 "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
-
-
-def solo(device: str):
-    return collectives.init(device, world=World(0, 1, 0, 1, f"solo-{os.getpid()}-{time.monotonic_ns()}", "none"))
-
-
-@pytest.fixture
-def comm():
-    c = solo("cpu:0")
-    yield c
-    c.destroy()
 
 
 def buf_of(dev, arr):

@@ -14,28 +14,15 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
-from conftest import CHILD_SECONDS
+from conftest import CHILD_SECONDS, solo
 
 import anychip
-from anychip import collectives
-from anychip.collectives import PreparedOp, World
+from anychip.collectives import PreparedOp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def solo(device: str) -> collectives.Communicator:
-    return collectives.init(device, world=World(0, 1, 0, 1, f"prep-{os.getpid()}-{time.monotonic_ns()}", "none"))
-
-
-@pytest.fixture
-def comm():
-    c = solo("cpu:0")
-    yield c
-    c.destroy()
 
 
 def _refused(fn, message: str) -> None:

@@ -309,6 +309,61 @@ def test_the_c_project_passes_the_torch_conformance(installed: dict[str, Path]) 
     assert "conformance (torch): PASS" in r.stdout
 
 
+@pytest.mark.slow
+def test_the_c_project_passes_the_paddle_conformance(installed: dict[str, Path]) -> None:
+    """`--framework paddle`: Paddle's collectives and computes on the C project as generated, under
+    Paddle's launcher, through a bridge compiled for the installed library."""
+    pytest.importorskip("paddle.sysconfig")
+    r = subprocess.run([*ANYCHIP, "conformance", "--framework", "paddle", "--device", "scafc", "-n", "2"],
+                       capture_output=True, text=True, env=_env(), timeout=LONG_CHILD_SECONDS)
+    failed = re.findall(r"^#   FAIL (\S+) \(ranks? [\d,]+\): ", r.stdout, flags=re.M)
+    assert failed == [] and r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "conformance (paddle): PASS" in r.stdout
+
+
+PADDLE_JOB = """
+import paddle, paddle.distributed as dist
+dist.init_parallel_env()
+rank = dist.get_rank()
+x = paddle.to_tensor([float(rank + 1)] * 5)
+dist.all_reduce(x)
+paddle.seed(7)
+net = paddle.nn.Linear(4, 3)
+before = float(net.weight.sum())
+opt = paddle.optimizer.SGD(0.1, parameters=net.parameters())
+model = paddle.DataParallel(net)
+loss = model(paddle.full([2, 4], float(rank + 1))).sum()
+loss.backward()
+opt.step()
+print("RANK", rank, "ON", paddle.device.get_device(), "SUM", x.numpy().tolist(), "STEP",
+      round(before - float(net.weight.sum()), 5), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_paddles_launcher_runs_a_job_on_the_c_project(installed: dict[str, Path], tmp_path: Path) -> None:
+    """`anychip plugin paddle scafc`, then a user's job under `python -m paddle.distributed.launch` on 2
+    ranks: an all_reduce through the plugin's collectives and a DataParallel SGD step (the gradient of
+    a sum over a [2, 4] batch of rank + 1 is 2 (rank + 1) per weight, averaged 3: each of the 12
+    weights moves by 0.3)."""
+    pytest.importorskip("paddle.sysconfig")
+    from anychip.conformance.framework import run_paddle_launch
+    r = subprocess.run([*ANYCHIP, "plugin", "paddle", "scafc", "--dest", str(tmp_path / "pd")], capture_output=True,
+                       text=True, env=_env(), timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stderr
+    prog = tmp_path / "job.py"
+    prog.write_text(PADDLE_JOB)
+    env = {k: v for k, v in _env().items() if not k.startswith(("PADDLE_", "FLAGS_"))}
+    env.update(CUSTOM_DEVICE_ROOT=str(tmp_path / "pd"), GLOG_minloglevel="2")
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(tmp_path / "log"), "--devices", "0,1",
+           str(prog)]
+    r = run_paddle_launch(cmd, LONG_CHILD_SECONDS, cwd=tmp_path, env=env)
+    logs = [(tmp_path / "log" / f"workerlog.{i}").read_text(errors="replace") for i in range(2)]
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:] + "".join(logs)
+    for rank, log in enumerate(logs):
+        assert f"RANK {rank} ON anychip_scafc:{rank} SUM [3.0, 3.0, 3.0, 3.0, 3.0] STEP 3.6" in log, log[-3000:]
+
+
 # -- the vendor's loop: edit, reinstall, uninstall (these two run last: they change the install) --------
 
 @pytest.mark.slow
