@@ -528,11 +528,14 @@ def _collectives_class(plugin: CPlugin) -> type[PluginCollectives]:
                              if getattr(t, k) != ffi.NULL)}
     if not _missing(t, ffi, P2P_ENTRIES):
         kinds |= {"send", "recv"}
+    per_op = t.ccl_op_dtype_masks if plugin.abi[1] >= 2 else ffi.NULL      # (plugin.h's anychip_plugin_reduces)
+    refused = frozenset() if per_op == ffi.NULL else frozenset(
+        (r, d) for i, r in enumerate(REDOPS) for j, d in enumerate(DTYPES) if not per_op[i] & (1 << j))
     attrs = {
         "api": getattr(plugin, "ccl_api", "") or f"{plugin.name} collectives", "backend": plugin.name,
         "id_type": "anychip_unique_id",
         "dtypes": {d: i for i, d in enumerate(DTYPES) if dmask & (1 << i)},
-        "redops": {r: i for i, r in enumerate(REDOPS) if rmask & (1 << i)},
+        "redops": {r: i for i, r in enumerate(REDOPS) if rmask & (1 << i)}, "refused": refused,
         "byte": 1, "kinds": frozenset(kinds),
         # (a built-in chip's adapter names its collective library's codes too: ccl_invalid_codes)
         "invalid_codes": frozenset({int(t.invalid_status), *getattr(plugin, "ccl_invalid_codes", ())} - {0}),

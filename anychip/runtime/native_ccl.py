@@ -51,6 +51,9 @@ class NativeLibrary:
     dtypes: ClassVar[dict[str, int]] = {}
     byte: ClassVar[int] = 0
     redops: ClassVar[dict[str, int]] = {}
+    #: (reduce op, dtype) pairs refused although both are in ``dtypes`` and ``redops`` (HCCL: PROD
+    #: of bfloat16)
+    refused: ClassVar[frozenset[tuple[str, str]]] = frozenset()
     #: op kind -> (the library's function, the names of its arguments in order, from send, recv,
     #: count, dtype, redop, root, comm and stream, which comes last); see :meth:`op`
     calls: ClassVar[dict[str, tuple[str, str]]] = {}
@@ -92,7 +95,7 @@ class NativeLibrary:
         if spec.kind not in self.kinds:
             return False
         if spec.kind in ("all_reduce", "reduce", "reduce_scatter"):
-            return spec.dtype in self.dtypes and spec.op in self.redops
+            return spec.dtype in self.dtypes and spec.op in self.redops and (spec.op, spec.dtype) not in self.refused
         return True
 
     # -- errors ----------------------------------------------------------------------

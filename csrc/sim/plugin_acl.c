@@ -11,7 +11,8 @@
  * - plugin.h's unique id is 128 bytes; an HcclRootInfo is 4108. The adapter carries the
  *   root info's used prefix and refuses one whose tail is not zero (saying so).
  * - HCCL has no average: ccl_redop_mask leaves it out (anychip runs it on its host
- *   transport). Broadcast is in place in HCCL: a root's separate send buffer is first
+ *   transport); CANN on 910B / 910_93 refuses PROD of bfloat16 (HcomCheckReduceDataType),
+ *   which ccl_op_dtype_masks leaves out the same way (the simulator would reduce it). Broadcast is in place in HCCL: a root's separate send buffer is first
  *   copied into recv on the stream.
  */
 #include <stdio.h>
@@ -268,6 +269,11 @@ static const HcclDataType HCCL_TYPES[] = {
     [ANYCHIP_FLOAT16] = HCCL_DATA_TYPE_FP16,  [ANYCHIP_BFLOAT16] = HCCL_DATA_TYPE_BFP16,
     [ANYCHIP_FLOAT32] = HCCL_DATA_TYPE_FP32,  [ANYCHIP_FLOAT64] = HCCL_DATA_TYPE_FP64,
 };
+/* the types each op reduces: every one but PROD of bfloat16 */
+static const uint32_t HCCL_OP_DTYPES[ANYCHIP_REDOP_COUNT] = {
+    [ANYCHIP_SUM] = 0xFFu, [ANYCHIP_PROD] = 0xFFu & ~(1u << ANYCHIP_BFLOAT16), [ANYCHIP_MIN] = 0xFFu,
+    [ANYCHIP_MAX] = 0xFFu,
+};
 static const HcclReduceOp HCCL_OPS[] = {
     [ANYCHIP_SUM] = HCCL_REDUCE_SUM, [ANYCHIP_PROD] = HCCL_REDUCE_PROD,
     [ANYCHIP_MIN] = HCCL_REDUCE_MIN, [ANYCHIP_MAX] = HCCL_REDUCE_MAX,
@@ -457,6 +463,7 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
     p->event_query = event_query;
     p->event_elapsed_ms = event_elapsed_ms;
     p->ccl_redop_mask = (1u << ANYCHIP_SUM) | (1u << ANYCHIP_PROD) | (1u << ANYCHIP_MIN) | (1u << ANYCHIP_MAX);
+    p->ccl_op_dtype_masks = HCCL_OP_DTYPES;
     p->get_unique_id = get_unique_id;
     p->comm_init_rank = comm_init_rank;
     p->comm_destroy = comm_destroy;

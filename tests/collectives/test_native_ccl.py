@@ -94,8 +94,8 @@ def test_a_vendor_runtime_whose_collective_library_does_not_load_is_reported(tmp
 
 
 def test_what_each_library_takes_natively():
-    """What the adapters' tables (plugin.h's ccl_dtype_mask / ccl_redop_mask and entries) offer:
-    the native transport sends the rest to the engine."""
+    """What the adapters' tables (plugin.h's ccl_dtype_mask / ccl_redop_mask, ccl_op_dtype_masks
+    and entries) offer: the native transport sends the rest to the engine."""
     def spec(kind, dtype="float32", op="sum"):
         return OpSpec(kind, None, None, 4, dtype, op, -1)
     for backend in SIMS:
@@ -104,7 +104,11 @@ def test_what_each_library_takes_natively():
     h, b, r = (anychip.device(f"{backend}:0").plugin.native_ccl() for backend in SIMS)
     assert (h.api, b.api, r.api) == ("HCCL", "BKCL", "RCCL")
     assert not h.supports(spec("all_reduce", op="avg"))             # HCCL has no average
-    assert h.supports(spec("all_reduce", "int8", "prod"))
+    assert h.supports(spec("all_reduce", "int8", "prod")) and h.supports(spec("all_reduce", "bfloat16", "sum"))
+    for kind in ("all_reduce", "reduce", "reduce_scatter"):                # refused on 910B / 910_93
+        assert not h.supports(spec(kind, "bfloat16", "prod")), kind
+    assert h.refused == {("prod", "bfloat16"), *(("avg", d) for d in h.dtypes)}
+    assert b.refused == r.refused == frozenset()                    # minor 2, no per-op table: the masks alone
     assert not b.supports(spec("reduce_scatter", "int8"))           # BKCL has no int8
     assert b.supports(spec("all_gather", "int8"))                   # movement goes as bytes
     assert not b.supports(spec("barrier")) and not r.supports(spec("barrier"))

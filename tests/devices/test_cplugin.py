@@ -80,17 +80,61 @@ def _refusals(*paths: Path) -> dict[str, str]:
 
 def test_header_and_loader_agree() -> None:
     ffi, version = cplugin.abi()
-    assert version == (1, 1)
+    assert version == (1, 2)
     assert anychip.get_include() == str(Path(anychip.__file__).parent.parent / "csrc" / "include")
     assert (Path(anychip.get_include()) / "anychip" / "plugin.h").is_file()
     # the header's reserved slots keep room for growth; the table is what anychip allocates. Minor 1
-    # took the first slot for `kernels`, so the table's size and every minor-0 offset stayed.
+    # took the first slot for `kernels`, minor 2 the next for `ccl_op_dtype_masks`, so the table's
+    # size and every earlier offset stayed.
     kernels_at = ffi.offsetof("anychip_plugin", "kernels")
-    assert ffi.offsetof("anychip_plugin", "reserved") == kernels_at + ffi.sizeof("void *")
+    assert ffi.offsetof("anychip_plugin", "ccl_op_dtype_masks") == kernels_at + ffi.sizeof("void *")
+    assert ffi.offsetof("anychip_plugin", "reserved") == kernels_at + 2 * ffi.sizeof("void *")
     assert ffi.sizeof("anychip_plugin") == ffi.offsetof("anychip_plugin", "kernels") + 32 * ffi.sizeof("void *")
     assert ffi.sizeof("anychip_unique_id") == 128
     out = subprocess.run([*ANYCHIP, "plugin", "cflags"], capture_output=True, text=True, check=True).stdout
     assert out == f"-I{anychip.get_include()}\n"
+
+
+REDUCES = r"""
+#include <stdio.h>
+#include <string.h>
+#include "anychip/plugin.h"
+int main(void) {
+    static const uint32_t per_op[ANYCHIP_REDOP_COUNT] = {0xFF, 0xFF & ~(1u << ANYCHIP_BFLOAT16), 0xFF, 0xFF, 0};
+    anychip_plugin p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.ccl_redop_mask = 0xF;                    /* no avg */
+    p.ccl_op_dtype_masks = per_op;
+    for (unsigned minor = 1; minor <= 2; minor++) {
+        p.minor = minor;
+        printf("%d%d%d%d%d|", anychip_plugin_reduces(&p, ANYCHIP_BFLOAT16, ANYCHIP_PROD),
+               anychip_plugin_reduces(&p, ANYCHIP_BFLOAT16, ANYCHIP_SUM),
+               anychip_plugin_reduces(&p, ANYCHIP_FLOAT32, ANYCHIP_PROD),
+               anychip_plugin_reduces(&p, ANYCHIP_FLOAT32, ANYCHIP_AVG),
+               anychip_plugin_reduces(&p, (anychip_dtype)ANYCHIP_BOOL, ANYCHIP_SUM));
+    }
+    p.minor = 2;
+    p.struct_size = offsetof(anychip_plugin, ccl_op_dtype_masks);   /* an older core's table */
+    printf("%d\n", anychip_plugin_reduces(&p, ANYCHIP_BFLOAT16, ANYCHIP_PROD));
+    return 0;
+}
+"""
+
+
+def test_the_reduce_rule_of_the_header(tmp_path: Path) -> None:
+    """plugin.h's anychip_plugin_reduces, the rule the Paddle bridge and the PyTorch c10d path use:
+    both masks, and from minor 2 (inside the table the core passed) the op's own dtype mask."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "reduces.c").write_text(REDUCES)
+    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{anychip.get_include()}", "-o",
+                    str(tmp_path / "reduces"), str(tmp_path / "reduces.c")], check=True, timeout=CHILD_SECONDS)
+    out = subprocess.run([str(tmp_path / "reduces")], capture_output=True, text=True, check=True).stdout
+    # minor 1 ignores the per-op table (bf16 prod reduced); minor 2 refuses it; avg is out of the
+    # redop mask; bool is not a collective type; a core whose table ends before the field ignores it
+    assert out == "11100|01100|1\n"
 
 
 def test_good_plugin_is_a_backend(libs: dict[str, Path], plugin_path) -> None:
@@ -99,7 +143,7 @@ def test_good_plugin_is_a_backend(libs: dict[str, Path], plugin_path) -> None:
     assert info is not None and info.available, info and info.reason
     assert info.device_count == 4 and info.simulated
     assert info.source == f"C library {libs['GOOD']} (from ANYCHIP_PLUGIN_PATH)"
-    assert info.reason == f"C plugin {libs['GOOD']} (ABI 1.1, tmpl 0.1.0 (host memory)); 4 device(s)"
+    assert info.reason == f"C plugin {libs['GOOD']} (ABI 1.2, tmpl 0.1.0 (host memory)); 4 device(s)"
     assert registry.refused() == []
     dev = anychip.device("tgood:2")
     assert dev.properties["name"] == "tmpl device 2 (host memory)"
@@ -195,10 +239,10 @@ def test_refusals_name_the_library_and_the_reason(libs: dict[str, Path], plugin_
             "exports none of the init symbols anychip_plugin_init, InitPlugin (not an anychip plugin, or a plugin "
             "for another ABI)",
         f"plugin library {libs['MAJOR2']} {src}":
-            "is built for plugin ABI 2.3, a newer major version; this anychip implements 1.1 and loads only plugins "
+            "is built for plugin ABI 2.3, a newer major version; this anychip implements 1.2 and loads only plugins "
             "of major version 1 (upgrade anychip)",
         f"plugin library {libs['MISSING']} {src}":
-            "tmissing: the required entries mem_alloc, copy are not set (plugin ABI 1.1)",
+            "tmissing: the required entries mem_alloc, copy are not set (plugin ABI 1.2)",
         f"plugin library {libs['INIT_FAIL']} {src}":
             "anychip_plugin_init failed with status 6 (system error: no tfail driver: /dev/tfail0 does not exist)",
         f"plugin library {libs['EVENTS_PARTIAL']} {src}":
@@ -239,7 +283,7 @@ def test_plugin_check_command(libs: dict[str, Path]) -> None:
     r = subprocess.run([*ANYCHIP, "plugin", "check", str(libs["MISSING"])], capture_output=True, text=True)
     assert r.returncode == 1
     assert r.stderr == (f"anychip plugin check: {libs['MISSING']} refused: tmissing: the required entries "
-                        "mem_alloc, copy are not set (plugin ABI 1.1)\n")
+                        "mem_alloc, copy are not set (plugin ABI 1.2)\n")
 
 
 def test_too_few_collective_entries_are_not_used(libs: dict[str, Path], plugin_path,

@@ -65,7 +65,10 @@
  * pair must progress together). Counts are in elements of `dtype`; anychip moves data
  * of every type as ANYCHIP_UINT8 for the ops that do not reduce. ccl_dtype_mask and
  * ccl_redop_mask say which types and reductions the reducing ops support (bit
- * 1 << value; 0 = all); the others run on the host transport.
+ * 1 << value; 0 = all); the others run on the host transport. Where a library refuses only
+ * some pairs (HCCL reduces bfloat16 with every op but PROD), ccl_op_dtype_masks (minor 2)
+ * points to ANYCHIP_REDOP_COUNT masks, one per anychip_redop: the types that op reduces,
+ * on top of the two masks. anychip_plugin_reduces() below is the rule every consumer uses.
  *
  * KERNELS (optional, minor version 1): five tensor primitives that anychip's tensor layer and
  * the Paddle and PyTorch providers build their device ops from (elementwise, activations,
@@ -112,13 +115,13 @@ extern "C" {
 #endif
 
 #define ANYCHIP_PLUGIN_API_MAJOR 1
-#define ANYCHIP_PLUGIN_API_MINOR 1
+#define ANYCHIP_PLUGIN_API_MINOR 2
 
 /* the symbol anychip looks up */
 #define ANYCHIP_PLUGIN_INIT_SYMBOL "anychip_plugin_init"
 
 /* slots kept for entries later minor versions add (the struct size never changes; minor 1
- * took one for `kernels`) */
+ * took one for `kernels`, minor 2 one for `ccl_op_dtype_masks`) */
 #define ANYCHIP_PLUGIN_RESERVED 32
 
 /* longest device type name, including the terminating NUL */
@@ -145,6 +148,7 @@ typedef enum anychip_dtype {
 typedef enum anychip_redop {
     ANYCHIP_SUM = 0, ANYCHIP_PROD = 1, ANYCHIP_MIN = 2, ANYCHIP_MAX = 3, ANYCHIP_AVG = 4
 } anychip_redop;
+#define ANYCHIP_REDOP_COUNT 5
 
 /* ---- kernels (minor 1; see the top of this file) ----------------------------------------- */
 #define ANYCHIP_KERNELS_VERSION 1
@@ -299,8 +303,12 @@ typedef struct anychip_plugin {
     /* ---- kernels (optional, minor 1, see the top of this file) ------------------------ */
     const anychip_kernels *kernels;
 
+    /* ---- collectives, minor 2 (optional): per anychip_redop, the types it reduces; NULL = the
+     * two masks decide alone (an array of ANYCHIP_REDOP_COUNT that lives as long as the library) */
+    const uint32_t *ccl_op_dtype_masks;
+
     /* ---- growth ------------------------------------------------------------------- */
-    void *reserved[ANYCHIP_PLUGIN_RESERVED - 1];
+    void *reserved[ANYCHIP_PLUGIN_RESERVED - 2];
 } anychip_plugin;
 
 /* whether `field` lies inside the struct anychip passed (a newer plugin on an older core) */
@@ -318,6 +326,19 @@ static inline const anychip_kernels *anychip_plugin_kernels(const anychip_plugin
         return NULL;
     uint32_t used = k->binary_dtypes | k->unary_dtypes | k->reduce_dtypes | k->gemm_dtypes | k->fill_dtypes;
     return used & ~((1u << (ANYCHIP_BOOL + 1)) - 1) ? NULL : k;
+}
+
+/* Whether the plugin's collectives reduce `dtype` with `op` (else that op runs on the host
+ * transport): both masks, and from minor 2 the op's own type mask. */
+static inline int anychip_plugin_reduces(const anychip_plugin *p, anychip_dtype dtype, anychip_redop op)
+{
+    if ((unsigned)dtype > ANYCHIP_FLOAT64 || (unsigned)op >= ANYCHIP_REDOP_COUNT)
+        return 0;
+    if ((p->ccl_dtype_mask && !(p->ccl_dtype_mask & (1u << dtype))) ||
+        (p->ccl_redop_mask && !(p->ccl_redop_mask & (1u << op))))
+        return 0;
+    const uint32_t *per_op = p->minor >= 2 && ANYCHIP_PLUGIN_HAS(p, ccl_op_dtype_masks) ? p->ccl_op_dtype_masks : NULL;
+    return !per_op || (per_op[op] & (1u << dtype)) != 0;
 }
 
 /* the one symbol a plugin exports */

@@ -935,12 +935,8 @@ static size_t pd_count(size_t count, anychip_dtype dt, size_t size)
     return dt == ANYCHIP_UINT8 ? count * size : count;
 }
 
-/* whether the plugin's collectives reduce this type with this op (ccl_dtype_mask / ccl_redop_mask) */
-static int plugin_reduces(anychip_dtype dt, anychip_redop op)
-{
-    return (!P.ccl_dtype_mask || (P.ccl_dtype_mask & (1u << dt))) &&
-           (!P.ccl_redop_mask || (P.ccl_redop_mask & (1u << op)));
-}
+/* whether the plugin's collectives reduce this type with this op (plugin.h's rule) */
+static int plugin_reduces(anychip_dtype dt, anychip_redop op) { return anychip_plugin_reduces(&P, dt, op); }
 
 #ifdef ANYCHIP_PADDLE_CCL
 static C_Status eng_attach(bridge_comm *bc);
@@ -1751,7 +1747,7 @@ EXPORT const char *anychip_paddle_device_type(void) { return g_type; }
 static void fill_collectives(C_DeviceInterface *i)
 {
 #ifdef ANYCHIP_PADDLE_CCL
-    if (P.ccl_dtype_mask || P.ccl_redop_mask)
+    if (P.ccl_dtype_mask || P.ccl_redop_mask || (P.minor >= 2 && P.ccl_op_dtype_masks))
         load_engine();                    /* the reductions the plugin lacks run on the engine */
 #endif
     if (!(P.get_unique_id && P.comm_init_rank && P.comm_destroy && P.all_reduce)) {

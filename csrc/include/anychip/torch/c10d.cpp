@@ -53,8 +53,6 @@ int ccl_redop(c10d::ReduceOp::RedOpType op)     // anychip_redop; -1: none (bitw
     }
 }
 
-bool in_mask(uint32_t mask, int bit) { return mask == 0 || ((mask >> bit) & 1u); }
-
 std::exception_ptr backend_error(const std::string &msg)
 {
     try {
@@ -370,8 +368,8 @@ bool Direct::reduces(const at::Tensor &t, c10d::ReduceOp::RedOpType red, int *dt
 {
     *dtype = ccl_dtype(t.scalar_type());
     *op = ccl_redop(red);
-    return *dtype >= 0 && *op >= 0 && in_mask(g_plugin.ccl_dtype_mask, *dtype) &&
-           in_mask(g_plugin.ccl_redop_mask, *op);
+    return *dtype >= 0 && *op >= 0 &&
+           anychip_plugin_reduces(&g_plugin, (anychip_dtype)*dtype, (anychip_redop)*op);
 }
 
 // `call` (the library's entry bound to its arguments) enqueued on the current torch stream,
