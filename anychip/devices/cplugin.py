@@ -570,7 +570,12 @@ class PluginCollectives(NativeLibrary):
         return self.comm_detail(None)
 
     def text(self, code: int) -> str:
-        return f"{super().text(code)}: {self.plugin._text(code)}"
+        # the plugin's text for the code and its last error, read once (an adapter's get_last_error
+        # hands its message over once); an adapter's error string begins with the code's name
+        name, text = self.code_name(code), self.plugin._text(code)
+        if text.startswith(f"{name}: "):
+            text = text[len(name) + 2:]
+        return f"{self.api} returned {name}: {text}"
 
     def comm_detail(self, comm: Any) -> str:
         t = self.t
