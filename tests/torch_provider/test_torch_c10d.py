@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -101,18 +102,24 @@ def test_a_c_plugins_collectives_take_the_cpp_path_where_its_masks_allow(tmp_pat
     assert f"[0] RESULT {want}" in done.stdout and f"[1] RESULT {want}" in done.stdout, done.stdout[-2000:]
 
 
+def _hang(tmp_path: Path, direct: str, **extra: str) -> subprocess.CompletedProcess:
+    """plugin_hang.py on 2 ranks of a plugin whose every all_reduce enqueues work that never ends
+    (the plugin reports success), under init_process_group(timeout=2 s)."""
+    lib = _test_plugin(tmp_path, "thang", "CCL_HANG")
+    return _launch(2, str(HERE / "plugin_hang.py"), "2", timeout=120, device="thang", ANYCHIP_TORCH="thang",
+                   ANYCHIP_PLUGIN_PATH=str(lib), CCL_HANG_RANKS="all", ANYCHIP_TORCH_C10D_DIRECT=direct, **extra)
+
+
 @pytest.mark.parametrize("direct", ["1", "0"])
 @pytest.mark.slow
 def test_a_plugin_collective_that_never_completes_fails_every_rank_after_the_groups_timeout(tmp_path, direct):
-    """Every rank's all_reduce enqueues work that never ends (the plugin reports success), under
-    init_process_group(timeout=2 s). On the C++ path (direct "1") its watchdog, on the Python
-    one the native transport's, fails the Work a second past the timeout, naming the op, the
-    rank and the timeout, and aborts the communicator; the future fails alike, and the job
-    ends. Before, the C++ path's Work.wait blocked in the library for ever."""
-    lib = _test_plugin(tmp_path, "thang", "CCL_HANG")
+    """On the C++ path (direct "1") its watchdog, on the Python one the native transport's, fails
+    the Work a second past the group's timeout, naming the op, the rank and the timeout, and
+    aborts the communicator, whose abort ends the stuck work (CCL_HANG_ABORT_ENDS, as
+    ncclCommAbort ends its kernels): Work.wait raises, the future fails alike, the job ends.
+    Before, the C++ path's Work.wait blocked in the library for ever."""
     before = ccl_segments()
-    done = _launch(2, str(HERE / "plugin_hang.py"), "2", timeout=120, device="thang", ANYCHIP_TORCH="thang",
-                   ANYCHIP_PLUGIN_PATH=str(lib), CCL_HANG_RANKS="all", ANYCHIP_TORCH_C10D_DIRECT=direct)
+    done = _hang(tmp_path, direct, CCL_HANG_ABORT_ENDS="1")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     path = "direct" if direct == "1" else "python"
     for rank in (0, 1):
@@ -122,6 +129,23 @@ def test_a_plugin_collective_that_never_completes_fails_every_rank_after_the_gro
         assert said == _never_completed(rank) and 2.9 <= float(waited) < 8, lines
         assert lines[2] == f"FUTURE {_never_completed(rank)}", lines
     assert leaked_segments(before) == set()
+
+
+@pytest.mark.slow
+def test_a_plugin_collective_whose_work_outlives_the_abort_ends_the_process(tmp_path):
+    """The plugin's abort does not end the stuck work: nothing can, and Work.wait stays in the
+    library's wait; 10 s after the abort the C++ path's watchdog says so and ends the process
+    (as ProcessGroupNCCL's does), so the job ends."""
+    t = time.monotonic()
+    done = _hang(tmp_path, "1")
+    took = time.monotonic() - t
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(done.stdout.splitlines()) == ["[0] PATH direct", "[1] PATH direct"], done.stdout
+    for rank in (0, 1):
+        assert (f"[{rank}] anychip: rank {rank}: all_reduce (group 0) did not complete within 2 s "
+                f"(ANYCHIP_COLLECTIVE_TIMEOUT), and its work on anychip:{rank} still runs 10 s after the abort: "
+                "nothing can end it; ending the process\n") in done.stderr, done.stderr[-3000:]
+    assert took < 90, took
 
 
 def _never_completed(rank: int) -> str:

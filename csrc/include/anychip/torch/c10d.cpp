@@ -20,10 +20,13 @@
 // still running `timeout` s (the process group's, as ANYCHIP_COLLECTIVE_TIMEOUT) plus kGrace
 // after it was enqueued fails, as do all others pending, with a DistBackendError naming the
 // op, the rank and the timeout, and the communicator is aborted (the transport's abort: the
-// library's comm_abort, else comm_destroy). Waits then poll (the library's event_synchronize
-// cannot be interrupted), so that they return when the group is aborted. When the op's work
-// still runs kStuck after the abort, nothing can end it and every wait for its stream hangs:
-// the watchdog says so on stderr and ends the process, as the native transport's does.
+// library's comm_abort, else comm_destroy). A Work.wait without a limit blocks in the
+// library's event_synchronize (polling would cost every op: the latency work measured it), so
+// it returns, raising that error, when the abort ends the op's work, as a library's abort does
+// (ncclCommAbort ends the stuck kernels); is_completed and exception report it at once. When
+// the op's work still runs kStuck after the abort, nothing can end it and every wait for its
+// stream hangs: the watchdog says so on stderr and ends the process, as the native
+// transport's does (and ProcessGroupNCCL's).
 #include <chrono>
 #include <cstdio>
 #include <condition_variable>
@@ -217,7 +220,6 @@ struct Direct : std::enable_shared_from_this<Direct> {
                        const std::function<anychip_status(anychip_stream)> &call);
     void close();
     void abort();
-    void wait_event(anychip_event ev);
     void watch();
     static void watch_loop(std::weak_ptr<Direct> weak, std::chrono::microseconds period);
     anychip_event expire(Clock::time_point now, std::string *why);
@@ -304,19 +306,18 @@ public:
         return future_;
     }
 
-    // wait for the op, at most `timeout` (0: no limit); false when it is still running then.
-    // Without a limit and a watchdog, it blocks in the library; otherwise it polls (the
-    // watchdog may abort the group meanwhile)
+    // wait for the op, at most `timeout` (0: no limit, blocking in the library as the Python
+    // Works do); false when it is still running then
     bool block(std::chrono::milliseconds timeout)
     {
-        if (timeout.count() == 0 && !d_->watched()) {
+        if (timeout.count() == 0) {
             anychip_event ev = event_to_wait();
             if (ev)
                 g_plugin.event_synchronize(d_->device, ev);
             settle();
             return true;
         }
-        const auto deadline = timeout.count() == 0 ? Clock::time_point::max() : Clock::now() + timeout;
+        const auto deadline = Clock::now() + timeout;
         auto pause = std::chrono::microseconds(10);
         while (!done()) {
             if (passed() || d_->is_aborted()) {
@@ -577,7 +578,7 @@ void Direct::close()
     {
         py::gil_scoped_release nogil;
         for (anychip_event ev : waiting)
-            wait_event(ev);
+            g_plugin.event_synchronize(device, ev);
     }
     std::string err = failure_of("collective");
     {
@@ -609,21 +610,6 @@ void Direct::abort()
     std::lock_guard<std::mutex> lock(qmu);
     stopping = true;
     qcv.notify_all();
-}
-
-// wait for `ev` (of a pending op): in the library, or under a watchdog in steps, until it has
-// passed or the group is aborted
-void Direct::wait_event(anychip_event ev)
-{
-    if (!watched()) {
-        g_plugin.event_synchronize(device, ev);
-        return;
-    }
-    auto pause = std::chrono::microseconds(10);
-    while (!is_aborted() && g_plugin.event_query(device, ev) == g_plugin.not_ready_status) {
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, std::chrono::microseconds(1000));
-    }
 }
 
 // start the watchdog's thread (with mu held); it holds the Direct only while it looks
@@ -667,12 +653,12 @@ void Direct::watch_loop(std::weak_ptr<Direct> weak, std::chrono::microseconds pe
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    g_plugin.event_destroy(device, stuck);
+    // (the event is not destroyed: a wait may still be in it)
 }
 
 // the watchdog's look: the oldest op still running past the deadline fails every pending Work,
-// naming it, and the communicator is aborted; its event (which the watchdog then owns, null
-// when none expired), and in `why` what stderr says if its work never ends
+// naming it, and the communicator is aborted; its event (which the watchdog then keeps from
+// reuse, null when none expired), and in `why` what stderr says if its work never ends
 anychip_event Direct::expire(Clock::time_point now, std::string *why)
 {
     const auto deadline = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout)) + kGrace;
