@@ -20,8 +20,8 @@
  * VARIANT_CCL_HANG        VARIANT_CCL_SHM, except that on the ranks CCL_HANG_RANKS lists ("all" or
  *                         ranks separated by commas; read at comm_init_rank) all_reduce enqueues work
  *                         that never ends and returns success (a collective that never completes);
- *                         with CCL_HANG_ABORT_ENDS set, comm_abort ends that work (as ncclCommAbort
- *                         ends the stuck kernels)
+ *                         with CCL_HANG_ABORT_ENDS set, comm_abort ends the first such work (as
+ *                         ncclCommAbort ends the stuck kernels)
  * VARIANT_KERNELS_NONE    no kernel table (every tensor op on the host)
  * VARIANT_MINOR0          claims plugin ABI 1.0 and keeps the table (which anychip must not read)
  * VARIANT_KERNELS_V2      a kernel table of an unknown version (2)
@@ -59,7 +59,7 @@ struct anychip_comm_s {
     size_t size;
     double timeout;
     int hang;                                            /* VARIANT_CCL_HANG: this rank's all_reduce never ends */
-    anychip_event stuck;                                 /* VARIANT_CCL_HANG: what its never-ending work waits for */
+    anychip_event stuck;                                 /* VARIANT_CCL_HANG: what comm_abort ends (or null) */
 };
 
 /* a barrier fails once a rank aborted the communicator (shm_group.h) */
@@ -149,18 +149,21 @@ static void reduce_slots(anychip_comm c, void *out, size_t n, anychip_dtype t, a
 }
 
 #ifdef VARIANT_CCL_HANG
-/* a wait for the communicator's event `stuck`, whose record is never enqueued: the stream
- * never gets past it (unless comm_abort ends it) */
+/* a wait for an event whose record is never enqueued: the stream never gets past it (with
+ * CCL_HANG_ABORT_ENDS, the communicator keeps its first such event, which comm_abort ends) */
 static anychip_status never_ending(anychip_comm c, anychip_stream s) {
-    if (!c->stuck) {
-        anychip_status rc = event_create(c->device, &c->stuck);
-        if (rc) return rc;
-    }
-    anychip_event e = c->stuck;
+    anychip_event e;
+    anychip_status rc = event_create(c->device, &e);
+    if (rc) return rc;
     pthread_mutex_lock(&e->lock);
     uint64_t gen = ++e->recorded;
     pthread_mutex_unlock(&e->lock);
-    return enqueue_event_task(s, (task){.kind = T_WAIT, .event = e, .generation = gen});   /* (holds its own reference) */
+    rc = enqueue_event_task(s, (task){.kind = T_WAIT, .event = e, .generation = gen});
+    if (rc == S_OK && !c->stuck && getenv("CCL_HANG_ABORT_ENDS"))
+        c->stuck = e;
+    else
+        event_release(e);                                /* the queued wait holds its own reference */
+    return rc;
 }
 #endif
 
