@@ -106,7 +106,7 @@ def _hang(tmp_path: Path, direct: str, **extra: str) -> subprocess.CompletedProc
     """plugin_hang.py on 2 ranks of a plugin whose every all_reduce enqueues work that never ends
     (the plugin reports success), under init_process_group(timeout=2 s)."""
     lib = _test_plugin(tmp_path, "thang", "CCL_HANG")
-    return _launch(2, str(HERE / "plugin_hang.py"), "2", timeout=120, device="thang", ANYCHIP_TORCH="thang",
+    return _launch(2, str(HERE / "plugin_hang.py"), "2", device="thang", ANYCHIP_TORCH="thang",
                    ANYCHIP_PLUGIN_PATH=str(lib), CCL_HANG_RANKS="all", ANYCHIP_TORCH_C10D_DIRECT=direct, **extra)
 
 
