@@ -37,7 +37,7 @@ from torch.futures import Future
 from ..collectives import Communicator, World
 from ..collectives.transports.choose import choose
 from ..collectives.transports.native import NativeTransport
-from ..runtime.env import launcher_int, torch_c10d_direct
+from ..runtime.env import NEVER_S, collective_timeout, launcher_int, torch_c10d_direct
 from ..runtime.errors import AnychipError, CollectiveTimeout
 from . import _C, NAME, _state, _storage_buffer, anychip_device, device_count
 
@@ -252,15 +252,17 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         the device library's own collectives and that library is the device's: a one-tensor
         all_reduce or broadcast, all_gather_into_tensor and reduce_scatter_tensor are then
         enqueued in C++, straight to the library. None where it is not (or
-        ``ANYCHIP_TORCH_C10D_DIRECT=0``): every op then runs through the communicator."""
+        ``ANYCHIP_TORCH_C10D_DIRECT=0``): every op then runs through the communicator. Its
+        watchdog aborts the transport when one of its ops is pending past the group's timeout."""
         if not (torch_c10d_direct() and isinstance(transport, NativeTransport) and _C.c10d_direct_available()):
             return None
         handle = transport.handle()
         if handle is None or os.path.realpath(handle[1]) != os.path.realpath(_state.library):
             return None
         comm, _, null_stream = handle
+        timeout = collective_timeout()        # the group's (set above), as the transport's watchdog has it
         return _C.C10dDirect(comm, self._index, self.rank(), self.size(), self._name, not null_stream,
-                             transport.failure)
+                             transport.failure, transport.abort, timeout if timeout < NEVER_S else 0.0)
 
     # -- c10d bookkeeping ------------------------------------------------------------
     def getBackendName(self) -> str:

@@ -19,7 +19,9 @@
  *                         else is left to anychip's host transport
  * VARIANT_CCL_HANG        VARIANT_CCL_SHM, except that on the ranks CCL_HANG_RANKS lists ("all" or
  *                         ranks separated by commas; read at comm_init_rank) all_reduce enqueues work
- *                         that never ends and returns success (a collective that never completes)
+ *                         that never ends and returns success (a collective that never completes);
+ *                         with CCL_HANG_ABORT_ENDS set, comm_abort ends the first such work (as
+ *                         ncclCommAbort ends the stuck kernels)
  * VARIANT_KERNELS_NONE    no kernel table (every tensor op on the host)
  * VARIANT_MINOR0          claims plugin ABI 1.0 and keeps the table (which anychip must not read)
  * VARIANT_KERNELS_V2      a kernel table of an unknown version (2)
@@ -57,6 +59,7 @@ struct anychip_comm_s {
     size_t size;
     double timeout;
     int hang;                                            /* VARIANT_CCL_HANG: this rank's all_reduce never ends */
+    anychip_event stuck;                                 /* VARIANT_CCL_HANG: what comm_abort ends (or null) */
 };
 
 /* a barrier fails once a rank aborted the communicator (shm_group.h) */
@@ -103,6 +106,9 @@ static anychip_status comm_init_rank(int d, int nranks, const anychip_unique_id 
 }
 
 static anychip_status comm_destroy(anychip_comm c) {
+#ifdef VARIANT_CCL_HANG
+    if (c->stuck) event_release(c->stuck);
+#endif
     if (c->hdr) munmap(c->hdr, c->size);
     free(c);
     return S_OK;
@@ -111,6 +117,14 @@ static anychip_status comm_destroy(anychip_comm c) {
 /* the peers' barriers fail, naming this rank */
 static anychip_status comm_abort(anychip_comm c) {
     if (c->hdr) atomic_store(&c->hdr->aborted, c->rank + 1);
+#ifdef VARIANT_CCL_HANG
+    if (c->stuck && getenv("CCL_HANG_ABORT_ENDS")) {    /* the never-ending work ends */
+        pthread_mutex_lock(&c->stuck->lock);
+        c->stuck->completed = c->stuck->recorded;
+        pthread_cond_broadcast(&c->stuck->cond);
+        pthread_mutex_unlock(&c->stuck->lock);
+    }
+#endif
     return comm_destroy(c);
 }
 
@@ -135,7 +149,8 @@ static void reduce_slots(anychip_comm c, void *out, size_t n, anychip_dtype t, a
 }
 
 #ifdef VARIANT_CCL_HANG
-/* a wait for an event whose record is never enqueued: the stream never gets past it */
+/* a wait for an event whose record is never enqueued: the stream never gets past it (with
+ * CCL_HANG_ABORT_ENDS, the communicator keeps its first such event, which comm_abort ends) */
 static anychip_status never_ending(anychip_comm c, anychip_stream s) {
     anychip_event e;
     anychip_status rc = event_create(c->device, &e);
@@ -144,7 +159,10 @@ static anychip_status never_ending(anychip_comm c, anychip_stream s) {
     uint64_t gen = ++e->recorded;
     pthread_mutex_unlock(&e->lock);
     rc = enqueue_event_task(s, (task){.kind = T_WAIT, .event = e, .generation = gen});
-    event_release(e);                                    /* the queued wait holds its own reference */
+    if (rc == S_OK && !c->stuck && getenv("CCL_HANG_ABORT_ENDS"))
+        c->stuck = e;
+    else
+        event_release(e);                                /* the queued wait holds its own reference */
     return rc;
 }
 #endif

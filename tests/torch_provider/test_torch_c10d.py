@@ -8,13 +8,14 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (pip install 'anychip[torch]')")
 
-from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, ccl_segments
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, ccl_segments, leaked_segments
 
 from anychip._spawn import python_command  # noqa: E402
 
@@ -24,7 +25,8 @@ ROOT = HERE.parent.parent
 
 def _launch(n: int, *argv: str, timeout: float = CHILD_SECONDS, device: str = "ascend",
             **extra: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_TORCH_C10D_DIRECT")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANYCHIP_TORCH", "ANYCHIP_TORCH_C10D_DIRECT", "ANYCHIP_COLLECTIVE_TIMEOUT")}
     env.update(extra)
     cmd = python_command(["-m", "anychip", "launch", "-n", str(n), "--device", device, *argv])
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
@@ -78,20 +80,77 @@ def test_every_op_by_value_on_the_other_simulated_chips(device, direct):
     assert f"[0] DIRECT {json.dumps(direct, sort_keys=True)}" in out
 
 
-@pytest.mark.slow
-def test_a_c_plugins_collectives_take_the_cpp_path_where_its_masks_allow(tmp_path):
+def _test_plugin(tmp_path: Path, name: str, variant: str) -> Path:
+    """The test plugin of tests/c/plugin_variants.c's VARIANT_<variant>, as backend `name`."""
     from anychip.scaffold import new_plugin
     project = new_plugin("tmpl", "c", tmp_path)
-    lib = tmp_path / "libtshm.so"
+    lib = tmp_path / f"lib{name}.so"
     subprocess.run([os.environ.get("CC", "cc"), "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
                     "-fvisibility=hidden", f"-I{project / 'include'}",
-                    f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"', '-DNAME="tshm"', "-DVARIANT_CCL_SHM",
+                    f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"', f'-DNAME="{name}"', f"-DVARIANT_{variant}",
                     "-o", str(lib), str(ROOT / "tests" / "c" / "plugin_variants.c"), "-lpthread", "-lm"],
                    check=True, capture_output=True, text=True)
+    return lib
+
+
+@pytest.mark.slow
+def test_a_c_plugins_collectives_take_the_cpp_path_where_its_masks_allow(tmp_path):
+    lib = _test_plugin(tmp_path, "tshm", "CCL_SHM")
     done = _launch(2, str(HERE / "plugin_ops.py"), device="tshm", ANYCHIP_TORCH="tshm", ANYCHIP_PLUGIN_PATH=str(lib))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     want = 'tshm True {"all_gather_into_tensor": 1, "all_reduce": 2, "broadcast": 1}'
     assert f"[0] RESULT {want}" in done.stdout and f"[1] RESULT {want}" in done.stdout, done.stdout[-2000:]
+
+
+def _hang(tmp_path: Path, direct: str, **extra: str) -> subprocess.CompletedProcess:
+    """plugin_hang.py on 2 ranks of a plugin whose every all_reduce enqueues work that never ends
+    (the plugin reports success), under init_process_group(timeout=2 s)."""
+    lib = _test_plugin(tmp_path, "thang", "CCL_HANG")
+    return _launch(2, str(HERE / "plugin_hang.py"), "2", device="thang", ANYCHIP_TORCH="thang",
+                   ANYCHIP_PLUGIN_PATH=str(lib), CCL_HANG_RANKS="all", ANYCHIP_TORCH_C10D_DIRECT=direct, **extra)
+
+
+@pytest.mark.parametrize("direct", ["1", "0"])
+@pytest.mark.slow
+def test_a_plugin_collective_that_never_completes_fails_every_rank_after_the_groups_timeout(tmp_path, direct):
+    """On the C++ path (direct "1") its watchdog, on the Python one the native transport's, fails
+    the Work a second past the group's timeout, naming the op, the rank and the timeout, and
+    aborts the communicator, whose abort ends the stuck work (CCL_HANG_ABORT_ENDS, as
+    ncclCommAbort ends its kernels): Work.wait raises, the future fails alike, the job ends.
+    Before, the C++ path's Work.wait blocked in the library for ever."""
+    before = ccl_segments()
+    done = _hang(tmp_path, direct, CCL_HANG_ABORT_ENDS="1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    path = "direct" if direct == "1" else "python"
+    for rank in (0, 1):
+        lines = [ln.removeprefix(f"[{rank}] ") for ln in done.stdout.splitlines() if ln.startswith(f"[{rank}] ")]
+        assert len(lines) == 3 and lines[0] == f"PATH {path}", lines
+        waited, said = re.fullmatch(r"RAISED ([\d.]+) (.*)", lines[1]).groups()
+        assert said == _never_completed(rank) and 2.9 <= float(waited) < 8, lines
+        assert lines[2] == f"FUTURE {_never_completed(rank)}", lines
+    assert leaked_segments(before) == set()
+
+
+@pytest.mark.slow
+def test_a_plugin_collective_whose_work_outlives_the_abort_ends_the_process(tmp_path):
+    """The plugin's abort does not end the stuck work: nothing can, and Work.wait stays in the
+    library's wait; 10 s after the abort the C++ path's watchdog says so and ends the process
+    (as ProcessGroupNCCL's does), so the job ends."""
+    t = time.monotonic()
+    done = _hang(tmp_path, "1")
+    took = time.monotonic() - t
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(done.stdout.splitlines()) == ["[0] PATH direct", "[1] PATH direct"], done.stdout
+    for rank in (0, 1):
+        assert (f"[{rank}] anychip: rank {rank}: all_reduce (group 0) did not complete within 2 s "
+                f"(ANYCHIP_COLLECTIVE_TIMEOUT), and its work on anychip:{rank} still runs 10 s after the abort: "
+                "nothing can end it; ending the process\n") in done.stderr, done.stderr[-3000:]
+    assert took < 90, took
+
+
+def _never_completed(rank: int) -> str:
+    return (f"anychip c10d all_reduce (rank {rank} of 2, group 0): all_reduce (group 0) did not complete within 2 s "
+            f"on rank {rank} (ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted")
 
 
 @pytest.mark.slow

@@ -13,7 +13,22 @@
 // failure gets the native transport's message (which names the rank that failed or did
 // not join), a Work.wait that runs out of time names the op, the rank and the group, and
 // an aborted group fails what is still pending.
+//
+// Deadline: as ProcessGroupNCCL's watchdog does (TORCH_NCCL_ASYNC_ERROR_HANDLING), and as the
+// native transport does for its own Works, a thread per Direct (started with its first op)
+// looks at the pending Works every tenth of the group's timeout (at most every second): one
+// still running `timeout` s (the process group's, as ANYCHIP_COLLECTIVE_TIMEOUT) plus kGrace
+// after it was enqueued fails, as do all others pending, with a DistBackendError naming the
+// op, the rank and the timeout, and the communicator is aborted (the transport's abort: the
+// library's comm_abort, else comm_destroy). A Work.wait without a limit blocks in the
+// library's event_synchronize (polling would cost every op: the latency work measured it), so
+// it returns, raising that error, when the abort ends the op's work, as a library's abort does
+// (ncclCommAbort ends the stuck kernels); is_completed and exception report it at once. When
+// the op's work still runs kStuck after the abort, nothing can end it and every wait for its
+// stream hangs: the watchdog says so on stderr and ends the process, as the native
+// transport's does (and ProcessGroupNCCL's).
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -23,7 +38,10 @@
 #include <sstream>
 #include <thread>
 #include <unordered_set>
+#include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -53,6 +71,11 @@ int ccl_redop(c10d::ReduceOp::RedOpType op)     // anychip_redop; -1: none (bitw
     }
 }
 
+using Clock = std::chrono::steady_clock;
+// past the timeout before the watchdog fails an op (a library that times out itself reports
+// first, naming the peer it waited for); how long an aborted op's work may still run
+constexpr std::chrono::seconds kGrace(1), kStuck(10);
+
 std::exception_ptr backend_error(const std::string &msg)
 {
     try {
@@ -71,6 +94,8 @@ struct Direct : std::enable_shared_from_this<Direct> {
     std::string group;
     bool side_needed;                   // the library refuses the NULL stream (HCCL): a side stream
     PyObject *failure;                  // (what) -> str | None: the transport's message (owned)
+    PyObject *abort_comm;               // (reason) -> None: the transport's abort (owned)
+    double timeout;                     // seconds a Work may be pending; <= 0: no watchdog
 
     std::mutex mu;                      // guards what follows
     bool closing = false, closed = false, aborted = false;
@@ -78,6 +103,8 @@ struct Direct : std::enable_shared_from_this<Direct> {
     std::vector<anychip_event> events;  // passed events, recorded again
     std::unordered_set<DirectWork *> pending;
     std::map<std::string, int64_t> issued;    // ops enqueued, by name
+    bool watching = false;              // the watchdog's thread is started
+    std::string expired;                // why the watchdog aborted the group ("" it did not)
     anychip_stream side = nullptr;
     anychip_event before = nullptr, after = nullptr;
 
@@ -87,9 +114,10 @@ struct Direct : std::enable_shared_from_this<Direct> {
     bool thread_started = false, stopping = false;
 
     Direct(uintptr_t comm_, int device_, int rank_, int size_, std::string group_, bool side_needed_,
-           py::object failure_)
+           py::object failure_, py::object abort_, double timeout_)
         : comm(reinterpret_cast<anychip_comm>(comm_)), device(device_), rank(rank_), size(size_),
-          group(std::move(group_)), side_needed(side_needed_), failure(failure_.release().ptr())
+          group(std::move(group_)), side_needed(side_needed_), failure(failure_.release().ptr()),
+          abort_comm(abort_.release().ptr()), timeout(timeout_)
     {
     }
 
@@ -98,8 +126,11 @@ struct Direct : std::enable_shared_from_this<Direct> {
         if (anychip_torch::python_usable()) {
             py::gil_scoped_acquire gil;
             Py_DECREF(failure);
+            Py_DECREF(abort_comm);
         }
     }
+
+    bool watched() const { return timeout > 0; }
 
     std::string prefix(const char *what) const
     {
@@ -146,6 +177,8 @@ struct Direct : std::enable_shared_from_this<Direct> {
         bool was_aborted = false;
         {
             std::lock_guard<std::mutex> lock(mu);
+            if (!expired.empty())
+                return expired;
             was_aborted = aborted;
             if (closed && !aborted)
                 return closed_error;
@@ -185,6 +218,9 @@ struct Direct : std::enable_shared_from_this<Direct> {
                        const std::function<anychip_status(anychip_stream)> &call);
     void close();
     void abort();
+    void watch();
+    static void watch_loop(std::weak_ptr<Direct> weak, std::chrono::microseconds period);
+    anychip_event expire(Clock::time_point now, std::string *why);
     void complete_later(c10::intrusive_ptr<DirectWork> work);
     void complete_loop();
 };
@@ -195,7 +231,8 @@ class DirectWork final : public c10d::Work {
 public:
     DirectWork(std::shared_ptr<Direct> d, const char *what, c10d::OpType type, anychip_event ev,
                std::vector<at::Tensor> out)
-        : c10d::Work(d->rank, type), d_(std::move(d)), what_(what), ev_(ev), out_(std::move(out))
+        : c10d::Work(d->rank, type), d_(std::move(d)), what_(what), ev_(ev), out_(std::move(out)),
+          since_(Clock::now())
     {
         std::lock_guard<std::mutex> lock(d_->mu);
         d_->pending.insert(this);
@@ -232,7 +269,11 @@ public:
 
     std::vector<at::Tensor> result() override { return out_; }
 
-    anychip_event event() const { return ev_; }    // (with the Direct's mu held)
+    // (with the Direct's mu held)
+    anychip_event event() const { return ev_; }
+    const char *what() const { return what_; }
+    Clock::time_point since() const { return since_; }
+    anychip_event take_event() { return std::exchange(ev_, nullptr); }   // the watchdog's now
 
     bool wait(std::chrono::milliseconds timeout) override
     {
@@ -267,7 +308,6 @@ public:
     // Works do); false when it is still running then
     bool block(std::chrono::milliseconds timeout)
     {
-        using clock = std::chrono::steady_clock;
         if (timeout.count() == 0) {
             anychip_event ev = event_to_wait();
             if (ev)
@@ -275,14 +315,14 @@ public:
             settle();
             return true;
         }
-        const auto deadline = clock::now() + timeout;
+        const auto deadline = Clock::now() + timeout;
         auto pause = std::chrono::microseconds(10);
         while (!done()) {
             if (passed() || d_->is_aborted()) {
                 settle();
                 break;
             }
-            if (clock::now() >= deadline)
+            if (Clock::now() >= deadline)
                 return false;
             std::this_thread::sleep_for(pause);
             pause = std::min(pause * 2, std::chrono::microseconds(1000));
@@ -352,6 +392,7 @@ private:
     const char *what_;                  // the op's name in messages
     anychip_event ev_;                  // (guarded by d_->mu)
     std::vector<at::Tensor> out_;
+    Clock::time_point since_;           // when it was enqueued (the watchdog's deadline)
     std::mutex settle_mu_, future_mu_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
     bool marked_ = false;
@@ -406,6 +447,10 @@ py::object Direct::enqueue(const char *what, c10d::OpType type, std::vector<at::
     {
         std::lock_guard<std::mutex> lock(mu);
         ++issued[what];
+        if (watched() && !watching) {
+            watching = true;
+            watch();
+        }
     }
     anychip_event ev = take_event();
     check(g_plugin.event_record(device, ev, stream), what, "event_record");
@@ -565,6 +610,94 @@ void Direct::abort()
     qcv.notify_all();
 }
 
+// start the watchdog's thread (with mu held); it holds the Direct only while it looks
+void Direct::watch()
+{
+    auto period = std::chrono::duration<double>(std::min(timeout / 10, 1.0));
+    std::thread(watch_loop, weak_from_this(), std::chrono::duration_cast<std::chrono::microseconds>(period)).detach();
+}
+
+void Direct::watch_loop(std::weak_ptr<Direct> weak, std::chrono::microseconds period)
+{
+    anychip_event stuck = nullptr;
+    std::string why;
+    int device = 0;
+    for (;;) {
+        std::this_thread::sleep_for(period);
+        std::shared_ptr<Direct> d = weak.lock();
+        if (!d)
+            return;
+        {
+            std::lock_guard<std::mutex> lock(d->mu);
+            if (d->closed)
+                return;                 // closed or aborted by the program: nothing to watch
+        }
+        stuck = d->expire(Clock::now(), &why);
+        if (stuck) {
+            device = d->device;
+            break;
+        }
+    }
+    // the group is aborted; its op's work must end (a library's abort ends it) or nothing will
+    const auto since = Clock::now();
+    while (g_plugin.event_query(device, stuck) == g_plugin.not_ready_status) {
+        if (Clock::now() - since > kStuck) {
+            std::fprintf(stderr, "anychip: %s, and its work on anychip:%d still runs %lld s after the abort: nothing "
+                         "can end it; ending the process\n", why.c_str(), device,
+                         static_cast<long long>(kStuck.count()));
+            std::fflush(stderr);
+            std::fflush(stdout);
+            _exit(1);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    // (the event is not destroyed: a wait may still be in it)
+}
+
+// the watchdog's look: the oldest op still running past the deadline fails every pending Work,
+// naming it, and the communicator is aborted; its event (which the watchdog then keeps from
+// reuse, null when none expired), and in `why` what stderr says if its work never ends
+anychip_event Direct::expire(Clock::time_point now, std::string *why)
+{
+    const auto deadline = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout)) + kGrace;
+    std::ostringstream secs;
+    secs << timeout;
+    anychip_event stuck = nullptr;
+    std::string reason;
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        DirectWork *oldest = nullptr;
+        for (DirectWork *w : pending)
+            if (w->event() && now - w->since() > deadline && (!oldest || w->since() < oldest->since()) &&
+                g_plugin.event_query(device, w->event()) == g_plugin.not_ready_status)
+                oldest = w;
+        if (!oldest || closed)
+            return nullptr;
+        std::string op = std::string(oldest->what()) + " (group " + group + ")";
+        reason = op + " did not complete within " + secs.str() + " s on rank " + std::to_string(rank) +
+                 " (ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted";
+        *why = "rank " + std::to_string(rank) + ": " + op + " did not complete within " + secs.str() +
+               " s (ANYCHIP_COLLECTIVE_TIMEOUT)";
+        expired = reason;               // (the native transport's words for its own Works)
+        stuck = oldest->take_event();
+        closed = aborted = true;        // the pending Works' waits return and fail with `expired`
+    }
+    {
+        std::lock_guard<std::mutex> lock(qmu);
+        stopping = true;
+        qcv.notify_all();
+    }
+    if (anychip_torch::python_usable()) {
+        py::gil_scoped_acquire gil;
+        try {
+            py::reinterpret_borrow<py::object>(abort_comm)(reason);
+        } catch (py::error_already_set &e) {
+            e.discard_as_unraisable("anychip c10d watchdog: aborting the communicator");
+        }
+    }
+    return stuck;
+}
+
 }  // namespace
 
 namespace anychip_torch {
@@ -572,7 +705,7 @@ namespace anychip_torch {
 void bind_c10d(py::module_ &m)
 {
     py::class_<Direct, std::shared_ptr<Direct>>(m, "C10dDirect")
-        .def(py::init<uintptr_t, int, int, int, std::string, bool, py::object>())
+        .def(py::init<uintptr_t, int, int, int, std::string, bool, py::object, py::object, double>())
         .def("all_reduce", &Direct::all_reduce)
         .def("broadcast", &Direct::broadcast)
         .def("all_gather", &Direct::all_gather)
