@@ -405,10 +405,12 @@ def test_a_native_collective_that_never_completes_times_out(libs: dict[str, Path
     assert 2.9 <= waited < 10, lines
     assert lines[0].endswith(" s: all_reduce (group world) did not complete within 2 s on rank 0 "
                              "(ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted"), lines
-    for rank in (1, 2):
-        assert (f"[{rank}] anychip: rank {rank}: all_reduce (group world) did not complete within 2 s "
-                f"(ANYCHIP_COLLECTIVE_TIMEOUT), and its work on thang:{rank} still runs 10 s after the abort: "
-                "nothing can end it; ending the process\n") in r.stderr, r.stderr
+    # the first of ranks 1 and 2 to end says why; the launcher may end the other one first
+    ended = [rank for rank in (1, 2) if (
+        f"[{rank}] anychip: rank {rank}: all_reduce (group world) did not complete within 2 s "
+        f"(ANYCHIP_COLLECTIVE_TIMEOUT), and its work on thang:{rank} still runs 10 s after the abort: "
+        "nothing can end it; ending the process\n") in r.stderr]
+    assert ended, r.stderr
     assert took < 60, took
 
 
