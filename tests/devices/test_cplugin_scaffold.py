@@ -367,23 +367,39 @@ def test_paddles_launcher_runs_a_job_on_the_c_project(installed: dict[str, Path]
 # -- the vendor's loop: edit, reinstall, uninstall (these two run last: they change the install) --------
 
 @pytest.mark.slow
-def test_an_edit_and_a_reinstall_are_seen(installed: dict[str, Path]) -> None:
-    """An edit of the C source and `pip install ./scafc` again: anychip and PyTorch, which load the
-    installed copy, run the new library."""
+def test_an_edit_and_a_reinstall_are_seen(installed: dict[str, Path], tmp_path: Path) -> None:
+    """An edit of the C source (the devices' name, their default count 4 -> 3) and `pip install ./scafc`
+    again: anychip, PyTorch and Paddle (through the bridge `anychip plugin paddle scafc` bound to the
+    installed library before the edit) run the new library."""
+    paddle = importlib.util.find_spec("paddle") is not None
+    if paddle:
+        r = subprocess.run([*ANYCHIP, "plugin", "paddle", "scafc", "--dest", str(tmp_path / "pd")],
+                           capture_output=True, text=True, env=_env(), timeout=CHILD_SECONDS)
+        assert r.returncode == 0, r.stderr
     source = installed["c"] / "src" / "scafc.c"
     text = source.read_text()
-    assert text.count('"scafc device %d (host memory)"') == 1
-    source.write_text(text.replace('"scafc device %d (host memory)"', '"scafc device %d (edited)"'))
+    assert text.count('"scafc device %d (host memory)"') == 1 and text.count('env_long("SCAFC_DEVICES", 4,') == 1
+    source.write_text(text.replace('"scafc device %d (host memory)"', '"scafc device %d (edited)"')
+                      .replace('env_long("SCAFC_DEVICES", 4,', 'env_long("SCAFC_DEVICES", 3,'))
     _pip_install(installed["c"])
     r = subprocess.run([*ANYCHIP, "devices", "--all", "--json"], capture_output=True, text=True, env=_env(),
                        timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stderr
-    assert {row["device"]: row["name"] for row in json.loads(r.stdout)}["scafc:2"] == "scafc device 2 (edited)"
+    names = {row["device"]: row["name"] for row in json.loads(r.stdout) if row["device"].startswith("scafc:")}
+    assert names == {f"scafc:{i}": f"scafc device {i} (edited)" for i in range(3)}
     if importlib.util.find_spec("torch") is not None:
-        probe = "import anychip.torch, torch; print(torch.anychip.get_device_name(1))"
+        probe = "import anychip.torch, torch; print(torch.anychip.get_device_name(1), torch.anychip.device_count())"
         r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                            env=dict(_env(), ANYCHIP_TORCH="scafc"), timeout=LONG_CHILD_SECONDS)
-        assert (r.returncode, r.stdout) == (0, "scafc device 1 (edited)\n"), r.stderr[-3000:]
+        assert (r.returncode, r.stdout) == (0, "scafc device 1 (edited) 3\n"), r.stderr[-3000:]
+    if paddle:
+        probe = "import paddle; print(paddle.device.get_available_custom_device())"
+        env = {k: v for k, v in _env().items() if not k.startswith(("PADDLE_", "FLAGS_"))}
+        r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           env=dict(env, CUSTOM_DEVICE_ROOT=str(tmp_path / "pd"), GLOG_minloglevel="2"),
+                           timeout=LONG_CHILD_SECONDS)
+        assert r.returncode == 0 and r.stdout.splitlines()[-1] == str([f"anychip_scafc:{i}" for i in range(3)]), \
+            r.stdout[-2000:] + r.stderr[-3000:]
 
 
 def test_an_uninstall_leaves_nothing_behind(installed: dict[str, Path]) -> None:
