@@ -25,7 +25,7 @@
 
 static __thread int t_set;       /* this thread has made a device current through this face */
 static __thread char t_error[512];
-static __thread ncclComm_t t_last_comm;
+static __thread ncclComm_t t_last_comm;   /* the communicator of this thread's last failed RCCL call */
 
 static anychip_status nccl(ncclResult_t rc) { return rc == ncclSuccess ? 0 : RCCL_BASE + (anychip_status)rc; }
 
@@ -268,7 +268,16 @@ static anychip_status nccl_args(anychip_dtype dtype, anychip_redop op, ncclDataT
     return 0;
 }
 
-#define COMM(comm) (t_last_comm = (ncclComm_t)(comm))
+#define COMM(comm) ((ncclComm_t)(comm))
+
+/* an RCCL call's status; a failure's detail is then that communicator's ncclGetLastError (a
+ * success forgets it: a later failure of another call must not read a stale, or destroyed,
+ * communicator's message) */
+static anychip_status on_comm(anychip_comm comm, ncclResult_t rc)
+{
+    t_last_comm = rc == ncclSuccess ? NULL : COMM(comm);
+    return nccl(rc);
+}
 #define STREAM(stream) ((hipStream_t)(stream))
 
 static anychip_status get_unique_id(anychip_unique_id *id)
@@ -289,13 +298,24 @@ static anychip_status comm_init_rank(int device, int nranks, const anychip_uniqu
     return nccl(ncclCommInitRank((ncclComm_t *)comm, nranks, uid, rank));
 }
 
-static anychip_status comm_destroy(anychip_comm comm) { return nccl(ncclCommDestroy((ncclComm_t)comm)); }
-static anychip_status comm_abort(anychip_comm comm) { return nccl(ncclCommAbort((ncclComm_t)comm)); }
+static anychip_status comm_destroy(anychip_comm comm)
+{
+    t_last_comm = NULL;
+    return nccl(ncclCommDestroy(COMM(comm)));
+}
+
+static anychip_status comm_abort(anychip_comm comm)
+{
+    t_last_comm = NULL;
+    return nccl(ncclCommAbort(COMM(comm)));
+}
 
 static anychip_status comm_get_async_error(anychip_comm comm, anychip_status *error)
 {
     ncclResult_t e = ncclSuccess;
-    anychip_status rc = nccl(ncclCommGetAsyncError(COMM(comm), &e));
+    anychip_status rc = on_comm(comm, ncclCommGetAsyncError(COMM(comm), &e));
+    if (rc == 0 && e != ncclSuccess)
+        t_last_comm = COMM(comm);                  /* the failed work's detail */
     *error = nccl(e);
     return rc;
 }
@@ -306,7 +326,7 @@ static anychip_status all_reduce(const void *send, void *recv, size_t count, any
     ncclDataType_t t;
     ncclRedOp_t o;
     CHECK(nccl_args(dtype, op, &t, &o));
-    return nccl(ncclAllReduce(send, recv, count, t, o, COMM(comm), STREAM(stream)));
+    return on_comm(comm, ncclAllReduce(send, recv, count, t, o, COMM(comm), STREAM(stream)));
 }
 
 static anychip_status broadcast(const void *send, void *recv, size_t count, anychip_dtype dtype, int root,
@@ -315,7 +335,7 @@ static anychip_status broadcast(const void *send, void *recv, size_t count, anyc
     ncclDataType_t t;
     ncclRedOp_t o;
     CHECK(nccl_args(dtype, ANYCHIP_SUM, &t, &o));
-    return nccl(ncclBroadcast(send, recv, count, t, root, COMM(comm), STREAM(stream)));
+    return on_comm(comm, ncclBroadcast(send, recv, count, t, root, COMM(comm), STREAM(stream)));
 }
 
 static anychip_status reduce(const void *send, void *recv, size_t count, anychip_dtype dtype, anychip_redop op,
@@ -324,7 +344,7 @@ static anychip_status reduce(const void *send, void *recv, size_t count, anychip
     ncclDataType_t t;
     ncclRedOp_t o;
     CHECK(nccl_args(dtype, op, &t, &o));
-    return nccl(ncclReduce(send, recv, count, t, o, root, COMM(comm), STREAM(stream)));
+    return on_comm(comm, ncclReduce(send, recv, count, t, o, root, COMM(comm), STREAM(stream)));
 }
 
 static anychip_status all_gather(const void *send, void *recv, size_t send_count, anychip_dtype dtype,
@@ -333,7 +353,7 @@ static anychip_status all_gather(const void *send, void *recv, size_t send_count
     ncclDataType_t t;
     ncclRedOp_t o;
     CHECK(nccl_args(dtype, ANYCHIP_SUM, &t, &o));
-    return nccl(ncclAllGather(send, recv, send_count, t, COMM(comm), STREAM(stream)));
+    return on_comm(comm, ncclAllGather(send, recv, send_count, t, COMM(comm), STREAM(stream)));
 }
 
 static anychip_status reduce_scatter(const void *send, void *recv, size_t recv_count, anychip_dtype dtype,
@@ -342,7 +362,7 @@ static anychip_status reduce_scatter(const void *send, void *recv, size_t recv_c
     ncclDataType_t t;
     ncclRedOp_t o;
     CHECK(nccl_args(dtype, op, &t, &o));
-    return nccl(ncclReduceScatter(send, recv, recv_count, t, o, COMM(comm), STREAM(stream)));
+    return on_comm(comm, ncclReduceScatter(send, recv, recv_count, t, o, COMM(comm), STREAM(stream)));
 }
 
 static anychip_status all_to_all(const void *send, void *recv, size_t count, anychip_dtype dtype,
@@ -351,7 +371,7 @@ static anychip_status all_to_all(const void *send, void *recv, size_t count, any
     ncclDataType_t t;
     ncclRedOp_t o;
     CHECK(nccl_args(dtype, ANYCHIP_SUM, &t, &o));
-    return nccl(ncclAllToAll(send, recv, count, t, COMM(comm), STREAM(stream)));
+    return on_comm(comm, ncclAllToAll(send, recv, count, t, COMM(comm), STREAM(stream)));
 }
 
 static anychip_status send(const void *buf, size_t count, anychip_dtype dtype, int peer, anychip_comm comm,
@@ -360,7 +380,7 @@ static anychip_status send(const void *buf, size_t count, anychip_dtype dtype, i
     ncclDataType_t t;
     ncclRedOp_t o;
     CHECK(nccl_args(dtype, ANYCHIP_SUM, &t, &o));
-    return nccl(ncclSend(buf, count, t, peer, COMM(comm), STREAM(stream)));
+    return on_comm(comm, ncclSend(buf, count, t, peer, COMM(comm), STREAM(stream)));
 }
 
 static anychip_status recv(void *buf, size_t count, anychip_dtype dtype, int peer, anychip_comm comm,
@@ -369,7 +389,7 @@ static anychip_status recv(void *buf, size_t count, anychip_dtype dtype, int pee
     ncclDataType_t t;
     ncclRedOp_t o;
     CHECK(nccl_args(dtype, ANYCHIP_SUM, &t, &o));
-    return nccl(ncclRecv(buf, count, t, peer, COMM(comm), STREAM(stream)));
+    return on_comm(comm, ncclRecv(buf, count, t, peer, COMM(comm), STREAM(stream)));
 }
 
 static anychip_status group_start(void) { return nccl(ncclGroupStart()); }
