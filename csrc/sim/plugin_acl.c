@@ -61,8 +61,9 @@ static const char *error_string(anychip_status status)
 {
     static __thread char text[160];
     const char *name = adapter_code_name(status);
-    if (status > 0 && status < HCCL_CODE_MAX)
-        snprintf(text, sizeof text, "%s: %s", name ? name : "HcclResult", HcclGetErrorString((HcclResult)status));
+    const char *what = status > 0 && status < HCCL_CODE_MAX ? HcclGetErrorString((HcclResult)status) : NULL;
+    if (what && !(name && strcmp(what, name) == 0))     /* (CANN's string may be the code's name) */
+        snprintf(text, sizeof text, "%s: %s", name ? name : "HcclResult", what);
     else if (name)
         snprintf(text, sizeof text, "%s", name);
     else
