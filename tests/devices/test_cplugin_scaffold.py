@@ -297,16 +297,20 @@ def test_framework_conformance_refuses_a_python_plugin_up_front(installed: dict[
                         "plugin cannot)\n")
 
 
+def _framework_conformance_passes(framework: str) -> None:
+    r = subprocess.run([*ANYCHIP, "conformance", "--framework", framework, "--device", "scafc", "-n", "2"],
+                       capture_output=True, text=True, env=_env(), timeout=LONG_CHILD_SECONDS)
+    failed = re.findall(r"^#   FAIL (\S+) \(ranks? [\d,]+\): ", r.stdout, flags=re.M)
+    assert failed == [] and r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"conformance ({framework}): PASS" in r.stdout
+
+
 @pytest.mark.slow
 def test_the_c_project_passes_the_torch_conformance(installed: dict[str, Path]) -> None:
     """`--framework torch`: PyTorch's device and c10d on the C project as generated, its collectives
     through the plugin's own entries."""
     pytest.importorskip("torch")
-    r = subprocess.run([*ANYCHIP, "conformance", "--framework", "torch", "--device", "scafc", "-n", "2"],
-                       capture_output=True, text=True, env=_env(), timeout=LONG_CHILD_SECONDS)
-    failed = re.findall(r"^#   FAIL (\S+) \(ranks? [\d,]+\): ", r.stdout, flags=re.M)
-    assert failed == [] and r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "conformance (torch): PASS" in r.stdout
+    _framework_conformance_passes("torch")
 
 
 @pytest.mark.slow
@@ -314,11 +318,7 @@ def test_the_c_project_passes_the_paddle_conformance(installed: dict[str, Path])
     """`--framework paddle`: Paddle's collectives and computes on the C project as generated, under
     Paddle's launcher, through a bridge compiled for the installed library."""
     pytest.importorskip("paddle.sysconfig")
-    r = subprocess.run([*ANYCHIP, "conformance", "--framework", "paddle", "--device", "scafc", "-n", "2"],
-                       capture_output=True, text=True, env=_env(), timeout=LONG_CHILD_SECONDS)
-    failed = re.findall(r"^#   FAIL (\S+) \(ranks? [\d,]+\): ", r.stdout, flags=re.M)
-    assert failed == [] and r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "conformance (paddle): PASS" in r.stdout
+    _framework_conformance_passes("paddle")
 
 
 PADDLE_JOB = """
