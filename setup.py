@@ -286,9 +286,14 @@ PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]
 ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"], depends=["csrc/alloc/stats.h"],
                              extra_compile_args=PY_EXT_FLAGS))
 
+#: csrc's source folders a wheel carries as anychip/_src (anychip/_data.py's list)
+SHIPPED_SOURCES = ("torch", "paddle", "adapters", "ccl")
+
+
 class build_py_with_templates(build_py):
-    """Ships csrc/templates (what `anychip plugin new` copies) as anychip/_templates in the
-    built package (see anychip/_data.py); the headers go as anychip/_include (build_ext above)."""
+    """Ships csrc/templates (what `anychip plugin new` copies) as anychip/_templates and the sources
+    of SHIPPED_SOURCES as anychip/_src in the built package (see anychip/_data.py); the headers go
+    as anychip/_include (build_ext above)."""
 
     def run(self):
         super().run()
@@ -297,6 +302,12 @@ class build_py_with_templates(build_py):
         dst = Path(self.build_lib) / "anychip" / "_templates"
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(Path("csrc") / "templates", dst, ignore=shutil.ignore_patterns("__pycache__"))
+        # the sources compiled at the user's site or against a vendor's SDK (anychip/_data.py)
+        src = Path(self.build_lib) / "anychip" / "_src"
+        shutil.rmtree(src, ignore_errors=True)
+        for part in SHIPPED_SOURCES:
+            if (Path("csrc") / part).is_dir():
+                shutil.copytree(Path("csrc") / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": build_clib_as_ext, "build_py": build_py_with_templates})

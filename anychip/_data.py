@@ -1,10 +1,12 @@
-"""Files anychip ships for plugin authors: the C headers (``csrc/include``, with
-``anychip/plugin.h``) and the project templates of ``anychip plugin new``
-(``csrc/templates``).
+"""Files anychip ships: the public C headers (``csrc/include``, with ``anychip/plugin.h``), the
+project templates of ``anychip plugin new`` (``csrc/templates``), and the C / C++ sources that
+are compiled at the user's site (the PyTorch extension, the Paddle bridge) or against a vendor's
+SDK (the plugin.h adapters): ``csrc/{torch,paddle,adapters,ccl}``, which are not headers and so
+are not on the include path.
 
 A source checkout (an editable install) reads them from ``csrc/`` beside the package; an
-installed wheel carries them as ``anychip/_include`` and ``anychip/_templates`` (setup.py
-copies them there).
+installed wheel carries them as ``anychip/_include``, ``anychip/_templates`` and
+``anychip/_src`` (setup.py copies them there).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 from .runtime.errors import AnychipError
 
-__all__ = ["get_include", "plugin_header", "templates_dir"]
+__all__ = ["get_include", "plugin_header", "sources_dir", "templates_dir"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -39,3 +41,13 @@ def plugin_header() -> Path:
 def templates_dir() -> Path:
     """The templates ``anychip plugin new`` copies (one directory per language)."""
     return _first("plugin templates", (_PACKAGE.parent / "csrc" / "templates", _PACKAGE / "_templates"), "c")
+
+
+#: the source folders a wheel ships under anychip/_src (setup.py keeps the same list)
+SHIPPED_SOURCES = ("torch", "paddle", "adapters", "ccl")
+
+
+def sources_dir() -> Path:
+    """The folder holding the shipped C / C++ sources (``torch/``, ``paddle/``, ``adapters/``,
+    ``ccl/``): ``csrc`` in a source checkout, ``anychip/_src`` in a wheel."""
+    return _first("C sources", (_PACKAGE.parent / "csrc", _PACKAGE / "_src"), "ccl/ccl.h")

@@ -134,8 +134,9 @@ def test_bad_names_and_places(tmp_path: Path) -> None:
 
 
 def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """setup.py's build_py and build_ext (what a wheel holds) copy csrc/templates to anychip/_templates
-    and csrc/include to anychip/_include, where the installed package reads them."""
+    """setup.py's build_py and build_ext (what a wheel holds) copy csrc/templates to anychip/_templates,
+    the sources compiled at the user's site to anychip/_src and csrc/include to anychip/_include,
+    where the installed package reads them."""
     import runpy
 
     import setuptools
@@ -153,11 +154,16 @@ def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytes
     source = sorted(str(p.relative_to(ROOT / "csrc" / "templates"))
                     for p in (ROOT / "csrc" / "templates").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     assert shipped == source and "c/src/@name@.c" in shipped
+    from anychip._data import SHIPPED_SOURCES
+    sources = sorted(str(p.relative_to(pkg / "_src")) for p in (pkg / "_src").rglob("*") if p.is_file())
+    assert sources == sorted(str(p.relative_to(ROOT / "csrc")) for part in SHIPPED_SOURCES
+                             for p in (ROOT / "csrc" / part).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    assert "ccl/ccl.h" in sources
     shutil.copytree(ROOT / "csrc" / "include", pkg / "_include")          # what build_ext adds
     probe = (f"import anychip._data as d, pathlib; d._PACKAGE = pathlib.Path(r'{pkg}'); "
-             "print(d.get_include()); print(d.templates_dir())")
+             "print(d.get_include()); print(d.templates_dir()); print(d.sources_dir())")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.splitlines() == [str(pkg / "_include"), str(pkg / "_templates")]
+    assert out.splitlines() == [str(pkg / "_include"), str(pkg / "_templates"), str(pkg / "_src")]
 
 
 @pytest.mark.slow
