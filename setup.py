@@ -32,14 +32,17 @@ SIM_CORE = [f"csrc/sim/{name}.c" for name in ("config", "memory", "ipc", "handle
 SIM_CORE += [f"csrc/sim/{name}.c"
              for name in ("kernels", "kernels_elementwise", "kernels_ew_int8", "kernels_ew_int", "kernels_ew_half")]
 
+# the collective engine, one file per concern (csrc/ccl/internal.h); it compiles at -O3 wherever it goes
+CCL_ENGINE = [f"csrc/ccl/{name}.c" for name in ("comm", "wait", "reduce", "algorithms", "p2p", "run", "util")]
+
 # name -> (sources, extra libraries)
 C_LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
     # the chip simulator: one core, one front end per vendor API (see docs/simulator.md)
     "libascend_sim": ([*SIM_CORE, "csrc/sim/acl.c"], ["dl", "m"]),
     "libkunlun_sim": ([*SIM_CORE, "csrc/sim/xpu.c"], ["dl", "m"]),
     "libhygon_sim": ([*SIM_CORE, "csrc/sim/hip.c"], ["dl", "m"]),
-    # the shared-memory collective engine (see csrc/ccl/ccl.h)
-    "libanychip_ccl": (["csrc/ccl/ccl.c"], []),
+    # the shared-memory collective engine (see csrc/ccl/ccl.h; its files are listed in internal.h)
+    "libanychip_ccl": (list(CCL_ENGINE), []),
 }
 
 # the tensor kernels (csrc/sim/kernels*.c) call libm (expf, logf, ...)
@@ -50,11 +53,12 @@ for _lib in ("libascend_sim", "libkunlun_sim", "libhygon_sim"):
 EXTRA_FLAGS: dict[str, list[str]] = {"libanychip_ccl": ["-O3", "-fwrapv"]}
 
 # the vendors' collective APIs (HCCL, BKCL, RCCL) in the simulator libraries, on the engine
-# (see csrc/sim/collective.h); ccl_embed.c compiles the engine in with private symbols
+# (see csrc/sim/collective.h), with the engine linked in with private symbols (ccl.h's
+# CCL_EXPORT), so that the library exports only the vendors' names and anychip_sim_*
 SIM_COLLECTIVES = {"libascend_sim": "hccl", "libkunlun_sim": "bkcl", "libhygon_sim": "rccl"}
 for _lib, _api in SIM_COLLECTIVES.items():
-    C_LIBRARIES[_lib][0].extend([f"csrc/sim/{_api}.c", "csrc/sim/collective.c", "csrc/sim/ccl_embed.c"])
-    EXTRA_FLAGS.setdefault(_lib, []).append("-fwrapv")      # ccl_embed.c raises the engine to -O3
+    C_LIBRARIES[_lib][0].extend([f"csrc/sim/{_api}.c", "csrc/sim/collective.c", *CCL_ENGINE])
+    EXTRA_FLAGS.setdefault(_lib, []).extend(["-fwrapv", '-DCCL_EXPORT=__attribute__((visibility("hidden")))'])
 
 
 # The vendors' library names, for C programs built with the vendor's link lines (-lascendcl
@@ -80,18 +84,19 @@ def write_link_scripts(lib_dir: str) -> None:
                 f.write(f"/* GNU ld script: {name} is the anychip simulator's {sim} */\nINPUT({sim}{_SUFFIX})\n")
 
 
-# ---- Paddle CustomDevice provider (see docs/paddle.md, "Paddle on anychip") ---------------
-# The simulated chips' anychip/plugin.h faces: adapters written against the vendor APIs only
-# (ACL + HCCL, XPU + BKCL, HIP + RCCL), compiled into each simulator library.
-SIM_PLUGIN_FACES = {"libascend_sim": "plugin_acl", "libkunlun_sim": "plugin_xpu", "libhygon_sim": "plugin_hip"}
-for _lib, _face in SIM_PLUGIN_FACES.items():
-    C_LIBRARIES[_lib][0].append(f"csrc/sim/{_face}.c")
+# ---- the built-in chips' anychip/plugin.h adapters (csrc/adapters, see its README.md) --------
+# Written against the vendor APIs only (ACL + HCCL, XPU + BKCL, HIP + RCCL): compiled into each
+# simulator library (with the simulator's kernel table), which is how anychip, PyTorch and
+# Paddle reach the simulated chips.
+ADAPTERS = {"libascend_sim": "acl", "libkunlun_sim": "xpu", "libhygon_sim": "hip"}
+for _lib, _api in ADAPTERS.items():
+    C_LIBRARIES[_lib][0].append(f"csrc/adapters/{_api}/plugin_{_api}.c")
     EXTRA_FLAGS.setdefault(_lib, []).append("-DANYCHIP_SIMULATOR")
 # The same adapters built for the vendors' own libraries (without the simulator's extensions):
 # they link against nothing, and anychip loads the vendor's runtime and collective libraries
 # with global symbols first (devices/_adapter.py), so one build serves every install of the API.
-for _face in SIM_PLUGIN_FACES.values():
-    C_LIBRARIES[f"libanychip_{_face[len('plugin_'):]}"] = ([f"csrc/sim/{_face}.c"], [])
+for _api in ADAPTERS.values():
+    C_LIBRARIES[f"libanychip_{_api}"] = ([f"csrc/adapters/{_api}/plugin_{_api}.c"], [])
 # Their error strings carry the vendors' code names: tables generated from the vendor headers
 # (anychip/devices/_headers.py reads them for the Python side too), written under build/include
 # before anything compiles and shipped with the headers.

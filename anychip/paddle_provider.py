@@ -7,7 +7,7 @@ it loads one device type, named ``anychip_<backend>``:
 * the simulated chips: ``paddle_custom_device/libanychip_sim`` beside the anychip package
   (installed there by ``pip install anychip``) serves the chip ``ANYCHIP_PADDLE`` names
   (ascend, kunlun or hygon; the Ascend when unset), through each simulator's plugin.h face
-  (csrc/sim/plugin_acl.c, plugin_xpu.c, plugin_hip.c);
+  (csrc/adapters/acl/plugin_acl.c, plugin_xpu.c, plugin_hip.c);
 * a vendor's C plugin: :func:`build_bridge` (``anychip plugin paddle NAME``) compiles a
   copy of the bridge bound to the library anychip loads for the backend NAME (the installed
   package's: a reinstall is seen by Paddle too; a path to another copy of it is refused).

@@ -320,7 +320,7 @@ def vendor_bindings(modules: dict[str, Path]) -> list[str]:
 
 
 def test_one_binding_per_chip() -> None:
-    """The built-in chips are reached only through their C adapters (csrc/sim/plugin_*.c)."""
+    """The built-in chips are reached only through their C adapters (csrc/adapters/*/plugin_*.c)."""
     assert vendor_bindings(module_files()) == []
 
 

@@ -88,7 +88,7 @@ def code_names(rel: str, name: str) -> dict[int, str]:
     return names
 
 
-#: the status codes of each adapter (csrc/sim/plugin_*.c), as (header, enum typedef or #define
+#: the status codes of each adapter (csrc/adapters/*/plugin_*.c), as (header, enum typedef or #define
 #: prefix[, offset]): the runtime's, then the collective library's. The Python backends name
 #: codes from it, and setup.py writes it as the C table the adapters' error strings use
 #: (anychip/adapter_codes_<api>.h).

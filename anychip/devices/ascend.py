@@ -1,4 +1,4 @@
-"""Huawei Ascend NPUs: the ACL + HCCL adapter (csrc/sim/plugin_acl.c) as a backend.
+"""Huawei Ascend NPUs: the ACL + HCCL adapter (csrc/adapters/acl/plugin_acl.c) as a backend.
 
 On CANN (libascendcl.so and libhccl.so) the adapter built for the vendor's libraries binds
 to them; without CANN (and ``ANYCHIP_SIMULATE`` not ``never``) the simulator library

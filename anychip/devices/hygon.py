@@ -1,4 +1,4 @@
-"""Hygon DCUs: the HIP + RCCL adapter (csrc/sim/plugin_hip.c) as a backend.
+"""Hygon DCUs: the HIP + RCCL adapter (csrc/adapters/hip/plugin_hip.c) as a backend.
 
 On a HIP runtime (libamdhip64.so, or libgalaxyhip.so from Hygon's DTK, and librccl.so) the
 adapter built for the vendor's libraries binds to them; without one (and

@@ -1,4 +1,4 @@
-"""Baidu Kunlun XPUs: the XPU + BKCL adapter (csrc/sim/plugin_xpu.c) as a backend.
+"""Baidu Kunlun XPUs: the XPU + BKCL adapter (csrc/adapters/xpu/plugin_xpu.c) as a backend.
 
 On the XPU runtime (libxpurt.so and libbkcl.so) the adapter built for the vendor's libraries
 binds to them; without it (and ``ANYCHIP_SIMULATE`` not ``never``) the simulator library

@@ -1,9 +1,9 @@
 /*
  * The simulated chips' tensor kernels (csrc/sim/kernels.c) as plugin.h's kernel table
- * (minor 1). Included by each plugin face (plugin_acl.c, plugin_xpu.c, plugin_hip.c) only
- * when it is built into the simulator, after the face's `USE()` and `t_error`, with
- * KERNEL_FAILED the face's status for a refused kernel. On a real chip the face would fill
- * the table from the vendor's kernel library instead.
+ * (minor 1). Included by csrc/adapters/common.h only when an adapter is built into the
+ * simulator, after the adapter's `USE()` and `fail()`, with KERNEL_FAILED the adapter's status
+ * for a refused kernel. On a real chip the adapter would fill the table from the vendor's
+ * kernel library instead.
  *
  * The face's streams are the simulator's streams (aclrtStream, XPUStream and hipStream_t
  * are one sim stream each), so each entry makes the device current and hands the call on,
@@ -34,8 +34,7 @@ static anychip_status kernel_result(int rc)
     if (rc == 0)
         return 0;
     const char *msg = anychip_sim_last_error();
-    snprintf(t_error, sizeof t_error, "%s", msg && msg[0] ? msg : "the simulator refused the kernel");
-    return KERNEL_FAILED;
+    return fail(KERNEL_FAILED, "%s", msg && msg[0] ? msg : "the simulator refused the kernel");
 }
 
 static anychip_status k_binary(int device, anychip_stream stream, anychip_binary_op op, anychip_dtype dtype, int ndim,

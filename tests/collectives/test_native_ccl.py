@@ -1,7 +1,7 @@
 """Collectives through the chips' own libraries (anychip/collectives/transports/native.py).
 
 HCCL, BKCL and RCCL are the simulator's (csrc/sim/hccl.c, bkcl.c, rccl.c), called through
-the chips' plugin.h adapters (csrc/sim/plugin_*.c) exactly as the vendors' libraries would
+the chips' plugin.h adapters (csrc/adapters/*/plugin_*.c) exactly as the vendors' libraries would
 be. Multi-rank tests start rank processes (tests/collectives/native_ccl_worker.py) that check their own results exactly.
 NCCL through cupy.cuda.nccl needs a GPU; its GPU-free logic runs here against a
 recording stand-in of ``cupy.cuda.nccl``.

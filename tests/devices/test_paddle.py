@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -50,9 +51,9 @@ def plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Build every variant; returns directory name -> path."""
     out = tmp_path_factory.mktemp("paddle_plugins")
     inc = os.path.join(REPO, "csrc", "include")        # anychip/paddle/device_ext.h
-    ccl = out / "ccl.o"
-    cached_compile([CC, "-O2", "-fPIC", "-std=gnu11", "-fwrapv", "-c", "-I", os.path.join(REPO, "csrc"),
-                    os.path.join(REPO, "csrc", "sim", "ccl_embed.c"), "-o", str(ccl)], ccl, roots=(out,))
+    # the collective engine linked in with private symbols, as into the simulator libraries (setup.py)
+    engine = sorted(str(p) for p in Path(REPO, "csrc", "ccl").glob("*.c"))
+    hidden = '-DCCL_EXPORT=__attribute__((visibility("hidden")))'
     dirs = {}
     for d, libs in VARIANTS.items():
         (out / d).mkdir()
@@ -60,7 +61,7 @@ def plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         for name, defines in libs:
             cached_compile([CC, "-O2", "-fPIC", "-shared", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
                             "-Wno-unused-function", *defines,
-                            "-I", str(inc), "-I", os.path.join(REPO, "csrc"), SOURCE, str(ccl),
+                            "-fwrapv", hidden, "-I", str(inc), "-I", os.path.join(REPO, "csrc"), SOURCE, *engine,
                             "-o", str(out / d / name), "-lpthread", "-lrt"], out / d / name, roots=(out,))
     return dirs
 

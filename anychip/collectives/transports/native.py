@@ -1,7 +1,7 @@
 """Transports over a chip's own collective library.
 
 * :class:`NativeTransport` calls HCCL (Ascend), BKCL (Kunlun) or RCCL (Hygon) through
-  the chips' plugin.h adapters (csrc/sim/plugin_*.c), exactly as it calls
+  the chips' plugin.h adapters (csrc/adapters/*/plugin_*.c), exactly as it calls
   the real ``libhccl.so`` / ``libbkcl.so`` / ``librccl.so``. The library follows the
   device's runtime: when the backend runs on the vendor's runtime, the vendor's
   collective library is looked up in the same places (it must be installed beside it);

@@ -1,0 +1,198 @@
+/*
+ * What the anychip/plugin.h adapters over vendor APIs (acl/, xpu/, hip/) share: the calling
+ * thread's pending error detail, the "make the device current" prologue of every entry, the
+ * status check, the copy-kind check, and the part of the table every adapter fills the same way.
+ *
+ * An adapter defines, before including this header:
+ *   ADAPTER_OK                  its API's success status
+ *   ADAPTER_INVALID             its API's invalid-argument status (also a refused kernel's)
+ *   ADAPTER_GET_DEVICE(int *d)  the calling thread's current device, returning a status
+ *   ADAPTER_SET_DEVICE(int d)   makes d current for the calling thread, returning a status
+ * and, after it, the entries declared below (static, with plugin.h's signatures); its
+ * anychip_plugin_init calls adapter_fill() and then sets what is its own (status codes, the
+ * optional entries, the collective masks).
+ *
+ * Only the vendor's headers and anychip/plugin.h are needed: built with ANYCHIP_SIMULATOR the
+ * adapter is compiled into the simulator library and also offers the simulator's tensor
+ * kernels (csrc/sim/plugin_kernels.h); without it, it builds against the real SDK (README.md).
+ */
+#ifndef ANYCHIP_ADAPTERS_COMMON_H
+#define ANYCHIP_ADAPTERS_COMMON_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "anychip/plugin.h"
+
+#if !defined(ADAPTER_OK) || !defined(ADAPTER_INVALID) || !defined(ADAPTER_GET_DEVICE) || !defined(ADAPTER_SET_DEVICE)
+#error "define ADAPTER_OK, ADAPTER_INVALID, ADAPTER_GET_DEVICE and ADAPTER_SET_DEVICE before adapters/common.h"
+#endif
+
+static __thread int t_set;            /* this thread has made a device current through the adapter */
+static __thread char t_error[512];    /* the detail of this thread's last refusal, until read */
+
+/* keep a refusal's detail for get_last_error */
+__attribute__((format(printf, 1, 2))) static void note(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t_error, sizeof t_error, fmt, ap);
+    va_end(ap);
+}
+
+/* refuse with `code` (in sight of the caller's checks), keeping a detail for get_last_error */
+#define fail(code, ...) (note(__VA_ARGS__), (anychip_status)(code))
+
+/* the detail fail() kept, once (NULL when there is none): the start of every last_error */
+static const char *pending_error(void)
+{
+    static __thread char copy[sizeof t_error];
+    if (!t_error[0])
+        return NULL;
+    memcpy(copy, t_error, sizeof copy);
+    t_error[0] = 0;
+    return copy;
+}
+
+static anychip_status use(int device)
+{
+    /* The library's current device is the thread's, shared with every other caller of the
+     * library in the process (anychip's runtime, the application): one may have changed it
+     * since the adapter last set it, so the library is asked, not a copy of our own kept.
+     * (Before this thread's first set, the library is not asked: ACL fails without one.) */
+    int current = -1;
+    if (t_set && ADAPTER_GET_DEVICE(&current) == ADAPTER_OK && current == device)
+        return ADAPTER_OK;
+    anychip_status rc = (anychip_status)ADAPTER_SET_DEVICE(device);
+    if (rc == ADAPTER_OK)
+        t_set = 1;
+    return rc;
+}
+
+/* every entry on a device starts with it */
+#define USE(device)                                  \
+    do {                                             \
+        anychip_status rc_ = use(device);            \
+        if (rc_ != ADAPTER_OK)                       \
+            return rc_;                              \
+    } while (0)
+
+#define CHECK(expr)                                  \
+    do {                                             \
+        anychip_status rc_ = (expr);                 \
+        if (rc_ != 0)                                \
+            return rc_;                              \
+    } while (0)
+
+/* plugin.h's copy kinds index the adapter's table of its API's kinds: anything past D2D is refused */
+#define CHECK_COPY_KIND(kind, entry)                                                                        \
+    do {                                                                                                    \
+        if ((unsigned)(kind) > ANYCHIP_COPY_D2D)                                                            \
+            return fail(ADAPTER_INVALID, "%s: kind %d is not H2D (0), D2H (1) or D2D (2)", entry, (int)(kind)); \
+    } while (0)
+
+/* ---- the entries every adapter has ------------------------------------------------------ */
+
+static const char *error_string(anychip_status status);
+static const char *last_error(void);
+static anychip_status device_count(int *count);
+static anychip_status device_name(int device, char *name, size_t len);
+static anychip_status mem_info(int device, size_t *free_bytes, size_t *total);
+static anychip_status mem_alloc(int device, size_t nbytes, void **ptr);
+static anychip_status mem_free(int device, void *ptr);
+static anychip_status copy(int device, void *dst, const void *src, size_t nbytes, anychip_copy_kind kind);
+static anychip_status copy_async(int device, void *dst, const void *src, size_t nbytes, anychip_copy_kind kind,
+                                 anychip_stream stream);
+static anychip_status copy_peer(int dst_device, void *dst, int src_device, const void *src, size_t nbytes,
+                                anychip_stream stream);
+static anychip_status stream_create(int device, anychip_stream *stream);
+static anychip_status stream_destroy(int device, anychip_stream stream);
+static anychip_status stream_synchronize(int device, anychip_stream stream);
+static anychip_status stream_wait_event(int device, anychip_stream stream, anychip_event event);
+static anychip_status event_create(int device, anychip_event *event);
+static anychip_status event_destroy(int device, anychip_event event);
+static anychip_status event_record(int device, anychip_event event, anychip_stream stream);
+static anychip_status event_synchronize(int device, anychip_event event);
+static anychip_status event_query(int device, anychip_event event);
+static anychip_status get_unique_id(anychip_unique_id *id);
+static anychip_status comm_init_rank(int device, int nranks, const anychip_unique_id *id, int rank,
+                                     anychip_comm *comm);
+static anychip_status comm_destroy(anychip_comm comm);
+static anychip_status all_reduce(const void *send, void *recv, size_t count, anychip_dtype dtype,
+                                 anychip_redop op, anychip_comm comm, anychip_stream stream);
+static anychip_status broadcast(const void *send, void *recv, size_t count, anychip_dtype dtype, int root,
+                                anychip_comm comm, anychip_stream stream);
+static anychip_status reduce(const void *send, void *recv, size_t count, anychip_dtype dtype, anychip_redop op,
+                             int root, anychip_comm comm, anychip_stream stream);
+static anychip_status all_gather(const void *send, void *recv, size_t send_count, anychip_dtype dtype,
+                                 anychip_comm comm, anychip_stream stream);
+static anychip_status reduce_scatter(const void *send, void *recv, size_t recv_count, anychip_dtype dtype,
+                                     anychip_redop op, anychip_comm comm, anychip_stream stream);
+static anychip_status all_to_all(const void *send, void *recv, size_t count, anychip_dtype dtype,
+                                 anychip_comm comm, anychip_stream stream);
+static anychip_status send(const void *buf, size_t count, anychip_dtype dtype, int peer, anychip_comm comm,
+                           anychip_stream stream);
+static anychip_status recv(void *buf, size_t count, anychip_dtype dtype, int peer, anychip_comm comm,
+                           anychip_stream stream);
+static anychip_status group_start(void);
+static anychip_status group_end(void);
+
+static anychip_status set_device(int device) { return use(device); }
+
+#ifdef ANYCHIP_SIMULATOR
+#define KERNEL_FAILED ADAPTER_INVALID
+#include "sim/plugin_kernels.h"       /* the simulator's tensor kernels as plugin.h's kernel table */
+#endif
+
+/* plugin.h's version, the adapter's names and the entries above; ADAPTER_INVALID when the
+ * caller's table is older (smaller) than this header's */
+static anychip_status adapter_fill(anychip_plugin *p, const char *device_type, const char *version)
+{
+    if (p->struct_size < sizeof *p)
+        return ADAPTER_INVALID;
+    p->major = ANYCHIP_PLUGIN_API_MAJOR;
+    p->minor = ANYCHIP_PLUGIN_API_MINOR;
+    snprintf(p->device_type, sizeof p->device_type, "%s", device_type);
+    p->plugin_version = version;
+#ifdef ANYCHIP_SIMULATOR
+    p->flags = ANYCHIP_PLUGIN_SIMULATED;
+    p->kernels = &SIM_KERNELS;
+#endif
+    p->get_error_string = error_string;
+    p->get_last_error = last_error;
+    p->device_count = device_count;
+    p->set_device = set_device;
+    p->device_name = device_name;
+    p->mem_info = mem_info;
+    p->mem_alloc = mem_alloc;
+    p->mem_free = mem_free;
+    p->copy = copy;
+    p->copy_async = copy_async;
+    p->copy_peer = copy_peer;
+    p->stream_create = stream_create;
+    p->stream_destroy = stream_destroy;
+    p->stream_synchronize = stream_synchronize;
+    p->stream_wait_event = stream_wait_event;
+    p->event_create = event_create;
+    p->event_destroy = event_destroy;
+    p->event_record = event_record;
+    p->event_synchronize = event_synchronize;
+    p->event_query = event_query;
+    p->get_unique_id = get_unique_id;
+    p->comm_init_rank = comm_init_rank;
+    p->comm_destroy = comm_destroy;
+    p->all_reduce = all_reduce;
+    p->broadcast = broadcast;
+    p->reduce = reduce;
+    p->all_gather = all_gather;
+    p->reduce_scatter = reduce_scatter;
+    p->all_to_all = all_to_all;
+    p->send = send;
+    p->recv = recv;
+    p->group_start = group_start;
+    p->group_end = group_end;
+    return ADAPTER_OK;
+}
+
+#endif
