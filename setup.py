@@ -94,17 +94,17 @@ for _lib, _api in ADAPTERS.items():
     EXTRA_FLAGS.setdefault(_lib, []).append("-DANYCHIP_SIMULATOR")
 # The same adapters built for the vendors' own libraries (without the simulator's extensions):
 # they link against nothing, and anychip loads the vendor's runtime and collective libraries
-# with global symbols first (devices/_adapter.py), so one build serves every install of the API.
+# with global symbols first (chips/_adapter.py), so one build serves every install of the API.
 for _api in ADAPTERS.values():
     C_LIBRARIES[f"libanychip_{_api}"] = ([f"csrc/adapters/{_api}/plugin_{_api}.c"], [])
 # Their error strings carry the vendors' code names: tables generated from the vendor headers
-# (anychip/devices/_headers.py reads them for the Python side too), written under build/include
+# (anychip/chips/_headers.py reads them for the Python side too), written under build/include
 # before anything compiles and shipped with the headers.
 GENERATED_INCLUDE = os.path.join("build", "include")
 
 
 def write_code_tables(dest: str) -> None:
-    spec = importlib.util.spec_from_file_location("_anychip_headers", os.path.join("anychip", "devices", "_headers.py"))
+    spec = importlib.util.spec_from_file_location("_anychip_headers", os.path.join("anychip", "chips", "_headers.py"))
     headers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(headers)
     os.makedirs(os.path.join(dest, "anychip"), exist_ok=True)

@@ -52,14 +52,8 @@ def _use_the_built_anychip() -> None:
 
 _use_the_built_anychip()
 
-from ._version import __version__
-
-# The backend package anychip/devices shares its name with the function
-# anychip.devices(). Import the package first so that binding the function below
-# is final: later imports of anychip.devices.<backend> find the package in
-# sys.modules and do not rebind the attribute.
-from . import devices as _devices_package  # noqa: F401  (isort: skip)
 from ._data import get_include
+from ._version import __version__
 from .runtime.buffer import Buffer
 from .runtime.device import (
     Device,
@@ -85,8 +79,8 @@ from .runtime.plugin import DevicePlugin
 from .runtime.registry import BackendInfo, backends, register_plugin, unregister_plugin
 from .runtime.stream import Event, Stream, current_stream
 
-# The package anychip/tensor shares its name with the function anychip.tensor(), as
-# anychip/devices does with anychip.devices(): import the package first, then bind
+# The package anychip/tensor shares its name with the function anychip.tensor(): import
+# the package first, then bind
 # the function (``from anychip.tensor import Tensor`` keeps working through sys.modules).
 from . import tensor as _tensor_package  # noqa: F401  (isort: skip)
 from .tensor import (  # noqa: E402  (isort: skip)

@@ -84,7 +84,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from .paddle_provider import status as paddle_status
 
     if args.cflags is not None:
-        from .devices._headers import cflags
+        from .chips._headers import cflags
         print(cflags(args.cflags))
         return 0
 

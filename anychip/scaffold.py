@@ -132,7 +132,7 @@ _CHECK_CHILD_ENV = "ANYCHIP_PLUGIN_CHECK_CHILD"
 def _cmd_check(args: argparse.Namespace) -> int:
     if os.environ.get(_CHECK_CHILD_ENV) != "1":
         return _check_in_child(args.library)
-    from .devices.cplugin import probe
+    from .chips.cplugin import probe
     from .runtime.registry import initialise_named
     try:
         path, how = library_argument(args.library)
@@ -179,7 +179,7 @@ def left_to_host(masks: dict[str, int | None] | None) -> str:
     """What a kernel table (entry -> its dtype mask, None for a NULL entry; None: no table used)
     leaves to the host: the NULL entries, and per set entry the dtypes plugin.h allows it that
     its mask leaves out. (Ops plugin.h has no entry for, such as pow, run on the host anyway.)"""
-    from .devices._plugin_kernels import BINARY_OPS, ENTRIES, KERNEL_DTYPES, REDUCE_OPS, UNARY_OPS, allowed
+    from .chips._plugin_kernels import BINARY_OPS, ENTRIES, KERNEL_DTYPES, REDUCE_OPS, UNARY_OPS, allowed
     if masks is None:
         return f"every tensor op (no kernel table used: {', '.join(ENTRIES)})"
     ops = {"binary": BINARY_OPS, "unary": UNARY_OPS, "reduce": REDUCE_OPS, "gemm": ("matmul",)}

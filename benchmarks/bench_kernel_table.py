@@ -66,7 +66,7 @@ def _build(root: Path, name: str, table: bool) -> str:
 
 def part_plugin() -> None:
     import anychip
-    from anychip.devices import cplugin
+    from anychip.chips import cplugin
     from anychip.runtime import registry
 
     with tempfile.TemporaryDirectory() as tmp:

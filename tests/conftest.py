@@ -143,7 +143,7 @@ def build_scaffold(directory: Path, name: str = SCAFFOLD) -> Path:
 @pytest.fixture(scope="session")
 def scaffold_plugin(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The scaffolded C plugin, loaded once (its CPlugin instance; not registered)."""
-    from anychip.devices import cplugin
+    from anychip.chips import cplugin
 
     _, loader = cplugin.probe(str(build_scaffold(tmp_path_factory.mktemp("scaffold"))))
     return loader()

@@ -36,7 +36,7 @@ PACKAGE = ROOT / "anychip"
 LAYERS: dict[str, tuple[str, ...]] = {
     "base": ("anychip._version", "anychip._lib", "anychip._format", "anychip._spawn"),
     "runtime": ("anychip.runtime", "anychip._data"),
-    "devices": ("anychip.devices",),
+    "chips": ("anychip.chips",),
     "collectives": ("anychip.collectives",),
     "tensor": ("anychip.tensor",),
     "parallel": ("anychip.parallel",),
@@ -50,7 +50,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "base": frozenset(),
     "runtime": frozenset({"base"}),
-    "devices": frozenset({"runtime", "base"}),
+    "chips": frozenset({"runtime", "base"}),
     "collectives": frozenset({"runtime", "base"}),
     "tensor": frozenset({"runtime", "base"}),
     "parallel": frozenset({"tensor", "collectives", "runtime", "base"}),
@@ -60,13 +60,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "commands": frozenset(LAYERS) - {"commands"},
 }
 
-#: the one import across layers that is not in the table: ``anychip/__init__.py`` imports
-#: the (empty) package anychip/devices first, so that the function ``anychip.devices``
-#: bound after it is not replaced when a backend module loads (see the comment there)
-NAME_SETTLING = {("anychip", "anychip.devices")}
-
 #: the package faces: ``anychip.<package>`` whose ``__all__`` is that package's public API.
-#: anychip.devices has none on purpose: backends are reached through the registry by name.
+#: anychip.chips has none on purpose: backends are reached through the registry by name.
 PACKAGE_FACES = ("anychip.runtime", "anychip.collectives", "anychip.tensor", "anychip.parallel",
                  "anychip.conformance")
 #: what the user face ``anychip`` defines itself (in its own top-level modules)
@@ -157,7 +152,7 @@ def layer_violations(found: list[Import]) -> list[str]:
     bad = []
     for imp in found:
         src, dst = layer_of(imp.source), layer_of(imp.target)
-        if src != dst and dst not in MAY_IMPORT[src] and (imp.source, imp.target) not in NAME_SETTLING:
+        if src != dst and dst not in MAY_IMPORT[src]:
             bad.append(f"{imp}: the {src} layer may not import the {dst} layer "
                        f"(it may import {', '.join(sorted(MAY_IMPORT[src])) or 'nothing of anychip'})")
     return sorted(bad)
@@ -278,20 +273,20 @@ def test_a_wrong_import_is_reported(tmp_path: Path) -> None:
     modules = _tree(tmp_path, {
         "anychip/__init__.py": "",
         "anychip/runtime/__init__.py": "",
-        "anychip/runtime/registry.py": "def load():\n    from ..devices.cplugin import probe\n    return probe\n",
-        "anychip/devices/__init__.py": "",
-        "anychip/devices/cplugin.py": "from ..runtime import registry\n",
+        "anychip/runtime/registry.py": "def load():\n    from ..chips.cplugin import probe\n    return probe\n",
+        "anychip/chips/__init__.py": "",
+        "anychip/chips/cplugin.py": "from ..runtime import registry\n",
         "anychip/collectives/__init__.py": "",
-        "anychip/collectives/transports/native.py": "from anychip.devices import cplugin\n",
+        "anychip/collectives/transports/native.py": "from anychip.chips import cplugin\n",
     })
     found = imports(modules)
     assert layer_violations(found) == [
-        "anychip.collectives.transports.native (line 1) imports anychip.devices.cplugin: the collectives layer may not "
-        "import the devices layer (it may import base, runtime)",
-        "anychip.runtime.registry (line 2) imports anychip.devices.cplugin: the runtime layer may not import "
-        "the devices layer (it may import base)",
+        "anychip.collectives.transports.native (line 1) imports anychip.chips.cplugin: the collectives layer may not "
+        "import the chips layer (it may import base, runtime)",
+        "anychip.runtime.registry (line 2) imports anychip.chips.cplugin: the runtime layer may not import "
+        "the chips layer (it may import base)",
     ]
-    assert cycles(found) == [["anychip.devices.cplugin", "anychip.runtime.registry"]]
+    assert cycles(found) == [["anychip.chips.cplugin", "anychip.runtime.registry"]]
 
 
 #: the functions of the vendor APIs the built-in chips' C adapters bind (ACL, XPU, HIP; HCCL,
@@ -327,12 +322,12 @@ def test_one_binding_per_chip() -> None:
 def test_a_second_binding_is_reported(tmp_path: Path) -> None:
     modules = _tree(tmp_path, {
         "anychip/__init__.py": "",
-        "anychip/devices/__init__.py": "",
-        "anychip/devices/acl.py": 'CDEF = "int aclrtMalloc(void **p, size_t n, int policy);"\n'
+        "anychip/chips/__init__.py": "",
+        "anychip/chips/acl.py": 'CDEF = "int aclrtMalloc(void **p, size_t n, int policy);"\n'
                                   "def malloc(lib, p, n):\n    return lib.aclrtMalloc(p, n, 0)\n",
     })
-    assert vendor_bindings(modules) == ["anychip.devices.acl (line 1) binds aclrtMalloc",
-                                        "anychip.devices.acl (line 3) binds aclrtMalloc"]
+    assert vendor_bindings(modules) == ["anychip.chips.acl (line 1) binds aclrtMalloc",
+                                        "anychip.chips.acl (line 3) binds aclrtMalloc"]
 
 
 def test_imports_for_type_checkers_make_no_cycle(tmp_path: Path) -> None:

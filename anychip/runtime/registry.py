@@ -37,12 +37,12 @@ log = logging.getLogger("anychip")
 
 #: name -> "module:Class" of the backends shipped with anychip
 BUILTIN_BACKENDS: dict[str, str] = {
-    "cuda": "anychip.devices.cuda:CUDAPlugin",
-    "opencl": "anychip.devices.opencl:OpenCLPlugin",
-    "ascend": "anychip.devices.ascend:AscendPlugin",
-    "kunlun": "anychip.devices.kunlun:KunlunPlugin",
-    "hygon": "anychip.devices.hygon:HygonPlugin",
-    "cpu": "anychip.devices.cpu:CPUPlugin",
+    "cuda": "anychip.chips.cuda:CUDAPlugin",
+    "opencl": "anychip.chips.opencl:OpenCLPlugin",
+    "ascend": "anychip.chips.ascend:AscendPlugin",
+    "kunlun": "anychip.chips.kunlun:KunlunPlugin",
+    "hygon": "anychip.chips.hygon:HygonPlugin",
+    "cpu": "anychip.chips.cpu:CPUPlugin",
 }
 
 ENTRY_POINT_GROUP = "anychip.plugins"
@@ -55,8 +55,8 @@ PLUGIN_PATH_ENV = "ANYCHIP_PLUGIN_PATH"
 #: init symbol a plugin library exports -> "module:function" that probes such a library:
 #: ``probe(path) -> (backend name, loader)``, raising PluginError with the reason to refuse it
 LIBRARY_KINDS: dict[str, str] = {
-    "anychip_plugin_init": "anychip.devices.cplugin:probe",
-    "InitPlugin": "anychip.devices.paddle:probe",           # Paddle CustomDevice plugins (docs/paddle.md)
+    "anychip_plugin_init": "anychip.chips.cplugin:probe",
+    "InitPlugin": "anychip.chips.paddle:probe",           # Paddle CustomDevice plugins (docs/paddle.md)
 }
 #: how a backend's source names a library of each kind
 LIBRARY_LABELS: dict[str, str] = {"anychip_plugin_init": "C library", "InitPlugin": "Paddle CustomDevice plugin"}
@@ -71,7 +71,7 @@ class BackendInfo:
     """What the registry knows about one backend."""
 
     name: str
-    source: str                      # "built-in (anychip.devices.cpu)", "entry point mypkg.chip:Plugin", ...
+    source: str                      # "built-in (anychip.chips.cpu)", "entry point mypkg.chip:Plugin", ...
     loader: Callable[[], Any] = field(repr=False)
     plugin: DevicePlugin | None = None
     available: bool = False

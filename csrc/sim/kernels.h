@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* dtype codes (anychip/devices/_sim_kernels.py keeps the same table) */
+/* dtype codes (anychip/chips/_sim_kernels.py keeps the same table) */
 enum { K_BOOL, K_I8, K_U8, K_I32, K_I64, K_F16, K_BF16, K_F32, K_F64, K_NDTYPES };
 /* elementwise ops */
 enum { E_ADD, E_SUB, E_MUL, E_DIV, E_EQ, E_NE, E_LT, E_LE, E_GT, E_GE, E_MAX, E_MIN, E_NOPS };

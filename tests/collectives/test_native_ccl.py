@@ -20,10 +20,10 @@ from conftest import CHILD_SECONDS, ccl_segments, leaked_segments
 
 import anychip
 from anychip import collectives
+from anychip.chips.ascend import AscendPlugin
 from anychip.collectives.communicator import OpSpec
 from anychip.collectives.transports import native
 from anychip.collectives.transports.shm import ShmTransport
-from anychip.devices.ascend import AscendPlugin
 from anychip.runtime._libs import find_library
 from anychip.runtime.errors import (
     CollectiveError,

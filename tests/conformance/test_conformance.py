@@ -290,7 +290,7 @@ BROKEN = '''
 import cffi
 
 from anychip.runtime import NativeLibrary
-from anychip.devices.cpu import CPUPlugin
+from anychip.chips.cpu import CPUPlugin
 
 KINDS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv")
 DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")

@@ -21,7 +21,7 @@ import pytest
 from conftest import CHILD_SECONDS, cached_compile
 
 import anychip
-from anychip.devices import cplugin
+from anychip.chips import cplugin
 from anychip.runtime import registry
 from anychip.scaffold import new_plugin
 
@@ -249,7 +249,7 @@ def test_refusals_name_the_library_and_the_reason(libs: dict[str, Path], plugin_
             "tevents: events need all of event_create, event_destroy, event_record, event_synchronize; event_record "
             "not set (set all four, or none for the stream-synchronize fallback)",
         f"backend 'cpu' from C library {libs['TAKEN']} {src}":
-            "the name is already taken by built-in (anychip.devices.cpu)",
+            "the name is already taken by built-in (anychip.chips.cpu)",
         f"plugin library {junk / 'libjunk.so'} {src}": refused[f"plugin library {junk / 'libjunk.so'} {src}"],
         f"ANYCHIP_PLUGIN_PATH entry {junk / 'missing'}": "no such file or directory",
     }
@@ -257,7 +257,7 @@ def test_refusals_name_the_library_and_the_reason(libs: dict[str, Path], plugin_
     # the others still load
     good = registry.backend("tgood")
     assert good is not None and good.available
-    assert registry.backend("cpu").source == "built-in (anychip.devices.cpu)"
+    assert registry.backend("cpu").source == "built-in (anychip.chips.cpu)"
     for name in ("tnoinit", "tmajor", "tmissing", "tfail", "tevents"):
         assert registry.backend(name) is None
 

@@ -21,9 +21,9 @@ import pytest
 from conftest import CHILD_SECONDS, cached_compile
 
 import anychip
+from anychip.chips import cplugin
+from anychip.chips._plugin_kernels import PluginKernels
 from anychip.conformance.kernel_table import check_kernel_table
-from anychip.devices import cplugin
-from anychip.devices._plugin_kernels import PluginKernels
 from anychip.runtime import kernels_of, registry
 from anychip.runtime.plugin import D2H
 from anychip.scaffold import new_plugin

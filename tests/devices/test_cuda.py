@@ -30,8 +30,8 @@ import numpy as np
 import pytest
 from conftest import CHILD_SECONDS
 
-from anychip.devices import cuda as cuda_mod
-from anychip.devices.cuda import (
+from anychip.chips import cuda as cuda_mod
+from anychip.chips.cuda import (
     CUDAPlugin,
     cuda_error_name,
     nccl_unique_id_for_cupy,
@@ -136,7 +136,7 @@ def _write_fake_package(tmp_path, extra: str = "") -> str:
 def test_unavailable_when_no_gpu(tmp_path):
     path = _write_fake_package(tmp_path, "runtime.fail_count = CUDARuntimeError(100)\n")
     out = _run("""
-        from anychip.devices.cuda import CUDAPlugin
+        from anychip.chips.cuda import CUDAPlugin
         print(CUDAPlugin().available())
     """, path=path)
     assert out.returncode == 0, out.stderr
@@ -146,7 +146,7 @@ def test_unavailable_when_no_gpu(tmp_path):
 def test_unavailable_reason_names_hiding_visible_devices(tmp_path):
     path = _write_fake_package(tmp_path, "COUNT = 0\n")
     out = _run("""
-        from anychip.devices.cuda import CUDAPlugin
+        from anychip.chips.cuda import CUDAPlugin
         ok, reason = CUDAPlugin().available()
         assert not ok
         print(reason)
@@ -636,7 +636,7 @@ def test_real_cupy_nccl_probe_is_quiet():
     if hasattr(cupy.cuda.runtime, "KNOBS"):
         pytest.skip("the cupy on sys.path is this stand-in")
     out = subprocess.run([sys.executable, "-W", "always", "-c", textwrap.dedent("""
-        from anychip.devices.cuda.interop import _load_nccl
+        from anychip.chips.cuda.interop import _load_nccl
         nccl, why = _load_nccl()
         print(nccl is not None, why, sep="|")
     """)], capture_output=True, text=True, timeout=60)
@@ -843,7 +843,7 @@ def test_gpu_nccl_unique_id_shape():
 
 
 def test_fork_child_refuses_cuda_initialized_in_the_parent(fplugin, fake_cupy):
-    from anychip.devices.cuda import FORK_REASON
+    from anychip.chips.cuda import FORK_REASON
     fplugin._after_fork_in_child()               # what the registry's at-fork hook calls in the child
     assert fplugin.available() == (False, FORK_REASON)
     assert "'spawn' start method" in FORK_REASON

@@ -12,7 +12,7 @@ import types
 import numpy as np
 import pytest
 
-from anychip.devices.opencl import OpenCLPlugin, cl_code_name
+from anychip.chips.opencl import OpenCLPlugin, cl_code_name
 from anychip.runtime.errors import DeviceError, InvalidArgumentError, OutOfMemoryError, UnsupportedError
 from anychip.runtime.plugin import D2D, D2H, H2D
 

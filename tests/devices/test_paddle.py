@@ -1,4 +1,4 @@
-"""Paddle CustomDevice plugins loaded unchanged (anychip/devices/paddle/).
+"""Paddle CustomDevice plugins loaded unchanged (anychip/chips/paddle/).
 
 The plugin under test is tests/devices/pdtest/pdtest.c, built here into several variants: the
 complete one (xccl on the collective engine), a minimal one (only the entries Paddle
@@ -27,7 +27,7 @@ from anychip.runtime import registry
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SOURCE = os.path.join(HERE, "pdtest", "pdtest.c")
-paddle = importlib.import_module("anychip.devices.paddle")
+paddle = importlib.import_module("anychip.chips.paddle")
 
 CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build the test plugin")

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from anychip.devices._headers import include_dir
+from anychip.chips._headers import include_dir
 from anychip.runtime._libs import find_library
 
 HERE = os.path.dirname(os.path.abspath(__file__))

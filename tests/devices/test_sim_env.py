@@ -14,10 +14,10 @@ import textwrap
 import pytest
 from conftest import CHILD_SECONDS
 
-from anychip.devices import _adapter as vendor
-from anychip.devices.ascend import AscendPlugin
-from anychip.devices.hygon import HygonPlugin
-from anychip.devices.kunlun import KunlunPlugin
+from anychip.chips import _adapter as vendor
+from anychip.chips.ascend import AscendPlugin
+from anychip.chips.hygon import HygonPlugin
+from anychip.chips.kunlun import KunlunPlugin
 from anychip.runtime._libs import find_library
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -48,9 +48,9 @@ def _built():
 def test_out_of_memory_at_capacity_and_recovery():
     out = run_py("""
         import json
-        from anychip.devices.ascend import AscendPlugin
-        from anychip.devices.kunlun import KunlunPlugin
-        from anychip.devices.hygon import HygonPlugin
+        from anychip.chips.ascend import AscendPlugin
+        from anychip.chips.kunlun import KunlunPlugin
+        from anychip.chips.hygon import HygonPlugin
         from anychip.runtime.errors import OutOfMemoryError
         res = {}
         for cls in (AscendPlugin, KunlunPlugin, HygonPlugin):
@@ -86,7 +86,7 @@ def test_out_of_memory_at_capacity_and_recovery():
 def test_memory_size_units_and_device_count():
     code = """
         import json
-        from anychip.devices.ascend import AscendPlugin
+        from anychip.chips.ascend import AscendPlugin
         p = AscendPlugin(); p.available()
         print(json.dumps([p.device_count(), p._mem_info(0)[1]]))
     """
@@ -101,9 +101,9 @@ def test_memory_size_units_and_device_count():
 
 ALL_THREE = """
     import json
-    from anychip.devices.ascend import AscendPlugin
-    from anychip.devices.kunlun import KunlunPlugin
-    from anychip.devices.hygon import HygonPlugin
+    from anychip.chips.ascend import AscendPlugin
+    from anychip.chips.kunlun import KunlunPlugin
+    from anychip.chips.hygon import HygonPlugin
     out = []
     for cls in (AscendPlugin, KunlunPlugin, HygonPlugin):
         p = cls(); p.available()
@@ -158,9 +158,9 @@ def test_each_bad_setting_warns_once_and_good_ones_are_quiet():
 
 VISIBLE = """
     import json
-    from anychip.devices.ascend import AscendPlugin
-    from anychip.devices.kunlun import KunlunPlugin
-    from anychip.devices.hygon import HygonPlugin
+    from anychip.chips.ascend import AscendPlugin
+    from anychip.chips.kunlun import KunlunPlugin
+    from anychip.chips.hygon import HygonPlugin
     res = {}
     for cls in (AscendPlugin, KunlunPlugin, HygonPlugin):
         p = cls(); ok, reason = p.available()
@@ -191,8 +191,8 @@ def test_visibility_variables_renumber_devices():
 def test_no_visible_device_leaves_the_backend_with_none():
     out = run_py("""
         import json
-        from anychip.devices.hygon import HygonPlugin
-        from anychip.devices.ascend import AscendPlugin
+        from anychip.chips.hygon import HygonPlugin
+        from anychip.chips.ascend import AscendPlugin
         print(json.dumps([list(HygonPlugin().available()), list(AscendPlugin().available())]))
     """, HIP_VISIBLE_DEVICES="9", ASCEND_RT_VISIBLE_DEVICES="")
     for ok, reason in out:
@@ -227,7 +227,7 @@ def test_device_listing_marks_simulated_devices():
 def test_fork_child_starts_with_fresh_devices():
     out = run_py("""
         import json, os
-        from anychip.devices.ascend import AscendPlugin
+        from anychip.chips.ascend import AscendPlugin
         from anychip.runtime.errors import DeviceError
         import numpy as np
         p = AscendPlugin(); p.available()

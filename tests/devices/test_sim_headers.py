@@ -16,10 +16,10 @@ import cffi
 import pytest
 from conftest import CHILD_SECONDS
 
-from anychip.devices import _headers
-from anychip.devices.ascend import AscendPlugin
-from anychip.devices.hygon import HygonPlugin
-from anychip.devices.kunlun import KunlunPlugin
+from anychip.chips import _headers
+from anychip.chips.ascend import AscendPlugin
+from anychip.chips.hygon import HygonPlugin
+from anychip.chips.kunlun import KunlunPlugin
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE_INCLUDE = os.path.join(ROOT, "csrc", "include")

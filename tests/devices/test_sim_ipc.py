@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import CHILD_SECONDS
 
-from anychip.devices.ascend import AscendPlugin
-from anychip.devices.hygon import HygonPlugin
-from anychip.devices.kunlun import KunlunPlugin
+from anychip.chips.ascend import AscendPlugin
+from anychip.chips.hygon import HygonPlugin
+from anychip.chips.kunlun import KunlunPlugin
 from anychip.runtime.errors import DeviceError
 from anychip.runtime.plugin import D2H, H2D
 
@@ -24,7 +24,7 @@ PLUGINS = {"ascend": AscendPlugin, "kunlun": KunlunPlugin, "hygon": HygonPlugin}
 CHILD = """
     import json, sys
     import numpy as np
-    from anychip.devices.{module} import {cls}
+    from anychip.chips.{module} import {cls}
     from anychip.runtime.errors import DeviceError
     p = {cls}(); p.available()
     addr = p.sim_ipc_open(bytes.fromhex(sys.argv[1]))

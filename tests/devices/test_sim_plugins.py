@@ -11,9 +11,9 @@ import threading
 import numpy as np
 import pytest
 
-from anychip.devices.ascend import AscendPlugin
-from anychip.devices.hygon import HygonPlugin
-from anychip.devices.kunlun import KunlunPlugin
+from anychip.chips.ascend import AscendPlugin
+from anychip.chips.hygon import HygonPlugin
+from anychip.chips.kunlun import KunlunPlugin
 from anychip.runtime.errors import DeviceError, OutOfMemoryError, UnsupportedError
 from anychip.runtime.plugin import D2D, D2H, H2D
 
@@ -241,7 +241,7 @@ def test_memory_freed_under_queued_work_is_never_written(plugin, stream):
 
 
 def test_host_callbacks_run_in_order(plugin, stream):
-    from anychip.devices._adapter import _sim_controls
+    from anychip.chips._adapter import _sim_controls
     ffi, lib = _sim_controls(), plugin._sim          # the simulator's controls (anychip/sim.h)
     seen = []
     n = 256
@@ -371,7 +371,7 @@ def test_the_backend_asks_the_library_for_the_current_device(plugin):
     device"). The adapter asks the library; it keeps no copy of its own."""
     import cffi
 
-    from anychip.devices._headers import cdef_of
+    from anychip.chips._headers import cdef_of
 
     header, get, set_ = CURRENT_DEVICE[plugin.name]
     ffi = cffi.FFI()

@@ -225,7 +225,7 @@ def test_ctrl_c_interrupts_synchronize_of_work_that_never_completes(name, path, 
 
 UNLOAD = """
     import gc, sys, numpy as np
-    from anychip.devices.{module} import {cls}
+    from anychip.chips.{module} import {cls}
     from anychip.runtime.plugin import H2D
     p = {cls}(); p.available()
     path = p.library_path

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from anychip import paddle_provider
+from anychip.chips._headers import cdef_of
+from anychip.chips.paddle import HEADER, ffi
 from anychip.conformance.framework import run_paddle_launch
-from anychip.devices._headers import cdef_of
-from anychip.devices.paddle import HEADER, ffi
 
 # importorskip("paddle.sysconfig"), not "paddle": the folder tests/paddle (C sources) would be
 # imported as a namespace package named paddle where the wheel is absent
@@ -97,7 +97,7 @@ def test_bridge_structs_match_the_wheels_header(tmp_path: Path) -> None:
 
 def test_simulator_plugin_faces_load_as_anychip_c_plugins() -> None:
     """The ACL / XPU / HIP adapters are complete plugin.h tables (anychip's own loader checks them)."""
-    from anychip.devices.cplugin import probe
+    from anychip.chips.cplugin import probe
     from anychip.runtime._libs import find_library
     for chip in paddle_provider.SIMULATED:
         name, _ = probe(find_library(f"lib{chip}_sim"))

@@ -191,7 +191,7 @@ def test_whole_simulated_memory_after_cross_stream_frees():
 
 def test_allocator_orders_reuse_with_untimed_events():
     """The allocator's events only order work; it asks for untimed ones (CUDA: disable_timing)."""
-    from anychip.devices.cpu import CPUPlugin
+    from anychip.chips.cpu import CPUPlugin
     from anychip.runtime.device import Device
     from anychip.runtime.registry import BackendInfo
 

@@ -185,7 +185,7 @@ def test_opencl_in_a_forked_child_is_refused_not_hung(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "ANYCHIP_DEVICES"}
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stderr
-    from anychip.devices.opencl import FORK_REASON
+    from anychip.chips.opencl import FORK_REASON
     assert r.stdout.splitlines() == [
         f"SelectionError: device 'opencl:0': backend 'opencl' is unavailable: {FORK_REASON}",
         f"UnsupportedError: {FORK_REASON}",

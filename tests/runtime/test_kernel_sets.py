@@ -9,9 +9,9 @@ import pytest
 from conftest import SCAFFOLD
 
 import anychip
-from anychip.devices._plugin_kernels import PluginKernels
-from anychip.devices.cuda.kernels import CudaKernels
-from anychip.devices.opencl.kernels import OpenCLKernels
+from anychip.chips._plugin_kernels import PluginKernels
+from anychip.chips.cuda.kernels import CudaKernels
+from anychip.chips.opencl.kernels import OpenCLKernels
 from anychip.runtime import KernelSet, kernels_of
 from anychip.runtime.kernels import ELEMENTWISE_OPS, kernel_set_problem
 

@@ -11,10 +11,10 @@ import pytest
 from conftest import CHILD_SECONDS
 
 import anychip
-from anychip.devices.cpu import CPUPlugin
+from anychip.chips.cpu import CPUPlugin
 
 FAKE_PLUGIN = textwrap.dedent('''
-    from anychip.devices.cpu import CPUPlugin
+    from anychip.chips.cpu import CPUPlugin
 
     class FakeChip(CPUPlugin):
         name = "fakechip"
@@ -75,9 +75,9 @@ def test_entry_point_plugins(plugin_dist):
     assert "failed to load from entry point fakechip_pkg_nope:Nothing" in rows["missing"]
     assert "ModuleNotFoundError" in rows["missing"]
     # the duplicate 'cpu' is refused with a warning naming both sources; the built-in stays
-    assert "built-in (anychip.devices.cpu)" in rows["cpu"]
+    assert "built-in (anychip.chips.cpu)" in rows["cpu"]
     assert ("backend 'cpu' from entry point fakechip_pkg:Duplicate (package fakechip) refused: "
-            "the name is already taken by built-in (anychip.devices.cpu)") in r.stderr
+            "the name is already taken by built-in (anychip.chips.cpu)") in r.stderr
     # a (non-simulated) accelerator comes before the host in the default order
     devs = eval(next(line for line in r.stdout.splitlines() if line.startswith("D "))[2:])
     assert devs.index("fakechip:0") < devs.index("cpu:0") and "fakechip:1" in devs

@@ -2,7 +2,7 @@
  * Paddle's CustomDevice ABI (paddle/phi/backends/device_ext.h, runtime version 0.1.1, as
  * shipped in paddlepaddle 3.x), member for member: the types the Paddle bridge
  * (anychip/paddle/bridge.c) implements. anychip's Paddle host loader gives cffi the text
- * between the markers (anychip/devices/_headers.py), so the bridge, the host loader and C
+ * between the markers (anychip/chips/_headers.py), so the bridge, the host loader and C
  * test plugins share this one layout; tests/paddle_provider/test_paddle_provider.py checks its sizes and
  * offsets against the header of the installed Paddle wheel.
  */

@@ -1,4 +1,4 @@
-"""OpenCL C sources of the kernels run by :class:`anychip.devices.opencl.kernels.ClKernels`.
+"""OpenCL C sources of the kernels run by :class:`anychip.chips.opencl.kernels.ClKernels`.
 
 The source is generated per device from a few templates so that every kernel
 exists once per dtype (and per dtype pair for ``cast``). Buffers are passed as a

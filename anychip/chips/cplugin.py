@@ -13,7 +13,7 @@ last failure (``get_last_error``). Optional entries fall back as the header says
 (synchronous copies ordered on the stream, host-timestamp events after a stream
 synchronize, host staging for peer copies). A plugin with collectives gets a native
 transport (:class:`PluginCollectives`); without, the host transport serves. A plugin with a
-kernel table (minor 1) gets a tensor kernel set (``kernels``, devices/_plugin_kernels.py);
+kernel table (minor 1) gets a tensor kernel set (``kernels``, chips/_plugin_kernels.py);
 without, every tensor op takes the host fallback.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each chip is reached through one C adapter (csrc/adapters/acl/plugin_acl.c, plugin_xpu.c,
 plugin_hip.c), written against the vendor's API only (ACL + HCCL, XPU + BKCL, HIP + RCCL)
-and loaded by the same loader as a vendor's C plugin (devices/cplugin.py). It is the code
+and loaded by the same loader as a vendor's C plugin (chips/cplugin.py). It is the code
 PyTorch (anychip.torch) and Paddle (the bridge) run too, so what ``anychip conformance
 --device ascend`` certifies is what the frameworks run.
 

@@ -5,7 +5,7 @@ binds to them; without it (and ``ANYCHIP_SIMULATE`` not ``never``) the simulator
 ``libkunlun_sim`` stands in. The XPU runtime has no memset, no event timing and no
 free-memory query: on the vendor's library the adapter leaves them out (anychip's C plugin
 fallbacks serve: fills from host copies, capacity as free memory); the simulator's adapter
-has them. Discovery and the rest are devices/_adapter.py's.
+has them. Discovery and the rest are chips/_adapter.py's.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 On a HIP runtime (libamdhip64.so, or libgalaxyhip.so from Hygon's DTK, and librccl.so) the
 adapter built for the vendor's libraries binds to them; without one (and
 ``ANYCHIP_SIMULATE`` not ``never``) the simulator library ``libhygon_sim`` stands in.
-Discovery and the rest are devices/_adapter.py's.
+Discovery and the rest are chips/_adapter.py's.
 """
 from __future__ import annotations
 

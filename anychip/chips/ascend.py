@@ -3,7 +3,7 @@
 On CANN (libascendcl.so and libhccl.so) the adapter built for the vendor's libraries binds
 to them; without CANN (and ``ANYCHIP_SIMULATE`` not ``never``) the simulator library
 ``libascend_sim``, which implements ACL and HCCL with the adapter compiled in, stands in.
-Discovery and the rest are devices/_adapter.py's.
+Discovery and the rest are chips/_adapter.py's.
 """
 from __future__ import annotations
 

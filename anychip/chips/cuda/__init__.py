@@ -86,7 +86,7 @@ class CUDAPlugin(CUDAMemory, CUDAEvents):
 
     @property
     def kernels(self) -> Any:
-        """The tensor kernels (CuPy's, over anychip memory: devices/cuda/kernels.py) once CuPy is loaded."""
+        """The tensor kernels (CuPy's, over anychip memory: chips/cuda/kernels.py) once CuPy is loaded."""
         if self._cupy is None:
             return None
         k = self.__dict__.get("_tensor_kernels")
