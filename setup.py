@@ -116,6 +116,22 @@ def write_code_tables(dest: str) -> None:
 
 
 write_code_tables(GENERATED_INCLUDE)
+
+
+def write_env_defaults(dest: str) -> None:
+    """anychip/env_defaults.h: the defaults of the variables the C parts read themselves, from the
+    one table of variables (anychip/runtime/_variables.py)."""
+    spec = importlib.util.spec_from_file_location("_anychip_variables",
+                                                  os.path.join("anychip", "runtime", "_variables.py"))
+    variables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(variables)
+    path = os.path.join(dest, "anychip", "env_defaults.h")
+    text = variables.c_defaults_header()
+    if not os.path.exists(path) or Path(path).read_text() != text:     # unchanged: no rebuild
+        Path(path).write_text(text)
+
+
+write_env_defaults(GENERATED_INCLUDE)
 # The bridge (csrc/include/anychip/paddle/bridge.c, shipped for C plugins) over the simulated
 # chip ANYCHIP_PADDLE names (the Ascend by default): paddle_custom_device/libanychip_sim next
 # to the anychip package, where Paddle looks when CUSTOM_DEVICE_ROOT is unset.

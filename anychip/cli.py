@@ -99,7 +99,8 @@ def cmd_info(args: argparse.Namespace) -> int:
             for b in registry.backends()
         ],
         "refused_plugins": [{"what": w, "why": y} for w, y in registry.refused()],
-        "environment": {k: {"value": value(k), "default": d, "meaning": m} for k, (d, m) in VARIABLES.items()},
+        "environment": {k: {"value": value(k), "default": var.default, "meaning": var.meaning}
+                        for k, var in VARIABLES.items()},
         "unknown_variables": sorted(set(in_effect()) - set(VARIABLES)),
         "invalid_variables": problems(),
         "paddle": paddle_status(),
@@ -120,12 +121,12 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  refused: {r['what']}: {r['why']}")
     paddle_info()
     print("\nenvironment (ANYCHIP_*):")
-    for k, (d, m) in VARIABLES.items():
+    for k, var in VARIABLES.items():
         v = value(k)
-        print(f"  {k} = {v!r}" if v is not None else f"  {k} (unset; default {d})")
+        print(f"  {k} = {v!r}" if v is not None else f"  {k} (unset; default {var.default})")
         if k in bad:
             print(f"      <- INVALID: {bad[k]}")
-        print(f"      {m}")
+        print(f"      {var.meaning}")
     set_now = in_effect()
     for k in info["unknown_variables"]:
         print(f"  {k} = {set_now[k]!r}   <- not a variable anychip knows; check the spelling")

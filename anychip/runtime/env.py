@@ -1,5 +1,7 @@
-"""Every environment variable anychip reads, in one place: what each means (shown by
-``anychip info``), the rule its values follow, and the one function that reads it.
+"""Every environment variable anychip reads: the rule its values follow and the one function
+that reads it. What each means and its default are declared once, in ``_variables.py``
+(``anychip info`` shows them; setup.py writes the defaults the C parts take into
+``anychip/env_defaults.h``).
 
 Code elsewhere asks this module (``env.collective_timeout()``, ``env.simulate()``, ...)
 rather than ``os.environ``. A reader refuses a bad value with an
@@ -25,6 +27,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._variables import VARIABLES
 from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -35,72 +38,6 @@ __all__ = ["VARIABLES", "in_effect", "problem", "problems", "parse_sim_memory", 
            "check_engine", "devices", "plugin_path", "alloc_conf", "simulate", "paddle_chip", "torch_backend",
            "torch_c10d_direct", "torch_cache", "job_id", "launcher_int", "value", "set_backend_lookup", "NEVER_S"]
 
-#: name -> (default, meaning)
-VARIABLES: dict[str, tuple[str, str]] = {
-    "ANYCHIP_DEVICES": ("(unset: every available device)",
-                        "which devices to use and in what order: term;term, term = [!]backend:devices "
-                        "(e.g. 'ascend:0,1;cpu:*'); the first is the default device"),
-    "ANYCHIP_SIMULATE": ("auto", "vendor backends without their library: auto = use the simulator, "
-                                 "always = always the simulator, never = unavailable"),
-    "ANYCHIP_SIM_DEVICES": ("8", "number of devices of each simulated chip (0 to 64)"),
-    "ANYCHIP_SIM_MEMORY": ("16GiB", "memory capacity of each simulated device, 1MiB to 1TiB (bytes, or a number "
-                                    "with a binary unit K, M, G or T, e.g. 512MiB or 1.5G)"),
-    "ANYCHIP_SIM_SPIN_US": ("20", "microseconds a simulated stream worker spins for its next op before it "
-                                  "sleeps (0 to 1000000); a synchronizing thread spins 10 times as long"),
-    "ANYCHIP_PLUGIN_PATH": ("(unset)", "C plugin libraries (anychip/plugin.h, or Paddle CustomDevice plugins "
-                                       "exporting InitPlugin) to load: directories (every shared library in them) "
-                                       "and library files, separated by ':' (Paddle's CUSTOM_DEVICE_ROOT "
-                                       "directory is read too, see docs/paddle.md)"),
-    "ANYCHIP_PADDLE": ("ascend", "the simulated chip Paddle sees as its device anychip_<chip>: ascend, kunlun, "
-                                 "hygon or none (Paddle's launcher takes one device type; docs/paddle.md)"),
-    "ANYCHIP_PADDLE_KERNELS": ("1", "0 = the Paddle bridges (the simulated chips' and C plugins') register none "
-                                    "of their device kernels (every op then takes Paddle's CPU fallback; "
-                                    "docs/paddle.md)"),
-    "ANYCHIP_PADDLE_PROFILE": ("0", "1 = the Paddle bridge writes, at exit, the calls and host time of each of its "
-                                    "entries (docs/paddle.md)"),
-    "ANYCHIP_ALLOC_CONF": ("(unset)", "caching allocator knobs: max_split_size_mb:N,"
-                                      "garbage_collection_threshold:F, or backend:native to turn caching off"),
-    "ANYCHIP_COLLECTIVE_TIMEOUT": ("300", "seconds a collective op may wait for its peers (on a chip's own "
-                                          "library: run) before it raises CollectiveTimeout on every waiting "
-                                          "rank"),
-    "ANYCHIP_COLLECTIVE_TRANSPORT": ("auto", "collectives on ascend / kunlun / hygon / cuda: auto = the chip's own "
-                                             "library (HCCL, BKCL, RCCL, NCCL) when present, native = require "
-                                             "it, host = always the shared-memory engine"),
-    "ANYCHIP_COLLECTIVE_CHECK": ("0", "1 = ranks compare each collective's op, count, dtype, root and reduce op "
-                                      "first and report a mismatch on every rank"),
-    "ANYCHIP_HOST_TRANSPORT": ("auto", "host transport of devices without a native library: auto = the "
-                                       "shared-memory engine on one host, MPI between hosts; shm; mpi"),
-    "ANYCHIP_HOSTID": ("(the host name)", "groups ranks by host for the hierarchical collectives, as NCCL_HOSTID"),
-    "ANYCHIP_CCL_SMALL": ("16384", "bytes per rank up to which a collective takes the one-round low-latency path"),
-    "ANYCHIP_CCL_CHUNK": ("1048576", "bytes per rank and round of the chunked shared-memory path"),
-    "ANYCHIP_CCL_ZERO_COPY_MIN": ("65536", "message bytes from which simulated chips reduce zero-copy from the "
-                                           "peers' device memory"),
-    "ANYCHIP_CCL_SPIN_US": ("200", "microseconds a collective wait spins before it sleeps on a futex"),
-    "ANYCHIP_RANK": ("(set by anychip launch)", "this process's rank; also ANYCHIP_WORLD_SIZE, ANYCHIP_LOCAL_RANK, "
-                                                "ANYCHIP_LOCAL_SIZE, ANYCHIP_JOB_ID"),
-    "ANYCHIP_WORLD_SIZE": ("(set by anychip launch)", "number of ranks of the job"),
-    "ANYCHIP_LOCAL_RANK": ("(set by anychip launch)", "rank among the ranks of this host"),
-    "ANYCHIP_LOCAL_SIZE": ("(set by anychip launch)", "number of ranks on this host"),
-    "ANYCHIP_JOB_ID": ("(set by anychip launch)", "names the job's shared-memory communicators"),
-    "ANYCHIP_LAUNCH_DEVICE": ("(set by anychip launch --device)", "backend of the ranks' devices (rank r on "
-                                                                  "BACKEND:r)"),
-    "ANYCHIP_TORCH": ("(the launch device's backend, else the first built one)",
-                      "the backend PyTorch's device 'anychip' is bound to (docs/torch.md)"),
-    "ANYCHIP_TORCH_AUTOLOAD": ("(1 once a process has imported anychip.torch)",
-                               "1 = `import torch` binds the 'anychip' device (torch's backend autoload); set by "
-                               "anychip.torch for the processes it starts, 0 = never (docs/torch.md)"),
-    "ANYCHIP_TORCH_CACHE": ("~/.cache/anychip/torch", "where the PyTorch extension is compiled and kept"),
-    "ANYCHIP_TORCH_KERNELS": ("1", "ops of PyTorch's device on the chip's kernel table: 1 = those whose values are "
-                                   "the CPU's bit for bit, all = also mm and float sums (rounded differently), "
-                                   "0 = none (docs/torch.md)"),
-    "ANYCHIP_TORCH_C10D_DIRECT": ("1", "1 = the c10d backend issues its hot ops (all_reduce, broadcast, "
-                                       "all_gather_into_tensor, reduce_scatter_tensor of device tensors) in C++, "
-                                       "straight to the chip's collective library; 0 = through anychip's "
-                                       "communicator, as every other op (docs/torch.md)"),
-    "ANYCHIP_STRESS_SECONDS": ("(short)", "tests: how long each stress test runs"),
-    "ANYCHIP_LOG_LEVEL": ("WARNING", "level of the 'anychip' logger in the anychip command "
-                                      "(DEBUG, INFO, WARNING, ERROR or CRITICAL)"),
-}
 
 SIM_MIN_MEMORY = 1 << 20
 SIM_MAX_MEMORY = 1 << 40
@@ -110,6 +47,13 @@ _WHOLE = re.compile(r"^[ \t]*([0-9]+)[ \t]*$")
 _DECIMAL = re.compile(r"^[ \t]*(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[ \t]*$")
 _UNITS = {"k": 1, "m": 2, "g": 3, "t": 4}
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _default(name: str) -> float:
+    """The value the readers take where ``name`` is unset (declared in _variables.py)."""
+    default = VARIABLES[name].value
+    assert default is not None, f"{name} has no machine default in _variables.py"
+    return default
 
 
 def _value(name: str) -> str:
@@ -326,12 +270,12 @@ NEVER_S = 1e9
 
 
 def collective_timeout() -> float:
-    """Seconds an op may wait for its peers (``ANYCHIP_COLLECTIVE_TIMEOUT``, default 300;
+    """Seconds an op may wait for its peers (``ANYCHIP_COLLECTIVE_TIMEOUT``, default in _variables.py;
     ``inf`` is never, given to the engine as :data:`NEVER_S`)."""
     name = "ANYCHIP_COLLECTIVE_TIMEOUT"
     raw = _value(name)
     if not raw:
-        return 300.0
+        return float(_default(name))
     value = _seconds(raw)
     if value is None:
         raise InvalidArgumentError(f"{name}={raw!r} is not a number of seconds (inf: never)")
@@ -342,11 +286,11 @@ def collective_timeout() -> float:
 
 def zero_copy_min() -> int:
     """``ANYCHIP_CCL_ZERO_COPY_MIN``: message bytes from which simulated chips reduce zero-copy
-    (default 65536)."""
+    (default in _variables.py)."""
     name = "ANYCHIP_CCL_ZERO_COPY_MIN"
     raw = _value(name)
     if not raw:
-        return 65536
+        return int(_default(name))
     value = _whole(raw, 0, 2**63)
     if value is None:
         raise InvalidArgumentError(f"{name}={raw!r} is not a whole number of bytes >= 0")

@@ -132,20 +132,20 @@ int ccl_comm_init(const char *id, int rank, int nranks, double timeout_s, ccl_co
         return init_fail(NULL, CCL_E_SYSTEM, "out of host memory");
     c->rank = rank;
     c->nranks = nranks;
-    c->timeout = timeout_s > 0 ? timeout_s : env_number("ANYCHIP_COLLECTIVE_TIMEOUT", 300.0, 0, 1);
+    c->timeout = timeout_s > 0 ? timeout_s : ENV_PARAM(COLLECTIVE_TIMEOUT, 0, 1);
     if (!(c->timeout < CCL_NEVER_S))
         c->timeout = CCL_NEVER_S; /* inf (or more than the 64-bit nanosecond deadlines hold): never */
-    c->small = (uint64_t)env_number("ANYCHIP_CCL_SMALL", 16384, 1, 0);
+    c->small = (uint64_t)ENV_PARAM(CCL_SMALL, 1, 0);
     c->small = ALIGN_UP(c->small, 64);
-    c->chunk = ALIGN_UP((uint64_t)env_number("ANYCHIP_CCL_CHUNK", 1 << 20, 1, 0), 4096);
+    c->chunk = ALIGN_UP((uint64_t)ENV_PARAM(CCL_CHUNK, 1, 0), 4096);
     c->chan = nranks <= 8 ? 256 * 1024 : 64 * 1024;
-    double spin_us = env_number("ANYCHIP_CCL_SPIN_US", 200, 0, 0);
+    double spin_us = ENV_PARAM(CCL_SPIN_US, 0, 0);
     c->spin_ns = spin_us < INT_MAX / 1000 ? (int)(spin_us * 1000) : INT_MAX;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (env_number("ANYCHIP_CCL_SPIN_US", -1, 0, 0) < 0 && cores > 0 && nranks > cores)
         c->spin_ns = 2000; /* more ranks than cores: a spinning rank takes the core its peer needs */
     c->small_max = c->small;
-    c->zc_min = 65536;
+    c->zc_min = ANYCHIP_DEFAULT_CCL_ZERO_COPY_MIN;
     snprintf(c->label, sizeof c->label, "group of %d ranks", nranks);
     uint64_t deadline = now_ns() + (uint64_t)(c->timeout * 1e9);
     char name[NAME_LEN];

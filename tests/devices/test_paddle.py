@@ -61,7 +61,8 @@ def plugins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         for name, defines in libs:
             cached_compile([CC, "-O2", "-fPIC", "-shared", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
                             "-Wno-unused-function", *defines,
-                            "-fwrapv", hidden, "-I", str(inc), "-I", os.path.join(REPO, "csrc"), SOURCE, *engine,
+                            "-fwrapv", hidden, "-I", str(inc), "-I", os.path.join(REPO, "csrc"),
+                            "-I", os.path.join(REPO, "build", "include"), SOURCE, *engine,
                             "-o", str(out / d / name), "-lpthread", "-lrt"], out / d / name, roots=(out,))
     return dirs
 

@@ -206,3 +206,36 @@ def test_anychip_info_flags_the_launch_variables():
                       ("ANYCHIP_LOCAL_SIZE", SIZE_WHY), ("ANYCHIP_TORCH", NAME_WHY),
                       ("ANYCHIP_LAUNCH_DEVICE", f"no backend 'nan' here; want one of {names}")):
         assert f"anychip: error: {name}={env[name]!r} is invalid: {why}\n" in r.stderr, r.stderr
+
+
+def test_each_default_is_declared_once_and_the_c_parts_take_it(monkeypatch):
+    """_variables.py declares every variable's default; the readers, `anychip info` and the C parts
+    (through the generated anychip/env_defaults.h) take it from there, and no C reader of an
+    ANYCHIP_ variable writes a default of its own."""
+    from pathlib import Path
+
+    from anychip._data import get_include
+    from anychip.runtime import env
+    from anychip.runtime._variables import VARIABLES, c_defaults_header
+
+    numbers = {k: v for k, v in VARIABLES.items() if v.value is not None}
+    assert set(numbers) == {"ANYCHIP_SIM_DEVICES", "ANYCHIP_SIM_MEMORY", "ANYCHIP_SIM_SPIN_US",
+                            "ANYCHIP_COLLECTIVE_TIMEOUT", "ANYCHIP_CCL_SMALL", "ANYCHIP_CCL_CHUNK",
+                            "ANYCHIP_CCL_ZERO_COPY_MIN", "ANYCHIP_CCL_SPIN_US"}
+    for name, var in numbers.items():        # the shown default is the value, by the variable's own rule
+        assert env.problem(name, var.default) is None, name
+        shown = env.parse_sim_memory(var.default) if name == "ANYCHIP_SIM_MEMORY" else float(var.default)
+        assert shown == var.value, name
+    for name in ("ANYCHIP_COLLECTIVE_TIMEOUT", "ANYCHIP_CCL_ZERO_COPY_MIN"):
+        monkeypatch.delenv(name, raising=False)
+    assert env.collective_timeout() == 300.0 == VARIABLES["ANYCHIP_COLLECTIVE_TIMEOUT"].value
+    assert env.zero_copy_min() == 65536 == VARIABLES["ANYCHIP_CCL_ZERO_COPY_MIN"].value
+    root = Path(__file__).resolve().parents[2] / "csrc"
+    # generated: under build/include in a checkout, with the headers in a wheel
+    built = [p / "anychip" / "env_defaults.h" for p in (Path(get_include()), root.parent / "build" / "include")]
+    header = next(p for p in built if p.exists()).read_text()
+    assert header == c_defaults_header() and "#define ANYCHIP_DEFAULT_CCL_SMALL 16384ull\n" in header
+    readers = re.compile(r"(getenv|env_\w+)\(\s*\"ANYCHIP_\w+\"\s*,\s*[0-9]")     # (-1: "is it set")
+    own = [f"{p.relative_to(root)}:{i}" for p in [*root.glob("ccl/*.c"), *root.glob("sim/*.c")]
+           for i, line in enumerate(p.read_text().splitlines(), 1) if readers.search(line)]
+    assert own == []
