@@ -248,9 +248,6 @@ class build_clib_as_ext(build_ext):
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(os.path.join("csrc", "include"), dest)
         shutil.copytree(GENERATED_INCLUDE, dest, dirs_exist_ok=True)      # the adapters' code tables
-        # the engine's header, for the Paddle bridges `anychip plugin paddle` compiles
-        os.makedirs(os.path.join(dest, "ccl"), exist_ok=True)
-        shutil.copy(os.path.join("csrc", "ccl", "ccl.h"), os.path.join(dest, "ccl", "ccl.h"))
 
     def get_export_symbols(self, ext):
         return super().get_export_symbols(ext) if ext.name == "anychip._lib._alloc" else []
