@@ -132,9 +132,9 @@ def write_env_defaults(dest: str) -> None:
 
 
 write_env_defaults(GENERATED_INCLUDE)
-# The bridge (csrc/include/anychip/paddle/bridge.c, shipped for C plugins) over the simulated
-# chip ANYCHIP_PADDLE names (the Ascend by default): paddle_custom_device/libanychip_sim next
-# to the anychip package, where Paddle looks when CUSTOM_DEVICE_ROOT is unset.
+# The bridge (csrc/paddle, shipped for C plugins) over the simulated chip ANYCHIP_PADDLE names
+# (the Ascend by default): paddle_custom_device/libanychip_sim next to the anychip package,
+# where Paddle looks when CUSTOM_DEVICE_ROOT is unset.
 os.makedirs("paddle_custom_device", exist_ok=True)   # an in-place build copies the bridges there
 
 
@@ -269,9 +269,6 @@ class build_clib_as_ext(build_ext):
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(os.path.join("csrc", "include"), dest)
         shutil.copytree(GENERATED_INCLUDE, dest, dirs_exist_ok=True)      # the adapters' code tables
-        # the engine's header, for the Paddle bridges `anychip plugin paddle` compiles
-        os.makedirs(os.path.join(dest, "ccl"), exist_ok=True)
-        shutil.copy(os.path.join("csrc", "ccl", "ccl.h"), os.path.join(dest, "ccl", "ccl.h"))
 
     def get_export_symbols(self, ext):
         return super().get_export_symbols(ext) if ext.name == "anychip._lib._alloc" else []
@@ -288,20 +285,24 @@ ext_modules = [
     )
     for name, (sources, libs) in C_LIBRARIES.items()
 ]
-# With it, the bridge's phi kernels (csrc/include/anychip/paddle/kernels.c, over the faces' kernel
-# tables, as for any C plugin): written against anychip's copy of Paddle's kernel C API
-# (phi_capi.h) and bound to Paddle's libphi_core at run time, so the library builds, and the
-# install works, with or without Paddle. A kernel that cannot run raises a C++ exception
-# (kernels_throw.cc), so the C is built to unwind.
+# The Paddle bridge (csrc/paddle, see bridge.h there): its units, compiled one by one and linked
+# (anychip/paddle_provider.py's build_bridge compiles the same for a C plugin), with its kernel
+# layer: the phi kernels (kernels.c, over the faces' kernel tables, as for any C plugin), written
+# against anychip's copy of Paddle's kernel C API (phi_capi.h) and bound to Paddle's libphi_core at
+# run time, so the library builds, and the install works, with or without Paddle. A kernel that
+# cannot run raises a C++ exception (kernels_throw.cc), so the C is built to unwind.
+PADDLE_BRIDGE = [f"csrc/paddle/{unit}" for unit in ("init.c", "device.c", "streams.c", "memory.c", "xccl.c")]
+PADDLE_KERNELS = [f"csrc/paddle/{unit}" for unit in ("kernels.c", "profiler.c", "kernels_throw.cc")]
+# provider_sim.c makes it the simulated chips' bridge; every unit gets the configuration:
+# the chip's library, anychip's engine (the reductions a chip lacks), the kernel layer
 ext_modules.append(
     Extension("paddle_custom_device.libanychip_sim",
-              sources=["csrc/paddle/provider_sim.c", "csrc/include/anychip/paddle/kernels_throw.cc"],
-              depends=["csrc/include/anychip/paddle/bridge.c", "csrc/include/anychip/paddle/device_ext.h",
-                       "csrc/include/anychip/paddle/phi_capi.h", "csrc/include/anychip/paddle/kernels.c",
-                       "csrc/include/anychip/paddle/profiler.c",
-                       "csrc/include/anychip/plugin.h"],
+              sources=[*PADDLE_BRIDGE, *PADDLE_KERNELS, "csrc/paddle/provider_sim.c"],
               include_dirs=["csrc/include", "csrc"], libraries=["pthread", "dl"],
-              extra_compile_args=[*COMMON_FLAGS, "-fexceptions", f'-DANYCHIP_EXT_SUFFIX="{_SUFFIX}"']))
+              extra_compile_args=[*COMMON_FLAGS, "-fexceptions",
+                                  f'-DANYCHIP_PADDLE_SIMULATORS="../anychip/_lib/lib%s_sim{_SUFFIX}"',
+                                  f'-DANYCHIP_PADDLE_CCL="../anychip/_lib/libanychip_ccl{_SUFFIX}"',
+                                  "-DANYCHIP_PADDLE_KERNELS=1"]))
 # CPython's method signatures fix parameters (self, args, closure) a function may not use
 PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]
 ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"], depends=["csrc/alloc/stats.h"],

@@ -1,8 +1,9 @@
 """anychip's chips as PaddlePaddle devices (see docs/paddle.md, "Paddle on anychip").
 
-The bridge (``anychip/paddle/bridge.c``, in the headers anychip ships) implements Paddle's
-CustomDevice ``InitPlugin`` over one ``anychip/plugin.h`` library. Paddle gives each library
-it loads one device type, named ``anychip_<backend>``:
+The bridge (``csrc/paddle/``, shipped in a wheel as ``anychip/_src/paddle/``: units compiled
+at the user's site, see ``bridge.h`` there) implements Paddle's CustomDevice ``InitPlugin`` over
+one ``anychip/plugin.h`` library. Paddle gives each library it loads one device type, named
+``anychip_<backend>``:
 
 * the simulated chips: ``paddle_custom_device/libanychip_sim`` beside the anychip package
   (installed there by ``pip install anychip``) serves the chip ``ANYCHIP_PADDLE`` names
@@ -13,8 +14,8 @@ it loads one device type, named ``anychip_<backend>``:
   package's: a reinstall is seen by Paddle too; a path to another copy of it is refused).
 
 Both register Paddle phi kernels built from the plugin's kernel table (``anychip/plugin.h``
-minor 1; ``anychip/paddle/kernels.c``), per dtype its masks allow; every other op takes
-Paddle's CPU fallback.
+minor 1; ``paddle/kernels.c``), per dtype its masks allow; every other op takes Paddle's CPU
+fallback.
 
 Paddle reads ``CUSTOM_DEVICE_ROOT``, or, when it is unset, ``<site-packages>/paddle_custom_device``
 of the site directory holding ``paddle/libs`` (paddle/base/core.py of Paddle 3.3.1).
@@ -32,7 +33,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-from ._data import get_include
+from ._data import get_include, sources_dir
 from .runtime._libs import find_library
 from .runtime.env import PADDLE_CHIPS, paddle_chip
 from .runtime.errors import AnychipError
@@ -69,7 +70,7 @@ def simulator_bridge() -> Path | None:
 def selected_simulator(environ: Any = None) -> str | None:
     """The simulated chip the bridge serves under ANYCHIP_PADDLE (None for none). Unset, the
     Ascend, unless a C plugin's bridge lies in Paddle's directory: that chip is then the one
-    the user chose, and the simulated chips' bridge registers none (bridge.c, chosen_simulator),
+    the user chose, and the simulated chips' bridge registers none (init.c, chosen_simulator),
     so that Paddle's launcher, which takes the first device type, cannot run on a simulator."""
     env = os.environ if environ is None else environ
     if env.get("ANYCHIP_PADDLE") is None and _plugin_bridges(paddle_dir(env)[0]):
@@ -214,7 +215,14 @@ def _cxx_compiler(cxx: str | None) -> str | None:
 
 #: the reason a bridge built without a C++ compiler gives (`anychip info`, kernel_note)
 NO_CXX = ("no C++ compiler was found when the bridge was built (set CXX and rerun `anychip plugin paddle`): "
-          "its kernel layer raises C++ exceptions (anychip/paddle/kernels_throw.cc)")
+          "its kernel layer raises C++ exceptions (paddle/kernels_throw.cc)")
+
+#: the bridge's units (anychip's shipped sources, paddle/: see bridge.h there), each compiled on
+#: its own with the bridge's configuration and linked; setup.py builds the simulated chips' bridge
+#: from the same (PADDLE_BRIDGE, PADDLE_KERNELS) with provider_sim.c
+BRIDGE_UNITS: tuple[str, ...] = ("init.c", "device.c", "streams.c", "memory.c", "xccl.c")
+#: its kernel layer, built where a C++ compiler is found
+KERNEL_UNITS: tuple[str, ...] = ("kernels.c", "profiler.c", "kernels_throw.cc")
 
 
 def build_bridge(library: str, dest: str | os.PathLike[str] | None = None, cc: str | None = None,
@@ -223,7 +231,7 @@ def build_bridge(library: str, dest: str | os.PathLike[str] | None = None, cc: s
     the directory Paddle reads): ``libanychip_<backend>.so``. Returns its path.
 
     With a C++ compiler (``cxx``, $CXX, or c++ / g++ / clang++) the bridge carries its kernel
-    layer (anychip/paddle/kernels.c, registered per the plugin's kernel table); without one it is
+    layer (paddle/kernels.c, registered per the plugin's kernel table); without one it is
     built without kernels, and :func:`kernel_note` on it says so."""
     from .runtime import registry
     from .runtime.errors import PluginError
@@ -256,38 +264,45 @@ def build_bridge(library: str, dest: str | os.PathLike[str] | None = None, cc: s
     out = out_dir / f"lib{device_type(name)}.so"
     compiler = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
-        raise AnychipError("no C compiler found (set CC); the bridge is compiled from anychip/paddle/bridge.c")
-    inc = get_include()
+        raise AnychipError("no C compiler found (set CC); the bridge is compiled from anychip's paddle/*.c")
     engine = find_library("libanychip_ccl")
     if engine is None:
         raise AnychipError("anychip's collective engine (libanychip_ccl) was not built; reinstall anychip")
-    # ccl/ccl.h: csrc/ccl beside csrc/include in a source tree, _include/ccl in a wheel
-    ccl_inc = next((d for d in (inc, str(Path(inc).parent)) if (Path(d) / "ccl" / "ccl.h").exists()), None)
-    if ccl_inc is None:
-        raise AnychipError(f"anychip's ccl/ccl.h is missing beside {inc}; reinstall anychip")
-    paddle_src = os.path.join(inc, "anychip", "paddle")
+    src = sources_dir()                   # paddle/ (the bridge's units) and ccl/ccl.h
     flags = ["-O2", "-fPIC", "-Wall", "-Wextra", "-Werror"]
-    c_cmd = [compiler, *flags, "-std=gnu11", f"-I{inc}", f"-I{ccl_inc}",
-             f"-DANYCHIP_PADDLE_TARGET={_c_string(str(lib))}", f"-DANYCHIP_PADDLE_CCL={_c_string(engine)}"]
+    config = [f"-I{get_include()}", f"-I{src}", f"-DANYCHIP_PADDLE_TARGET={_c_string(str(lib))}",
+              f"-DANYCHIP_PADDLE_CCL={_c_string(engine)}"]
     libs = ["-ldl", "-lpthread", "-lm"]
     cxx_path = _cxx_compiler(cxx)
+    if cxx_path is None:                  # without the kernel layer, linked as C
+        units, linker = BRIDGE_UNITS, compiler
+        config.append(f"-DANYCHIP_PADDLE_NO_KERNELS={_c_string(NO_CXX)}")
+    else:                                 # the kernel layer: C built to unwind, its C++ piece, linked as C++
+        units, linker = BRIDGE_UNITS + KERNEL_UNITS, cxx_path
+        config += ["-fexceptions", "-DANYCHIP_PADDLE_KERNELS=1"]
     import tempfile
+    from concurrent.futures import ThreadPoolExecutor
     with tempfile.TemporaryDirectory(prefix="anychip-bridge-") as tmp:
-        if cxx_path is None:
-            steps = [[*c_cmd, f"-DANYCHIP_PADDLE_NO_KERNELS={_c_string(NO_CXX)}", "-shared",
-                      os.path.join(paddle_src, "bridge.c"), "-o", str(out), *libs]]
-        else:                             # the kernel layer: C built to unwind, its C++ piece, linked as C++
-            bridge_o, throw_o = os.path.join(tmp, "bridge.o"), os.path.join(tmp, "kernels_throw.o")
-            steps = [[*c_cmd, "-fexceptions", "-DANYCHIP_PADDLE_KERNELS=1", "-c",
-                      os.path.join(paddle_src, "bridge.c"), "-o", bridge_o],
-                     [cxx_path, *flags, "-std=c++11", "-c", os.path.join(paddle_src, "kernels_throw.cc"), "-o",
-                      throw_o],
-                     [cxx_path, "-shared", bridge_o, throw_o, "-o", str(out), *libs]]
-        for cmd in steps:
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise AnychipError(f"compiling the Paddle bridge failed ({' '.join(cmd)}):\n{done.stderr.strip()}")
+        objects, compiles = [], []
+        for unit in units:                # C++ (kernels_throw.cc) with the C++ compiler, the linker then
+            objects.append(os.path.join(tmp, Path(unit).stem + ".o"))
+            lang = [linker, "-std=c++11"] if unit.endswith(".cc") else [compiler, "-std=gnu11"]
+            compiles.append([*lang, *flags, *config, "-c", str(src / "paddle" / unit), "-o", objects[-1]])
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:     # the units, in parallel
+            for cmd, done in zip(compiles, pool.map(_run, compiles), strict=True):
+                _built(cmd, done)
+        cmd = [linker, "-shared", *objects, "-o", str(out), *libs]
+        _built(cmd, _run(cmd))
     return out
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def _built(cmd: list[str], done: subprocess.CompletedProcess[str]) -> None:
+    if done.returncode != 0:
+        raise AnychipError(f"compiling the Paddle bridge failed ({' '.join(cmd)}):\n{done.stderr.strip()}")
 
 
 def _c_string(text: str) -> str:

@@ -179,7 +179,7 @@ PADDLE_CHIPS = ("ascend", "kunlun", "hygon")
 def paddle_chip(text: str | None) -> str | None:
     """The simulated chip an ``ANYCHIP_PADDLE`` value selects: ascend when unset, else the
     first chip it names (blanks or commas between names), None for none. The bridge
-    (csrc/include/anychip/paddle/bridge.c, ``chosen_simulator``) reads it the same way."""
+    (csrc/paddle/init.c, ``chosen_simulator``) reads it the same way."""
     if text is None:
         return "ascend"
     for name in text.replace(",", " ").split():

@@ -1,15 +1,16 @@
 /* The Paddle device types of the simulated chips (anychip_ascend, anychip_kunlun,
  * anychip_hygon): the bridge over the plugin.h face of the simulated chip ANYCHIP_PADDLE
  * names (the Ascend when it is unset), anychip/_lib/lib<chip>_sim, two directories up from
- * paddle_custom_device/. */
-#define ANYCHIP_PADDLE_SIMULATORS "../anychip/_lib/lib%s_sim" ANYCHIP_EXT_SUFFIX
-/* the reductions a chip's library lacks (HCCL and BKCL: average; BKCL: int8) run on the engine */
-#define ANYCHIP_PADDLE_CCL "../anychip/_lib/libanychip_ccl" ANYCHIP_EXT_SUFFIX
-/* and phi kernels from the face's kernel table (plugin.h minor 1: the simulator's own tensor
- * kernels), as for any C plugin that fills one (anychip/paddle/kernels.c) */
-#define ANYCHIP_PADDLE_KERNELS 1
-#define ANYCHIP_PADDLE_BEFORE_GEMM give_blas
-#include "anychip/paddle/bridge.c"
+ * paddle_custom_device/. setup.py links this file with the bridge's units, every unit compiled
+ * with
+ *   -DANYCHIP_PADDLE_SIMULATORS='"../anychip/_lib/lib%s_sim<EXT_SUFFIX>"'
+ * the reductions a chip's library lacks (HCCL and BKCL: average; BKCL: int8) on the engine,
+ *   -DANYCHIP_PADDLE_CCL='"../anychip/_lib/libanychip_ccl<EXT_SUFFIX>"'
+ * and phi kernels from the face's kernel table (plugin.h minor 1: the simulator's own tensor
+ * kernels), as for any C plugin that fills one (kernels.c),
+ *   -DANYCHIP_PADDLE_KERNELS=1
+ * This file adds the BLAS the simulator's GEMM calls (bridge_before_gemm, below). */
+#include "bridge.h"
 
 #include <link.h>
 
@@ -85,7 +86,8 @@ static void mkl_dgemm(int order, int ta, int tb, int64_t m, int64_t n, int64_t k
     g_mkl_dgemm(order, ta, tb, (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
-static void give_blas(void)
+/* before a matmul's first GEMM (kernels.c): the simulator's GEMM is given a BLAS, once */
+void bridge_before_gemm(void)
 {
     static atomic_int given;
     if (atomic_exchange(&given, 1))

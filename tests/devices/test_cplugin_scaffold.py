@@ -133,10 +133,9 @@ def test_bad_names_and_places(tmp_path: Path) -> None:
                        "--dir or remove it\n"
 
 
-def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """setup.py's build_py and build_ext (what a wheel holds) copy csrc/templates to anychip/_templates,
-    the sources compiled at the user's site to anychip/_src and csrc/include to anychip/_include,
-    where the installed package reads them."""
+def _wheel_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The anychip package as a wheel lays it out: setup.py's build_py run into ``tmp_path`` (templates
+    and sources), csrc/include copied as build_ext copies it. Returns the package directory."""
     import runpy
 
     import setuptools
@@ -150,20 +149,54 @@ def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytes
     cmd.ensure_finalized()
     cmd.run()
     pkg = tmp_path / "anychip"
+    shutil.copytree(ROOT / "csrc" / "include", pkg / "_include")          # what build_ext adds
+    return pkg
+
+
+def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """setup.py's build_py and build_ext (what a wheel holds) copy csrc/templates to anychip/_templates,
+    the sources compiled at the user's site to anychip/_src and csrc/include to anychip/_include,
+    where the installed package reads them."""
+    pkg = _wheel_package(tmp_path, monkeypatch)
     shipped = sorted(str(p.relative_to(pkg / "_templates")) for p in (pkg / "_templates").rglob("*") if p.is_file())
     source = sorted(str(p.relative_to(ROOT / "csrc" / "templates"))
                     for p in (ROOT / "csrc" / "templates").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     assert shipped == source and "c/src/@name@.c" in shipped
     from anychip._data import SHIPPED_SOURCES
+    from anychip.paddle_provider import BRIDGE_UNITS, KERNEL_UNITS
     sources = sorted(str(p.relative_to(pkg / "_src")) for p in (pkg / "_src").rglob("*") if p.is_file())
     assert sources == sorted(str(p.relative_to(ROOT / "csrc")) for part in SHIPPED_SOURCES
                              for p in (ROOT / "csrc" / part).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     assert "ccl/ccl.h" in sources
-    shutil.copytree(ROOT / "csrc" / "include", pkg / "_include")          # what build_ext adds
+    # the Paddle bridge's units and headers, which `anychip plugin paddle` compiles at the user's site
+    assert {f"paddle/{f}" for f in (*BRIDGE_UNITS, *KERNEL_UNITS, "bridge.h", "phi_capi.h")} <= set(sources)
     probe = (f"import anychip._data as d, pathlib; d._PACKAGE = pathlib.Path(r'{pkg}'); "
              "print(d.get_include()); print(d.templates_dir()); print(d.sources_dir())")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == [str(pkg / "_include"), str(pkg / "_templates"), str(pkg / "_src")]
+
+
+def test_a_paddle_bridge_builds_from_what_a_wheel_ships(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`anychip plugin paddle` in an installed anychip compiles the bridge from anychip/_src (its
+    units, ccl/ccl.h) and anychip/_include alone: the bridge over the scaffolded C plugin, built
+    there, exports what Paddle and the tools read and registers the plugin's kernels."""
+    from conftest import build_scaffold
+
+    import anychip._data
+    from anychip import paddle_provider
+    lib = build_scaffold(tmp_path / "scaffold", "wheelchip")
+    pkg = _wheel_package(tmp_path / "wheel", monkeypatch)
+    monkeypatch.setattr(anychip._data, "_PACKAGE", pkg)          # get_include() and sources_dir() read the wheel's
+    assert anychip._data.sources_dir() == pkg / "_src"
+    out = paddle_provider.build_bridge(str(lib), tmp_path / "paddle")
+    exported = subprocess.run(["nm", "-D", "--defined-only", "--format=just-symbols", str(out)],
+                              capture_output=True, text=True, check=True).stdout.split()
+    # Paddle's InitPlugin, the tools' queries and kernels_throw.cc's functions; what the units share is hidden
+    assert sorted(exported) == ["InitPlugin", *(f"anychip_paddle_{name}" for name in (
+        "attr", "device_type", "i64s", "kernel_calls", "kernel_note", "kernel_table", "kernels", "ptrs", "raise",
+        "str", "target", "trace_device", "trace_runtime"))]
+    table = paddle_provider.kernel_table(out)
+    assert len(table) == 41 and table["matmul"] == ["float32", "float64", "float16", "bfloat16"], table
 
 
 @pytest.mark.slow

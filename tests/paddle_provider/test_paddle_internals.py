@@ -23,9 +23,9 @@ import pytest
 
 pytest.importorskip("paddle.sysconfig", reason="paddlepaddle is not installed (pip install 'anychip[paddle]')")
 import paddle  # noqa: E402
-from conftest import CHILD_SECONDS, ROOT  # noqa: E402
+from conftest import CHILD_SECONDS  # noqa: E402
 
-import anychip  # noqa: E402
+from anychip._data import sources_dir  # noqa: E402
 
 CXX = shutil.which("c++") or shutil.which("g++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (c++ or g++) to build against Paddle's headers")
@@ -39,9 +39,8 @@ def _include() -> Path:
 def _bridge_symbol() -> str:
     """The mangled name the bridge's kernels look up, read from the sources anychip ships."""
     found = set()
-    for root in (Path(anychip.get_include()), ROOT / "csrc"):
-        for src in root.rglob("*.c"):
-            found.update(SYMBOL_RE.findall(src.read_text(errors="replace")))
+    for src in (sources_dir() / "paddle").glob("*.c"):
+        found.update(SYMBOL_RE.findall(src.read_text(errors="replace")))
     assert len(found) == 1, f"want one AttrAt<TensorRef> name in the bridge's sources, found {sorted(found)}"
     return found.pop()
 
@@ -104,14 +103,14 @@ int main() {
     assert (run.returncode, run.stdout) == (0, "same\n")
 
 
-# ---- the exception a kernel that cannot run raises (anychip/paddle/kernels_throw.cc) ------------------
+# ---- the exception a kernel that cannot run raises (paddle/kernels_throw.cc) ---------------------------
 
 ENFORCE_RE = re.compile(r'"(_Z[A-Za-z0-9_]*EnforceNotMet[A-Za-z0-9_]*)"')
 
 
 def _enforce_symbols() -> list[str]:
     """The constructor, destructor and type_info names kernels_throw.cc looks up in libphi_core.so."""
-    text = (Path(anychip.get_include()) / "anychip" / "paddle" / "kernels_throw.cc").read_text()
+    text = (sources_dir() / "paddle" / "kernels_throw.cc").read_text()
     names = ENFORCE_RE.findall(text)
     assert len(names) == 3, f"want the constructor, destructor and type_info names, found {names}"
     return names

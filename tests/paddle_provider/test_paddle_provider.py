@@ -95,6 +95,28 @@ def test_bridge_structs_match_the_wheels_header(tmp_path: Path) -> None:
     assert a == b and a[:2] == ["96", "1128"]
 
 
+def test_the_bridge_is_its_units_linked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bridge's C / C++ units lie in csrc/paddle beside what builds them (none under csrc/include,
+    which holds headers only) and none includes another's source: each is compiled on its own and
+    linked, bridge.h declaring what they share. setup.py (the simulated chips' bridge) and `anychip
+    plugin paddle` (paddle_provider.BRIDGE_UNITS, KERNEL_UNITS) compile every one of them."""
+    import runpy
+
+    import setuptools
+    units = {p.name for p in (ROOT / "csrc" / "paddle").iterdir() if p.suffix in (".c", ".cc", ".cpp")}
+    assert units == {*paddle_provider.BRIDGE_UNITS, *paddle_provider.KERNEL_UNITS, "provider_sim.c"}
+    assert [p.name for p in (ROOT / "csrc" / "include" / "anychip" / "paddle").iterdir() if p.suffix != ".h"] == []
+    include = re.compile(r'^\s*#\s*include\s*["<]([^">]+\.(?:c|cc|cpp))[">]', re.M)
+    assert [(p.name, include.findall(p.read_text())) for p in (ROOT / "csrc" / "paddle").iterdir()
+            if include.search(p.read_text())] == []
+    captured: dict = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
+    monkeypatch.chdir(ROOT)
+    runpy.run_path(str(ROOT / "setup.py"))
+    sim = next(e for e in captured["ext_modules"] if e.name == "paddle_custom_device.libanychip_sim")
+    assert sorted(sim.sources) == sorted(f"csrc/paddle/{u}" for u in units)
+
+
 def test_simulator_plugin_faces_load_as_anychip_c_plugins() -> None:
     """The ACL / XPU / HIP adapters are complete plugin.h tables (anychip's own loader checks them)."""
     from anychip.chips.cplugin import probe
@@ -457,9 +479,9 @@ def test_a_kernel_that_cannot_run_is_a_python_error() -> None:
 
 
 def test_phi_capi_mirror_matches_the_wheels_headers(tmp_path: Path) -> None:
-    """anychip/paddle/phi_capi.h: every function has the type Paddle's headers declare, and the
-    enum values are Paddle's."""
-    from anychip._data import get_include
+    """The bridge's phi_capi.h (paddle/ of anychip's sources): every function has the type Paddle's
+    headers declare, and the enum values are Paddle's."""
+    from anychip._data import get_include, sources_dir
     inc = paddle.sysconfig.get_include()
     if not (Path(inc) / "paddle" / "phi" / "capi" / "include" / "c_kernel_registry.h").exists():
         pytest.skip(f"the Paddle wheel ships no phi C-API headers under {inc}")
@@ -474,19 +496,20 @@ def test_phi_capi_mirror_matches_the_wheels_headers(tmp_path: Path) -> None:
         + "".join(f'#include "paddle/phi/capi/include/{h}.h"\n'
                   for h in ("c_kernel_registry", "c_device_context", "c_int_array", "c_scalar", "c_tensor"))
         + '#include "paddle/phi/common/data_type.h"\n#define ANYCHIP_PHI_FUNCTIONS_ONLY\n'
-        '#include "anychip/paddle/phi_capi.h"\n'
+        '#include "phi_capi.h"\n'
         "#define SAME(ret, name, args) static_assert(std::is_same<decltype(&name), ret(*) args>::value, #name);\n"
         "ANYCHIP_PHI_FUNCTIONS(SAME)\n"
         f'int main() {{ std::printf("{fmt}\\n", '
         + ", ".join([f"(int){n}" for n in names] + [f"(int)phi::DataType::{n}" for n in phi]) + "); }\n")
     ours = tmp_path / "ours.c"
-    ours.write_text('#include <stdio.h>\n#include "anychip/paddle/phi_capi.h"\n'
+    ours.write_text('#include <stdio.h>\n#include "phi_capi.h"\n'
                     f'int main(void) {{ printf("{fmt}\\n", '
                     + ", ".join(names + [f"PHI_{n}" for n in phi]) + "); return 0; }\n")
-    built = subprocess.run(["c++", "-std=c++17", f"-I{inc}", f"-I{get_include()}", str(theirs), "-o",
+    bridge = f"-I{sources_dir() / 'paddle'}"
+    built = subprocess.run(["c++", "-std=c++17", f"-I{inc}", f"-I{get_include()}", bridge, str(theirs), "-o",
                             str(tmp_path / "b")], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-3000:]
-    built = subprocess.run(["cc", "-std=gnu11", f"-I{get_include()}", str(ours), "-o", str(tmp_path / "a")],
+    built = subprocess.run(["cc", "-std=gnu11", f"-I{get_include()}", bridge, str(ours), "-o", str(tmp_path / "a")],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-3000:]
     a = subprocess.run([str(tmp_path / "a")], capture_output=True, text=True).stdout.split()
@@ -922,7 +945,7 @@ def test_profiler_event_mirror_matches_the_wheels_header(tmp_path: Path) -> None
     """The trace events kernels_throw.cc builds for Paddle's collector (profiler.c) have the layout of
     the wheel's phi::DeviceTraceEvent / RuntimeTraceEvent / KernelEventInfo (paddle/phi/api/profiler/
     trace_event.h) and its TracerEventType values: a mismatch would corrupt Paddle's collector."""
-    from anychip._data import get_include
+    from anychip._data import sources_dir
     inc = paddle.sysconfig.get_include()
     if not (Path(inc) / "paddle" / "phi" / "api" / "profiler" / "trace_event.h").exists():
         pytest.skip(f"the Paddle wheel ships no profiler headers under {inc}")
@@ -938,11 +961,12 @@ def test_profiler_event_mirror_matches_the_wheels_header(tmp_path: Path) -> None
                       + main + ", (int)phi::TracerEventType::CudaRuntime, (int)phi::TracerEventType::Memcpy, "
                       "(int)phi::TracerEventType::Memset); }\n")
     ours = tmp_path / "ours.cc"
-    ours.write_text('#include <cstdio>\n#include <cstddef>\n#include "anychip/paddle/kernels_throw.cc"\n'
+    ours.write_text('#include <cstdio>\n#include <cstddef>\n#include "kernels_throw.cc"\n'
                     "typedef device_trace_event D; typedef runtime_trace_event R; typedef kernel_event_info K;\n"
                     + main + ", CUDA_RUNTIME, MEMCPY, MEMSET); }\n")
     out = []
-    for src, flags in ((theirs, [f"-I{inc}", "-w"]), (ours, [f"-I{get_include()}", "-Wno-invalid-offsetof"])):
+    bridge = f"-I{sources_dir() / 'paddle'}"
+    for src, flags in ((theirs, [f"-I{inc}", "-w"]), (ours, [bridge, "-Wno-invalid-offsetof"])):
         built = subprocess.run(["c++", "-std=c++17", *flags, str(src), "-o", str(tmp_path / src.stem), "-ldl"],
                                capture_output=True, text=True)
         assert built.returncode == 0, built.stderr[-3000:]

@@ -2,8 +2,8 @@
  * Paddle's profiler on the bridge's device (the profiler_* entries of C_DeviceInterface): with
  * `paddle.profiler` and the custom-device target, every primitive the kernel layer (kernels.c)
  * enqueues and every copy and memset Paddle asks for is an event on Paddle's timeline, as
- * CUPTI's kernels and memcpys are for CUDA. Included by bridge.c before kernels.c (with
- * ANYCHIP_PADDLE_KERNELS: the events are C++ objects, built by kernels_throw.cc).
+ * CUPTI's kernels and memcpys are for CUDA. Linked with kernels.c (ANYCHIP_PADDLE_KERNELS: the
+ * events are C++ objects, built by kernels_throw.cc).
  *
  * While Paddle traces, a primitive or asynchronous copy is bracketed by two plugin events
  * recorded on its stream; at collection their elapsed times from a base event give its start
@@ -23,6 +23,8 @@
  * event_synchronize, event_elapsed_ms) leaves the entries unset, and Paddle says
  * "ProfilerInitialize is not implemented".
  */
+#include "bridge.h"
+
 #include <sys/syscall.h>
 
 /* the two events of kernels_throw.cc: Paddle's phi::RuntimeTraceEvent / phi::DeviceTraceEvent
@@ -34,8 +36,6 @@ int anychip_paddle_trace_device(void *prof, const char *name, int type, uint64_t
                                 const char *copy_kind, const char *src_kind, const char *dst_kind, uint32_t value);
 
 enum { TRACE_KERNEL = 4, TRACE_MEMCPY = 5, TRACE_MEMSET = 6 };     /* phi::TracerEventType */
-/* what a record is: a copy (its direction), a memset or a kernel */
-enum { TC_H2D, TC_D2H, TC_D2D, TC_N, TW_MEMSET = TC_N, TW_KERNEL };
 static const char *const TC_KIND[TC_N] = {"HtoD", "DtoH", "DtoD"};
 static const char *const TC_SRC[TC_N] = {"Pageable", "Device", "Device"};
 static const char *const TC_DST[TC_N] = {"Device", "Pageable", "Device"};
@@ -48,12 +48,6 @@ typedef struct {
     uint64_t host_start, host_end, stream, tid, bytes;
     char name[96];
 } trace_rec;
-
-typedef struct {
-    int on;
-    anychip_event a;
-    uint64_t host_start;
-} trace_mark;
 
 static atomic_int g_tracing;
 static pthread_mutex_t g_trace_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -83,7 +77,7 @@ static anychip_event pool_take(int device)
     if (g_pool[device].n)
         return g_pool[device].e[--g_pool[device].n];
     anychip_event e = NULL;
-    return P.event_create(device, &e) == 0 ? e : NULL;
+    return g_plugin.event_create(device, &e) == 0 ? e : NULL;
 }
 
 static void pool_give(int device, anychip_event e)
@@ -94,7 +88,7 @@ static void pool_give(int device, anychip_event e)
         size_t cap = g_pool[device].cap ? 2 * g_pool[device].cap : 256;
         anychip_event *grown = realloc(g_pool[device].e, cap * sizeof *grown);
         if (!grown) {
-            P.event_destroy(device, e);
+            g_plugin.event_destroy(device, e);
             return;
         }
         g_pool[device].e = grown;
@@ -110,22 +104,22 @@ static int calibrate(int device)
         return g_base[device].state > 0;
     g_base[device].state = -1;
     anychip_stream s = NULL;
-    if (P.stream_create(device, &s) != 0)
+    if (g_plugin.stream_create(device, &s) != 0)
         return 0;
     anychip_event e = pool_take(device);
-    if (e && P.event_record(device, e, s) == 0 && P.event_synchronize(device, e) == 0) {
+    if (e && g_plugin.event_record(device, e, s) == 0 && g_plugin.event_synchronize(device, e) == 0) {
         g_base[device].ns = real_ns();
         g_base[device].e = e;
         g_base[device].state = 1;
     } else {
         pool_give(device, e);
     }
-    P.stream_destroy(device, s);
+    g_plugin.stream_destroy(device, s);
     return g_base[device].state > 0;
 }
 
 /* before work is enqueued on s: its start event, when Paddle traces */
-static void trace_begin(int device, anychip_stream s, trace_mark *m)
+void trace_begin(int device, anychip_stream s, trace_mark *m)
 {
     m->on = 0;
     if (!atomic_load_explicit(&g_tracing, memory_order_relaxed))
@@ -134,7 +128,7 @@ static void trace_begin(int device, anychip_stream s, trace_mark *m)
     pthread_mutex_lock(&g_trace_lock);
     m->a = calibrate(device) ? pool_take(device) : NULL;
     pthread_mutex_unlock(&g_trace_lock);
-    if (m->a && P.event_record(device, m->a, s) == 0) {
+    if (m->a && g_plugin.event_record(device, m->a, s) == 0) {
         m->on = 1;
         return;
     }
@@ -177,10 +171,8 @@ static void trace_fill(trace_rec *r, int device, int what, uint64_t stream, uint
 }
 
 /* after the work was enqueued on s (rc: the enqueue's status): its end event and the record */
-static void trace_end(trace_mark *m, int device, anychip_stream s, anychip_status rc, int what, uint64_t bytes,
-                      const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-static void trace_end(trace_mark *m, int device, anychip_stream s, anychip_status rc, int what, uint64_t bytes,
-                      const char *fmt, ...)
+void trace_end(trace_mark *m, int device, anychip_stream s, anychip_status rc, int what, uint64_t bytes,
+               const char *fmt, ...)
 {
     if (!m->on)
         return;
@@ -188,7 +180,7 @@ static void trace_end(trace_mark *m, int device, anychip_stream s, anychip_statu
     pthread_mutex_lock(&g_trace_lock);
     r.b = rc == 0 ? pool_take(device) : NULL;
     pthread_mutex_unlock(&g_trace_lock);
-    if (!r.b || P.event_record(device, r.b, s) != 0) {
+    if (!r.b || g_plugin.event_record(device, r.b, s) != 0) {
         pthread_mutex_lock(&g_trace_lock);
         pool_give(device, r.a);
         pool_give(device, r.b);
@@ -375,9 +367,9 @@ static int trace_times(const trace_rec *r, uint64_t *start, uint64_t *end)
         return 1;
     }
     float from_base = 0, dur = 0;
-    if (g_base[r->device].state <= 0 || P.event_synchronize(r->device, r->b) != 0 ||
-        P.event_elapsed_ms(r->device, &from_base, g_base[r->device].e, r->a) != 0 ||
-        P.event_elapsed_ms(r->device, &dur, r->a, r->b) != 0)
+    if (g_base[r->device].state <= 0 || g_plugin.event_synchronize(r->device, r->b) != 0 ||
+        g_plugin.event_elapsed_ms(r->device, &from_base, g_base[r->device].e, r->a) != 0 ||
+        g_plugin.event_elapsed_ms(r->device, &dur, r->a, r->b) != 0)
         return 0;
     *start = g_base[r->device].ns + (uint64_t)((double)(from_base > 0 ? from_base : 0) * 1e6);
     *end = *start + (uint64_t)((double)(dur > 0 ? dur : 0) * 1e6);
@@ -427,7 +419,7 @@ static C_Status profiler_finalize(C_Profiler prof, void *user_data)
     pthread_mutex_lock(&g_trace_lock);
     for (int d = 0; d < MAX_DEVICES; d++) {
         for (size_t i = 0; i < g_pool[d].n; i++)
-            P.event_destroy(d, g_pool[d].e[i]);
+            g_plugin.event_destroy(d, g_pool[d].e[i]);
         free(g_pool[d].e);
         g_pool[d].e = NULL;
         g_pool[d].n = g_pool[d].cap = 0;
@@ -437,9 +429,9 @@ static C_Status profiler_finalize(C_Profiler prof, void *user_data)
 }
 
 /* the profiler entries, and the copies and memsets wrapped to be traced (after InitPlugin set them) */
-static void fill_profiler(C_DeviceInterface *i)
+void fill_profiler(C_DeviceInterface *i)
 {
-    if (!(P.event_create && P.event_record && P.event_synchronize && P.event_elapsed_ms))
+    if (!(g_plugin.event_create && g_plugin.event_record && g_plugin.event_synchronize && g_plugin.event_elapsed_ms))
         return;
     g_sync_copy[TC_H2D] = i->memory_copy_h2d;
     g_sync_copy[TC_D2H] = i->memory_copy_d2h;

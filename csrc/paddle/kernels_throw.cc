@@ -46,7 +46,7 @@ extern "C" void anychip_paddle_raise(const char *msg)
     error_summary summary{PRECONDITION_NOT_MET, msg};
     void *e = __cxxabiv1::__cxa_allocate_exception(EXCEPTION_BYTES);
     std::memset(e, 0, EXCEPTION_BYTES);
-    reinterpret_cast<enforce_ctor>(ctor)(e, &summary, "anychip/paddle/kernels_throw.cc", __LINE__);
+    reinterpret_cast<enforce_ctor>(ctor)(e, &summary, "csrc/paddle/kernels_throw.cc", __LINE__);
     __cxxabiv1::__cxa_throw(e, static_cast<std::type_info *>(type), reinterpret_cast<void (*)(void *)>(dtor));
 }
 

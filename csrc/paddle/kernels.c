@@ -4,9 +4,9 @@
  * primitives of the target plugin's kernel table (anychip/plugin.h minor 1, `kernels`:
  * strided binary ops with broadcasting, unary ops and casts, [outer, n, inner] reductions,
  * strided GEMM, fill), enqueued on the stream Paddle gives the op, over device memory: no
- * copy to the host. Included at the end of bridge.c (ANYCHIP_PADDLE_KERNELS), whose plugin
- * table (P), streams (stream_rec) and fence flags the kernels use; a kernel that cannot run
- * raises a C++ exception (kernels_throw.cc, linked beside), so this is compiled to unwind
+ * copy to the host. Linked into the bridge with ANYCHIP_PADDLE_KERNELS; the kernels use its
+ * plugin table (g_plugin), streams (stream_rec) and fence flags (bridge.h); a kernel that cannot
+ * run raises a C++ exception (kernels_throw.cc, linked beside), so this is compiled to unwind
  * (-fexceptions).
  *
  * A kernel is registered for a dtype only when every primitive it uses takes that dtype (the
@@ -26,12 +26,14 @@
  * bridge's stream order, enqueue_on). The formulas are Paddle's CPU kernels', in the same order, so results agree
  * with Paddle-CPU to the rounding of each step.
  *
- * ANYCHIP_PADDLE_BEFORE_GEMM, when defined, names a function (void) called before the first
- * GEMM of a matmul (the simulated chips hand their GEMM NumPy's BLAS there).
+ * bridge_before_gemm, when the library defines it, is called before the first GEMM of a matmul
+ * (the simulated chips hand their GEMM NumPy's BLAS there: provider_sim.c).
  */
+#include "bridge.h"
+
 #include <math.h>
 
-#include "anychip/paddle/phi_capi.h"
+#include "phi_capi.h"
 
 static anychip_phi_api PD;
 
@@ -199,7 +201,7 @@ static anychip_stream stream_of(const char *op, const PD_DeviceContext *ctx)
     C_Stream s = PD.PD_DeviceContextGetStream(ctx, &st);
     if (st != C_SUCCESS || !s)
         fail(op, "the device context has no stream");
-    if (enqueue_on(t_device, REC(s)) != C_SUCCESS)      /* the copy fence sees the kernel; the stream order */
+    if (enqueue_on(bridge_device, REC(s)) != C_SUCCESS)      /* the copy fence sees the kernel; the stream order */
         fail(op, "ordering its stream after the device's other streams failed");
     return REC(s)->s;
 }
@@ -209,8 +211,8 @@ static void kcheck(const char *op, const char *prim, anychip_status rc)
 {
     if (rc == 0)
         return;
-    const char *text = P.get_error_string ? P.get_error_string(rc) : NULL;
-    const char *detail = P.get_last_error ? P.get_last_error() : NULL;
+    const char *text = g_plugin.get_error_string ? g_plugin.get_error_string(rc) : NULL;
+    const char *detail = g_plugin.get_last_error ? g_plugin.get_last_error() : NULL;
     fail(op, "the plugin's %s kernel failed: status %d%s%s%s%s%s", prim, (int)rc, text ? " (" : "", text ? text : "",
          text ? ")" : "", detail && detail[0] ? ": " : "", detail && detail[0] ? detail : "");
 }
@@ -229,9 +231,9 @@ static void takes(const char *op, const char *prim, uint32_t mask, int dt)
 #define KCALL(op, prim, s, dt, call)                                                                          \
     do {                                                                                                       \
         trace_mark m_;                                                                                         \
-        trace_begin(t_device, (s), &m_);                                                                       \
+        trace_begin(bridge_device, (s), &m_);                                                                       \
         anychip_status rc_ = (call);                                                                           \
-        trace_end(&m_, t_device, (s), rc_, TW_KERNEL, 0, "%s %s (%s)", (prim), DTYPE_NAMES[(dt)], (op));          \
+        trace_end(&m_, bridge_device, (s), rc_, TW_KERNEL, 0, "%s %s (%s)", (prim), DTYPE_NAMES[(dt)], (op));          \
         kcheck((op), (prim), rc_);                                                                             \
     } while (0)
 
@@ -245,8 +247,8 @@ static void ew(const char *op, anychip_stream s, anychip_binary_op e, int dt, in
     if (numel(nd, dim) == 0)
         return;
     takes(op, "binary", MASK(binary), dt);
-    KCALL(op, "binary", s, dt, K->binary(t_device, s, e, (anychip_dtype)dt, nd, nd ? dim : ONE, out, a, nd ? as : ONE,
-                                         b, nd ? bs : ONE));
+    KCALL(op, "binary", s, dt, K->binary(bridge_device, s, e, (anychip_dtype)dt, nd, nd ? dim : ONE, out, a,
+                                         nd ? as : ONE, b, nd ? bs : ONE));
 }
 
 /* out[0:n] = u(x) (COPY: x cast from in_dt to out_dt) */
@@ -258,8 +260,8 @@ static void un(const char *op, anychip_stream s, anychip_unary_op u, int out_dt,
         return;
     takes(op, "unary", MASK(unary), out_dt);
     takes(op, "unary", MASK(unary), in_dt);
-    KCALL(op, "unary", s, out_dt, K->unary(t_device, s, u, (anychip_dtype)out_dt, (anychip_dtype)in_dt, 1, &n, out, x,
-                                           &one));
+    KCALL(op, "unary", s, out_dt, K->unary(bridge_device, s, u, (anychip_dtype)out_dt, (anychip_dtype)in_dt, 1, &n,
+                                           out, x, &one));
 }
 
 static void kreduce(const char *op, anychip_stream s, anychip_reduce_op r, int out_dt, int in_dt, int64_t outer,
@@ -267,8 +269,8 @@ static void kreduce(const char *op, anychip_stream s, anychip_reduce_op r, int o
 {
     takes(op, "reduce", MASK(reduce), out_dt);
     takes(op, "reduce", MASK(reduce), in_dt);
-    KCALL(op, "reduce", s, in_dt, K->reduce(t_device, s, r, (anychip_dtype)out_dt, (anychip_dtype)in_dt, outer, n, inner,
-                                            out, x));
+    KCALL(op, "reduce", s, in_dt, K->reduce(bridge_device, s, r, (anychip_dtype)out_dt, (anychip_dtype)in_dt, outer,
+                                            n, inner, out, x));
 }
 
 static void fill(const char *op, anychip_stream s, int dt, int64_t n, void *out, double f, int64_t i, int from_float)
@@ -276,7 +278,7 @@ static void fill(const char *op, anychip_stream s, int dt, int64_t n, void *out,
     if (n == 0)
         return;
     takes(op, "fill", MASK(fill), dt);
-    KCALL(op, "fill", s, dt, K->fill(t_device, s, (anychip_dtype)dt, n, out, f, i, from_float));
+    KCALL(op, "fill", s, dt, K->fill(bridge_device, s, (anychip_dtype)dt, n, out, f, i, from_float));
 }
 
 /* ---- building blocks -------------------------------------------------------------------------- */
@@ -718,7 +720,7 @@ static void host_cast(const char *op, const tview *a, const tview *o)
         free(dst);
         fail(op, "out of host memory for a cast of %zu elements on the host", n);
     }
-    if (sync_copy(t_device, src, a->p, n * (size_t)ITEMSZ[a->dt], ANYCHIP_COPY_D2H) != C_SUCCESS) {
+    if (sync_copy(bridge_device, src, a->p, n * (size_t)ITEMSZ[a->dt], ANYCHIP_COPY_D2H) != C_SUCCESS) {
         free(src);
         free(dst);
         fail(op, "copying the input to the host failed (the message above says why)");
@@ -765,7 +767,7 @@ static void host_cast(const char *op, const tview *a, const tview *o)
         default: q[0] = (unsigned char)iv; break; /* int8, uint8 */
         }
     }
-    C_Status st = sync_copy(t_device, o->p, dst, n * (size_t)ITEMSZ[o->dt], ANYCHIP_COPY_H2D);
+    C_Status st = sync_copy(bridge_device, o->p, dst, n * (size_t)ITEMSZ[o->dt], ANYCHIP_COPY_H2D);
     free(src);
     free(dst);
     if (st != C_SUCCESS)
@@ -838,7 +840,8 @@ static C_DataType attr_tensor(const char *op, size_t index, const PD_Tensor *t, 
     if ((size_t)n * size > max)
         fail(op, "attribute %zu is a tensor of %lld elements; at most %zu", index, (long long)n, max / size);
     /* on the device: read it after the work queued there (the copy fence); else it is host memory */
-    if (n && (fence(t_device) != C_SUCCESS || P.copy(t_device, b, p, (size_t)n * size, ANYCHIP_COPY_D2H) != 0))
+    if (n && (fence(bridge_device) != C_SUCCESS ||
+              g_plugin.copy(bridge_device, b, p, (size_t)n * size, ANYCHIP_COPY_D2H) != 0))
         memcpy(b, p, (size_t)n * size);
     *count = n;
     return dt;
@@ -1176,8 +1179,8 @@ static void gemm(const char *op, anychip_stream s, int dt, void *out, mat a, mat
         return;
     }
     takes(op, "gemm", MASK(gemm), dt);
-    KCALL(op, "gemm", s, dt, K->gemm(t_device, s, (anychip_dtype)dt, a.rows, a.cols, b.cols, out, a.p, a.s0, a.s1, b.p,
-                                     b.s0, b.s1));
+    KCALL(op, "gemm", s, dt, K->gemm(bridge_device, s, (anychip_dtype)dt, a.rows, a.cols, b.cols, out, a.p, a.s0, a.s1,
+                                     b.p, b.s0, b.s1));
 }
 
 /* batch geometry of a matmul: the broadcast batch dims of x and y (all but the last two) */
@@ -1226,12 +1229,11 @@ static mat at(mat m, int64_t off, int item)
     return m;
 }
 
-#ifdef ANYCHIP_PADDLE_BEFORE_GEMM
-static void ANYCHIP_PADDLE_BEFORE_GEMM(void);
-#define before_gemm ANYCHIP_PADDLE_BEFORE_GEMM
-#else
-static void before_gemm(void) {}
-#endif
+static void before_gemm(void)
+{
+    if (bridge_before_gemm)
+        bridge_before_gemm();
+}
 
 /* x's batches (untransposed, contiguous) times a y of no batch dims are the rows of one matrix */
 static int flat_batches(const tview *x, const tview *y, int tx)
@@ -1495,7 +1497,7 @@ static void adamw(const char *op, PD_DeviceContext *ctx, PD_Tensor *param, PD_Te
         tview k;
         input(op, skip, &k);
         unsigned char flag = 0;
-        if (k.n && (sync_copy(t_device, &flag, k.p, 1, ANYCHIP_COPY_D2H) != C_SUCCESS))
+        if (k.n && (sync_copy(bridge_device, &flag, k.p, 1, ANYCHIP_COPY_D2H) != C_SUCCESS))
             fail(op, "reading skip_update failed");
         if (flag)
             return;                       /* in place: the outputs are the inputs, unchanged */
@@ -1968,8 +1970,8 @@ static void host_copy(const char *op, const sview *dst, const sview *src)
     size_t sbytes = (size_t)(shi - slo + 1) * (size_t)src->item, dbytes = (size_t)(dhi - dlo + 1) * (size_t)dst->item;
     char *sb = malloc(sbytes), *db = malloc(dbytes);
     int dense = dhi - dlo + 1 == dst->n;     /* the destination covers its span: nothing to keep */
-    if (!sb || !db || sync_copy(t_device, sb, src->p + slo * src->item, sbytes, ANYCHIP_COPY_D2H) != C_SUCCESS ||
-        (!dense && sync_copy(t_device, db, dst->p + dlo * dst->item, dbytes, ANYCHIP_COPY_D2H) != C_SUCCESS)) {
+    if (!sb || !db || sync_copy(bridge_device, sb, src->p + slo * src->item, sbytes, ANYCHIP_COPY_D2H) != C_SUCCESS ||
+        (!dense && sync_copy(bridge_device, db, dst->p + dlo * dst->item, dbytes, ANYCHIP_COPY_D2H) != C_SUCCESS)) {
         free(sb);
         free(db);
         fail(op, "copying a view through the host failed (out of host memory, or the message above says why)");
@@ -1979,7 +1981,7 @@ static void host_copy(const char *op, const sview *dst, const sview *src)
         memcpy(db + dof * dst->item, sb + so * src->item, (size_t)src->item);
         step(src->nd, src->dim, idx, src->st, &so, dst->st, &dof);
     }
-    C_Status st = sync_copy(t_device, dst->p + dlo * dst->item, db, dbytes, ANYCHIP_COPY_H2D);
+    C_Status st = sync_copy(bridge_device, dst->p + dlo * dst->item, db, dbytes, ANYCHIP_COPY_H2D);
     free(sb);
     free(db);
     if (st != C_SUCCESS)
@@ -2030,7 +2032,7 @@ static void copy_view(const char *op, anychip_stream s, const sview *dst, const 
     int64_t idx[MAXD] = {0}, oo = 0, io = 0;
     for (int64_t r = 0; r < runs; r++) {
         KCALL(op, "unary", s, src->dt,
-              K->unary(t_device, s, ANYCHIP_OP_COPY, (anychip_dtype)src->dt, (anychip_dtype)src->dt, rnd ? rnd : 1,
+              K->unary(bridge_device, s, ANYCHIP_OP_COPY, (anychip_dtype)src->dt, (anychip_dtype)src->dt, rnd ? rnd : 1,
                        rnd ? dim + inner : ONE, dst->p + oo * dst->item, src->p + io * src->item, rnd ? is + inner : ONE));
         step(inner, dim, idx, os, &oo, is, &io);
     }
@@ -2139,7 +2141,7 @@ static void fill_op(PD_DeviceContext *ctx, PD_Tensor *x, scal_v v, PD_Tensor *ou
         fail(op, "out of host memory for %zu bytes", bytes);
     for (int64_t k = 0; k < a.n; k++)
         put_value(a.cdt, v.f, v.i, is_f, h + k * a.item);
-    st = sync_copy(t_device, p, h, bytes, ANYCHIP_COPY_H2D);
+    st = sync_copy(bridge_device, p, h, bytes, ANYCHIP_COPY_H2D);
     free(h);
     if (st != C_SUCCESS)
         fail(op, "copying the value to the device failed (the message above says why)");
@@ -2460,19 +2462,19 @@ static const char *table_problem(void)
     if (!target_ready())
         return "the bridge loaded no plugin: ANYCHIP_PADDLE=none for the simulated chips' bridge, else see what "
                "it printed";
-    K = anychip_plugin_kernels(&P);          /* the header's rule decides; the rest says why not */
+    K = anychip_plugin_kernels(&g_plugin);          /* the header's rule decides; the rest says why not */
     if (K)
         return "";
-    if (P.minor < 1)
+    if (g_plugin.minor < 1)
         snprintf(why, sizeof why, "the plugin is built against anychip/plugin.h %u.%u, which has no kernel table "
-                 "(minor 1 adds it)", P.major, P.minor);
-    else if (!P.kernels)
+                 "(minor 1 adds it)", g_plugin.major, g_plugin.minor);
+    else if (!g_plugin.kernels)
         snprintf(why, sizeof why, "the plugin fills no kernel table, plugin.h's `kernels`");
-    else if (P.kernels->version != ANYCHIP_KERNELS_VERSION)
+    else if (g_plugin.kernels->version != ANYCHIP_KERNELS_VERSION)
         snprintf(why, sizeof why, "the plugin's kernel table is version %u, which this bridge (kernel table "
-                 "version %d) does not know", P.kernels->version, ANYCHIP_KERNELS_VERSION);
+                 "version %d) does not know", g_plugin.kernels->version, ANYCHIP_KERNELS_VERSION);
     else {                                /* dtypes of a newer header: the table is not this file's */
-        const anychip_kernels *k = P.kernels;
+        const anychip_kernels *k = g_plugin.kernels;
         uint32_t all = k->binary_dtypes | k->unary_dtypes | k->reduce_dtypes | k->gemm_dtypes | k->fill_dtypes;
         snprintf(why, sizeof why, "the plugin's kernel table sets dtype mask bits %#x beyond bool, which "
                  "anychip/plugin.h %d.%d does not define", all & ~((1u << (ANYCHIP_BOOL + 1)) - 1),
@@ -2592,7 +2594,7 @@ EXPORT const char *anychip_paddle_kernel_note(void)
 /* ANYCHIP_PADDLE_KERNELS=0 registers none of the table's kernels (every op then takes Paddle's CPU
  * fallback); without a usable table, too, only the strided views' kernels (HOST), which have no
  * fallback, are registered, copying through the host */
-static void register_kernels(void)
+void register_kernels(void)
 {
     const char *off = getenv("ANYCHIP_PADDLE_KERNELS");      /* "0", blanks around it ignored */
     int table = 1;
