@@ -8,7 +8,7 @@ subclass gives the library's enum values, status names and argument orders; the
 checks, the error translation and the unique-id / init protocol are written here once.
 
 This module belongs to the runtime's interfaces, beside :class:`DevicePlugin`: backends
-(anychip/devices) implement it and the collectives layer calls it, and neither imports
+(anychip/chips) implement it and the collectives layer calls it, and neither imports
 the other.
 """
 from __future__ import annotations

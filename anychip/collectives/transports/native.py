@@ -13,7 +13,7 @@
 Both are made by the chooser (:mod:`.choose`), from what the device's plugin gives
 through ``DevicePlugin.native_ccl()``: a
 :class:`~anychip.runtime.native_ccl.NativeLibrary` (the HCCL / BKCL / RCCL bindings in
-anychip/devices, a C or Paddle plugin's collectives) drives a :class:`NativeTransport`,
+anychip/chips, a C or Paddle plugin's collectives) drives a :class:`NativeTransport`,
 ``cupy.cuda.nccl`` an :class:`NcclTransport`; None (the reason is the plugin's
 ``native_ccl_problem()``) leaves the shared-memory engine.
 ``ANYCHIP_COLLECTIVE_TRANSPORT`` overrides: ``auto`` (default), ``native`` (an error when
