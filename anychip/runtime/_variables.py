@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["VARIABLES", "Variable", "c_defaults_header"]
+__all__: list[str] = []      # read by env.py (which exports VARIABLES) and setup.py
 
 
 class Variable(NamedTuple):
