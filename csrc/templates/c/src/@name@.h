@@ -1,11 +1,11 @@
 /*
- * @name@'s internal header: what the source files of src/ share. Each is a translation unit of
- * its own, linked into lib@name@.so:
- *   @name@.c        the devices, their memory, streams and events, and the plugin table
- *                   (anychip_plugin_init, the library's one exported symbol)
- *   kernels.c       the tensor kernels (KERNELS)
+ * @name@'s internal header: what the files of src/ share. Each file is compiled on its own and
+ * linked into lib@name@.so:
+ *   - @name@.c: the devices, their memory, streams and events, and anychip_plugin_init, which
+ *     fills the plugin table (the library's one exported symbol);
+ *   - kernels.c: the tensor kernels and their table, KERNELS;
 @{collectives
- *   collectives.c   the collective entries (set_collectives) and the stand-in library
+ *   - collectives.c: the collective entries (set_collectives) and the stand-in library.
 @}
  * Nothing declared here leaves the library (the visibility pragma below).
  */
