@@ -136,8 +136,9 @@ def build_scaffold(directory: Path, name: str = SCAFFOLD) -> Path:
     project = new_plugin(name, "c", directory)
     lib = project / f"lib{name}.so"
     return cached_compile([cc, "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-fPIC",
-                           f"-I{project / 'include'}", "-shared", "-o", str(lib), str(project / "src" / f"{name}.c"),
-                           "-lpthread", "-lm"], lib, roots=(directory,))
+                           f"-I{project / 'include'}", "-shared", "-o", str(lib),
+                           *(str(p) for p in sorted((project / "src").glob("*.c"))), "-lpthread", "-lm"],
+                          lib, roots=(directory,))
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,8 @@
  *
  * Built by tests/conformance/test_conformance_mutants.py with
  *   -DTEMPLATE_SOURCE="\"<rendered project>/src/<name>.c\"" -DNAME="\"<backend name>\"" -I csrc/common
+ * and linked with the project's src/kernels.c (the kernel table, KERNELS, whose entries the
+ * kernel defects wrap).
  *
  * The collectives run in the calling thread once the stream's earlier work is done, in rounds of
  * MUTANT_CHUNK bytes (default 1 MiB) per rank: each rank puts its part of the round in its slot
@@ -56,6 +58,8 @@
 #undef anychip_plugin_init
 
 #include "half.h"
+
+#include <math.h>
 
 #define S_TIMEOUT 7
 #define MAX_RANKS 16
@@ -709,8 +713,59 @@ static anychip_status p2p_recv(void *recv, size_t count, anychip_dtype t, int pe
 /* ---- kernel table defects ------------------------------------------------------------------ */
 /* A defect of values is planted after the scaffold's kernel has run: the entry waits for its stream
  * (which keeps stream order) and rewrites the output in place (the device memory is host memory). */
+#define MAX_DIMS ANYCHIP_KERNEL_MAX_DIMS
+
+static int is_float(anychip_dtype t) { return t >= ANYCHIP_FLOAT16 && t <= ANYCHIP_FLOAT64; }
+
+/* the element count of a shape the kernel took (so no dimension is negative) */
+static int64_t count_of(int ndim, const int64_t *shape) {
+    int64_t count = 1;
+    for (int i = 0; i < ndim; i++) count *= shape[i];
+    return count;
+}
+
 static double min_normal(anychip_dtype t) {
     return t == ANYCHIP_FLOAT16 ? 0x1p-14 : t == ANYCHIP_FLOAT64 ? 0x1p-1022 : 0x1p-126;
+}
+
+/* the element at p of float dtype t, as a double */
+static double float_at(const char *p, anychip_dtype t) {
+    float f;
+    double d;
+    if (t == ANYCHIP_FLOAT16 || t == ANYCHIP_BFLOAT16) return to_float(p, t);
+    if (t == ANYCHIP_FLOAT32) return memcpy(&f, p, 4), f;
+    return memcpy(&d, p, 8), d;
+}
+
+/* add_one: the element at p of dtype t one more (integers wrap; floats round to t) */
+static void add_one(char *p, anychip_dtype t) {
+    uint16_t h;
+    uint32_t u32;
+    uint64_t u64;
+    float f;
+    double d;
+    switch (t) {
+    case ANYCHIP_INT8: case ANYCHIP_UINT8: *(unsigned char *)p += 1; break;
+    case ANYCHIP_INT32: memcpy(&u32, p, 4); u32++; memcpy(p, &u32, 4); break;
+    case ANYCHIP_INT64: memcpy(&u64, p, 8); u64++; memcpy(p, &u64, 8); break;
+    case ANYCHIP_FLOAT16: h = float_to_half(to_float(p, t) + 1.0f); memcpy(p, &h, 2); break;
+    case ANYCHIP_BFLOAT16: h = float_to_bf16(to_float(p, t) + 1.0f); memcpy(p, &h, 2); break;
+    case ANYCHIP_FLOAT32: memcpy(&f, p, 4); f = (float)((double)f + 1.0); memcpy(p, &f, 4); break;
+    case ANYCHIP_FLOAT64: memcpy(&d, p, 8); d += 1.0; memcpy(p, &d, 8); break;
+    default: break;
+    }
+}
+
+/* subnormal_flush: a subnormal float element becomes a zero of its sign */
+static void flush_subnormal(char *p, anychip_dtype t) {
+    double v = float_at(p, t);
+    if (v == 0.0 || !(fabs(v) < min_normal(t))) return;
+    uint16_t h = signbit(v) ? 0x8000 : 0;
+    float f = signbit(v) ? -0.0f : 0.0f;
+    double d = signbit(v) ? -0.0 : 0.0;
+    if (t == ANYCHIP_FLOAT16 || t == ANYCHIP_BFLOAT16) memcpy(p, &h, 2);
+    else if (t == ANYCHIP_FLOAT32) memcpy(p, &f, 4);
+    else memcpy(p, &d, 8);
 }
 
 static anychip_status corrupt(int d, anychip_stream s, anychip_status rc, void *out, int64_t count, anychip_dtype t,
@@ -720,9 +775,8 @@ static anychip_status corrupt(int d, anychip_stream s, anychip_status rc, void *
     if ((rc = stream_synchronize(d, s))) return rc;
     for (int64_t e = 0; e < count; e++) {
         char *p = (char *)out + e * ITEM[t];
-        value v = load(p, t);
-        if (added) store(p, t, binary_op(ANYCHIP_OP_ADD, v, is_float(t) ? float_value(1.0) : int_value(1)));
-        if (flush && v.f != 0.0 && fabs(v.f) < min_normal(t)) store(p, t, float_value(copysign(0.0, v.f)));
+        if (added) add_one(p, t);
+        if (flush) flush_subnormal(p, t);
         if (ff && *p) *p = (char)0xFF;
     }
     return S_OK;
@@ -752,7 +806,7 @@ static anychip_status mutant_binary(int d, anychip_stream s, anychip_binary_op o
     if (defect == D_BROADCAST_FAST_PATH && ndim > 0 && ndim <= MAX_DIMS && bs[ndim - 1] == 0 && shape[ndim - 1] > 1)
         bs = zeros;                                   /* "stride 0 last: a scalar" */
     anychip_stream k = kernel_stream(d, s);
-    anychip_status rc = at_once_done(d, s, k, k_binary(d, k, op, t, ndim, shape, out, a, as, b, bs));
+    anychip_status rc = at_once_done(d, s, k, KERNELS.binary(d, k, op, t, ndim, shape, out, a, as, b, bs));
     int compare = op >= ANYCHIP_OP_EQ && op <= ANYCHIP_OP_GE;
     return corrupt(d, s, rc, out, rc ? 0 : count_of(ndim, shape), compare ? ANYCHIP_BOOL : t,
                    defect == D_ADD_ONE && op == ANYCHIP_OP_ADD);
@@ -762,7 +816,7 @@ static anychip_status mutant_unary(int d, anychip_stream s, anychip_unary_op op,
                                    anychip_dtype in_t, int ndim, const int64_t *shape, void *out, const void *x,
                                    const int64_t *xs) {
     anychip_stream k = kernel_stream(d, s);
-    anychip_status rc = at_once_done(d, s, k, k_unary(d, k, op, out_t, in_t, ndim, shape, out, x, xs));
+    anychip_status rc = at_once_done(d, s, k, KERNELS.unary(d, k, op, out_t, in_t, ndim, shape, out, x, xs));
     return corrupt(d, s, rc, out, rc ? 0 : count_of(ndim, shape), out_t, 0);
 }
 
@@ -773,10 +827,10 @@ static anychip_status mutant_reduce(int d, anychip_stream s, anychip_reduce_op o
     anychip_status rc = S_OK;
     if (defect == D_REDUCE_REMAINDER && n > 16 && n % 16 && outer >= 0 && inner >= 0) {
         for (int64_t o = 0; o < outer && !rc; o++)   /* whole blocks of 16 rows only */
-            rc = k_reduce(d, k, op, out_t, in_t, 1, n - n % 16, inner, (char *)out + o * inner * ITEM[out_t],
+            rc = KERNELS.reduce(d, k, op, out_t, in_t, 1, n - n % 16, inner, (char *)out + o * inner * ITEM[out_t],
                           (const char *)x + o * n * inner * ITEM[in_t]);
     } else {
-        rc = k_reduce(d, k, op, out_t, in_t, outer, n, inner, out, x);
+        rc = KERNELS.reduce(d, k, op, out_t, in_t, outer, n, inner, out, x);
     }
     rc = at_once_done(d, s, k, rc);
     return corrupt(d, s, rc, out, rc ? 0 : outer * inner, out_t, 0);
@@ -786,14 +840,14 @@ static anychip_status mutant_gemm(int d, anychip_stream s, anychip_dtype t, int6
                                   const void *a, int64_t as0, int64_t as1, const void *b, int64_t bs0, int64_t bs1) {
     anychip_stream ks = kernel_stream(d, s);
     int64_t kk = defect == D_GEMM_DROP_LAST && k > 1 ? k - 1 : k;
-    anychip_status rc = at_once_done(d, s, ks, k_gemm(d, ks, t, m, kk, n, out, a, as0, as1, b, bs0, bs1));
+    anychip_status rc = at_once_done(d, s, ks, KERNELS.gemm(d, ks, t, m, kk, n, out, a, as0, as1, b, bs0, bs1));
     return corrupt(d, s, rc, out, rc ? 0 : m * n, t, 0);
 }
 
 static anychip_status mutant_fill(int d, anychip_stream s, anychip_dtype t, int64_t n, void *out, double fvalue,
                                   int64_t ivalue, int from_float) {
     anychip_stream k = kernel_stream(d, s);
-    anychip_status rc = at_once_done(d, s, k, k_fill(d, k, t, n, out, fvalue, ivalue, from_float));
+    anychip_status rc = at_once_done(d, s, k, KERNELS.fill(d, k, t, n, out, fvalue, ivalue, from_float));
     return corrupt(d, s, rc, out, rc ? 0 : n, t, 0);
 }
 

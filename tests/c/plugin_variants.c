@@ -1,8 +1,9 @@
 /*
  * Test plugins: the device `anychip plugin new` generates, changed in one way each.
  *
- * Built by tests/devices/test_cplugin.py with
+ * Built by tests/devices/test_cplugin.py (and test_cplugin_kernels.py, test_torch_c10d.py) with
  *   -DTEMPLATE_SOURCE="\"<rendered project>/src/<name>.c\"" -DNAME="\"<backend name>\"" -DVARIANT_<X>
+ * and linked with the project's src/kernels.c (the kernel table, KERNELS).
  * VARIANT_GOOD            the template as it is
  * VARIANT_NO_INIT         exports no anychip_plugin_init
  * VARIANT_MAJOR2          claims plugin ABI 2.0
@@ -262,6 +263,7 @@ static anychip_kernels variant_kernels;
 #endif
 
 #ifdef VARIANT_KERNELS_MUTANT
+#define MAX_DIMS ANYCHIP_KERNEL_MAX_DIMS
 static const char *kernel_defect = "";
 
 static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
@@ -282,7 +284,7 @@ static anychip_status mutant_binary(int d, anychip_stream s, anychip_binary_op o
         contiguous_strides(ndim, shape, flat);
         as = bs = flat;
     }
-    return k_binary(d, s, op, t, ndim, shape, out, a, as, b, bs);
+    return KERNELS.binary(d, s, op, t, ndim, shape, out, a, as, b, bs);
 }
 
 static anychip_status mutant_unary(int d, anychip_stream s, anychip_unary_op op, anychip_dtype out_t,
@@ -293,14 +295,14 @@ static anychip_status mutant_unary(int d, anychip_stream s, anychip_unary_op op,
         contiguous_strides(ndim, shape, flat);
         xs = flat;
     }
-    return k_unary(d, s, op, out_t, in_t, ndim, shape, out, x, xs);
+    return KERNELS.unary(d, s, op, out_t, in_t, ndim, shape, out, x, xs);
 }
 
 static anychip_status mutant_reduce(int d, anychip_stream s, anychip_reduce_op op, anychip_dtype out_t,
                                     anychip_dtype in_t, int64_t outer, int64_t n, int64_t inner, void *out,
                                     const void *x) {
     if (!strcmp(kernel_defect, "mean_sums") && op == ANYCHIP_REDUCE_MEAN) op = ANYCHIP_REDUCE_SUM;
-    return k_reduce(d, s, op, out_t, in_t, outer, n, inner, out, x);
+    return KERNELS.reduce(d, s, op, out_t, in_t, outer, n, inner, out, x);
 }
 
 static anychip_status mutant_fill(int d, anychip_stream s, anychip_dtype t, int64_t n, void *out, double fvalue,
@@ -309,7 +311,7 @@ static anychip_status mutant_fill(int d, anychip_stream s, anychip_dtype t, int6
         fvalue = (double)ivalue;
         from_float = 1;
     }
-    return k_fill(d, s, t, n, out, fvalue, ivalue, from_float);
+    return KERNELS.fill(d, s, t, n, out, fvalue, ivalue, from_float);
 }
 #endif
 

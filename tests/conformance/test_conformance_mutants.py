@@ -108,7 +108,8 @@ def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cmd = [CC, "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-fvisibility=hidden",
            f"-I{project / 'include'}", f"-I{ROOT / 'csrc' / 'common'}",
            f'-DTEMPLATE_SOURCE="{project / "src" / f"{NAME}.c"}"', f'-DNAME="{NAME}"', "-o", str(lib),
-           str(HERE.parent / "c" / "conformance_mutants.c"), "-lpthread", "-lm"]
+           str(HERE.parent / "c" / "conformance_mutants.c"),
+           str(project / "src" / "kernels.c"), "-lpthread", "-lm"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return lib

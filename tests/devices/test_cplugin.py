@@ -44,7 +44,7 @@ def _build(project: Path, variant: str, out: Path) -> Path:
     cmd = [CC, "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-fvisibility=hidden",
            f"-I{project / 'include'}", f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"',
            f'-DNAME="{VARIANTS[variant]}"', f"-DVARIANT_{flag}", "-o", str(lib),
-           str(HERE.parent / "c" / "plugin_variants.c"),
+           str(HERE.parent / "c" / "plugin_variants.c"), str(project / "src" / "kernels.c"),
            "-lpthread", "-lm"]
     return cached_compile(cmd, lib, roots=(project.parent,))
 

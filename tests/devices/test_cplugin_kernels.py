@@ -42,6 +42,7 @@ def build_variant(project: Path, variant: str, name: str, out: Path) -> Path:
                            "-fvisibility=hidden", f"-I{project / 'include'}",
                            f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"', f'-DNAME="{name}"',
                            f"-DVARIANT_{variant}", "-o", str(lib), str(HERE.parent / "c" / "plugin_variants.c"),
+                           str(project / "src" / "kernels.c"),
                            "-lpthread", "-lm"], lib, roots=(project.parent,))
 
 

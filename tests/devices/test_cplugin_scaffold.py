@@ -59,7 +59,7 @@ def test_projects_have_what_the_vendor_needs(tmp_path: Path) -> None:
     c = new_plugin("mychip", "c", tmp_path)
     assert sorted(str(p.relative_to(c)) for p in c.rglob("*") if p.is_file()) == [
         ".gitignore", "Makefile", "README.md", "anychip_mychip/__init__.py", "include/anychip/plugin.h",
-        "pyproject.toml", "setup.py", "src/kernels.c", "src/mychip.c"]
+        "pyproject.toml", "setup.py", "src/kernels.c", "src/mychip.c", "src/mychip.h"]
     source = (c / "src" / "mychip.c").read_text()
     assert "@name@" not in source and "@NAME@" not in source          # every token rendered
     assert source.count("DRIVER") >= 5 and "MYCHIP_DEVICES" in source
@@ -70,7 +70,7 @@ def test_projects_have_what_the_vendor_needs(tmp_path: Path) -> None:
     cc = new_plugin("ccchip", "c", tmp_path, collectives=True)
     assert sorted(str(p.relative_to(cc)) for p in cc.rglob("*") if p.is_file()) == [
         ".gitignore", "Makefile", "README.md", "anychip_ccchip/__init__.py", "include/anychip/plugin.h",
-        "pyproject.toml", "setup.py", "src/ccchip.c", "src/collectives.c", "src/kernels.c"]
+        "pyproject.toml", "setup.py", "src/ccchip.c", "src/ccchip.h", "src/collectives.c", "src/kernels.c"]
     ccl = (cc / "src" / "collectives.c").read_text()
     assert sorted(re.findall(r"p->(\w+) = c_", ccl)) == sorted(
         ["get_unique_id", "comm_init_rank", "comm_destroy", "comm_abort", "comm_get_async_error", "all_reduce",
@@ -86,8 +86,10 @@ def test_projects_have_what_the_vendor_needs(tmp_path: Path) -> None:
     assert "anychip conformance --device ccchip -n 3 " in readme and "static anychip_status use(int device)" in readme
     for project in (c, cc):                         # every conditional block rendered, every token replaced
         for f in project.rglob("*"):
-            if f.is_file() and f.suffix != ".h":
+            if f.is_file() and f.name != "plugin.h":
                 assert not re.search(r"^@[{}]|@\w+@", f.read_text(), re.M), f
+        for f in (project / "src").iterdir():      # each file of src/ is compiled on its own and linked
+            assert not re.search(r"^\s*#\s*include\s*[<\"].*\.c[>\"]", f.read_text(), re.M), f
     with pytest.raises(InvalidArgumentError, match=r"^--collectives writes plugin.h's collective entries: it takes "
                                                    r"--lang c"):
         new_plugin("pychip", "python", tmp_path, collectives=True)
@@ -285,6 +287,11 @@ def test_plugin_check_finds_an_installed_plugin_by_name(installed: dict[str, Pat
                           "kernels:     5 entries (binary, unary, reduce, gemm, fill), 249 dtype cases checked (1560 "
                           "calls) against NumPy: all agree"]
     assert "anychip plugin check scafc " in (installed["c"] / "README.md").read_text()
+    # src/*.c are linked into one library whose one exported symbol is anychip_plugin_init
+    if shutil.which("nm"):
+        library = lines[0].split()[1]
+        r = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True, check=True)
+        assert [line.split()[-1] for line in r.stdout.splitlines()] == ["anychip_plugin_init"], r.stdout
     # a file name that is not there points at the name; a Python plugin and an unknown name are refused
     for arg, why in [("libscafc.so", "no such file; an installed plugin is named by its backend name: scafc"),
                      ("scafpy", "scafpy is a Python plugin (entry point anychip_scafpy:ScafpyPlugin (package "

@@ -184,8 +184,8 @@ def narrow(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where, _ = _scaffold(tmp_path_factory.mktemp("narrow"), "narrow", (
         ("kernels.c", "    .binary_dtypes = ALL_DTYPES,\n    .unary_dtypes = ALL_DTYPES,\n    .reduce_dtypes = "
          "ALL_DTYPES,\n    .gemm_dtypes = FLOATS,\n    .fill_dtypes = ALL_DTYPES,\n", masks),
-        ("kernels.c", "static const anychip_kernels KERNELS = {",
-         "#define F32 BIT(ANYCHIP_FLOAT32)\n#define I64 BIT(ANYCHIP_INT64)\nstatic const anychip_kernels KERNELS = {")))
+        ("kernels.c", "\nconst anychip_kernels KERNELS = {",
+         "\n#define F32 BIT(ANYCHIP_FLOAT32)\n#define I64 BIT(ANYCHIP_INT64)\nconst anychip_kernels KERNELS = {")))
     return where
 
 

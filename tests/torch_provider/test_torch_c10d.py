@@ -88,7 +88,8 @@ def _test_plugin(tmp_path: Path, name: str, variant: str) -> Path:
     subprocess.run([os.environ.get("CC", "cc"), "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
                     "-fvisibility=hidden", f"-I{project / 'include'}",
                     f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"', f'-DNAME="{name}"', f"-DVARIANT_{variant}",
-                    "-o", str(lib), str(ROOT / "tests" / "c" / "plugin_variants.c"), "-lpthread", "-lm"],
+                    "-o", str(lib), str(ROOT / "tests" / "c" / "plugin_variants.c"),
+                    str(project / "src" / "kernels.c"), "-lpthread", "-lm"],
                    check=True, capture_output=True, text=True)
     return lib
 

@@ -20,8 +20,8 @@ setup(
     ext_modules=[
         Extension(
             "anychip_@name@.lib@name@",
-            sources=["src/@name@.c"],              # (it includes the other files of src/)
-            depends=sorted(glob.glob("src/*.c")),
+            sources=sorted(glob.glob("src/*.c")),  # each compiled on its own, linked into one library
+            depends=sorted(glob.glob("src/*.h")) + ["include/anychip/plugin.h"],
             include_dirs=["include"],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-fvisibility=hidden"],
 @{!collectives

@@ -14,6 +14,7 @@
  *     between the processes of one host (shared memory), run by the stream workers in order.
 @}
  * Devices: @NAME@_DEVICES (default 4).
+ * The files of src/ are compiled one by one and linked; @name@.h declares what they share.
  *
  * To bring up a real chip, replace the functions marked DRIVER with your driver's calls
 @{collectives
@@ -27,33 +28,16 @@
 @}
  */
 #define _GNU_SOURCE
-#include <anychip/plugin.h>
+#include "@name@.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* ---- status codes (the plugin's own) ------------------------------------------------ */
-enum {
-    S_OK = 0,
-    S_INVALID = 1,          /* a bad argument */
-    S_NO_MEMORY = 2,        /* the device is out of memory */
-    S_BAD_POINTER = 3,      /* not memory of this device */
-    S_NOT_READY = 4,        /* work still pending (stream_query / event_query) */
-    S_BAD_DEVICE = 5,       /* no such device */
-    S_SYSTEM = 6,           /* the host refused a thread, a lock or memory */
-@{collectives
-    S_TIMEOUT = 7,          /* a collective's peer did not answer in time (timeout_status) */
-    S_PEER = 8,             /* a collective's peer exited, or called another op */
-    S_ABORTED = 9,          /* the communicator was aborted */
-@}
-};
-
+/* ---- errors: the status codes S_* are in @name@.h ------------------------------------------- */
 static const char *error_string(anychip_status s) {
     switch (s) {
     case S_OK: return "success";
@@ -74,7 +58,7 @@ static const char *error_string(anychip_status s) {
 
 static __thread char last_error[512];
 
-static anychip_status fail(anychip_status s, const char *fmt, ...) {
+anychip_status fail(anychip_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
@@ -88,18 +72,17 @@ static const char *get_last_error(void) { return last_error[0] ? last_error : NU
 #define MAX_DEVICES 64
 
 typedef struct { uintptr_t base; size_t size; } allocation;
-struct anychip_stream_s;
 
-typedef struct {
+struct device {
     pthread_mutex_t lock;
     size_t capacity, used;
     allocation *allocs;                 /* live allocations, unordered */
     size_t nallocs, cap;
     struct anychip_stream_s *streams;   /* live streams (device_synchronize) */
-} device;
+};
 
 static device devices[MAX_DEVICES];
-static int ndevices;
+int ndevices;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static long env_long(const char *name, long dflt, long lo, long hi) {
@@ -119,14 +102,10 @@ static void setup(void) {   /* DRIVER: open the driver, count the chips */
     }
 }
 
-static device *get_device(int d) {
+device *get_device(int d) {
     pthread_once(&once, setup);
     return (d >= 0 && d < ndevices) ? &devices[d] : NULL;
 }
-
-#define DEVICE(var, d) \
-    device *var = get_device(d); \
-    if (!var) return fail(S_BAD_DEVICE, "device %d does not exist (there are %d)", (d), ndevices)
 
 static anychip_status device_count(int *count) {
     pthread_once(&once, setup);
@@ -193,7 +172,7 @@ static anychip_status mem_free(int d, void *ptr) {   /* DRIVER: device free */
 }
 
 /* whether [p, p + n) lies inside one live allocation of dev */
-static int valid_range(device *dev, const void *p, size_t n) {
+int valid_range(device *dev, const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p;
     int ok = 0;
     pthread_mutex_lock(&dev->lock);
@@ -234,37 +213,7 @@ static void event_release(struct anychip_event_s *e) {
     }
 }
 
-/* ---- streams: a worker thread running queued tasks in order ------------------------- */
-typedef enum { T_COPY, T_FILL, T_RECORD, T_WAIT, T_KERNEL, T_HOST } task_kind;
-
-struct kernel_call;                               /* a tensor kernel's arguments (kernels.c) */
-static void run_kernel(struct kernel_call *call); /* runs it, then frees it */
-
-typedef struct task {
-    task_kind kind;
-    void *dst;
-    const void *src;
-    size_t n;
-    int value;
-    anychip_event event;
-    uint64_t generation;
-    struct kernel_call *kernel;
-    void (*host)(void *);       /* T_HOST: a function the worker calls, in order with the rest */
-    void *arg;
-    struct task *next;
-} task;
-
-struct anychip_stream_s {
-    int device;
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t work, done;
-    task *head, *tail;
-    uint64_t enqueued, completed;
-    int stop;
-    struct anychip_stream_s *next;      /* in the device's list */
-};
-
+/* ---- streams: a worker thread running queued tasks in order (task, the stream: @name@.h) -- */
 static void run(task *t) {   /* DRIVER: what the chip does for each queued command */
     switch (t->kind) {
     case T_COPY: memmove(t->dst, t->src, t->n); break;
@@ -322,7 +271,7 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static anychip_status enqueue(anychip_stream s, task tmpl) {
+anychip_status enqueue(anychip_stream s, task tmpl) {
     if (!s) return fail(S_INVALID, "NULL stream");
     task *t = malloc(sizeof *t);
     if (!t) return fail(S_SYSTEM, "out of host memory for a stream task");
@@ -424,8 +373,7 @@ static anychip_status device_synchronize(int d) {
 }
 
 /* ---- copies and fills -------------------------------------------------------------- */
-static anychip_status copy_async(int d, void *dst, const void *src, size_t n, anychip_copy_kind kind,
-                                 anychip_stream s) {
+anychip_status copy_async(int d, void *dst, const void *src, size_t n, anychip_copy_kind kind, anychip_stream s) {
     DEVICE(dev, d);
     anychip_status rc = check_copy(d, dev, dst, src, n, kind);
     if (rc || n == 0) return rc;
@@ -516,14 +464,6 @@ static anychip_status stream_wait_event(int d, anychip_stream s, anychip_event e
     pthread_mutex_unlock(&e->lock);
     return gen ? enqueue_event_task(s, (task){.kind = T_WAIT, .event = e, .generation = gen}) : S_OK;
 }
-
-/* ---- tensor kernels: the KERNELS table (one translation unit with this file) --------------- */
-#include "kernels.c"
-@{collectives
-
-/* ---- collectives: the COLLECTIVES entries (one translation unit with this file) ------------ */
-#include "collectives.c"
-@}
 
 /* ---- the table ------------------------------------------------------------------------ */
 ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {

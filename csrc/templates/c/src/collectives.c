@@ -1,7 +1,8 @@
 /*
  * The collectives of @name@ (anychip/plugin.h, "COLLECTIVES"): the NCCL-shaped entries anychip's
  * native transport (`anychip launch`, the conformance suite), PyTorch's c10d backend and Paddle's
- * bridge call. Included by @name@.c, whose streams, status codes and errors it uses.
+ * bridge call. It uses @name@.c's streams, status codes and errors and kernels.c's arithmetic
+ * (@name@.h).
  *
  * Two parts:
  *   1. the plugin.h entries (c_*): what plugin.h asks of any collective library -- argument
@@ -13,14 +14,23 @@
  *      of one host over a shared-memory segment, run by the stream's worker thread in order with
  *      the stream's copies and kernels. Delete it once the entries call your library.
  */
+#define _GNU_SOURCE
+#include "@name@.h"
+
+#include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ==== the stand-in library's interface (part 2; your library's header replaces it) ============ */
@@ -255,7 +265,7 @@ static anychip_status c_recv(void *buf, size_t count, anychip_dtype t, int peer,
 static anychip_status c_group_start(void) { return shm_group_start(); }    /* DRIVER: ncclGroupStart */
 static anychip_status c_group_end(void) { return shm_group_end(); }        /* DRIVER: ncclGroupEnd */
 
-static void set_collectives(anychip_plugin *p) {
+void set_collectives(anychip_plugin *p) {
     p->timeout_status = S_TIMEOUT;      /* a peer that never came: CollectiveTimeout */
     p->ccl_dtype_mask = CCL_DTYPE_MASK;
     p->ccl_redop_mask = CCL_REDOP_MASK;
@@ -647,7 +657,7 @@ static anychip_status shm_exchange(shm_comm c, shm_xfer *xs, int n) {
     return S_OK;
 }
 
-/* ---- reductions, in rank order (kernels.c's load, store and binary_op) ------------------------ */
+/* ---- reductions, in rank order (kernels.c's reduce_elements for the less common types) --------- */
 #define SHM_LOOP(T, COMBINE)                                                                      \
     for (size_t i = 0; i < count; i++) {                                                         \
         T acc = ((const T *)in[0])[i];                                                           \
@@ -687,17 +697,11 @@ static void shm_reduce_pieces(char *out, char *const *in, int n, size_t count, s
     case SHM_FLOAT64: SHM_FLOAT_LOOPS(double) break;
     default: break;
     }
-    /* the others (float16, bfloat16, averages), element by element through kernels.c's values */
-    anychip_dtype t = (anychip_dtype)type;          /* (shm_type has anychip_dtype's order) */
+    /* the others (float16, bfloat16, averages), element by element as kernels.c computes (shm_type has
+     * anychip_dtype's order) */
     anychip_binary_op bop = op == SHM_PROD ? ANYCHIP_OP_MUL : op == SHM_MIN ? ANYCHIP_OP_MIN :
                             op == SHM_MAX ? ANYCHIP_OP_MAX : ANYCHIP_OP_ADD;
-    size_t item = SHM_ITEM[type];
-    for (size_t i = 0; i < count; i++) {
-        value acc = load(in[0] + i * item, t);
-        for (int r = 1; r < n; r++) acc = binary_op(bop, acc, load(in[r] + i * item, t));
-        if (op == SHM_AVG) acc = acc.is_float ? float_value(acc.f / n) : int_value(acc.i / n);
-        store(out + i * item, t, acc);
-    }
+    reduce_elements(out, in, n, count, (anychip_dtype)type, bop, op == SHM_AVG);
 }
 
 /* a reduction of every rank's `count` elements at send (+ block * count when scattering) into recv on

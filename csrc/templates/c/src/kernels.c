@@ -1,7 +1,7 @@
 /*
  * The tensor kernels of @name@ (anychip/plugin.h minor 1, "KERNELS"): plain loops over the
  * device memory, run by the stream's worker thread in order with the stream's copies and event
- * records. Included by @name@.c, whose streams, allocation table and errors it uses.
+ * records. It uses @name@.c's streams, allocation table and errors (@name@.h).
  *
  * One loop serves every dtype: each element is loaded into a `value` (an int64 for bool and the
  * integer dtypes, a double for the float ones), computed on, and stored converted to the output
@@ -14,7 +14,11 @@
  * an entry set to NULL, or a dtype whose bit is clear, runs on the host through anychip instead.
  * `anychip plugin check` compares every entry and dtype the masks claim with NumPy.
  */
+#include "@name@.h"
+
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define NDTYPES (ANYCHIP_BOOL + 1)
 #define MAX_DIMS ANYCHIP_KERNEL_MAX_DIMS
@@ -22,7 +26,7 @@
 #define FLOATS (BIT(ANYCHIP_FLOAT16) | BIT(ANYCHIP_BFLOAT16) | BIT(ANYCHIP_FLOAT32) | BIT(ANYCHIP_FLOAT64))
 #define ALL_DTYPES (BIT(NDTYPES) - 1)
 
-static const int64_t ITEM[NDTYPES] = {1, 1, 4, 8, 2, 2, 4, 8, 1};   /* bytes, in anychip_dtype order */
+const int64_t ITEM[NDTYPES] = {1, 1, 4, 8, 2, 2, 4, 8, 1};          /* bytes, in anychip_dtype order */
 static const char *const DTYPE_NAME[NDTYPES] = {"int8", "uint8", "int32", "int64", "float16", "bfloat16",
                                                 "float32", "float64", "bool"};
 
@@ -172,6 +176,22 @@ static value unary_op(anychip_unary_op op, value x) {
     }
 }
 
+@{collectives
+/* out[i] = in[0][i] op in[1][i] op ... op in[n - 1][i] for i < count, in that order, computed as the
+ * kernels compute (average: the sum divided by n): collectives.c's stand-in library reduces float16,
+ * bfloat16 and averages so */
+void reduce_elements(char *out, char *const *in, int n, size_t count, anychip_dtype t, anychip_binary_op op,
+                     int average) {
+    size_t item = (size_t)ITEM[t];
+    for (size_t i = 0; i < count; i++) {
+        value acc = load(in[0] + i * item, t);
+        for (int r = 1; r < n; r++) acc = binary_op(op, acc, load(in[r] + i * item, t));
+        if (average) acc = acc.is_float ? float_value(acc.f / n) : int_value(acc.i / n);
+        store(out + i * item, t, acc);
+    }
+}
+
+@}
 /* ---- a call, copied when it is enqueued and run by the stream's worker ------------------- */
 typedef enum { K_BINARY, K_UNARY, K_REDUCE, K_GEMM, K_FILL } kernel_kind;
 
@@ -313,7 +333,7 @@ static void run_fill(struct kernel_call *c) {
     for (int64_t i = 0; i < n; i++) memcpy(c->out + i * item, bytes, (size_t)item);
 }
 
-static void run_kernel(struct kernel_call *c) {     /* on the stream's worker thread */
+void run_kernel(struct kernel_call *c) {     /* on the stream's worker thread */
     switch (c->kind) {
     case K_BINARY: case K_UNARY: run_elementwise(c); break;
     case K_REDUCE: run_reduce(c); break;
@@ -324,8 +344,6 @@ static void run_kernel(struct kernel_call *c) {     /* on the stream's worker th
 }
 
 /* ---- the entries: check the call, copy it, enqueue it --------------------------------------- */
-static const anychip_kernels KERNELS;
-
 static anychip_status check_dtype(const char *what, anychip_dtype t, uint32_t mask, const char *mask_name) {
     if ((unsigned)t >= NDTYPES) return fail(S_INVALID, "%s: unknown dtype %d", what, (int)t);
     if (!(mask & BIT(t))) return fail(S_INVALID, "%s: %s is not in %s", what, DTYPE_NAME[t], mask_name);
@@ -478,7 +496,7 @@ static anychip_status k_fill(int d, anychip_stream s, anychip_dtype t, int64_t n
 }
 
 /* what each entry takes: bit (1 << anychip_dtype) per dtype (plugin.h says which ops take which) */
-static const anychip_kernels KERNELS = {
+const anychip_kernels KERNELS = {
     .version = ANYCHIP_KERNELS_VERSION,
     .binary_dtypes = ALL_DTYPES,
     .unary_dtypes = ALL_DTYPES,
