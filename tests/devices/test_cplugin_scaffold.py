@@ -159,6 +159,7 @@ def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytes
     assert sources == sorted(str(p.relative_to(ROOT / "csrc")) for part in SHIPPED_SOURCES
                              for p in (ROOT / "csrc" / part).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     assert "ccl/ccl.h" in sources
+    assert {"torch/device.h", "torch/module.cpp", "torch/ops.cpp", "torch/c10d.cpp"} <= set(sources)
     shutil.copytree(ROOT / "csrc" / "include", pkg / "_include")          # what build_ext adds
     probe = (f"import anychip._data as d, pathlib; d._PACKAGE = pathlib.Path(r'{pkg}'); "
              "print(d.get_include()); print(d.templates_dir()); print(d.sources_dir())")

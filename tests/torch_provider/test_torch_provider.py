@@ -68,7 +68,7 @@ def test_a_failing_compile_says_which_command_failed_and_leaves_no_build(tmp_pat
                           timeout=CHILD_SECONDS)
     assert done.returncode == 1
     assert "AnychipError: compiling anychip's torch extension failed (/bin/false -O2 " in done.stderr, done.stderr
-    assert re.search(r"-c \S+/anychip/torch/(device|c10d)\.cpp -o ", done.stderr), done.stderr[-2000:]
+    assert re.search(r"-c \S+/torch/\w+\.cpp -o ", done.stderr), done.stderr[-2000:]
     (build,) = tmp_path.iterdir()
     assert sorted(p.name for p in build.iterdir()) == ["lock"]     # no object, no library left
 
