@@ -46,12 +46,17 @@ def source_dir() -> Path:
     return sources_dir() / "torch"
 
 
+#: the units that take longest to compile (they read the most of torch's headers), started first so
+#: that no long compile starts last while the other CPUs have nothing left to do
+_LONGEST = ("amp.cpp", "c10d.cpp", "random.cpp", "ops.cpp")
+
+
 def sources() -> list[Path]:
     """Every file the extension is built from: its C++ sources (one translation unit each, the
-    largest first, so that the longest compiles start first) and the internal header they share
-    (device.h, which lists them)."""
+    longest compiles first) and the internal header they share (device.h, which lists them)."""
     here = source_dir()
-    units = sorted(here.glob("*.cpp"), key=lambda p: (-p.stat().st_size, p.name))
+    units = sorted(here.glob("*.cpp"), key=lambda p: (_LONGEST.index(p.name) if p.name in _LONGEST
+                                                      else len(_LONGEST), p.name))
     return [*units, *sorted(here.glob("*.h"))]
 
 
