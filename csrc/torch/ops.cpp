@@ -151,7 +151,6 @@ const at::Tensor &resize_(const at::Tensor &self, c10::SymIntArrayRef size,
     return self;
 }
 
-
 at::Scalar local_scalar_dense(const at::Tensor &self)
 {
     TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
