@@ -446,3 +446,41 @@ def test_the_rules_checked_are_the_rules_written() -> None:
     documented = _documented_layers()
     assert {k: v[0] for k, v in documented.items()} == LAYERS
     assert {k: v[1] for k, v in documented.items()} == MAY_IMPORT
+
+
+# -- the C / C++ sources ----------------------------------------------------------------------
+
+#: an #include of a C++ translation unit (a source is compiled and linked, never included)
+INCLUDED_UNIT = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+\.(?:cpp|cc|cxx))[>"]', re.M)
+
+
+def misplaced_cpp_units(csrc: Path) -> list[str]:
+    """C++ translation units under the include directory (which ``anychip info --cflags`` hands
+    every C user), and the #includes of one."""
+    found = [f"{p.relative_to(csrc)} is a translation unit under include/"
+             for p in sorted((csrc / "include").rglob("*.cpp"))]
+    for p in sorted(csrc.rglob("*")):
+        if p.suffix in (".c", ".h", ".cc", ".cpp", ".hpp") and p.is_file():
+            found += [f"{p.relative_to(csrc)} includes {name}"
+                      for name in INCLUDED_UNIT.findall(p.read_text(errors="replace"))]
+    return found
+
+
+def test_cpp_units_are_compiled_not_included() -> None:
+    assert misplaced_cpp_units(ROOT / "csrc") == []
+
+
+def test_a_misplaced_cpp_unit_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "include" / "anychip" / "torch").mkdir(parents=True)
+    (tmp_path / "include" / "anychip" / "torch" / "device.cpp").write_text("int f() { return 0; }\n")
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "module.cpp").write_text('#include <vector>\n #include "ops.cpp"\n')
+    assert misplaced_cpp_units(tmp_path) == ["include/anychip/torch/device.cpp is a translation unit under include/",
+                                             "torch/module.cpp includes ops.cpp"]
+
+
+def test_the_torch_extensions_header_lists_its_units() -> None:
+    """csrc/torch/device.h, the extension's internal header, names each of its translation units."""
+    here = ROOT / "csrc" / "torch"
+    listed = re.findall(r"^//   (\w+\.cpp) ", (here / "device.h").read_text(), re.M)
+    assert sorted(listed) == sorted(p.name for p in here.glob("*.cpp"))

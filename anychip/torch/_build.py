@@ -1,16 +1,17 @@
-"""Compiling the PrivateUse1 extension (anychip/torch/device.cpp and c10d.cpp in anychip's headers) against
-the torch that is installed, once, into a cache directory.
+"""Compiling the PrivateUse1 extension (the C++ sources of ``csrc/torch``, shipped as ``anychip/_src/torch``)
+against the torch that is installed, once, into a cache directory.
 
 The extension is built on first ``import anychip.torch`` rather than at ``pip install``:
 pip builds anychip in an isolated environment without torch, and a torch installed or
 upgraded later needs a rebuild anyway (the C++ ABI of torch changes with every release).
 The cache key covers the sources, the compiler and its flags, the torch version (and
 commit) and the Python version, not where they are installed: a second environment with the
-same torch and anychip loads the first one's build. A build says what it compiles and
-shows each step as it ends; concurrent first imports (the ranks of one job) wait for one
-compile under a file lock. A build that is interrupted (Ctrl-C, an exception) stops its
-compilers and removes its partial files; one whose process dies stops them too (they get
-SIGTERM when it goes), and the next build removes what it left.
+same torch and anychip loads the first one's build. Each source is a translation unit of its
+own: they compile side by side, one compiler per CPU this process may use, then one link. A
+build says what it compiles and shows each step as it ends; concurrent first imports (the ranks
+of one job) wait for one compile under a file lock. A build that is interrupted (Ctrl-C, an
+exception) stops its compilers and removes its partial files; one whose process dies stops them
+too (they get SIGTERM when it goes), and the next build removes what it left.
 
 ``ANYCHIP_TORCH_CACHE`` sets the cache directory (default ``~/.cache/anychip/torch``);
 ``CXX`` the compiler (default ``c++``).
@@ -31,25 +32,32 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-from .._data import get_include
+from .._data import get_include, sources_dir
 from ..runtime.env import torch_cache
 from ..runtime.errors import AnychipError
 
-__all__ = ["source", "sources", "cache_dir", "load_extension"]
+__all__ = ["source_dir", "sources", "cache_dir", "load_extension"]
 
 MODULE = "_anychip_torch"
 
 
-def source() -> Path:
-    """The extension's main C++ source (the device), shipped with anychip's headers."""
-    return Path(get_include()) / "anychip" / "torch" / "device.cpp"
+def source_dir() -> Path:
+    """The extension's sources: ``csrc/torch`` in a checkout, ``anychip/_src/torch`` in a wheel."""
+    return sources_dir() / "torch"
+
+
+#: the units that take longest to compile (they read the most of torch's headers), started first so
+#: that no long compile starts last while the other CPUs have nothing left to do
+_LONGEST = ("amp.cpp", "c10d.cpp", "random.cpp", "ops.cpp")
 
 
 def sources() -> list[Path]:
-    """Every file the extension is built from: the device, the c10d backend's direct ops, the
-    device's generators and random ops, its autocast kernels, the header they share."""
-    here = source().parent
-    return [here / "device.cpp", here / "c10d.cpp", here / "random.cpp", here / "amp.cpp", here / "device.h"]
+    """Every file the extension is built from: its C++ sources (one translation unit each, the
+    longest compiles first) and the internal header they share (device.h, which lists them)."""
+    here = source_dir()
+    units = sorted(here.glob("*.cpp"), key=lambda p: (_LONGEST.index(p.name) if p.name in _LONGEST
+                                                      else len(_LONGEST), p.name))
+    return [*units, *sorted(here.glob("*.h"))]
 
 
 def cache_dir() -> Path:
@@ -233,9 +241,9 @@ def _import(path: Path) -> ModuleType:
 
 def load_extension() -> ModuleType:
     """The compiled extension, built first if this torch and source have no cached build."""
-    for p in sources():
-        if not p.exists():
-            raise AnychipError(f"anychip's torch extension source {p} is missing; reinstall anychip")
+    here = source_dir()
+    if not (here / "device.h").exists() or not any(p.suffix == ".cpp" for p in sources()):
+        raise AnychipError(f"anychip's torch extension sources are missing from {here}; reinstall anychip")
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     probe = _commands(Path("OUT"))
     key = _key(probe)

@@ -248,7 +248,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         self._queue: queue.Queue | None = None
 
     def _make_direct(self, transport: Any) -> Any:
-        """The C++ side of the hot ops (anychip/torch/c10d.cpp), where the group's transport is
+        """The C++ side of the hot ops (csrc/torch/c10d.cpp), where the group's transport is
         the device library's own collectives and that library is the device's: a one-tensor
         all_reduce or broadcast, all_gather_into_tensor and reduce_scatter_tensor are then
         enqueued in C++, straight to the library. None where it is not (or

@@ -6,6 +6,7 @@ communicators and no temporary file (as the device-level `anychip conformance` a
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from conftest import leaked_segments
 
 from anychip._spawn import python_command
 
+ROOT = Path(__file__).resolve().parents[2]
 WORKER = {"torch": "torch_worker.py", "paddle": "paddle_worker.py"}
 
 
@@ -152,8 +154,10 @@ def test_the_first_torch_run_compiles_before_its_clock_and_stops_cleanly_while_c
             p.wait()
     assert p.returncode == 143, out + err
     lines = err.splitlines()
-    assert lines[0].startswith("conformance --framework torch: compiling anychip's PyTorch device extension "
-                               "(device.cpp, c10d.cpp, random.cpp, amp.cpp: 4 C++ sources, "), err
+    units = sorted(p.name for p in (ROOT / "csrc" / "torch").glob("*.cpp"))
+    said = re.match(r"conformance --framework torch: compiling anychip's PyTorch device extension "
+                    r"\(([\w., ]+): (\d+) C\+\+ sources, ", lines[0])
+    assert said and sorted(said[1].split(", ")) == units and int(said[2]) == len(units), err
     assert f" at a time, then a link) against torch {__import__('torch').__version__} into {cache}/" in lines[0]
     assert lines[-1] == "conformance: stopped by signal 15; the remaining backends were not run", err
     assert "Traceback" not in err

@@ -172,6 +172,7 @@ def test_wheel_ships_the_header_and_templates(tmp_path: Path, monkeypatch: pytes
     assert "ccl/ccl.h" in sources
     # the Paddle bridge's units and headers, which `anychip plugin paddle` compiles at the user's site
     assert {f"paddle/{f}" for f in (*BRIDGE_UNITS, *KERNEL_UNITS, "bridge.h", "phi_capi.h")} <= set(sources)
+    assert {"torch/device.h", "torch/module.cpp", "torch/ops.cpp", "torch/c10d.cpp"} <= set(sources)
     probe = (f"import anychip._data as d, pathlib; d._PACKAGE = pathlib.Path(r'{pkg}'); "
              "print(d.get_include()); print(d.templates_dir()); print(d.sources_dir())")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

@@ -380,7 +380,7 @@ class NativeTransport(_Outcomes, Transport):
 
     def handle(self) -> tuple[int, str, bool] | None:
         """For a caller that enqueues this group's ops itself, in C, through the library
-        (the PyTorch device's c10d backend, anychip/torch/c10d.cpp): the communicator as an
+        (the PyTorch device's c10d backend, csrc/torch/c10d.cpp): the communicator as an
         integer, the path of the library that made it, and whether the library takes the NULL
         stream; None once it is destroyed or aborted. The caller reads the failures of its ops
         back through ``failure``."""

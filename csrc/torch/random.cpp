@@ -11,12 +11,13 @@
 // advances the offset by the op's elements, rounded up to 4 (CUDA's rule). The values are a
 // function of the seed and the offset only: the same on every rank and in every run, never
 // drawn from the CPU's generator nor from another device's.
+#include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/MT19937RNGEngine.h>
 #include <ATen/core/PhiloxRNGEngine.h>
 #include <c10/core/GeneratorImpl.h>
 #include <torch/csrc/Generator.h>
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
 #include <cstring>
@@ -24,7 +25,7 @@
 #include <mutex>
 #include <vector>
 
-#include "anychip/torch/device.h"
+#include "device.h"
 
 namespace py = pybind11;
 

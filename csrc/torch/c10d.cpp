@@ -43,10 +43,12 @@
 
 #include <unistd.h>
 
+#include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/utils/pybind.h>
 
-#include "anychip/torch/device.h"
+#include "device.h"
 
 namespace py = pybind11;
 using anychip_torch::g_plugin;

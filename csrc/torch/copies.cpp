@@ -1,0 +1,176 @@
+// Copies of anychip's PrivateUse1 device (see docs/torch.md; device.h lists the parts): between
+// the host and the device (pinned host memory without waiting), within a device, between devices,
+// and through the host where the layouts differ.
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "anychip/plugin.h"
+#include "device.h"
+
+namespace anychip_torch {
+
+// ---- copies ----------------------------------------------------------------------------
+
+// nbytes between host and device (or within one device) on the device's current stream;
+// host memory is not kept alive, so a copy touching the host is waited for
+void raw_copy(int device, void *dst, const void *src, size_t nbytes, anychip_copy_kind kind)
+{
+    if (nbytes == 0)
+        return;
+    void *s = current_stream(device);
+    const char *what = kind == ANYCHIP_COPY_H2D ? "copy (host to device)"
+                       : kind == ANYCHIP_COPY_D2H ? "copy (device to host)" : "copy (device to device)";
+    if (g_plugin.copy_async) {
+        check(g_plugin.copy_async(device, dst, src, nbytes, kind, static_cast<anychip_stream>(s)), what, device);
+        if (kind != ANYCHIP_COPY_D2D)
+            sync_stream(device, s);
+    } else {
+        sync_stream(device, s);
+        check(g_plugin.copy(device, dst, src, nbytes, kind), what, device);
+    }
+}
+
+namespace {
+
+// a copy between the host and the device: with non_blocking and pinned host memory, enqueued
+// on the current stream and not waited for (ordered with the stream's work); else raw_copy
+void host_copy(int device, void *dst, const void *src, size_t nbytes, anychip_copy_kind kind, bool non_blocking)
+{
+    const void *host = kind == ANYCHIP_COPY_H2D ? src : dst;
+    if (!non_blocking || nbytes == 0 || !can_record() || !is_pinned(host)) {
+        raw_copy(device, dst, src, nbytes, kind);
+        return;
+    }
+    void *s = current_stream(device);
+    check(g_plugin.copy_async(device, dst, src, nbytes, kind, static_cast<anychip_stream>(s)),
+          kind == ANYCHIP_COPY_H2D ? "copy (pinned host to device)" : "copy (device to pinned host)", device);
+    record_pinned_use(host, device, s);
+}
+
+}  // namespace
+
+int dev_index(const at::Tensor &t) { return t.device().index() < 0 ? current_device() : t.device().index(); }
+
+namespace {
+
+// elements from the first to the last one the tensor addresses (strides are >= 0)
+int64_t span_of(const at::Tensor &t)
+{
+    if (t.numel() == 0)
+        return 0;
+    int64_t span = 1;
+    for (int64_t i = 0; i < t.dim(); ++i)
+        span += (t.size(i) - 1) * t.stride(i);
+    return span;
+}
+
+}  // namespace
+
+bool dense(const at::Tensor &t) { return t.is_non_overlapping_and_dense(); }
+
+namespace {
+
+// the lazy conjugate and negative bits of `like` on a host view of the same memory
+at::Tensor with_bits(at::Tensor host, const at::Tensor &like)
+{
+    if (like.is_conj())
+        host = at::_conj(host);
+    if (like.is_neg())
+        host = at::_neg_view(host);
+    return host;
+}
+
+}  // namespace
+
+// a host tensor with the device tensor's sizes, strides, bits and values
+at::Tensor download(const at::Tensor &t)
+{
+    int64_t span = span_of(t);
+    at::Tensor host = at::empty({span}, t.options().device(c10::kCPU));
+    raw_copy(dev_index(t), host.data_ptr(), t.data_ptr(), span * t.element_size(), ANYCHIP_COPY_D2H);
+    return with_bits(host.as_strided(t.sizes(), t.strides(), 0), t);
+}
+
+// writes host values (any layout and dtype) into a device tensor (any layout)
+void upload(const at::Tensor &dst, const at::Tensor &src)
+{
+    int device = dev_index(dst);
+    if (dst.numel() == 0)
+        return;
+    if (dense(dst)) {      // every element of the span is the tensor's: write it whole
+        at::Tensor host = with_bits(at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU)), dst);
+        host.copy_(src);
+        raw_copy(device, dst.data_ptr(), host.data_ptr(), dst.numel() * dst.element_size(), ANYCHIP_COPY_H2D);
+        return;
+    }
+    at::Tensor host = download(dst);       // the span holds other tensors' elements: read, modify, write
+    host.copy_(src);
+    raw_copy(device, dst.data_ptr(), host.data_ptr(), span_of(dst) * dst.element_size(), ANYCHIP_COPY_H2D);
+}
+
+namespace {
+
+bool same_layout(const at::Tensor &a, const at::Tensor &b)
+{
+    return a.dtype() == b.dtype() && a.sizes().equals(b.sizes()) && a.strides().equals(b.strides()) && dense(a) &&
+           a.is_conj() == b.is_conj() && a.is_neg() == b.is_neg();
+}
+
+}  // namespace
+
+at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking)
+{
+    refuse_in_forked_child();
+    require_ready();
+    // (a source of another shape broadcasts: it goes through the host, where copy_ expands it)
+    if (dst.numel() == 0)
+        return dst;
+    bool from_dev = self.device().type() == kType, to_dev = dst.device().type() == kType;
+    if (from_dev && to_dev) {
+        int sd = dev_index(self), dd = dev_index(dst);
+        if (same_layout(self, dst)) {
+            size_t nbytes = self.numel() * self.element_size();
+            if (sd == dd) {
+                c10::DeviceGuard guard(dst.device());
+                raw_copy(dd, dst.data_ptr(), self.data_ptr(), nbytes, ANYCHIP_COPY_D2D);
+                return dst;
+            }
+            if (g_plugin.copy_peer) {     // ordered after both devices' earlier work, then waited for
+                sync_stream(dd, current_stream(dd));
+                void *s = current_stream(sd);
+                check(g_plugin.copy_peer(dd, dst.data_ptr(), sd, self.data_ptr(), nbytes,
+                                         static_cast<anychip_stream>(s)), "copy_peer", sd);
+                sync_stream(sd, s);
+                return dst;
+            }
+        }
+        upload(dst, download(self));       // another layout, dtype or device: through the host
+        return dst;
+    }
+    if (from_dev) {        // device -> host
+        if (same_layout(self, dst)) {
+            host_copy(dev_index(self), dst.data_ptr(), self.data_ptr(), self.numel() * self.element_size(),
+                      ANYCHIP_COPY_D2H, non_blocking);
+        } else {
+            dst.copy_(download(self));
+        }
+        return dst;
+    }
+    TORCH_CHECK(to_dev, "_copy_from on the anychip device got ", self.device(), " -> ", dst.device());
+    if (same_layout(self, dst)) {          // host -> device
+        host_copy(dev_index(dst), dst.data_ptr(), self.data_ptr(), self.numel() * self.element_size(),
+                  ANYCHIP_COPY_H2D, non_blocking);
+    } else {
+        upload(dst, self);
+    }
+    return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst)
+{
+    if (!dst.sizes().equals(self.sizes()))
+        dst.resize_(self.sizes());
+    return copy_from(self, dst, false);
+}
+
+}  // namespace anychip_torch
