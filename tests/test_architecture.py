@@ -450,15 +450,15 @@ def test_the_rules_checked_are_the_rules_written() -> None:
 
 # -- the C / C++ sources ----------------------------------------------------------------------
 
-#: an #include of a C++ translation unit (a source is compiled and linked, never included)
-INCLUDED_UNIT = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+\.(?:cpp|cc|cxx))[>"]', re.M)
+#: an #include of a C or C++ translation unit (a source is compiled and linked, never included)
+INCLUDED_UNIT = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+\.(?:c|cpp|cc|cxx))[>"]', re.M)
 
 
-def misplaced_cpp_units(csrc: Path) -> list[str]:
-    """C++ translation units under the include directory (which ``anychip info --cflags`` hands
-    every C user), and the #includes of one."""
+def misplaced_units(csrc: Path) -> list[str]:
+    """C / C++ translation units under the include directory (which ``anychip info --cflags`` hands
+    every C user), and the #includes of one anywhere in csrc (the plugin templates included)."""
     found = [f"{p.relative_to(csrc)} is a translation unit under include/"
-             for p in sorted((csrc / "include").rglob("*.cpp"))]
+             for p in sorted((csrc / "include").rglob("*")) if p.suffix in (".c", ".cc", ".cpp")]
     for p in sorted(csrc.rglob("*")):
         if p.suffix in (".c", ".h", ".cc", ".cpp", ".hpp") and p.is_file():
             found += [f"{p.relative_to(csrc)} includes {name}"
@@ -466,17 +466,22 @@ def misplaced_cpp_units(csrc: Path) -> list[str]:
     return found
 
 
-def test_cpp_units_are_compiled_not_included() -> None:
-    assert misplaced_cpp_units(ROOT / "csrc") == []
+def test_units_are_compiled_not_included() -> None:
+    assert misplaced_units(ROOT / "csrc") == []
 
 
-def test_a_misplaced_cpp_unit_is_reported(tmp_path: Path) -> None:
+def test_a_misplaced_unit_is_reported(tmp_path: Path) -> None:
     (tmp_path / "include" / "anychip" / "torch").mkdir(parents=True)
     (tmp_path / "include" / "anychip" / "torch" / "device.cpp").write_text("int f() { return 0; }\n")
+    (tmp_path / "include" / "anychip" / "bridge.c").write_text("int g(void) { return 0; }\n")
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "module.cpp").write_text('#include <vector>\n #include "ops.cpp"\n')
-    assert misplaced_cpp_units(tmp_path) == ["include/anychip/torch/device.cpp is a translation unit under include/",
-                                             "torch/module.cpp includes ops.cpp"]
+    (tmp_path / "sim").mkdir()
+    (tmp_path / "sim" / "embed.c").write_text('#include "ccl/ccl.h"\n#include "ccl/ccl.c"\n')
+    assert misplaced_units(tmp_path) == ["include/anychip/bridge.c is a translation unit under include/",
+                                         "include/anychip/torch/device.cpp is a translation unit under include/",
+                                         "sim/embed.c includes ccl/ccl.c",
+                                         "torch/module.cpp includes ops.cpp"]
 
 
 def test_the_torch_extensions_header_lists_its_units() -> None:
