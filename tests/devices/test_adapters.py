@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CHILD_SECONDS
 
 from anychip._data import sources_dir
 
@@ -32,7 +33,8 @@ def test_adapter_builds_from_the_shipped_sources_against_the_vendor_api(chip: st
     cc = subprocess.run(["cc", "-O1", "-fPIC", "-shared", "-std=gnu11", "-Wall", "-Wextra", "-Werror", str(src),
                          *shlex.split(cflags), "-o", str(lib)], capture_output=True, text=True)
     assert cc.returncode == 0, cc.stderr
-    r = subprocess.run([*ANYCHIP, "plugin", "check", str(lib)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([*ANYCHIP, "plugin", "check", str(lib)], capture_output=True, text=True,
+                       timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = dict(line.split(":", 1) for line in r.stdout.splitlines() if ":" in line and not line.startswith(" "))
     assert lines["backend"].strip() == f"{chip} (real)"          # built without the simulator's extensions
