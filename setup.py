@@ -103,35 +103,32 @@ for _api in ADAPTERS.values():
 GENERATED_INCLUDE = os.path.join("build", "include")
 
 
-def write_code_tables(dest: str) -> None:
-    spec = importlib.util.spec_from_file_location("_anychip_headers", os.path.join("anychip", "chips", "_headers.py"))
-    headers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(headers)
+def _source_module(*path: str):
+    """A module of the source tree that imports nothing of anychip, loaded by its path (the
+    package itself is not importable before it is built)."""
+    spec = importlib.util.spec_from_file_location("_anychip_" + path[-1][:-3], os.path.join(*path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_generated_headers(dest: str) -> None:
+    """Under ``dest``/anychip: the adapters' code tables (anychip/chips/_headers.py) and
+    env_defaults.h, the defaults of the variables the C parts read themselves (the one table of
+    variables, anychip/runtime/_variables.py). A header whose text is unchanged is not rewritten
+    (no rebuild)."""
+    headers = _source_module("anychip", "chips", "_headers.py")
+    variables = _source_module("anychip", "runtime", "_variables.py")
+    texts = {f"adapter_codes_{api}.h": headers.c_code_table(api) for api in headers.ADAPTER_CODES}
+    texts["env_defaults.h"] = variables.c_defaults_header()
     os.makedirs(os.path.join(dest, "anychip"), exist_ok=True)
-    for api in headers.ADAPTER_CODES:
-        path = os.path.join(dest, "anychip", f"adapter_codes_{api}.h")
-        text = headers.c_code_table(api)
-        if not os.path.exists(path) or Path(path).read_text() != text:     # unchanged: no rebuild
+    for name, text in texts.items():
+        path = os.path.join(dest, "anychip", name)
+        if not os.path.exists(path) or Path(path).read_text() != text:
             Path(path).write_text(text)
 
 
-write_code_tables(GENERATED_INCLUDE)
-
-
-def write_env_defaults(dest: str) -> None:
-    """anychip/env_defaults.h: the defaults of the variables the C parts read themselves, from the
-    one table of variables (anychip/runtime/_variables.py)."""
-    spec = importlib.util.spec_from_file_location("_anychip_variables",
-                                                  os.path.join("anychip", "runtime", "_variables.py"))
-    variables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(variables)
-    path = os.path.join(dest, "anychip", "env_defaults.h")
-    text = variables.c_defaults_header()
-    if not os.path.exists(path) or Path(path).read_text() != text:     # unchanged: no rebuild
-        Path(path).write_text(text)
-
-
-write_env_defaults(GENERATED_INCLUDE)
+write_generated_headers(GENERATED_INCLUDE)
 # The bridge (csrc/paddle, shipped for C plugins) over the simulated chip ANYCHIP_PADDLE names
 # (the Ascend by default): paddle_custom_device/libanychip_sim next to the anychip package,
 # where Paddle looks when CUSTOM_DEVICE_ROOT is unset.
