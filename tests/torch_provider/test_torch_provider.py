@@ -70,7 +70,7 @@ def test_each_source_is_one_compile_and_the_key_covers_every_source(tmp_path, mo
 
     from anychip.torch import _build
     here = _build.source_dir()
-    assert here == Path(anychip.__file__).resolve().parent.parent / "csrc" / "torch"
+    assert here == Path(anychip.__file__).resolve().parents[2] / "csrc" / "torch"
     *compiles, link = _build._commands(Path("OUT"))
     assert sorted(Path(c[c.index("-c") + 1]) for c in compiles) == sorted(here.glob("*.cpp"))
     assert [a for a in link if a.endswith(".o")] == [c[c.index("-o") + 1] for c in compiles]
