@@ -17,8 +17,11 @@ from .runtime.errors import AnychipError
 __all__ = ["get_include", "plugin_header", "sources_dir", "templates_dir"]
 
 _PACKAGE = Path(__file__).resolve().parent
-#: a source checkout: the package is src/anychip, the C sources csrc/
-_CSRC = _PACKAGE.parent.parent / "csrc"
+
+
+def _csrc() -> Path:
+    """csrc/ of a source checkout, whose package is src/anychip."""
+    return _PACKAGE.parent.parent / "csrc"
 
 
 def _first(kind: str, candidates: tuple[Path, ...], marker: str) -> Path:
@@ -31,7 +34,7 @@ def _first(kind: str, candidates: tuple[Path, ...], marker: str) -> Path:
 
 def get_include() -> str:
     """The directory to add to a C compiler's include path (``-I``) for ``#include <anychip/plugin.h>``."""
-    return str(_first("C headers", (_CSRC / "include", _PACKAGE / "_include"),
+    return str(_first("C headers", (_csrc() / "include", _PACKAGE / "_include"),
                       "anychip/plugin.h"))
 
 
@@ -42,7 +45,7 @@ def plugin_header() -> Path:
 
 def templates_dir() -> Path:
     """The templates ``anychip plugin new`` copies (one directory per language)."""
-    return _first("plugin templates", (_CSRC / "templates", _PACKAGE / "_templates"), "c")
+    return _first("plugin templates", (_csrc() / "templates", _PACKAGE / "_templates"), "c")
 
 
 #: the source folders a wheel ships under anychip/_src (setup.py keeps the same list)
@@ -52,4 +55,4 @@ SHIPPED_SOURCES = ("torch", "paddle", "adapters", "ccl")
 def sources_dir() -> Path:
     """The folder holding the shipped C / C++ sources (``torch/``, ``paddle/``, ``adapters/``,
     ``ccl/``): ``csrc`` in a source checkout, ``anychip/_src`` in a wheel."""
-    return _first("C sources", (_CSRC, _PACKAGE / "_src"), "ccl/ccl.h")
+    return _first("C sources", (_csrc(), _PACKAGE / "_src"), "ccl/ccl.h")
