@@ -1,9 +1,9 @@
 """Build the C parts of anychip.
 
 ``anychip._lib._alloc`` is a Python extension module: the compiled core of the
-caching allocator (csrc/alloc, see anychip/runtime/allocator.py). Every entry
+caching allocator (csrc/alloc, see src/anychip/runtime/allocator.py). Every entry
 of ``C_LIBRARIES`` is compiled into a plain shared library inside
-the package (``anychip/_lib/<name>.<ext-suffix>``). They are not Python
+the package (``src/anychip/_lib/<name>.<ext-suffix>``). They are not Python
 extension modules: the backends ``dlopen`` them through cffi (ABI mode), exactly
 as they would open a vendor's library. ``anychip.runtime._libs.find_library``
 locates them. A C source added later only needs a line here.
@@ -62,9 +62,9 @@ for _lib, _api in SIM_COLLECTIVES.items():
 
 
 # The vendors' library names, for C programs built with the vendor's link lines (-lascendcl
-# -lhccl, -lxpurt -lbkcl, -lamdhip64 -lrccl): in anychip/_lib/link, GNU ld scripts that stand
+# -lhccl, -lxpurt -lbkcl, -lamdhip64 -lrccl): in src/anychip/_lib/link, GNU ld scripts that stand
 # for the simulator library (runtime and collectives are one library there), found through
-# -L anychip/_lib (see `anychip info --cflags`). The simulator libraries carry their file name
+# -L src/anychip/_lib (see `anychip info --cflags`). The simulator libraries carry their file name
 # as SONAME, so a program linked through a script needs them by name (the rpath finds them).
 _SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 VENDOR_NAMES = {"libascend_sim": ("libascendcl.so", "libhccl.so"), "libkunlun_sim": ("libxpurt.so", "libbkcl.so"),
@@ -98,7 +98,7 @@ for _lib, _api in ADAPTERS.items():
 for _api in ADAPTERS.values():
     C_LIBRARIES[f"libanychip_{_api}"] = ([f"csrc/adapters/{_api}/plugin_{_api}.c"], [])
 # Their error strings carry the vendors' code names: tables generated from the vendor headers
-# (anychip/chips/_headers.py reads them for the Python side too), written under build/include
+# (src/anychip/chips/_headers.py reads them for the Python side too), written under build/include
 # before anything compiles and shipped with the headers.
 GENERATED_INCLUDE = os.path.join("build", "include")
 
@@ -113,12 +113,12 @@ def _source_module(*path: str):
 
 
 def write_generated_headers(dest: str) -> None:
-    """Under ``dest``/anychip: the adapters' code tables (anychip/chips/_headers.py) and
+    """Under ``dest``/anychip: the adapters' code tables (src/anychip/chips/_headers.py) and
     env_defaults.h, the defaults of the variables the C parts read themselves (the one table of
-    variables, anychip/runtime/_variables.py). A header whose text is unchanged is not rewritten
+    variables, src/anychip/runtime/_variables.py). A header whose text is unchanged is not rewritten
     (no rebuild)."""
-    headers = _source_module("anychip", "chips", "_headers.py")
-    variables = _source_module("anychip", "runtime", "_variables.py")
+    headers = _source_module("src", "anychip", "chips", "_headers.py")
+    variables = _source_module("src", "anychip", "runtime", "_variables.py")
     texts = {f"adapter_codes_{api}.h": headers.c_code_table(api) for api in headers.ADAPTER_CODES}
     texts["env_defaults.h"] = variables.c_defaults_header()
     os.makedirs(os.path.join(dest, "anychip"), exist_ok=True)
@@ -132,7 +132,7 @@ write_generated_headers(GENERATED_INCLUDE)
 # The bridge (csrc/paddle, shipped for C plugins) over the simulated chip ANYCHIP_PADDLE names
 # (the Ascend by default): paddle_custom_device/libanychip_sim next to the anychip package,
 # where Paddle looks when CUSTOM_DEVICE_ROOT is unset.
-os.makedirs("paddle_custom_device", exist_ok=True)   # an in-place build copies the bridges there
+os.makedirs(os.path.join("src", "paddle_custom_device"), exist_ok=True)   # an in-place build copies the bridges there
 
 
 #: the persistent build directory: object files and linked libraries, each with the key of what
@@ -259,10 +259,14 @@ class build_clib_as_ext(build_ext):
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             return dict(pool.map(compile_source, largest_first))
 
+    def _package_dir(self) -> str:
+        """Where the anychip package is built: src/anychip in place, else under build_lib."""
+        return os.path.join("src" if self.inplace else self.build_lib, "anychip")
+
     def run(self):
         super().run()
-        write_link_scripts(os.path.join("anychip" if self.inplace else os.path.join(self.build_lib, "anychip"), "_lib"))
-        dest = os.path.join("anychip" if self.inplace else os.path.join(self.build_lib, "anychip"), "_include")
+        write_link_scripts(os.path.join(self._package_dir(), "_lib"))
+        dest = os.path.join(self._package_dir(), "_include")
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(os.path.join("csrc", "include"), dest)
         shutil.copytree(GENERATED_INCLUDE, dest, dirs_exist_ok=True)      # the adapters' code tables
@@ -283,7 +287,7 @@ ext_modules = [
     for name, (sources, libs) in C_LIBRARIES.items()
 ]
 # The Paddle bridge (csrc/paddle, see bridge.h there): its units, compiled one by one and linked
-# (anychip/paddle_provider.py's build_bridge compiles the same for a C plugin), with its kernel
+# (src/anychip/paddle_provider.py's build_bridge compiles the same for a C plugin), with its kernel
 # layer: the phi kernels (kernels.c, over the faces' kernel tables, as for any C plugin), written
 # against anychip's copy of Paddle's kernel C API (phi_capi.h) and bound to Paddle's libphi_core at
 # run time, so the library builds, and the install works, with or without Paddle. A kernel that
@@ -305,13 +309,13 @@ PY_EXT_FLAGS = [*COMMON_FLAGS, "-Wno-unused-parameter"]
 ext_modules.append(Extension("anychip._lib._alloc", sources=["csrc/alloc/core.c"], depends=["csrc/alloc/stats.h"],
                              extra_compile_args=PY_EXT_FLAGS))
 
-#: csrc's source folders a wheel carries as anychip/_src (anychip/_data.py's list)
+#: csrc's source folders a wheel carries as anychip/_src (src/anychip/_data.py's list)
 SHIPPED_SOURCES = ("torch", "paddle", "adapters", "ccl")
 
 
 class build_py_with_templates(build_py):
     """Ships csrc/templates (what `anychip plugin new` copies) as anychip/_templates and the sources
-    of SHIPPED_SOURCES as anychip/_src in the built package (see anychip/_data.py); the headers go
+    of SHIPPED_SOURCES as anychip/_src in the built package (see src/anychip/_data.py); the headers go
     as anychip/_include (build_ext above)."""
 
     def run(self):
@@ -321,7 +325,7 @@ class build_py_with_templates(build_py):
         dst = Path(self.build_lib) / "anychip" / "_templates"
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(Path("csrc") / "templates", dst, ignore=shutil.ignore_patterns("__pycache__"))
-        # the sources compiled at the user's site or against a vendor's SDK (anychip/_data.py)
+        # the sources compiled at the user's site or against a vendor's SDK (src/anychip/_data.py)
         src = Path(self.build_lib) / "anychip" / "_src"
         shutil.rmtree(src, ignore_errors=True)
         for part in SHIPPED_SOURCES:

@@ -288,18 +288,26 @@ def _collect(procs: list[subprocess.Popen]) -> dict | str:
     return "no result printed"
 
 
+def package_parent(checkout: str) -> str | None:
+    """The folder holding the ``anychip`` package of another checkout built in place (``src/``,
+    or the checkout itself in the layout before ``src/``); None if it holds none."""
+    for parent in (os.path.join(checkout, "src"), checkout):
+        if os.path.isfile(os.path.join(parent, "anychip", "__init__.py")):
+            return os.path.abspath(parent)
+    return None
+
+
 def run_anychip(device: str, nranks: int, ops: list[str], sizes: list[int], root: str | None = None,
                 **env: str) -> dict | str:
     """One ``anychip launch`` job of the anychip worker on ``device``; its results or why it failed.
-    ``root``: the directory holding another build's ``anychip`` package (a checkout built in
-    place), whose launcher and ranks then run instead of this one's."""
-    from anychip._spawn import python_command
-    boot = python_command(["-m", "anychip", "launch"])
+    ``root``: the folder holding another build's ``anychip`` package (:func:`package_parent`),
+    whose launcher and ranks then run instead of this one's (first on their PYTHONPATH)."""
+    cmd = [sys.executable, "-m", "anychip", "launch", "-n", str(nranks), "--device", device,
+           *_worker_args("anychip", ops, sizes)]
+    e = _clean_env(**env)
     if root is not None:
-        boot[3] = root                         # the bootstrap's pinned package directory
-    cmd = [*boot, "-n", str(nranks), "--device", device, *_worker_args("anychip", ops, sizes)]
-    return _collect([subprocess.Popen(cmd, env=_clean_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True)])
+        e["PYTHONPATH"] = root + os.pathsep + e.get("PYTHONPATH", "")
+    return _collect([subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)])
 
 
 def run_job(kind: str, args: argparse.Namespace, nranks: int = 2) -> dict | str:
@@ -308,9 +316,10 @@ def run_job(kind: str, args: argparse.Namespace, nranks: int = 2) -> dict | str:
     if kind in ("zero-copy", "staged"):
         return run_anychip(ANYCHIP_KINDS[kind], nranks, args.ops, args.sizes)
     if kind.endswith(BASE):
-        if not os.path.isfile(os.path.join(args.baseline, "anychip", "__init__.py")):
-            return f"--baseline {args.baseline} holds no anychip package"
-        return run_anychip(ANYCHIP_KINDS[kind], nranks, args.ops, args.sizes, root=os.path.abspath(args.baseline))
+        parent = package_parent(args.baseline)
+        if parent is None:
+            return f"--baseline {args.baseline} holds no anychip package (in src/ or at its root)"
+        return run_anychip(ANYCHIP_KINDS[kind], nranks, args.ops, args.sizes, root=parent)
     if kind in ("mpich", "any-mpi", "hier"):
         exe = mpiexec()
         if exe is None:

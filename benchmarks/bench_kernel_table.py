@@ -10,7 +10,7 @@ plugin  anychip.tensor ops on a C plugin device, the scaffold (`anychip plugin n
         done, in us.
 torch   torch's add on the simulated Ascend (anychip.torch): this build (the table's binary
         entry, through the chip's plugin.h face) against --before, another build of
-        anychip/torch/device.cpp, e.g. the one that called the simulator's
+        src/anychip/torch/device.cpp, e.g. the one that called the simulator's
         anychip_simk_elementwise directly:
             git show c476af8:csrc/include/anychip/torch/device.cpp > /tmp/before.cpp
         each in its own process (PyTorch has one PrivateUse1 device per process).
@@ -31,8 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from anychip._spawn import python_command
 
 
 def _best(fn: Callable[[], Any], sync: Callable[[], None], number: int, repeat: int = 5) -> float:
@@ -153,7 +151,7 @@ def _torch_add(before: str | None) -> dict[str, Any]:
     env = {**os.environ, "ANYCHIP_TORCH": "ascend"}
     env.pop("ANYCHIP_LAUNCH_DEVICE", None)
     argv = ["-c", TORCH_ADD] + ([before] if before else [])
-    done = subprocess.run(python_command(argv), capture_output=True, text=True, env=env, timeout=900)
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"the torch add child failed:\n{done.stderr[-3000:]}")
     line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
@@ -183,7 +181,7 @@ def part_torch(before: str | None, repeat: int) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", default="plugin,torch")
-    ap.add_argument("--before", help="another build's anychip/torch/device.cpp, measured in the same run")
+    ap.add_argument("--before", help="another build's src/anychip/torch/device.cpp, measured in the same run")
     ap.add_argument("--repeat", type=int, default=3, help="torch processes of each build")
     args = ap.parse_args()
     parts = args.parts.split(",")

@@ -44,7 +44,17 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_collectives import _clean_env, _collect, expected, human, iterations, layout, mpiexec, parse_size  # noqa: E402
+from bench_collectives import (  # noqa: E402
+    _clean_env,
+    _collect,
+    expected,
+    human,
+    iterations,
+    layout,
+    mpiexec,
+    package_parent,
+    parse_size,
+)
 
 OPS = ("all_reduce", "all_gather", "broadcast", "reduce_scatter")
 BASE = "@base"
@@ -180,18 +190,16 @@ def _worker_args(kind: str, args: argparse.Namespace, root: str | None) -> list[
 def run_job(kind: str, args: argparse.Namespace) -> dict | str:
     """Run contender ``kind`` as its own job; its results, or why it did not run."""
     base = kind.removesuffix(BASE)
-    root = os.path.abspath(args.baseline) if kind.endswith(BASE) else None
-    if root is not None and not os.path.isfile(os.path.join(root, "anychip", "__init__.py")):
-        return f"--baseline {root} holds no anychip package"
+    root = package_parent(args.baseline) if kind.endswith(BASE) else None
+    if kind.endswith(BASE) and root is None:
+        return f"--baseline {args.baseline} holds no anychip package (in src/ or at its root)"
     wargs = _worker_args(kind, args, root)
     n = str(args.nranks)
     if base in ("staged", "zero-copy", "zero-copy/stream"):
-        from anychip._spawn import python_command
-        boot = python_command(["-m", "anychip", "launch"])
-        if root is not None:
-            boot[3] = root                     # the bootstrap's pinned package directory
-        cmd = [*boot, "-n", n, "--device", ANYCHIP[base][0], *wargs]
+        cmd = [sys.executable, "-m", "anychip", "launch", "-n", n, "--device", ANYCHIP[base][0], *wargs]
         env = _clean_env()
+        if root is not None:                   # the baseline's launcher and ranks
+            env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     elif base in ("any-mpi", "mpich"):
         exe = mpiexec()
         if exe is None:

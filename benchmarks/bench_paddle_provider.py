@@ -35,8 +35,6 @@ from pathlib import Path
 
 import numpy as np
 
-from anychip._spawn import python_command
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SIZES = [1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 26]
@@ -140,7 +138,7 @@ def part_ops_and_steps(device: str = "anychip_ascend:0", root: str | None = None
 
 def part_cplugin() -> None:
     """part_ops_and_steps on a scaffolded C plugin (`anychip plugin new`, its host-loop kernel table)."""
-    anychip = python_command(["-m", "anychip"])
+    anychip = [sys.executable, "-m", "anychip"]
     with tempfile.TemporaryDirectory(prefix="bench-cplugin-") as tmp:
         subprocess.run([*anychip, "plugin", "new", "mychip", "--dir", tmp], check=True, capture_output=True)
         subprocess.run(["make", "-s", "-C", os.path.join(tmp, "mychip")], check=True, capture_output=True)
@@ -296,7 +294,7 @@ def _result(text: str) -> dict[int | str, float]:
 
 def part_allreduce(repeat: int, before: str | None) -> None:
     """Paddle's all_reduce through the bridge against anychip's API, rounds interleaved; with
-    `before` (a paddle_custom_device directory of another build, its anychip/_lib beside it as
+    `before` (a paddle_custom_device directory of another build, its src/anychip/_lib beside it as
     an installed tree has it) that build's Paddle job runs in each round too."""
     sizes = json.dumps(SIZES)
     roots = {"paddle": None, **({"before": before} if before else {})}
@@ -314,8 +312,8 @@ def part_allreduce(repeat: int, before: str | None) -> None:
                                check=True)
                 for k, v in _result((logs / "workerlog.0").read_text()).items():
                     best[name][k] = min(v, best[name].get(k, v))
-            r = subprocess.run(python_command(["-m", "anychip", "launch", "-n", "2", "--device", "ascend",
-                                               str(ascript), sizes]), env=_env(ANYCHIP_COLLECTIVE_TRANSPORT="native"),
+            r = subprocess.run([sys.executable, "-m", "anychip", "launch", "-n", "2", "--device", "ascend",
+                                               str(ascript), sizes], env=_env(ANYCHIP_COLLECTIVE_TRANSPORT="native"),
                                capture_output=True, text=True, check=True)
             for k, v in _result(r.stdout).items():
                 best["anychip"][k] = min(v, best["anychip"].get(k, v))

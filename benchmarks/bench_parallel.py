@@ -20,8 +20,6 @@ import statistics
 import subprocess
 import sys
 
-from anychip._spawn import python_command
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = {"mlp": os.path.join(os.path.dirname(HERE), "examples", "auto_parallel.py"),
             "transformer": os.path.join(os.path.dirname(HERE), "examples", "transformer_parallel.py")}
@@ -42,7 +40,7 @@ def main() -> int:
     env = dict(os.environ)
     if args.blas_threads is not None:
         env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = str(args.blas_threads)
-    cmd = [*python_command(["-m", "anychip", "launch"]), "-n", "4", "--device", args.device, EXAMPLES[args.model],
+    cmd = [sys.executable, "-m", "anychip", "launch", "-n", "4", "--device", args.device, EXAMPLES[args.model],
            "--json", "--steps", str(args.steps)] + (["--small"] if args.small else []) + \
         (["--zero"] if args.zero and args.model == "transformer" else [])
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)

@@ -14,7 +14,7 @@ allreduce  float32 all_reduce on 2 ranks, in place: torch.distributed on the ``a
            the same process group with ANYCHIP_TORCH_C10D_DIRECT=0 (every op through
            anychip's communicator, not the C++ path), in the same job; a plain anychip job (no
            torch) runs beside; --before FILE also runs another build's process group (its
-           anychip/torch/distributed.py) in the same jobs, for before / after figures.
+           src/anychip/torch/distributed.py) in the same jobs, for before / after figures.
            "paired": the median, over every round of every job, of the ratio of the API's
            time to the process group's in the same round (a drift of the load between
            rounds cancels out). "cpu": the issuing thread's CPU time per op
@@ -34,8 +34,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-from anychip._spawn import python_command
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_paddle_provider import _result  # noqa: E402  (rank 0's RESULT line, read the same way)
@@ -171,8 +169,8 @@ comm.destroy()
 
 def _job(script: Path, sizes: str, rounds: int, *extra: str) -> dict[int, dict[str, Any]]:
     env = {**os.environ, "ANYCHIP_COLLECTIVE_TRANSPORT": "native", "ANYCHIP_TORCH": "ascend"}
-    done = subprocess.run(python_command(["-m", "anychip", "launch", "-n", "2", "--device", "ascend", str(script),
-                                          sizes, str(rounds), *extra]), env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "anychip", "launch", "-n", "2", "--device", "ascend", str(script),
+                                          sizes, str(rounds), *extra], env=env, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{script.name} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     return _result(done.stdout)  # type: ignore[return-value]  # (seconds per op here)
@@ -240,7 +238,7 @@ def main() -> int:
     ap.add_argument("--parts", default="ops,allreduce")
     ap.add_argument("--repeat", type=int, default=3, help="all_reduce jobs of each kind")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds of each method in one job")
-    ap.add_argument("--before", help="anychip/torch/distributed.py of another build, measured in the same jobs")
+    ap.add_argument("--before", help="src/anychip/torch/distributed.py of another build, measured in the same jobs")
     args = ap.parse_args()
     parts = args.parts.split(",")
     if "ops" in parts:

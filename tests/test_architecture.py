@@ -29,12 +29,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "anychip"
+PACKAGE = ROOT / "src" / "anychip"
 
 #: layer -> the modules that form it: each top-level module of the package by name (a package
 #: with its submodules; ``anychip`` is only its ``__init__``), so that a new one must be placed here
 LAYERS: dict[str, tuple[str, ...]] = {
-    "base": ("anychip._version", "anychip._lib", "anychip._format", "anychip._spawn"),
+    "base": ("anychip._version", "anychip._lib", "anychip._format"),
     "runtime": ("anychip.runtime", "anychip._data"),
     "chips": ("anychip.chips",),
     "collectives": ("anychip.collectives",),

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _imported_top_level_modules() -> set[str]:
     found = set()
-    for path in (ROOT / "anychip").rglob("*.py"):
+    for path in (ROOT / "src" / "anychip").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 found |= {alias.name.split(".")[0] for alias in node.names}

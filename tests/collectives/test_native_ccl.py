@@ -1,4 +1,4 @@
-"""Collectives through the chips' own libraries (anychip/collectives/transports/native.py).
+"""Collectives through the chips' own libraries (src/anychip/collectives/transports/native.py).
 
 HCCL, BKCL and RCCL are the simulator's (csrc/sim/hccl.c, bkcl.c, rccl.c), called through
 the chips' plugin.h adapters (csrc/adapters/*/plugin_*.c) exactly as the vendors' libraries would

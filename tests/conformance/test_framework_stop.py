@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 from conftest import leaked_segments
 
-from anychip._spawn import python_command
-
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = {"torch": "torch_worker.py", "paddle": "paddle_worker.py"}
 
@@ -73,7 +71,7 @@ def test_a_stopped_framework_run_leaves_nothing(framework: str, how: str, tmp_pa
     tmp.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_LAUNCH_DEVICE")}
     env.update(TMPDIR=str(tmp), ANYCHIP_LOG_LEVEL="ERROR")
-    p = subprocess.Popen(python_command(["-m", "anychip", "conformance", "--framework", framework, "-n", "2"]),
+    p = subprocess.Popen([sys.executable, "-m", "anychip", "conformance", "--framework", framework, "-n", "2"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     seen: set[int] = set()
     segments: set[str] = set()
@@ -130,7 +128,7 @@ def test_the_first_torch_run_compiles_before_its_clock_and_stops_cleanly_while_c
     cache = tmp_path / "cache"
     env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_LAUNCH_DEVICE")}
     env.update(ANYCHIP_TORCH_CACHE=str(cache), ANYCHIP_LOG_LEVEL="ERROR")
-    p = subprocess.Popen(python_command(["-m", "anychip", "conformance", "--framework", "torch", "-n", "2"]),
+    p = subprocess.Popen([sys.executable, "-m", "anychip", "conformance", "--framework", "torch", "-n", "2"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     seen: set[int] = set()
     compilers: list[int] = []

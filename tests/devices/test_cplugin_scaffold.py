@@ -145,7 +145,7 @@ def _wheel_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
     monkeypatch.chdir(ROOT)
     runpy.run_path(str(ROOT / "setup.py"))
-    dist = setuptools.Distribution({"packages": ["anychip"], "script_name": "setup.py"})
+    dist = setuptools.Distribution({"packages": ["anychip"], "package_dir": {"": "src"}, "script_name": "setup.py"})
     cmd = captured["cmdclass"]["build_py"](dist)
     cmd.build_lib = str(tmp_path)
     cmd.ensure_finalized()

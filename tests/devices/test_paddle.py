@@ -1,4 +1,4 @@
-"""Paddle CustomDevice plugins loaded unchanged (anychip/chips/paddle/).
+"""Paddle CustomDevice plugins loaded unchanged (src/anychip/chips/paddle/).
 
 The plugin under test is tests/devices/pdtest/pdtest.c, built here into several variants: the
 complete one (xccl on the collective engine), a minimal one (only the entries Paddle

@@ -31,7 +31,7 @@ from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS
 HERE = Path(__file__).resolve().parent
 WORKERS = HERE
 ROOT = HERE.parent.parent
-WORKER = ROOT / "anychip" / "conformance" / "paddle_worker.py"
+WORKER = ROOT / "src" / "anychip" / "conformance" / "paddle_worker.py"
 BRIDGE = paddle_provider.simulator_bridge()
 ANYCHIP = [sys.executable, "-m", "anychip.cli"]
 pytestmark = pytest.mark.skipif(BRIDGE is None, reason="anychip was built without the Paddle bridge")

@@ -1,6 +1,6 @@
 """What a DataLoader worker started with the "spawn" method runs: this module imports torch
 only (not anychip.torch), so the worker has the ``anychip`` device through torch's backend
-autoload (anychip/_torch_autoload.py) or not at all."""
+autoload (src/anychip/_torch_autoload.py) or not at all."""
 import torch
 
 

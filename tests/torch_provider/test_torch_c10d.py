@@ -17,8 +17,6 @@ pytest.importorskip("torch", reason="torch is not installed (pip install 'anychi
 
 from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, ccl_segments, leaked_segments
 
-from anychip._spawn import python_command  # noqa: E402
-
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 
@@ -28,7 +26,7 @@ def _launch(n: int, *argv: str, timeout: float = CHILD_SECONDS, device: str = "a
     env = {k: v for k, v in os.environ.items()
            if k not in ("ANYCHIP_TORCH", "ANYCHIP_TORCH_C10D_DIRECT", "ANYCHIP_COLLECTIVE_TIMEOUT")}
     env.update(extra)
-    cmd = python_command(["-m", "anychip", "launch", "-n", str(n), "--device", device, *argv])
+    cmd = [sys.executable, "-m", "anychip", "launch", "-n", str(n), "--device", device, *argv]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
 
 
@@ -38,7 +36,7 @@ def _every_op(n: int, device: str = "ascend") -> tuple[str, dict[int, int]]:
     roots, n + 1 all_gather blocks, 2 reduce_scatter, 2 all_to_all_single, n all_to_all
     blocks, 1 send/recv ring (rank 1: also the plain recv from rank 0); then bool, async,
     future, scatter and the refusal, and on rank 0 the n gathered blocks."""
-    done = _launch(n, str(ROOT / "anychip" / "conformance" / "torch_worker.py"), device=device)
+    done = _launch(n, str(ROOT / "src" / "anychip" / "conformance" / "torch_worker.py"), device=device)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.findall(r"CHECK \S+ FAIL.*", done.stdout) == []
     counts = {int(r): int(c) for r, c in re.findall(r"DONE (\d) failures=0 checks=(\d+)", done.stdout)}
@@ -212,7 +210,7 @@ def _two_ranks(*argv: str, direct: str) -> list[subprocess.CompletedProcess]:
         for k in ("ANYCHIP_RANK", "ANYCHIP_WORLD_SIZE", "ANYCHIP_LOCAL_RANK", "ANYCHIP_LOCAL_SIZE", "ANYCHIP_JOB_ID",
                   "ANYCHIP_TORCH", "ANYCHIP_COLLECTIVE_TIMEOUT"):
             env.pop(k, None)
-        procs.append(subprocess.Popen(python_command([str(HERE / "faults.py"), *argv]), env=env,
+        procs.append(subprocess.Popen([sys.executable, str(HERE / "faults.py"), *argv], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT))
     out = []
     for p in procs:
@@ -273,8 +271,8 @@ def test_an_aborted_group_fails_its_pending_op_at_once(direct):
 @pytest.mark.slow
 def test_conformance_framework_torch_prints_tables_and_passes():
     env = {k: v for k, v in os.environ.items() if k != "ANYCHIP_TORCH"}
-    done = subprocess.run(python_command(["-m", "anychip", "conformance", "--framework", "torch", "--device",
-                                          "ascend", "-n", "2"]), capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-m", "anychip", "conformance", "--framework", "torch", "--device",
+                                          "ascend", "-n", "2"], capture_output=True, text=True, env=env,
                           timeout=LONG_CHILD_SECONDS, cwd=ROOT)
     failed = re.findall(r"^#   FAIL (\S+) \(ranks? [\d,]+\): ", done.stdout, flags=re.M)
     assert failed == [], done.stdout[-3000:] + done.stderr[-3000:]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -15,8 +16,6 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'anychip[torch]')")
 
 from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, LONG_TEST_SECONDS  # noqa: E402
-
-from anychip._spawn import python_command  # noqa: E402
 
 HERE = Path(__file__).parent
 
@@ -41,7 +40,7 @@ def test_pending_results_read_right_while_the_current_device_changes(chip):
     # device; the first uses read [0, 0, 0, 0]
     env = {**os.environ, "ANYCHIP_TORCH": chip}
     env.pop("ANYCHIP_LAUNCH_DEVICE", None)
-    done = subprocess.run(python_command([str(HERE / "device_switch.py"), "100"]), capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(HERE / "device_switch.py"), "100"], capture_output=True, text=True,
                           env=env, timeout=LONG_CHILD_SECONDS)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
@@ -248,8 +247,8 @@ def test_c10d_reduces_complex_tensors_in_place(at):
     # torch runs a complex tensor's all_reduce / broadcast / all_gather through view_as_real
     # (before: the input came back unreduced, without an error)
     env = {k: v for k, v in os.environ.items() if k != "ANYCHIP_TORCH"}
-    done = subprocess.run(python_command(["-m", "anychip", "launch", "-n", "2", "--device", "ascend",
-                                          str(HERE / "complex_c10d.py")]),
+    done = subprocess.run([sys.executable, "-m", "anychip", "launch", "-n", "2", "--device", "ascend",
+                                          str(HERE / "complex_c10d.py")],
                           capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for rank in (0, 1):
@@ -414,7 +413,7 @@ def test_a_c_plugins_events_work_on_another_device_than_the_current_one(scaffold
     # device 0" for an event of anychip:1, and the cross-device wait_stream refused)
     env = {**os.environ, "ANYCHIP_TORCH": scaffold_plugin.name, "ANYCHIP_PLUGIN_PATH": scaffold_plugin.path}
     env.pop("ANYCHIP_LAUNCH_DEVICE", None)
-    done = subprocess.run(python_command(["-c", EVENTS_PROGRAM]), capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-c", EVENTS_PROGRAM], capture_output=True, text=True, env=env,
                           timeout=LONG_CHILD_SECONDS)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines()[-1] == "query True; after synchronize True; elapsed True; values [6.0, 6.0] 7.0"

@@ -18,7 +18,6 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, LONG_TEST_SECONDS  # noqa: E402
 
 import anychip  # noqa: E402
-from anychip._spawn import python_command  # noqa: E402
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -328,8 +327,8 @@ def test_spawned_dataloader_workers_use_the_device_without_importing_anychip(at)
 @pytest.mark.slow
 def test_parallel_stages_on_four_ranks_equal_one_device(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_TORCH_C10D_DIRECT")}
-    cmd = python_command(["-m", "anychip", "launch", "-n", "4", "--device", "ascend",
-                          str(HERE / "parallel_stages.py"), str(tmp_path / "dcp")])
+    cmd = [sys.executable, "-m", "anychip", "launch", "-n", "4", "--device", "ascend",
+                          str(HERE / "parallel_stages.py"), str(tmp_path / "dcp")]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=LONG_CHILD_SECONDS, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert re.findall(r"CHECK \S+ FAIL.*", done.stdout) == []

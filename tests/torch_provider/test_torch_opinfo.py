@@ -17,6 +17,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 
 import pytest
 from conftest import LONG_CHILD_SECONDS, LONG_TEST_SECONDS
@@ -216,11 +217,10 @@ print("RESULT " + json.dumps({"backend": at.backend(), "launches": at._C.kernel_
 def test_opinfo_subset_on_a_c_plugins_kernel_table(scaffold_plugin):
     from pathlib import Path
 
-    from anychip._spawn import python_command
     here = Path(__file__).resolve().parent
     env = {**os.environ, "ANYCHIP_TORCH": scaffold_plugin.name, "ANYCHIP_PLUGIN_PATH": scaffold_plugin.path}
     env.pop("ANYCHIP_LAUNCH_DEVICE", None)
-    done = subprocess.run(python_command(["-c", C_PLUGIN_SUBSET, str(here.parent), str(here)]), capture_output=True,
+    done = subprocess.run([sys.executable, "-c", C_PLUGIN_SUBSET, str(here.parent), str(here)], capture_output=True,
                           text=True, env=env, timeout=LONG_CHILD_SECONDS)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))[len("RESULT "):])

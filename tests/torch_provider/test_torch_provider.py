@@ -19,7 +19,6 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, LONG_TEST_SECONDS  # noqa: E402
 
 import anychip  # noqa: E402
-from anychip._spawn import python_command  # noqa: E402
 
 
 # the first import on a fresh machine compiles the extension (a minute or two)
@@ -71,7 +70,7 @@ def test_each_source_is_one_compile_and_the_key_covers_every_source(tmp_path, mo
 
     from anychip.torch import _build
     here = _build.source_dir()
-    assert here == Path(anychip.__file__).resolve().parent.parent / "csrc" / "torch"
+    assert here == Path(anychip.__file__).resolve().parents[2] / "csrc" / "torch"
     *compiles, link = _build._commands(Path("OUT"))
     assert sorted(Path(c[c.index("-c") + 1]) for c in compiles) == sorted(here.glob("*.cpp"))
     assert [a for a in link if a.endswith(".o")] == [c[c.index("-o") + 1] for c in compiles]
@@ -458,7 +457,7 @@ def test_the_kernel_table_setting_and_a_c_plugins_table(setting, scaffold_plugin
     if setting == "c plugin":
         env.update(ANYCHIP_TORCH=scaffold_plugin.name, ANYCHIP_PLUGIN_PATH=scaffold_plugin.path,
                    ANYCHIP_TORCH_KERNELS="1")
-    done = subprocess.run(python_command(["-c", KERNELS_PROGRAM]), capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-c", KERNELS_PROGRAM], capture_output=True, text=True, env=env,
                           timeout=LONG_CHILD_SECONDS)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.splitlines()[-1])
@@ -536,7 +535,7 @@ PROGRAM = textwrap.dedent("""
 def test_the_other_simulated_chips_serve_the_device(chip):
     env = {**os.environ, "ANYCHIP_TORCH": chip}
     env.pop("ANYCHIP_LAUNCH_DEVICE", None)
-    done = subprocess.run(python_command(["-c", PROGRAM]), capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, env=env,
                           timeout=LONG_CHILD_SECONDS)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[-2] == f"{chip} {chip}:1 [0.0, 6.0, 2.0, 8.0, 4.0, 10.0]"
@@ -544,7 +543,7 @@ def test_the_other_simulated_chips_serve_the_device(chip):
 
 def test_a_bad_kernel_setting_is_refused_naming_the_choices():
     env = {**os.environ, "ANYCHIP_TORCH_KERNELS": "fast"}
-    done = subprocess.run(python_command(["-c", "import anychip.torch"]), capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-c", "import anychip.torch"], capture_output=True, text=True, env=env,
                           timeout=LONG_CHILD_SECONDS)
     assert done.returncode == 1
     assert "anychip.runtime.errors.InvalidArgumentError: ANYCHIP_TORCH_KERNELS='fast' is invalid: want one of 0, 1, " \
@@ -553,7 +552,7 @@ def test_a_bad_kernel_setting_is_refused_naming_the_choices():
 
 def test_an_unknown_backend_is_refused_naming_the_choices():
     env = {**os.environ, "ANYCHIP_TORCH": "nosuchchip"}
-    done = subprocess.run(python_command(["-c", "import anychip.torch"]), capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-c", "import anychip.torch"], capture_output=True, text=True, env=env,
                           timeout=LONG_CHILD_SECONDS)
     assert done.returncode == 1
     assert "ANYCHIP_TORCH=nosuchchip: anychip has no backend 'nosuchchip'" in done.stderr
@@ -566,7 +565,7 @@ def test_simulated_chips_with_no_devices_are_named_as_such():
     (it said they "need anychip's built simulator libraries")."""
     env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_LAUNCH_DEVICE")}
     env["ANYCHIP_SIM_DEVICES"] = "0"
-    done = subprocess.run(python_command(["-c", "import anychip.torch"]), capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-c", "import anychip.torch"], capture_output=True, text=True, env=env,
                           timeout=LONG_CHILD_SECONDS)
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1] == (
@@ -597,7 +596,7 @@ def test_a_forked_child_is_told_to_use_spawn():
         print("PARENT", torch.anychip._is_in_bad_fork(), (x + 1).cpu().tolist(), flush=True)
     """)
     env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_LAUNCH_DEVICE")}
-    done = subprocess.run(python_command(["-c", code]), capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           timeout=LONG_CHILD_SECONDS)
     assert done.returncode == 0, done.stderr[-3000:]
     want = ("anychip ascend: this is a forked child of the process that set up the anychip device (import "

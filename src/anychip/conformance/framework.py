@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._spawn import python_command
 from ..runtime.errors import InvalidArgumentError, UnsupportedError
 from ._stop import Stopped
 
@@ -61,8 +60,8 @@ class Framework:
                      "--devices", ",".join(map(str, range(nranks))), str(self.worker), *args], env)
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
         env["ANYCHIP_TORCH"] = backend
-        return python_command(["-m", "anychip", "launch", "-n", str(nranks), "--device", backend, str(self.worker),
-                               *args]), env
+        return [sys.executable, "-m", "anychip", "launch", "-n", str(nranks), "--device", backend, str(self.worker),
+                               *args], env
 
     def rank_texts(self, nranks: int, output: str, tmp: Path) -> list[str]:
         """Each rank's lines: Paddle's launcher writes a log per rank, anychip's prefixes them."""

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from ._data import get_include, plugin_header, templates_dir
-from ._spawn import python_command
 from .runtime.errors import AnychipError, InvalidArgumentError, PluginError
 
 __all__ = ["new_plugin", "add_parser", "LANGUAGES"]
@@ -253,7 +252,7 @@ def _check_in_child(library: str) -> int:
     import signal
     import subprocess
     env = dict(os.environ, **{_CHECK_CHILD_ENV: "1"})
-    rc = subprocess.run(python_command(["-m", "anychip", "plugin", "check", library]), env=env).returncode
+    rc = subprocess.run([sys.executable, "-m", "anychip", "plugin", "check", library], env=env).returncode
     if rc < 0:
         try:
             how = signal.Signals(-rc).name

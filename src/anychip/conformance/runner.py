@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._spawn import python_command
 from .cases import CASE_NAMES, COMM_CASES, DEVICE_CASES, FAULT_CASES, OPS, Config, names_rank, plan
 
 __all__ = ["run_backend", "available_backends", "Progress"]
@@ -128,7 +127,7 @@ def killed_rank(backend: str, cfg: Config, tmp: str) -> dict:
                          "ANYCHIP_LOCAL_SIZE": str(n), "ANYCHIP_JOB_ID": job, "ANYCHIP_LAUNCH_DEVICE": backend,
                          "PYTHONUNBUFFERED": "1"})
     t = time.perf_counter()
-    procs = [subprocess.Popen(python_command(["-m", _RANK_MODULE, run]),
+    procs = [subprocess.Popen([sys.executable, "-m", _RANK_MODULE, run],
                               env={**env, "ANYCHIP_RANK": str(r), "ANYCHIP_LOCAL_RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(n)]
     outs = []

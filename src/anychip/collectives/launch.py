@@ -1,8 +1,8 @@
 """``anychip launch -n N [--device BACKEND] [-m] PROGRAM args...``: N ranks on this machine.
 
 Rank r runs ``python prog.py args...`` (``python -m module args...`` with ``-m``; an
-executable that is not a .py file runs as it is), importing the launcher's own anychip
-whatever the current directory holds (see :mod:`anychip._spawn`), with ``ANYCHIP_RANK=r``, ``ANYCHIP_WORLD_SIZE=N``,
+executable that is not a .py file runs as it is) with the launcher's interpreter, with
+``ANYCHIP_RANK=r``, ``ANYCHIP_WORLD_SIZE=N``,
 ``ANYCHIP_LOCAL_RANK=r``, ``ANYCHIP_LOCAL_SIZE=N``, a fresh ``ANYCHIP_JOB_ID`` and, with
 ``--device``, ``ANYCHIP_LAUNCH_DEVICE`` (so :func:`anychip.collectives.init` puts rank r on
 ``BACKEND:r``); torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
@@ -32,8 +32,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import IO
-
-from .._spawn import python_command
 
 __all__ = ["launch", "add_parser", "main", "MAX_RANKS"]
 
@@ -144,7 +142,7 @@ def _start(nprocs: int, argv: Sequence[str], device: str | None, base: dict[str,
     job = f"launch-{os.getpid()}-{secrets.token_hex(4)}"
     lock = threading.Lock()
     preexec = _die_with_launcher(os.getpid())
-    cmd = python_command(argv) if argv[0].endswith(".py") or argv[0] in ("-c", "-m") else list(argv)
+    cmd = [sys.executable, *argv] if argv[0].endswith(".py") or argv[0] in ("-c", "-m") else list(argv)
     port = _free_port()
     threads = {} if "OMP_NUM_THREADS" in base else {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nprocs))}
     for r in range(nprocs):

@@ -18,6 +18,8 @@ import re
 __all__ = ["include_dir", "cdef_of", "code_names", "Codes", "ADAPTER_CODES", "c_code_table"]
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: a source checkout's headers: the package is src/anychip
+_CHECKOUT_INCLUDE = os.path.join(os.path.dirname(os.path.dirname(_PKG)), "csrc", "include")
 _BEGIN = "/* ANYCHIP-CDEF-BEGIN */"
 _END = "/* ANYCHIP-CDEF-END */"
 _ALLOWED_DIRECTIVE = re.compile(r"#define\s+\w+\s+(0x[0-9A-Fa-f]+|\d+)\s*(/\*.*\*/)?\s*$")
@@ -26,7 +28,7 @@ _ALLOWED_DIRECTIVE = re.compile(r"#define\s+\w+\s+(0x[0-9A-Fa-f]+|\d+)\s*(/\*.*\
 def include_dir() -> str:
     """The directory holding the vendor headers (``acl/acl.h``, ``hip/hip_runtime_api.h`` ...):
     the installed copy, or ``csrc/include`` of a source checkout."""
-    for path in (os.path.join(_PKG, "_include"), os.path.join(os.path.dirname(_PKG), "csrc", "include")):
+    for path in (os.path.join(_PKG, "_include"), _CHECKOUT_INCLUDE):
         if os.path.isfile(os.path.join(path, "acl", "acl.h")):
             return path
     raise FileNotFoundError(f"the vendor headers are neither in {_PKG}/_include nor in a source checkout "
