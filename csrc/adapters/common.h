@@ -228,14 +228,24 @@ static anychip_status event_elapsed_ms(int device, float *ms, anychip_event star
 
 #define COMM(comm) ((ADAPTER_COMM)(comm))
 
+/* a reducing collective's dtype and op as the API's */
+typedef struct ccl_types {
+    ADAPTER_DTYPE type;
+    ADAPTER_REDOP op;
+} ccl_types;
+
+static anychip_status ccl_types_of(anychip_dtype dtype, anychip_redop op, ccl_types *out)
+{
+    anychip_status rc = ccl_dtype(dtype, &out->type);
+    return rc != 0 ? rc : ccl_redop(op, &out->op);
+}
+
 static anychip_status all_reduce(const void *send, void *recv, size_t count, anychip_dtype dtype,
                                  anychip_redop op, anychip_comm comm, anychip_stream stream)
 {
-    ADAPTER_DTYPE t;
-    ADAPTER_REDOP o;
-    CHECK(ccl_dtype(dtype, &t));
-    CHECK(ccl_redop(op, &o));
-    return ADAPTER_ALL_REDUCE(send, recv, count, t, o, COMM(comm), STREAM(stream));
+    ccl_types a;
+    CHECK(ccl_types_of(dtype, op, &a));
+    return ADAPTER_ALL_REDUCE(send, recv, count, a.type, a.op, COMM(comm), STREAM(stream));
 }
 
 static anychip_status broadcast(const void *send, void *recv, size_t count, anychip_dtype dtype, int root,
@@ -249,11 +259,9 @@ static anychip_status broadcast(const void *send, void *recv, size_t count, anyc
 static anychip_status reduce(const void *send, void *recv, size_t count, anychip_dtype dtype, anychip_redop op,
                              int root, anychip_comm comm, anychip_stream stream)
 {
-    ADAPTER_DTYPE t;
-    ADAPTER_REDOP o;
-    CHECK(ccl_dtype(dtype, &t));
-    CHECK(ccl_redop(op, &o));
-    return ADAPTER_REDUCE(send, recv, count, t, o, root, COMM(comm), STREAM(stream));
+    ccl_types a;
+    CHECK(ccl_types_of(dtype, op, &a));
+    return ADAPTER_REDUCE(send, recv, count, a.type, a.op, root, COMM(comm), STREAM(stream));
 }
 
 static anychip_status all_gather(const void *send, void *recv, size_t send_count, anychip_dtype dtype,
@@ -267,11 +275,9 @@ static anychip_status all_gather(const void *send, void *recv, size_t send_count
 static anychip_status reduce_scatter(const void *send, void *recv, size_t recv_count, anychip_dtype dtype,
                                      anychip_redop op, anychip_comm comm, anychip_stream stream)
 {
-    ADAPTER_DTYPE t;
-    ADAPTER_REDOP o;
-    CHECK(ccl_dtype(dtype, &t));
-    CHECK(ccl_redop(op, &o));
-    return ADAPTER_REDUCE_SCATTER(send, recv, recv_count, t, o, COMM(comm), STREAM(stream));
+    ccl_types a;
+    CHECK(ccl_types_of(dtype, op, &a));
+    return ADAPTER_REDUCE_SCATTER(send, recv, recv_count, a.type, a.op, COMM(comm), STREAM(stream));
 }
 
 static anychip_status all_to_all(const void *send, void *recv, size_t count, anychip_dtype dtype,
@@ -303,8 +309,9 @@ static anychip_status recv(void *buf, size_t count, anychip_dtype dtype, int pee
 #include "sim/plugin_kernels.h"       /* the simulator's tensor kernels as plugin.h's kernel table */
 #endif
 
-/* plugin.h's version, the adapter's names and the entries above (the optional ones it has); ADAPTER_INVALID when the
- * caller's table is older (smaller) than this header's */
+/* plugin.h's version, the adapter's names and the entries above (the optional ones where the API
+ * has them), in plugin.h's order; ADAPTER_INVALID when the caller's table is older (smaller)
+ * than this header's */
 static anychip_status adapter_fill(anychip_plugin *p, const char *device_type, const char *version)
 {
     if (p->struct_size < sizeof *p)
@@ -323,20 +330,35 @@ static anychip_status adapter_fill(anychip_plugin *p, const char *device_type, c
     p->set_device = set_device;
     p->device_name = device_name;
     p->mem_info = mem_info;
+#ifdef ADAPTER_DEVICE_SYNCHRONIZE
+    p->device_synchronize = device_synchronize;
+#endif
     p->mem_alloc = mem_alloc;
     p->mem_free = mem_free;
     p->copy = copy;
     p->copy_async = copy_async;
     p->copy_peer = copy_peer;
+#ifdef ADAPTER_FILL
+    p->fill = fill;
+#endif
+#ifdef ADAPTER_FILL_ASYNC
+    p->fill_async = fill_async;
+#endif
     p->stream_create = stream_create;
     p->stream_destroy = stream_destroy;
     p->stream_synchronize = stream_synchronize;
+#ifdef ADAPTER_STREAM_QUERY
+    p->stream_query = stream_query;
+#endif
     p->stream_wait_event = stream_wait_event;
     p->event_create = event_create;
     p->event_destroy = event_destroy;
     p->event_record = event_record;
     p->event_synchronize = event_synchronize;
     p->event_query = event_query;
+#ifdef ADAPTER_EVENT_ELAPSED_MS
+    p->event_elapsed_ms = event_elapsed_ms;
+#endif
     p->get_unique_id = get_unique_id;
     p->comm_init_rank = comm_init_rank;
     p->comm_destroy = comm_destroy;
@@ -350,21 +372,6 @@ static anychip_status adapter_fill(anychip_plugin *p, const char *device_type, c
     p->recv = recv;
     p->group_start = group_start;
     p->group_end = group_end;
-#ifdef ADAPTER_DEVICE_SYNCHRONIZE
-    p->device_synchronize = device_synchronize;
-#endif
-#ifdef ADAPTER_FILL
-    p->fill = fill;
-#endif
-#ifdef ADAPTER_FILL_ASYNC
-    p->fill_async = fill_async;
-#endif
-#ifdef ADAPTER_STREAM_QUERY
-    p->stream_query = stream_query;
-#endif
-#ifdef ADAPTER_EVENT_ELAPSED_MS
-    p->event_elapsed_ms = event_elapsed_ms;
-#endif
     return ADAPTER_OK;
 }
 
