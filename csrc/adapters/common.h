@@ -202,26 +202,42 @@ static anychip_status event_synchronize(int device, anychip_event event)
 static anychip_status event_query(int device, anychip_event event)
     ON_DEVICE(device, ADAPTER_EVENT_QUERY(EVENT(event)))
 
-/* the optional ones, where the API has them */
+/* the optional ones, where the API has them: OPTIONAL_<ENTRY> is the entry, or NULL (anychip's
+ * fallback serves) */
 #ifdef ADAPTER_DEVICE_SYNCHRONIZE
 static anychip_status device_synchronize(int device)
     ON_DEVICE(device, ADAPTER_DEVICE_SYNCHRONIZE())
+#define OPTIONAL_DEVICE_SYNCHRONIZE device_synchronize
+#else
+#define OPTIONAL_DEVICE_SYNCHRONIZE NULL
 #endif
 #ifdef ADAPTER_FILL
 static anychip_status fill(int device, void *dst, int value, size_t nbytes)
     ON_DEVICE(device, nbytes ? ADAPTER_FILL(dst, value, nbytes) : ADAPTER_OK)
+#define OPTIONAL_FILL fill
+#else
+#define OPTIONAL_FILL NULL
 #endif
 #ifdef ADAPTER_FILL_ASYNC
 static anychip_status fill_async(int device, void *dst, int value, size_t nbytes, anychip_stream stream)
     ON_DEVICE(device, nbytes ? ADAPTER_FILL_ASYNC(dst, value, nbytes, STREAM(stream)) : ADAPTER_OK)
+#define OPTIONAL_FILL_ASYNC fill_async
+#else
+#define OPTIONAL_FILL_ASYNC NULL
 #endif
 #ifdef ADAPTER_STREAM_QUERY
 static anychip_status stream_query(int device, anychip_stream stream)
     ON_DEVICE(device, ADAPTER_STREAM_QUERY(STREAM(stream)))
+#define OPTIONAL_STREAM_QUERY stream_query
+#else
+#define OPTIONAL_STREAM_QUERY NULL
 #endif
 #ifdef ADAPTER_EVENT_ELAPSED_MS
 static anychip_status event_elapsed_ms(int device, float *ms, anychip_event start, anychip_event end)
     ON_DEVICE(device, ADAPTER_EVENT_ELAPSED_MS(ms, EVENT(start), EVENT(end)))
+#define OPTIONAL_EVENT_ELAPSED_MS event_elapsed_ms
+#else
+#define OPTIONAL_EVENT_ELAPSED_MS NULL
 #endif
 
 /* ---- the collectives: plugin.h's dtype and op as the API's, then its call -------------------- */
@@ -309,9 +325,8 @@ static anychip_status recv(void *buf, size_t count, anychip_dtype dtype, int pee
 #include "sim/plugin_kernels.h"       /* the simulator's tensor kernels as plugin.h's kernel table */
 #endif
 
-/* plugin.h's version, the adapter's names and the entries above (the optional ones where the API
- * has them), in plugin.h's order; ADAPTER_INVALID when the caller's table is older (smaller)
- * than this header's */
+/* plugin.h's version, the adapter's names and the entries above, in plugin.h's order;
+ * ADAPTER_INVALID when the caller's table is older (smaller) than this header's */
 static anychip_status adapter_fill(anychip_plugin *p, const char *device_type, const char *version)
 {
     if (p->struct_size < sizeof *p)
@@ -330,35 +345,25 @@ static anychip_status adapter_fill(anychip_plugin *p, const char *device_type, c
     p->set_device = set_device;
     p->device_name = device_name;
     p->mem_info = mem_info;
-#ifdef ADAPTER_DEVICE_SYNCHRONIZE
-    p->device_synchronize = device_synchronize;
-#endif
+    p->device_synchronize = OPTIONAL_DEVICE_SYNCHRONIZE;
     p->mem_alloc = mem_alloc;
     p->mem_free = mem_free;
     p->copy = copy;
     p->copy_async = copy_async;
     p->copy_peer = copy_peer;
-#ifdef ADAPTER_FILL
-    p->fill = fill;
-#endif
-#ifdef ADAPTER_FILL_ASYNC
-    p->fill_async = fill_async;
-#endif
+    p->fill = OPTIONAL_FILL;
+    p->fill_async = OPTIONAL_FILL_ASYNC;
     p->stream_create = stream_create;
     p->stream_destroy = stream_destroy;
     p->stream_synchronize = stream_synchronize;
-#ifdef ADAPTER_STREAM_QUERY
-    p->stream_query = stream_query;
-#endif
+    p->stream_query = OPTIONAL_STREAM_QUERY;
     p->stream_wait_event = stream_wait_event;
     p->event_create = event_create;
     p->event_destroy = event_destroy;
     p->event_record = event_record;
     p->event_synchronize = event_synchronize;
     p->event_query = event_query;
-#ifdef ADAPTER_EVENT_ELAPSED_MS
-    p->event_elapsed_ms = event_elapsed_ms;
-#endif
+    p->event_elapsed_ms = OPTIONAL_EVENT_ELAPSED_MS;
     p->get_unique_id = get_unique_id;
     p->comm_init_rank = comm_init_rank;
     p->comm_destroy = comm_destroy;
