@@ -93,6 +93,8 @@ static aclError fail(aclError code, sim_status st, const char *fmt, const char *
 }
 
 #define ENTER() pthread_once(&fe_once, fe_init)
+/* an entry that is one call of the simulator core: the front end set up, the status as ACL's */
+#define CORE(call) (ENTER(), acl_code(call))
 
 /* ---- init ------------------------------------------------------------------- */
 
@@ -296,22 +298,11 @@ ACL_API aclError aclrtGetDeviceCount(uint32_t *count)
     return ACL_SUCCESS;
 }
 
-ACL_API aclError aclrtSynchronizeDevice(void)
-{
-    ENTER();
-    return acl_code(sim_device_synchronize(SIM_CURRENT));
-}
+ACL_API aclError aclrtSynchronizeDevice(void) { return CORE(sim_device_synchronize(SIM_CURRENT)); }
 
 ACL_API aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId)
 {
-    ENTER();
-    if (!canAccessPeer)
-        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtDeviceCanAccessPeer: canAccessPeer is NULL"));
-    if (sim_logical_to_phys(deviceId) < 0 || sim_logical_to_phys(peerDeviceId) < 0)
-        return acl_code(sim_fail(SIM_E_INVALID_DEVICE, "aclrtDeviceCanAccessPeer: no device %d",
-                                 sim_logical_to_phys(deviceId) < 0 ? (int)deviceId : (int)peerDeviceId));
-    *canAccessPeer = deviceId != peerDeviceId;
-    return ACL_SUCCESS;
+    return CORE(sim_can_access_peer(canAccessPeer, deviceId, peerDeviceId, "aclrtDeviceCanAccessPeer"));
 }
 
 ACL_API aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags)
@@ -529,11 +520,7 @@ ACL_API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, 
 
 /* ---- streams ------------------------------------------------------------------ */
 
-ACL_API aclError aclrtCreateStream(aclrtStream *stream)
-{
-    ENTER();
-    return acl_code(sim_stream_create(stream));
-}
+ACL_API aclError aclrtCreateStream(aclrtStream *stream) { return CORE(sim_stream_create(stream)); }
 
 ACL_API aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag)
 {
@@ -542,17 +529,8 @@ ACL_API aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t prior
     return aclrtCreateStream(stream);
 }
 
-ACL_API aclError aclrtDestroyStream(aclrtStream stream)
-{
-    ENTER();
-    return acl_code(sim_stream_destroy(stream));
-}
-
-ACL_API aclError aclrtSynchronizeStream(aclrtStream stream)
-{
-    ENTER();
-    return acl_code(sim_stream_synchronize(stream));
-}
+ACL_API aclError aclrtDestroyStream(aclrtStream stream) { return CORE(sim_stream_destroy(stream)); }
+ACL_API aclError aclrtSynchronizeStream(aclrtStream stream) { return CORE(sim_stream_synchronize(stream)); }
 
 ACL_API aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status)
 {
@@ -566,8 +544,7 @@ ACL_API aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status)
 
 ACL_API aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)
 {
-    ENTER();
-    return acl_code(sim_stream_wait_event(stream, event));
+    return CORE(sim_stream_wait_event(stream, event));
 }
 
 /* ---- callbacks: subscribed threads and reports ------------------------------ */
@@ -787,11 +764,7 @@ ACL_API aclError aclrtProcessReport(int32_t timeout)
 
 /* ---- events ------------------------------------------------------------------ */
 
-ACL_API aclError aclrtCreateEvent(aclrtEvent *event)
-{
-    ENTER();
-    return acl_code(sim_event_create(event));
-}
+ACL_API aclError aclrtCreateEvent(aclrtEvent *event) { return CORE(sim_event_create(event)); }
 
 ACL_API aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag)
 {
@@ -799,41 +772,39 @@ ACL_API aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag)
     return aclrtCreateEvent(event);
 }
 
-ACL_API aclError aclrtDestroyEvent(aclrtEvent event)
-{
-    ENTER();
-    return acl_code(sim_event_destroy(event));
-}
+ACL_API aclError aclrtDestroyEvent(aclrtEvent event) { return CORE(sim_event_destroy(event)); }
 
 ACL_API aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
 {
-    ENTER();
-    return acl_code(sim_event_record(event, stream));
+    return CORE(sim_event_record(event, stream));
 }
 
-ACL_API aclError aclrtSynchronizeEvent(aclrtEvent event)
-{
-    ENTER();
-    return acl_code(sim_event_synchronize(event));
-}
+ACL_API aclError aclrtSynchronizeEvent(aclrtEvent event) { return CORE(sim_event_synchronize(event)); }
+ACL_API aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream) { return CORE(sim_event_reset(event, stream)); }
 
-ACL_API aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream)
+/* `fn`'s reading of the event into *done: whether it is recorded and complete or, with `waits`,
+ * whether every stream told to wait for it has got past the wait; `status` is the caller's
+ * out argument, which must not be NULL */
+static sim_status event_done(aclrtEvent event, int waits, const void *status, int *done, const char *fn)
 {
     ENTER();
-    return acl_code(sim_event_reset(event, stream));
+    if (!status)
+        return sim_fail(SIM_E_INVALID_VALUE, "%s: status is NULL", fn);
+    int recorded, complete, waits_done;
+    sim_status st = sim_event_status(event, &recorded, &complete, &waits_done);
+    if (st == SIM_OK)
+        *done = waits ? waits_done : recorded && complete;
+    return st;
 }
 
 /* A created event that was never recorded (or was reset since) is NOT_READY, as CANN
  * reports for events made by aclrtCreateEvent. */
 ACL_API aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status)
 {
-    ENTER();
-    if (!status)
-        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtQueryEventStatus: status is NULL"));
-    int recorded, complete, waits_done;
-    sim_status st = sim_event_status(event, &recorded, &complete, &waits_done);
+    int done = 0;
+    sim_status st = event_done(event, 0, status, &done, "aclrtQueryEventStatus");
     if (st == SIM_OK)
-        *status = recorded && complete ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+        *status = done ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
     return acl_code(st);
 }
 
@@ -841,13 +812,10 @@ ACL_API aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatu
  * (also when none was), NOT_READY while one is still waiting. */
 ACL_API aclError aclrtQueryEventWaitStatus(aclrtEvent event, aclrtEventWaitStatus *status)
 {
-    ENTER();
-    if (!status)
-        return acl_code(sim_fail(SIM_E_INVALID_VALUE, "aclrtQueryEventWaitStatus: status is NULL"));
-    int recorded, complete, waits_done;
-    sim_status st = sim_event_status(event, &recorded, &complete, &waits_done);
+    int done = 0;
+    sim_status st = event_done(event, 1, status, &done, "aclrtQueryEventWaitStatus");
     if (st == SIM_OK)
-        *status = waits_done ? ACL_EVENT_WAIT_STATUS_COMPLETE : ACL_EVENT_WAIT_STATUS_NOT_READY;
+        *status = done ? ACL_EVENT_WAIT_STATUS_COMPLETE : ACL_EVENT_WAIT_STATUS_NOT_READY;
     return acl_code(st);
 }
 
@@ -863,8 +831,7 @@ ACL_API aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status)
 
 ACL_API aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent)
 {
-    ENTER();
-    return acl_code(sim_event_elapsed(ms, startEvent, endEvent));
+    return CORE(sim_event_elapsed(ms, startEvent, endEvent));
 }
 
 /* ---- profiling (acl_prof.h) ------------------------------------------------------- */

@@ -46,17 +46,9 @@ static sc_status types(sc_op *o, size_t count, BKCLDataType t, int reducing, BKC
 {
     if ((unsigned)t >= (unsigned)NTYPES)
         return sc_fail(SC_INVALID, "%s: datatype %d is not a BKCLDataType (0..%d)", fn, (int)t, NTYPES - 1);
-    o->count = count;
-    if (!reducing) {
-        o->dtype = CCL_UINT8;
-        o->redop = -1;
-        o->count = count * (uint64_t)TYPES[t].size;
-        return SC_OK;
-    }
-    if ((unsigned)op >= BKCL_NUM_OPS)
+    if (reducing && (unsigned)op >= BKCL_NUM_OPS)
         return sc_fail(SC_INVALID, "%s: op %d is not a BKCLOp (ADD 0, PRODUCT 1, MIN 2, MAX 3)", fn, (int)op);
-    o->dtype = TYPES[t].ccl;
-    o->redop = OPS[op];
+    sc_op_types(o, count, TYPES[t].ccl, TYPES[t].size, reducing ? OPS[op] : -1);
     return SC_OK;
 }
 
@@ -91,16 +83,10 @@ BKCL_API BKCLResult_t bkcl_comm_user_rank(const BKCLContext_t ctx, int *rank)
 
 BKCL_API BKCLResult_t anychip_sim_bkcl_async_error(BKCLContext_t ctx, BKCLResult_t *error)
 {
-    sc_status st = sc_comm_check((sc_comm *)ctx, "anychip_sim_bkcl_async_error");
-    if (st == SC_OK && !error)
-        st = sc_fail(SC_NULL, "anychip_sim_bkcl_async_error: error is NULL");
-    if (st == SC_OK) {
-        const char *msg;
-        sc_status a = sc_comm_async_error((sc_comm *)ctx, &msg);
-        if (a != SC_OK)
-            sc_fail(a, "%s", msg);
+    sc_status a;
+    sc_status st = sc_comm_get_async_error((sc_comm *)ctx, "anychip_sim_bkcl_async_error", "error", error ? &a : NULL);
+    if (st == SC_OK)
         *error = code(a);
-    }
     return code(st);
 }
 

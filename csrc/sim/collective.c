@@ -406,6 +406,20 @@ sc_status sc_comm_get(const sc_comm *c, sc_comm_field f, const char *fn, const c
 }
 const char *sc_comm_name(const sc_comm *c) { return c->name; }
 
+sc_status sc_comm_get_async_error(const sc_comm *c, const char *fn, const char *arg, sc_status *error)
+{
+    sc_status st = sc_comm_check(c, fn);
+    if (st == SC_OK && !error)
+        st = sc_fail(SC_NULL, "%s: %s is NULL", fn, arg);
+    if (st == SC_OK) {
+        const char *msg;
+        *error = sc_comm_async_error(c, &msg);
+        if (*error != SC_OK)
+            sc_fail(*error, "%s", msg);
+    }
+    return st;
+}
+
 sc_status sc_comm_async_error(const sc_comm *c, const char **msg)
 {
     sc_status st = (sc_status)atomic_load(&c->async_status);

@@ -90,6 +90,10 @@ typedef enum { SC_COMM_SIZE, SC_COMM_RANK, SC_COMM_DEVICE } sc_comm_field;
 SIM_HIDDEN sc_status sc_comm_get(const sc_comm *c, sc_comm_field f, const char *fn, const char *arg, int *out);
 /* The first failure of enqueued work (SC_OK when none) and its message. */
 SIM_HIDDEN sc_status sc_comm_async_error(const sc_comm *c, const char **msg);
+/* A library's query `fn` of that failure into `*error` (its argument named `arg`): fails on a
+ * dead communicator or a NULL `error`, saying which; a failure found is also the thread's
+ * last message. */
+SIM_HIDDEN sc_status sc_comm_get_async_error(const sc_comm *c, const char *fn, const char *arg, sc_status *error);
 SIM_HIDDEN const char *sc_comm_name(const sc_comm *c);
 
 /* One op as the front ends describe it. `dtype` and `redop` are ccl_dtype / ccl_redop
@@ -105,6 +109,15 @@ typedef struct sc_op {
     const void *send;
     void *recv;
 } sc_op;
+
+/* `count` elements of a front end's data type as `o` counts them: a reducing op (redop >= 0)
+ * counts elements of ccl_dtype `dtype`, a movement op (redop -1) count * size bytes. */
+static inline void sc_op_types(sc_op *o, uint64_t count, int dtype, int size, int redop)
+{
+    o->dtype = redop < 0 ? CCL_UINT8 : dtype;
+    o->redop = redop;
+    o->count = redop < 0 ? count * (uint64_t)size : count;
+}
 
 /* Check `op` and enqueue it on `stream` (a vendor stream handle; NULL is the current
  * device's default stream), or add it to the calling thread's group. `fn` names the

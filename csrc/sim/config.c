@@ -414,6 +414,16 @@ int sim_phys_to_logical(int phys)
     return (phys >= 0 && phys < SIM_MAX_DEVICES) ? G.phys_to_log[phys] : -1;
 }
 
+sim_status sim_can_access_peer(int *out, int device, int peer, const char *fn)
+{
+    if (!out)
+        return sim_fail(SIM_E_INVALID_VALUE, "%s: canAccessPeer is NULL", fn);
+    if (sim_logical_to_phys(device) < 0 || sim_logical_to_phys(peer) < 0)
+        return sim_fail(SIM_E_INVALID_DEVICE, "%s: no device %d", fn, sim_logical_to_phys(device) < 0 ? device : peer);
+    *out = device != peer;
+    return SIM_OK;
+}
+
 sim_status sim_set_current(int logical)
 {
     if (G.nvis == 0)

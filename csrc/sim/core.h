@@ -115,6 +115,9 @@ SIM_HIDDEN int sim_visible_count(void);
 SIM_HIDDEN int sim_physical_count(void);
 SIM_HIDDEN int sim_logical_to_phys(int logical);          /* -1 when out of range */
 SIM_HIDDEN int sim_phys_to_logical(int phys);             /* -1 when not visible */
+/* A front end's call `fn` asking whether `device` can access `peer`'s memory (any other device
+ * can), into *out: fails on a NULL out or a device that does not exist, saying which. */
+SIM_HIDDEN sim_status sim_can_access_peer(int *out, int device, int peer, const char *fn);
 SIM_HIDDEN size_t sim_capacity(void);
 
 /* the calling thread's current device (physical index) */

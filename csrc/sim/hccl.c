@@ -73,21 +73,13 @@ static sc_status types(sc_op *o, uint64_t count, HcclDataType t, int reducing, H
     if ((unsigned)t >= (unsigned)NTYPES || TYPES[t].size == 0)
         return sc_fail(SC_UNSUPPORTED, "%s: dataType %d is not a data type HCCL supports (0..11, 14..17)", fn,
                        (int)t);
-    o->count = count;
-    if (!reducing) {
-        o->dtype = CCL_UINT8;
-        o->redop = -1;
-        o->count = count * (uint64_t)TYPES[t].size;
-        return SC_OK;
-    }
-    if ((unsigned)op > HCCL_REDUCE_MIN)
+    if (reducing && (unsigned)op > HCCL_REDUCE_MIN)
         return sc_fail(SC_UNSUPPORTED, "%s: op %d is not an HcclReduceOp (SUM 0, PROD 1, MAX 2, MIN 3)", fn, (int)op);
     int r = TYPES[t].reduce;
-    if (!r || (r == 3 && op == HCCL_REDUCE_PROD))
+    if (reducing && (!r || (r == 3 && op == HCCL_REDUCE_PROD)))
         return sc_fail(SC_UNSUPPORTED, "%s: HCCL does not reduce HCCL_DATA_TYPE_%s with HCCL_REDUCE_%s", fn,
                        TYPE_NAMES[t], OP_NAMES[op]);
-    o->dtype = TYPES[t].ccl;
-    o->redop = OPS[op];
+    sc_op_types(o, count, TYPES[t].ccl, TYPES[t].size, reducing ? OPS[op] : -1);
     return SC_OK;
 }
 
@@ -445,16 +437,11 @@ HCCL_API HcclResult HcclGetCommName(HcclComm comm, char *commName)
 
 HCCL_API HcclResult HcclGetCommAsyncError(HcclComm comm, HcclResult *asyncError)
 {
-    sc_status st = sc_comm_check((sc_comm *)comm, "HcclGetCommAsyncError");
-    if (st == SC_OK && !asyncError)
-        st = sc_fail(SC_NULL, "HcclGetCommAsyncError: asyncError is NULL");
-    if (st == SC_OK) {
-        const char *msg;
-        sc_status a = sc_comm_async_error((sc_comm *)comm, &msg);
-        if (a != SC_OK)
-            sc_fail(a, "%s", msg);
+    sc_status a;
+    sc_status st = sc_comm_get_async_error((sc_comm *)comm, "HcclGetCommAsyncError", "asyncError",
+                                           asyncError ? &a : NULL);
+    if (st == SC_OK)
         *asyncError = code(a);
-    }
     return code(st);
 }
 
@@ -538,24 +525,29 @@ HCCL_API HcclResult HcclAlltoAll(const void *sendBuf, uint64_t sendCount, HcclDa
     return st ? code(st) : submit(comm, &o, stream, "HcclAlltoAll");
 }
 
-HCCL_API HcclResult HcclSend(void *sendBuf, uint64_t count, HcclDataType dataType, uint32_t destRank, HcclComm comm,
-                             aclrtStream stream)
+/* HcclSend / HcclRecv: `o` names the kind and the buffer */
+static HcclResult point_to_point(sc_op o, uint64_t count, HcclDataType dataType, uint32_t peer, HcclComm comm,
+                                 aclrtStream stream, const char *fn)
 {
     if (count == 0)
         return HCCL_SUCCESS; /* CANN: before any check */
-    sc_op o = {.kind = CCL_SEND, .root = destRank > INT32_MAX ? INT32_MAX : (int)destRank, .send = sendBuf};
-    sc_status st = types(&o, count, dataType, 0, 0, "HcclSend");
-    return st ? code(st) : submit(comm, &o, stream, "HcclSend");
+    o.root = peer > INT32_MAX ? INT32_MAX : (int)peer;
+    sc_status st = types(&o, count, dataType, 0, 0, fn);
+    return st ? code(st) : submit(comm, &o, stream, fn);
+}
+
+HCCL_API HcclResult HcclSend(void *sendBuf, uint64_t count, HcclDataType dataType, uint32_t destRank, HcclComm comm,
+                             aclrtStream stream)
+{
+    sc_op o = {.kind = CCL_SEND, .send = sendBuf};
+    return point_to_point(o, count, dataType, destRank, comm, stream, "HcclSend");
 }
 
 HCCL_API HcclResult HcclRecv(void *recvBuf, uint64_t count, HcclDataType dataType, uint32_t srcRank, HcclComm comm,
                              aclrtStream stream)
 {
-    if (count == 0)
-        return HCCL_SUCCESS; /* CANN: before any check */
-    sc_op o = {.kind = CCL_RECV, .root = srcRank > INT32_MAX ? INT32_MAX : (int)srcRank, .recv = recvBuf};
-    sc_status st = types(&o, count, dataType, 0, 0, "HcclRecv");
-    return st ? code(st) : submit(comm, &o, stream, "HcclRecv");
+    sc_op o = {.kind = CCL_RECV, .recv = recvBuf};
+    return point_to_point(o, count, dataType, srcRank, comm, stream, "HcclRecv");
 }
 
 HCCL_API HcclResult HcclBarrier(HcclComm comm, aclrtStream stream)

@@ -61,6 +61,8 @@ static void fe_init(void)
 }
 
 #define ENTER() pthread_once(&fe_once, fe_init)
+/* an entry that is one call of the simulator core: the front end set up, the status as HIP's */
+#define CORE(call) (ENTER(), ret(call))
 
 static hipError_t map_status(sim_status st)
 {
@@ -228,11 +230,7 @@ HIP_API hipError_t hipGetDeviceCount(int *count)
     return hipSuccess;
 }
 
-HIP_API hipError_t hipSetDevice(int deviceId)
-{
-    ENTER();
-    return ret(sim_set_current(deviceId));
-}
+HIP_API hipError_t hipSetDevice(int deviceId) { return CORE(sim_set_current(deviceId)); }
 
 HIP_API hipError_t hipGetDevice(int *deviceId)
 {
@@ -409,21 +407,11 @@ HIP_API hipError_t hipDeviceGetAttribute(int *pi, hipDeviceAttribute_t attr, int
     return hipSuccess;
 }
 
-HIP_API hipError_t hipDeviceSynchronize(void)
-{
-    ENTER();
-    return ret(sim_device_synchronize(SIM_CURRENT));
-}
+HIP_API hipError_t hipDeviceSynchronize(void) { return CORE(sim_device_synchronize(SIM_CURRENT)); }
 
 HIP_API hipError_t hipDeviceCanAccessPeer(int *canAccessPeer, int deviceId, int peerDeviceId)
 {
-    ENTER();
-    if (!canAccessPeer)
-        return ret(sim_fail(SIM_E_INVALID_VALUE, "hipDeviceCanAccessPeer: canAccessPeer is NULL"));
-    if (sim_logical_to_phys(deviceId) < 0 || sim_logical_to_phys(peerDeviceId) < 0)
-        return ret(sim_fail(SIM_E_INVALID_DEVICE, "hipDeviceCanAccessPeer: no such device"));
-    *canAccessPeer = deviceId != peerDeviceId;
-    return hipSuccess;
+    return CORE(sim_can_access_peer(canAccessPeer, deviceId, peerDeviceId, "hipDeviceCanAccessPeer"));
 }
 
 HIP_API hipError_t hipDeviceEnablePeerAccess(int peerDeviceId, unsigned int flags)
@@ -515,14 +503,12 @@ static sim_status host_alloc(void **ptr, size_t size, unsigned int flags, const 
 
 HIP_API hipError_t hipHostMalloc(void **ptr, size_t size, unsigned int flags)
 {
-    ENTER();
-    return ret(host_alloc(ptr, size, flags, "hipHostMalloc"));
+    return CORE(host_alloc(ptr, size, flags, "hipHostMalloc"));
 }
 
 HIP_API hipError_t hipExtHostAlloc(void **ptr, size_t size, unsigned int flags)
 {
-    ENTER();
-    return ret(host_alloc(ptr, size, flags, "hipExtHostAlloc"));
+    return CORE(host_alloc(ptr, size, flags, "hipExtHostAlloc"));
 }
 
 HIP_API hipError_t hipHostFree(void *ptr)
@@ -592,14 +578,12 @@ static sim_status device_pool(int device, hipMemPool_t *out, const char *fn)
 
 HIP_API hipError_t hipDeviceGetDefaultMemPool(hipMemPool_t *mem_pool, int device)
 {
-    ENTER();
-    return ret(device_pool(device, mem_pool, "hipDeviceGetDefaultMemPool"));
+    return CORE(device_pool(device, mem_pool, "hipDeviceGetDefaultMemPool"));
 }
 
 HIP_API hipError_t hipDeviceGetMemPool(hipMemPool_t *mem_pool, int device)
 {
-    ENTER();
-    return ret(device_pool(device, mem_pool, "hipDeviceGetMemPool"));
+    return CORE(device_pool(device, mem_pool, "hipDeviceGetMemPool"));
 }
 
 HIP_API hipError_t hipDeviceSetMemPool(int device, hipMemPool_t mem_pool)
@@ -670,8 +654,7 @@ static sim_status pool_forget(void *ptr)
 
 HIP_API hipError_t hipMallocAsync(void **dev_ptr, size_t size, hipStream_t stream)
 {
-    ENTER();
-    return ret(pool_malloc(dev_ptr, size, NULL, stream, "hipMallocAsync"));
+    return CORE(pool_malloc(dev_ptr, size, NULL, stream, "hipMallocAsync"));
 }
 
 HIP_API hipError_t hipMallocFromPoolAsync(void **dev_ptr, size_t size, hipMemPool_t mem_pool, hipStream_t stream)
@@ -702,15 +685,23 @@ HIP_API hipError_t hipFreeAsync(void *dev_ptr, hipStream_t stream)
     return ret(st);
 }
 
-HIP_API hipError_t hipMemPoolSetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void *value)
+/* `fn`'s checks of a pool attribute call; on SIM_OK pool_lock is held */
+static sim_status pool_attribute_begin(hipMemPool_t mem_pool, const void *value, const char *fn)
 {
     ENTER();
-    sim_status st = check_pool(mem_pool, "hipMemPoolSetAttribute");
+    sim_status st = check_pool(mem_pool, fn);
     if (st == SIM_OK && !value)
-        st = sim_fail(SIM_E_INVALID_VALUE, "hipMemPoolSetAttribute: value is NULL");
+        st = sim_fail(SIM_E_INVALID_VALUE, "%s: value is NULL", fn);
+    if (st == SIM_OK)
+        pthread_mutex_lock(&pool_lock);
+    return st;
+}
+
+HIP_API hipError_t hipMemPoolSetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void *value)
+{
+    sim_status st = pool_attribute_begin(mem_pool, value, "hipMemPoolSetAttribute");
     if (st != SIM_OK)
         return ret(st);
-    pthread_mutex_lock(&pool_lock);
     switch (attr) {
     case hipMemPoolReuseFollowEventDependencies:
     case hipMemPoolReuseAllowOpportunistic:
@@ -736,13 +727,9 @@ HIP_API hipError_t hipMemPoolSetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr 
 
 HIP_API hipError_t hipMemPoolGetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void *value)
 {
-    ENTER();
-    sim_status st = check_pool(mem_pool, "hipMemPoolGetAttribute");
-    if (st == SIM_OK && !value)
-        st = sim_fail(SIM_E_INVALID_VALUE, "hipMemPoolGetAttribute: value is NULL");
+    sim_status st = pool_attribute_begin(mem_pool, value, "hipMemPoolGetAttribute");
     if (st != SIM_OK)
         return ret(st);
-    pthread_mutex_lock(&pool_lock);
     switch (attr) {
     case hipMemPoolReuseFollowEventDependencies:
     case hipMemPoolReuseAllowOpportunistic:
@@ -834,17 +821,12 @@ HIP_API hipError_t hipMemset(void *dst, int value, size_t sizeBytes)
 
 HIP_API hipError_t hipMemsetAsync(void *dst, int value, size_t sizeBytes, hipStream_t stream)
 {
-    ENTER();
-    return ret(sim_memset_async(dst, value, sizeBytes, 1, S(stream)));
+    return CORE(sim_memset_async(dst, value, sizeBytes, 1, S(stream)));
 }
 
 /* ---- streams -------------------------------------------------------------------- */
 
-HIP_API hipError_t hipStreamCreate(hipStream_t *stream)
-{
-    ENTER();
-    return ret(sim_stream_create((void **)stream));
-}
+HIP_API hipError_t hipStreamCreate(hipStream_t *stream) { return CORE(sim_stream_create((void **)stream)); }
 
 HIP_API hipError_t hipStreamCreateWithFlags(hipStream_t *stream, unsigned int flags)
 {
@@ -917,17 +899,12 @@ HIP_API hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsi
 
 HIP_API hipError_t hipLaunchHostFunc(hipStream_t stream, hipHostFn_t fn, void *userData)
 {
-    ENTER();
-    return ret(sim_enqueue_host_fn(S(stream), fn, userData));
+    return CORE(sim_enqueue_host_fn(S(stream), fn, userData));
 }
 
 /* ---- events --------------------------------------------------------------------- */
 
-HIP_API hipError_t hipEventCreate(hipEvent_t *event)
-{
-    ENTER();
-    return ret(sim_event_create((void **)event));
-}
+HIP_API hipError_t hipEventCreate(hipEvent_t *event) { return CORE(sim_event_create((void **)event)); }
 
 HIP_API hipError_t hipEventCreateWithFlags(hipEvent_t *event, unsigned flags)
 {
@@ -937,34 +914,19 @@ HIP_API hipError_t hipEventCreateWithFlags(hipEvent_t *event, unsigned flags)
     return ret(sim_event_create_flags((void **)event, (flags & hipEventDisableTiming) != 0));
 }
 
-HIP_API hipError_t hipEventDestroy(hipEvent_t event)
-{
-    ENTER();
-    return ret(sim_event_destroy(event));
-}
+HIP_API hipError_t hipEventDestroy(hipEvent_t event) { return CORE(sim_event_destroy(event)); }
 
 HIP_API hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream)
 {
-    ENTER();
-    return ret(sim_event_record(event, S(stream)));
+    return CORE(sim_event_record(event, S(stream)));
 }
 
-HIP_API hipError_t hipEventSynchronize(hipEvent_t event)
-{
-    ENTER();
-    return ret(sim_event_synchronize(event));
-}
-
-HIP_API hipError_t hipEventQuery(hipEvent_t event)
-{
-    ENTER();
-    return ret(sim_event_query(event));
-}
+HIP_API hipError_t hipEventSynchronize(hipEvent_t event) { return CORE(sim_event_synchronize(event)); }
+HIP_API hipError_t hipEventQuery(hipEvent_t event) { return CORE(sim_event_query(event)); }
 
 HIP_API hipError_t hipEventElapsedTime(float *ms, hipEvent_t start, hipEvent_t stop)
 {
-    ENTER();
-    return ret(sim_event_elapsed(ms, start, stop));
+    return CORE(sim_event_elapsed(ms, start, stop));
 }
 
 /* ---- inter-process memory --------------------------------------------------------- */
@@ -990,8 +952,4 @@ HIP_API hipError_t hipIpcOpenMemHandle(void **devPtr, hipIpcMemHandle_t handle, 
     return ret(sim_ipc_open(-1, &h, devPtr));
 }
 
-HIP_API hipError_t hipIpcCloseMemHandle(void *devPtr)
-{
-    ENTER();
-    return ret(sim_ipc_close(devPtr));
-}
+HIP_API hipError_t hipIpcCloseMemHandle(void *devPtr) { return CORE(sim_ipc_close(devPtr)); }

@@ -56,20 +56,12 @@ static sc_status types(sc_op *o, size_t count, ncclDataType_t t, int reducing, n
 {
     if ((unsigned)t >= ncclNumTypes)
         return sc_fail(SC_INVALID, "%s: invalid type %d (0..%d)", fn, (int)t, ncclNumTypes - 1);
-    o->count = count;
-    if (!reducing) {
-        o->dtype = CCL_UINT8;
-        o->redop = -1;
-        o->count = count * (uint64_t)TYPES[t].size;
-        return SC_OK;
-    }
-    if ((unsigned)op >= ncclNumOps)
+    if (reducing && (unsigned)op >= ncclNumOps)
         return sc_fail(SC_INVALID, "%s: invalid reduction operation %d", fn, (int)op);
-    if (!TYPES[t].reduce)
+    if (reducing && !TYPES[t].reduce)
         return sc_fail(SC_UNSUPPORTED, "%s: the simulator cannot reduce data type %d with %s", fn, (int)t,
                        OP_NAMES[op]);
-    o->dtype = TYPES[t].ccl;
-    o->redop = OPS[op];
+    sc_op_types(o, count, TYPES[t].ccl, TYPES[t].size, reducing ? OPS[op] : -1);
     return SC_OK;
 }
 

@@ -33,6 +33,8 @@ static void fe_init(void)
 }
 
 #define ENTER() pthread_once(&fe_once, fe_init)
+/* an entry that is one call of the simulator core: the front end set up, the status as XPU's */
+#define CORE(call) (ENTER(), xpu_code(call))
 
 static XPUError_t xpu_err(sim_status st)
 {
@@ -93,11 +95,7 @@ XPU_API int xpu_get_runtime_version(uint32_t *major, uint32_t *minor)
     return XPU_SUCCESS;
 }
 
-XPU_API int xpu_set_device(int devid)
-{
-    ENTER();
-    return xpu_code(sim_set_current(devid));
-}
+XPU_API int xpu_set_device(int devid) { return CORE(sim_set_current(devid)); }
 
 XPU_API int xpu_current_device(int *devid)
 {
@@ -180,11 +178,7 @@ XPU_API int xpu_host_alloc(void **ptr, uint64_t sz, unsigned int flags)
     return xpu_code(sim_host_alloc((size_t)sz, ptr));
 }
 
-XPU_API int xpu_host_free(void *ptr)
-{
-    ENTER();
-    return xpu_code(sim_host_free(ptr));
-}
+XPU_API int xpu_host_free(void *ptr) { return CORE(sim_host_free(ptr)); }
 
 XPU_API int xpu_memcpy(void *dst, const void *src, uint64_t sz, XPUMemcpyKind kind)
 {
@@ -220,72 +214,31 @@ XPU_API int xpu_memcpy_peer(int dst_device, void *dst_addr, int src_device, cons
 
 /* ---- streams and events ------------------------------------------------------- */
 
-XPU_API int xpu_stream_create(XPUStream *pstream)
-{
-    ENTER();
-    return xpu_code(sim_stream_create(pstream));
-}
-
-XPU_API int xpu_stream_destroy(XPUStream stream)
-{
-    ENTER();
-    return xpu_code(sim_stream_destroy(stream));
-}
-
-XPU_API int xpu_wait(XPUStream stream)
-{
-    ENTER();
-    return xpu_code(sim_stream_synchronize(stream));
-}
+XPU_API int xpu_stream_create(XPUStream *pstream) { return CORE(sim_stream_create(pstream)); }
+XPU_API int xpu_stream_destroy(XPUStream stream) { return CORE(sim_stream_destroy(stream)); }
+XPU_API int xpu_wait(XPUStream stream) { return CORE(sim_stream_synchronize(stream)); }
 
 XPU_API int xpu_stream_wait_event(XPUStream stream, XPUEvent event)
 {
-    ENTER();
-    return xpu_code(sim_stream_wait_event(stream, event));
+    return CORE(sim_stream_wait_event(stream, event));
 }
 
-XPU_API int xpu_event_create(XPUEvent *pevent)
-{
-    ENTER();
-    return xpu_code(sim_event_create(pevent));
-}
-
-XPU_API int xpu_event_destroy(XPUEvent event)
-{
-    ENTER();
-    return xpu_code(sim_event_destroy(event));
-}
-
-XPU_API int xpu_event_record(XPUEvent event, XPUStream stream)
-{
-    ENTER();
-    return xpu_code(sim_event_record(event, stream));
-}
-
-XPU_API int xpu_event_wait(XPUEvent event)
-{
-    ENTER();
-    return xpu_code(sim_event_synchronize(event));
-}
-
-XPU_API int xpu_event_query(XPUEvent event)
-{
-    ENTER();
-    return xpu_code(sim_event_query(event));
-}
+XPU_API int xpu_event_create(XPUEvent *pevent) { return CORE(sim_event_create(pevent)); }
+XPU_API int xpu_event_destroy(XPUEvent event) { return CORE(sim_event_destroy(event)); }
+XPU_API int xpu_event_record(XPUEvent event, XPUStream stream) { return CORE(sim_event_record(event, stream)); }
+XPU_API int xpu_event_wait(XPUEvent event) { return CORE(sim_event_synchronize(event)); }
+XPU_API int xpu_event_query(XPUEvent event) { return CORE(sim_event_query(event)); }
 
 /* ---- simulator-only extensions ------------------------------------------------ */
 
 XPU_API int anychip_sim_xpu_memset_async(void *dst, int value, uint64_t sz, XPUStream stream)
 {
-    ENTER();
-    return xpu_code(sim_memset_async(dst, value, (size_t)sz, 1, stream));
+    return CORE(sim_memset_async(dst, value, (size_t)sz, 1, stream));
 }
 
 XPU_API int anychip_sim_xpu_event_elapsed_time(float *ms, XPUEvent start, XPUEvent end)
 {
-    ENTER();
-    return xpu_code(sim_event_elapsed(ms, start, end));
+    return CORE(sim_event_elapsed(ms, start, end));
 }
 
 XPU_API int anychip_sim_xpu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes)

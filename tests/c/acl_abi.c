@@ -9,17 +9,10 @@
 
 #include "acl/acl.h"
 #include "anychip/sim.h"
+#include "check.h"
 
 #define SIM_E_TIMEOUT ANYCHIP_SIM_E_TIMEOUT
 #define SIM_E_INVALID_STREAM 17
-
-#define CHECK(cond)                                                             \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            printf("FAILED line %d: %s\n", __LINE__, #cond);                    \
-            return 1;                                                           \
-        }                                                                       \
-    } while (0)
 
 int main(void)
 {

@@ -16,14 +16,7 @@
 
 #include "acl/acl.h"
 #include "anychip/sim.h"
-
-#define CHECK(cond)                                                             \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            printf("FAILED line %d: %s\n", __LINE__, #cond);                    \
-            return 1;                                                           \
-        }                                                                       \
-    } while (0)
+#include "check.h"
 
 enum { N = 4096 };
 static unsigned char a[N], b[N];

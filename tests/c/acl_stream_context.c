@@ -7,14 +7,7 @@
 #include <string.h>
 
 #include "acl/acl.h"
-
-#define CHECK(cond)                                                             \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            printf("FAILED line %d: %s\n", __LINE__, #cond);                    \
-            return 1;                                                           \
-        }                                                                       \
-    } while (0)
+#include "check.h"
 
 int main(void)
 {

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "bkcl/bkcl.h"
-#include "ranks.h"
 
 typedef enum { XPU_DEVICE_TO_HOST = 0, XPU_HOST_TO_DEVICE = 1, XPU_DEVICE_TO_DEVICE = 2 } XPUMemcpyKind;
 typedef enum { XPU_MEM_HBM = 0 } XPUMemoryKind;
@@ -22,22 +21,10 @@ int xpu_stream_create(XPUStream *pstream);
 int xpu_stream_destroy(XPUStream stream);
 int xpu_wait(XPUStream stream);
 
-#define BKCL(call)                                                                        \
-    do {                                                                                  \
-        BKCLResult_t r_ = (call);                                                         \
-        if (r_ != BKCL_SUCCESS) {                                                         \
-            fprintf(stderr, "rank %d line %d: %s -> %d\n", rank, __LINE__, #call, (int)r_); \
-            exit(2);                                                                      \
-        }                                                                                 \
-    } while (0)
+#define RANKS_MALLOC(p, n) xpu_malloc(p, n, XPU_MEM_HBM)
+#include "ranks.h"
 
-static void *dev_alloc(size_t n)
-{
-    void *p = NULL;
-    if (xpu_malloc(&p, n, XPU_MEM_HBM) != 0)
-        exit(3);
-    return p;
-}
+#define BKCL(call) REQUIRE(call, BKCL_SUCCESS, NO_TEXT)
 
 static int run(int nranks, void *arg)
 {

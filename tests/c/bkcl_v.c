@@ -13,24 +13,11 @@
 
 #include "bkcl/bkcl.h"
 #include "xpu/runtime.h"
+
+#define RANKS_MALLOC(p, n) xpu_malloc(p, n, XPU_MEM_HBM)
 #include "ranks.h"
 
-#define BKCL(call)                                                                        \
-    do {                                                                                  \
-        BKCLResult_t r_ = (call);                                                         \
-        if (r_ != BKCL_SUCCESS) {                                                         \
-            fprintf(stderr, "rank %d line %d: %s -> %d\n", rank, __LINE__, #call, (int)r_); \
-            exit(2);                                                                      \
-        }                                                                                 \
-    } while (0)
-
-static void *dev_alloc(size_t n)
-{
-    void *p = NULL;
-    if (xpu_malloc(&p, n, XPU_MEM_HBM) != 0)
-        exit(3);
-    return p;
-}
+#define BKCL(call) REQUIRE(call, BKCL_SUCCESS, NO_TEXT)
 
 /* rank r sends (2 r + j) % 5 elements to rank j (0 included: some pairs move nothing) */
 static size_t count_of(int from, int to) { return (size_t)((2 * from + to) % 5); }

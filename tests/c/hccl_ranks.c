@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "hccl/hccl.h"
-#include "ranks.h"
 
 typedef int aclError;
 typedef enum { ACL_MEMCPY_HOST_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST,
@@ -26,22 +25,10 @@ aclError aclrtCreateStream(aclrtStream *stream);
 aclError aclrtDestroyStream(aclrtStream stream);
 aclError aclrtSynchronizeStream(aclrtStream stream);
 
-#define HCCL(call)                                                                                      \
-    do {                                                                                                \
-        HcclResult r_ = (call);                                                                         \
-        if (r_ != HCCL_SUCCESS) {                                                                       \
-            fprintf(stderr, "rank %d line %d: %s -> %s\n", rank, __LINE__, #call, HcclGetErrorString(r_)); \
-            exit(2);                                                                                    \
-        }                                                                                               \
-    } while (0)
+#define RANKS_MALLOC(p, n) aclrtMalloc(p, n, ACL_MEM_MALLOC_HUGE_FIRST)
+#include "ranks.h"
 
-static void *dev_alloc(size_t n)
-{
-    void *p = NULL;
-    if (aclrtMalloc(&p, n, ACL_MEM_MALLOC_HUGE_FIRST) != 0)
-        exit(3);
-    return p;
-}
+#define HCCL(call) REQUIRE(call, HCCL_SUCCESS, HcclGetErrorString)
 
 static void put(void *dev, const void *host, size_t n) { aclrtMemcpy(dev, n, host, n, ACL_MEMCPY_HOST_TO_DEVICE); }
 static void get(void *host, const void *dev, size_t n) { aclrtMemcpy(host, n, dev, n, ACL_MEMCPY_DEVICE_TO_HOST); }

@@ -16,24 +16,11 @@
 
 #include "acl/acl.h"
 #include "hccl/hccl.h"
+
+#define RANKS_MALLOC(p, n) aclrtMalloc(p, n, ACL_MEM_MALLOC_HUGE_FIRST)
 #include "ranks.h"
 
-#define HCCL(call)                                                                                      \
-    do {                                                                                                \
-        HcclResult r_ = (call);                                                                         \
-        if (r_ != HCCL_SUCCESS) {                                                                       \
-            fprintf(stderr, "rank %d line %d: %s -> %s\n", rank, __LINE__, #call, HcclGetErrorString(r_)); \
-            exit(2);                                                                                    \
-        }                                                                                               \
-    } while (0)
-
-static void *dev_alloc(size_t n)
-{
-    void *p = NULL;
-    if (aclrtMalloc(&p, n, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS)
-        exit(3);
-    return p;
-}
+#define HCCL(call) REQUIRE(call, HCCL_SUCCESS, HcclGetErrorString)
 
 static void put(void *dev, const void *host, size_t n) { aclrtMemcpy(dev, n, host, n, ACL_MEMCPY_HOST_TO_DEVICE); }
 static void get(void *host, const void *dev, size_t n) { aclrtMemcpy(host, n, dev, n, ACL_MEMCPY_DEVICE_TO_HOST); }

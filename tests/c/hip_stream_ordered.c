@@ -13,14 +13,7 @@
 #include <time.h>
 
 #include "hip/hip_runtime_api.h"
-
-#define CHECK(cond)                                                             \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            printf("FAILED line %d: %s\n", __LINE__, #cond);                    \
-            return 1;                                                           \
-        }                                                                       \
-    } while (0)
+#include "check.h"
 
 #if !defined(HIP_VERSION) || HIP_VERSION < 50200000
 #error "HIP_VERSION must say HIP >= 5.2 (stream-ordered allocation)"

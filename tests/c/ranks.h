@@ -1,13 +1,16 @@
 /*
- * What the multi-rank C tests share: CHECK (count a failure, say where, go on) and
- * run_ranks (one forked process per rank; the number of ranks that failed) and
- * ranks_barrier (all ranks meet once: a rank that destroys its communicator while a
- * peer is still in an op with it fails that peer).
+ * What the multi-rank C tests share: CHECK (count a failure, say where, go on), REQUIRE (a
+ * library call the rank cannot go on without), run_ranks (one forked process per rank; the
+ * number of ranks that failed) and ranks_barrier (all ranks meet once: a rank that destroys
+ * its communicator while a peer is still in an op with it fails that peer); and dev_alloc
+ * when the test defines RANKS_MALLOC(void **p, size_t n), its API's allocation call (0 on
+ * success), before including this header.
  */
 #ifndef ANYCHIP_TESTS_RANKS_H
 #define ANYCHIP_TESTS_RANKS_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +26,29 @@ static int rank __attribute__((unused)); /* this process's rank (some tests pass
             failures++;                                                    \
         }                                                                  \
     } while (0)
+
+/* `call` must return `ok`: else the rank says where, with the status and text_of(status), and
+ * ends (exit 2). NO_TEXT is the text_of of an API without a status text. */
+#define REQUIRE(call, ok, text_of)                                                                    \
+    do {                                                                                              \
+        __typeof__(call) r_ = (call);                                                                 \
+        if (r_ != (ok)) {                                                                             \
+            fprintf(stderr, "rank %d line %d: %s -> %d %s\n", rank, __LINE__, #call, (int)r_, text_of(r_)); \
+            exit(2);                                                                                  \
+        }                                                                                             \
+    } while (0)
+#define NO_TEXT(status) ""
+
+#ifdef RANKS_MALLOC
+/* n bytes of device memory, or the rank ends (exit 3) */
+static void *dev_alloc(size_t n)
+{
+    void *p = NULL;
+    if (RANKS_MALLOC(&p, n) != 0)
+        exit(3);
+    return p;
+}
+#endif
 
 static int ranks_n, ranks_arrive[2], ranks_leave[2];
 

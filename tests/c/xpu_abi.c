@@ -10,14 +10,7 @@
 
 #include "anychip/sim.h"
 #include "xpu/runtime.h"
-
-#define CHECK(cond)                                                             \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            printf("FAILED line %d: %s\n", __LINE__, #cond);                    \
-            return 1;                                                           \
-        }                                                                       \
-    } while (0)
+#include "check.h"
 
 int main(void)
 {

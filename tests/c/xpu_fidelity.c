@@ -10,14 +10,7 @@
 #include <stdio.h>
 
 #include "xpu/runtime.h"
-
-#define CHECK(cond)                                                             \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            printf("FAILED line %d: %s\n", __LINE__, #cond);                    \
-            return 1;                                                           \
-        }                                                                       \
-    } while (0)
+#include "check.h"
 
 static int other_dev = -1, other_set = -1, other_after = -1;
 

@@ -18,10 +18,45 @@
 #include "anychip/sim.h"
 #endif
 
+static const XPUMemcpyKind KINDS[] = {XPU_HOST_TO_DEVICE, XPU_DEVICE_TO_HOST, XPU_DEVICE_TO_DEVICE};
+
+/* the XPU runtime's and BKCL's calls behind the entries common.h writes */
 #define ADAPTER_OK XPU_SUCCESS
 #define ADAPTER_INVALID XPUERR_INVALID_PARAM
+#define ADAPTER_NO_DEVICE XPUERR_NODEV
 #define ADAPTER_GET_DEVICE(d) xpu_current_device(d)
 #define ADAPTER_SET_DEVICE(d) xpu_set_device(d)
+#define ADAPTER_STREAM XPUStream
+#define ADAPTER_EVENT XPUEvent
+#define ADAPTER_COMM BKCLContext_t
+#define ADAPTER_DTYPE BKCLDataType
+#define ADAPTER_REDOP BKCLOp
+#define ADAPTER_DEVICE_COUNT(n) xpu_device_count(n)
+#define ADAPTER_MEM_ALLOC(ptr, nbytes) xpu_malloc(ptr, nbytes, XPU_MEM_HBM)
+#define ADAPTER_MEM_FREE(ptr) xpu_free(ptr)
+#define ADAPTER_COPY(dst, src, n, kind) xpu_memcpy(dst, src, n, kind)
+#define ADAPTER_COPY_ASYNC(dst, src, n, kind, s) xpu_memcpy_async(dst, src, n, kind, s)
+#define ADAPTER_STREAM_CREATE(s) xpu_stream_create(s)
+#define ADAPTER_STREAM_DESTROY(s) xpu_stream_destroy(s)
+#define ADAPTER_STREAM_SYNCHRONIZE(s) xpu_wait(s)
+#define ADAPTER_STREAM_WAIT_EVENT(s, e) xpu_stream_wait_event(s, e)
+#define ADAPTER_EVENT_CREATE(e) xpu_event_create(e)
+#define ADAPTER_EVENT_DESTROY(e) xpu_event_destroy(e)
+#define ADAPTER_EVENT_RECORD(e, s) xpu_event_record(e, s)
+#define ADAPTER_EVENT_SYNCHRONIZE(e) xpu_event_wait(e)
+#define ADAPTER_EVENT_QUERY(e) xpu_event_query(e)          /* XPUERR_BUSY while pending */
+#define ADAPTER_ALL_REDUCE(send, recv, n, t, o, ctx, s) bkcl_all_reduce(ctx, send, recv, n, t, o, s)
+#define ADAPTER_BROADCAST(send, recv, n, t, root, ctx, s) bkcl_broadcast(ctx, send, recv, n, t, root, s)
+#define ADAPTER_REDUCE(send, recv, n, t, o, root, ctx, s) bkcl_reduce(ctx, send, recv, n, t, o, root, s)
+#define ADAPTER_ALL_GATHER(send, recv, n, t, ctx, s) bkcl_all_gather(ctx, send, n, recv, t, s)
+#define ADAPTER_REDUCE_SCATTER(send, recv, n, t, o, ctx, s) bkcl_reduce_scatter(ctx, send, recv, n, t, o, s)
+#define ADAPTER_ALL_TO_ALL(send, recv, n, t, ctx, s) bkcl_all_to_all(ctx, send, n, recv, t, s)
+#define ADAPTER_SEND(buf, n, t, peer, ctx, s) bkcl_send(ctx, buf, n, peer, t, s)
+#define ADAPTER_RECV(buf, n, t, peer, ctx, s) bkcl_recv(ctx, buf, n, peer, t, s)
+#ifdef ANYCHIP_SIMULATOR                                    /* the simulator's extensions */
+#define ADAPTER_FILL_ASYNC(dst, value, n, s) anychip_sim_xpu_memset_async(dst, value, n, s)
+#define ADAPTER_EVENT_ELAPSED_MS(ms, start, end) anychip_sim_xpu_event_elapsed_time(ms, start, end)
+#endif
 #include "../common.h"
 
 #define BKCL_CODE_MAX 100          /* BKCLResult_t values lie below, XPUError_t values above */
@@ -52,16 +87,6 @@ static const char *last_error(void)
 
 /* ---- devices and memory ------------------------------------------------------------- */
 
-static anychip_status device_count(int *count)
-{
-    int rc = xpu_device_count(count);
-    if (rc == XPUERR_NODEV) {
-        *count = 0;
-        return XPU_SUCCESS;
-    }
-    return rc;
-}
-
 static anychip_status device_name(int device, char *name, size_t len)
 {
     snprintf(name, len, "Kunlun XPU %d", device);
@@ -84,116 +109,17 @@ static anychip_status mem_info(int device, size_t *free_bytes, size_t *total)
     return XPU_SUCCESS;
 }
 
-static anychip_status mem_alloc(int device, size_t nbytes, void **ptr)
-{
-    USE(device);
-    return xpu_malloc(ptr, nbytes, XPU_MEM_HBM);
-}
-
-static anychip_status mem_free(int device, void *ptr)
-{
-    USE(device);
-    return xpu_free(ptr);
-}
-
-static const XPUMemcpyKind KINDS[] = {XPU_HOST_TO_DEVICE, XPU_DEVICE_TO_HOST, XPU_DEVICE_TO_DEVICE};
-
-static anychip_status copy(int device, void *dst, const void *src, size_t nbytes, anychip_copy_kind kind)
-{
-    USE(device);
-    CHECK_COPY_KIND(kind, "copy");
-    return nbytes ? xpu_memcpy(dst, src, nbytes, KINDS[kind]) : XPU_SUCCESS;
-}
-
-static anychip_status copy_async(int device, void *dst, const void *src, size_t nbytes, anychip_copy_kind kind,
-                                 anychip_stream stream)
-{
-    USE(device);
-    CHECK_COPY_KIND(kind, "copy_async");
-    return nbytes ? xpu_memcpy_async(dst, src, nbytes, KINDS[kind], (XPUStream)stream) : XPU_SUCCESS;
-}
-
 static anychip_status copy_peer(int dst_device, void *dst, int src_device, const void *src, size_t nbytes,
                                 anychip_stream stream)
 {
     USE(src_device);
-    CHECK(xpu_wait((XPUStream)stream));          /* xpu_memcpy_peer is synchronous: keep stream order */
+    CHECK(xpu_wait(STREAM(stream)));          /* xpu_memcpy_peer is synchronous: keep stream order */
     return nbytes ? xpu_memcpy_peer(dst_device, dst, src_device, src, nbytes) : XPU_SUCCESS;
-}
-
-#ifdef ANYCHIP_SIMULATOR
-static anychip_status fill_async(int device, void *dst, int value, size_t nbytes, anychip_stream stream)
-{
-    USE(device);
-    return nbytes ? anychip_sim_xpu_memset_async(dst, value, nbytes, (XPUStream)stream) : XPU_SUCCESS;
-}
-
-static anychip_status event_elapsed_ms(int device, float *ms, anychip_event start, anychip_event end)
-{
-    USE(device);
-    return anychip_sim_xpu_event_elapsed_time(ms, (XPUEvent)start, (XPUEvent)end);
-}
-#endif
-
-/* ---- streams and events ------------------------------------------------------------- */
-
-static anychip_status stream_create(int device, anychip_stream *stream)
-{
-    USE(device);
-    return xpu_stream_create((XPUStream *)stream);
-}
-
-static anychip_status stream_destroy(int device, anychip_stream stream)
-{
-    USE(device);
-    return xpu_stream_destroy((XPUStream)stream);
-}
-
-static anychip_status stream_synchronize(int device, anychip_stream stream)
-{
-    USE(device);
-    return xpu_wait((XPUStream)stream);
-}
-
-static anychip_status stream_wait_event(int device, anychip_stream stream, anychip_event event)
-{
-    USE(device);
-    return xpu_stream_wait_event((XPUStream)stream, (XPUEvent)event);
-}
-
-static anychip_status event_create(int device, anychip_event *event)
-{
-    USE(device);
-    return xpu_event_create((XPUEvent *)event);
-}
-
-static anychip_status event_destroy(int device, anychip_event event)
-{
-    USE(device);
-    return xpu_event_destroy((XPUEvent)event);
-}
-
-static anychip_status event_record(int device, anychip_event event, anychip_stream stream)
-{
-    USE(device);
-    return xpu_event_record((XPUEvent)event, (XPUStream)stream);
-}
-
-static anychip_status event_synchronize(int device, anychip_event event)
-{
-    USE(device);
-    return xpu_event_wait((XPUEvent)event);
-}
-
-static anychip_status event_query(int device, anychip_event event)
-{
-    USE(device);
-    return xpu_event_query((XPUEvent)event);     /* XPUERR_BUSY while pending */
 }
 
 /* ---- collectives (BKCL) --------------------------------------------------------------- */
 
-static anychip_status bkcl_type(anychip_dtype dtype, BKCLDataType *out)
+static anychip_status ccl_dtype(anychip_dtype dtype, BKCLDataType *out)
 {
     static const int TYPES[] = {[ANYCHIP_INT8] = -1,  [ANYCHIP_UINT8] = BKCL_UINT8,
                                 [ANYCHIP_INT32] = BKCL_INT32, [ANYCHIP_INT64] = BKCL_INT64,
@@ -205,7 +131,7 @@ static anychip_status bkcl_type(anychip_dtype dtype, BKCLDataType *out)
     return BKCL_SUCCESS;
 }
 
-static anychip_status bkcl_op(anychip_redop op, BKCLOp *out)
+static anychip_status ccl_redop(anychip_redop op, BKCLOp *out)
 {
     static const BKCLOp OPS[] = {[ANYCHIP_SUM] = BKCL_ADD, [ANYCHIP_PROD] = BKCL_PRODUCT,
                                  [ANYCHIP_MIN] = BKCL_MIN, [ANYCHIP_MAX] = BKCL_MAX};
@@ -250,79 +176,6 @@ static anychip_status comm_get_async_error(anychip_comm comm, anychip_status *er
 }
 #endif
 
-#define CTX(comm) ((BKCLContext_t)(comm))
-#define STREAM(stream) ((XPUStream)(stream))
-
-static anychip_status all_reduce(const void *send, void *recv, size_t count, anychip_dtype dtype,
-                                 anychip_redop op, anychip_comm comm, anychip_stream stream)
-{
-    BKCLDataType t;
-    BKCLOp o;
-    CHECK(bkcl_type(dtype, &t));
-    CHECK(bkcl_op(op, &o));
-    return bkcl_all_reduce(CTX(comm), send, recv, count, t, o, STREAM(stream));
-}
-
-static anychip_status broadcast(const void *send, void *recv, size_t count, anychip_dtype dtype, int root,
-                                anychip_comm comm, anychip_stream stream)
-{
-    BKCLDataType t;
-    CHECK(bkcl_type(dtype, &t));
-    return bkcl_broadcast(CTX(comm), send, recv, count, t, root, STREAM(stream));
-}
-
-static anychip_status reduce(const void *send, void *recv, size_t count, anychip_dtype dtype, anychip_redop op,
-                             int root, anychip_comm comm, anychip_stream stream)
-{
-    BKCLDataType t;
-    BKCLOp o;
-    CHECK(bkcl_type(dtype, &t));
-    CHECK(bkcl_op(op, &o));
-    return bkcl_reduce(CTX(comm), send, recv, count, t, o, root, STREAM(stream));
-}
-
-static anychip_status all_gather(const void *send, void *recv, size_t send_count, anychip_dtype dtype,
-                                 anychip_comm comm, anychip_stream stream)
-{
-    BKCLDataType t;
-    CHECK(bkcl_type(dtype, &t));
-    return bkcl_all_gather(CTX(comm), send, send_count, recv, t, STREAM(stream));
-}
-
-static anychip_status reduce_scatter(const void *send, void *recv, size_t recv_count, anychip_dtype dtype,
-                                     anychip_redop op, anychip_comm comm, anychip_stream stream)
-{
-    BKCLDataType t;
-    BKCLOp o;
-    CHECK(bkcl_type(dtype, &t));
-    CHECK(bkcl_op(op, &o));
-    return bkcl_reduce_scatter(CTX(comm), send, recv, recv_count, t, o, STREAM(stream));
-}
-
-static anychip_status all_to_all(const void *send, void *recv, size_t count, anychip_dtype dtype,
-                                 anychip_comm comm, anychip_stream stream)
-{
-    BKCLDataType t;
-    CHECK(bkcl_type(dtype, &t));
-    return bkcl_all_to_all(CTX(comm), send, count, recv, t, STREAM(stream));
-}
-
-static anychip_status send(const void *buf, size_t count, anychip_dtype dtype, int peer, anychip_comm comm,
-                           anychip_stream stream)
-{
-    BKCLDataType t;
-    CHECK(bkcl_type(dtype, &t));
-    return bkcl_send(CTX(comm), buf, count, peer, t, STREAM(stream));
-}
-
-static anychip_status recv(void *buf, size_t count, anychip_dtype dtype, int peer, anychip_comm comm,
-                           anychip_stream stream)
-{
-    BKCLDataType t;
-    CHECK(bkcl_type(dtype, &t));
-    return bkcl_recv(CTX(comm), buf, count, peer, t, STREAM(stream));
-}
-
 static anychip_status group_start(void) { return bkcl_group_start(); }
 static anychip_status group_end(void) { return bkcl_group_end(); }
 
@@ -336,8 +189,6 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
     p->timeout_status = XPUERR_TIMEOUT;
     p->not_ready_status = XPUERR_BUSY;
 #ifdef ANYCHIP_SIMULATOR
-    p->fill_async = fill_async;
-    p->event_elapsed_ms = event_elapsed_ms;
     p->comm_get_async_error = comm_get_async_error;
 #endif
     p->ccl_dtype_mask = 0xFFu & ~(1u << ANYCHIP_INT8);
