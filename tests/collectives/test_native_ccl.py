@@ -9,6 +9,7 @@ recording stand-in of ``cupy.cuda.nccl``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -342,6 +343,35 @@ def test_a_peer_that_never_arrives_is_a_timeout_on_the_others(backend):
         assert msg.startswith("all_reduce (op #1, group world.split1(color=0)) timed out after 0.5 s on rank "), msg
         assert "waiting for rank 2" in msg, msg
     assert results[2][0] == 0
+
+
+@pytest.mark.parametrize("backend, transport, name", [
+    *[pytest.param(b, "native", f"native/{SIMS[b]} (simulated)", marks=p.marks)
+      for b, p in zip(SIMS, SIM_PARAMS, strict=True)],
+    ("ascend", "host", "shm/sim"), ("cpu", "auto", "shm/host")])
+@pytest.mark.slow
+def test_each_communicator_times_out_at_its_own_timeout(backend, transport, name):
+    """Two communicators of one process, made with timeouts of 60 s and 0.5 s: an op the peer
+    skips on the short one fails after 0.5 s with the library's or the engine's detail, which
+    names that peer (the simulator's HCCL / BKCL / RCCL take it through plugin.h's
+    comm_init_rank_timeout); the long one still works; the environment is untouched. Before,
+    the timeout was the process's (ANYCHIP_COLLECTIVE_TIMEOUT, 300 s)."""
+    job = f"two-{os.getpid()}-{time.monotonic_ns()}"
+    env = {k: v for k, v in os.environ.items() if k != "ANYCHIP_COLLECTIVE_TIMEOUT"}
+    procs = [subprocess.Popen([sys.executable, WORKER, "two", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**env, "ANYCHIP_RANK": str(r), "ANYCHIP_WORLD_SIZE": "2",
+                                              "ANYCHIP_JOB_ID": job, "ANYCHIP_LAUNCH_DEVICE": backend,
+                                              "ANYCHIP_COLLECTIVE_TRANSPORT": transport}) for r in range(2)]
+    results = [p.communicate(timeout=CHILD_SECONDS) for p in procs]
+    for p, (out, err) in zip(procs, results, strict=True):
+        assert p.returncode == 0, out + err
+        assert f"ENV unset {name}\n" in out, out
+        assert "LONG [3.0, 3.0, 3.0, 3.0]\n" in out, out
+    kind, secs, msg = _result(results[0][0])
+    assert kind == "CollectiveTimeout", msg
+    assert 0.4 < secs < 10, secs
+    assert re.match(r"all_reduce \(op #\d+, group world\) timed out after 0\.5 s on rank 0: waiting for rank 1",
+                    msg), msg
 
 
 @pytest.mark.parametrize("backend", SIM_PARAMS)

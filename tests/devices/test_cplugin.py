@@ -364,6 +364,34 @@ def _launch(n: int, backend: str, lib: Path, body: str, tmp_path: Path, **extra:
                           capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
 
 
+@pytest.mark.slow
+def test_the_templates_collectives_give_each_communicator_its_own_timeout(tmp_path: Path) -> None:
+    """`anychip plugin new --collectives` sets comm_init_rank_timeout (plugin.h minor 3): of two
+    communicators of one process, made with 60 s and 0.5 s, an op the peer skips on the short one
+    fails after 0.5 s with the plugin's detail naming that peer, and the long one still works
+    (tests/collectives/native_ccl_worker.py's `two`). With comm_init_rank alone its stand-in
+    library took ANYCHIP_COLLECTIVE_TIMEOUT, the process's."""
+    project = new_plugin("tcoll", "c", tmp_path, collectives=True)
+    lib = cached_compile([CC, "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
+                          "-fvisibility=hidden", f"-I{project / 'include'}", f"-I{anychip.get_include()}", "-o",
+                          str(tmp_path / "libtcoll.so"), *(str(p) for p in sorted((project / "src").glob("*.c"))),
+                          "-lpthread", "-lm"], tmp_path / "libtcoll.so", roots=(tmp_path,))
+    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(lib), "ANYCHIP_COLLECTIVE_TRANSPORT": "native"}
+    for k in ("ANYCHIP_DEVICES", "ANYCHIP_COLLECTIVE_TIMEOUT"):
+        env.pop(k, None)
+    worker = HERE.parent / "collectives" / "native_ccl_worker.py"
+    r = subprocess.run([*ANYCHIP, "launch", "-n", "2", "--device", "tcoll", str(worker), "two", "0.5"],
+                       capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(2):
+        assert f"[{rank}] ENV unset native/tcoll collectives (simulated)\n" in r.stdout, r.stdout
+        assert f"[{rank}] LONG [3.0, 3.0, 3.0, 3.0]\n" in r.stdout, r.stdout
+    kind, secs, msg = next(ln for ln in r.stdout.splitlines() if ln.startswith("[0] RESULT "))[11:].split("|", 2)
+    assert kind == "CollectiveTimeout", msg
+    assert 0.4 < float(secs) < 10, secs
+    assert "rank 0: timed out after 0.5 s waiting for rank 1" in msg, msg
+
+
 ALL_REDUCE = """
     import numpy as np, anychip
     from anychip import collectives
