@@ -591,17 +591,23 @@ def test_a_library_is_called_as_its_calls_table_says():
             calls = {"all_reduce": ("f", "send recv stream count")}
 
 
-def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypatch):
+@pytest.mark.parametrize("own", [False, True])
+def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypatch, own):
     """The CUDA path (NcclTransport, cupy.cuda.nccl) with the stand-in, its event on a simulated
     stream held so that the op never completes: the watchdog fails the Work after the timeout
-    and its second of grace, naming the op and the rank, and calls ncclCommAbort. Before, the
+    (ANYCHIP_COLLECTIVE_TIMEOUT, or the transport's own: NCCL takes none, the watchdog applies
+    it) and its second of grace, naming the op and the rank, and calls ncclCommAbort. Before, the
     Work waited for ever (NCCL never times out)."""
     if not _available("ascend"):
         pytest.skip("ascend is unavailable")
-    monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", "0.2")
+    if own:
+        monkeypatch.delenv("ANYCHIP_COLLECTIVE_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", "0.2")
     dev = anychip.device("ascend:0")
     nccl = FakeNccl(bytes(128))
-    t = native.NcclTransport(dev, 1, 2, "", "world", nccl=nccl, boot=FakeBoot(1, 2, bytes(128)))
+    t = native.NcclTransport(dev, 1, 2, "", "world", nccl=nccl, boot=FakeBoot(1, 2, bytes(128)),
+                             timeout=0.2 if own else None)
     a = dev.alloc(64)
     s = anychip.Stream(dev)
     dev.plugin.sim_hold_stream(dev.index, s._live())
