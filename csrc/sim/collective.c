@@ -391,6 +391,18 @@ SIM_EXPORT int anychip_sim_ccl_abort(void *comm, const char *reason)
     return (int)sc_comm_abort_reason((sc_comm *)comm, reason);
 }
 
+SIM_EXPORT int anychip_sim_ccl_set_timeout(void *comm, double seconds)
+{
+    sc_comm *c = comm;
+    sc_status st = sc_comm_check(c, "anychip_sim_ccl_set_timeout");
+    if (st != SC_OK)
+        return (int)st;
+    if (!(seconds > 0))
+        return (int)sc_fail(SC_INVALID, "anychip_sim_ccl_set_timeout: %g is not a number of seconds > 0", seconds);
+    ccl_comm_set_timeout(c->engine, seconds);
+    return SC_OK;
+}
+
 int sc_comm_rank(const sc_comm *c) { return c->rank; }
 int sc_comm_size(const sc_comm *c) { return c->nranks; }
 int sc_comm_device(const sc_comm *c) { return c->logical; }

@@ -8,6 +8,11 @@
     native_ccl_worker.py stuck SECONDS       every rank's op is enqueued behind a held stream, so it never
                                              runs: the watchdog fails it after the timeout (the same line),
                                              then the hold is released and the next call fails at once
+    native_ccl_worker.py two SECONDS         two communicators of one process, made with timeouts of 60 s
+                                             and SECONDS: the last rank skips an op of the short one (the
+                                             others print the same line), then every rank all_reduces on
+                                             the long one ('LONG <sum>'); 'ENV ...' says the variable is
+                                             untouched
 """
 from __future__ import annotations
 
@@ -26,8 +31,33 @@ import anychip  # noqa: E402
 from anychip import collectives  # noqa: E402
 
 
+def two(short_s: float) -> None:
+    """Each communicator has its own timeout (collectives.init(timeout=...))."""
+    long = collectives.init(timeout=60.0)
+    short = collectives.init(timeout=short_s)      # made once every rank is up (long's init)
+    print(f"ENV {os.environ.get('ANYCHIP_COLLECTIVE_TIMEOUT', 'unset')} {short.transport.name}", flush=True)
+    dev, r = short.device, short.rank
+    buf = dev.alloc(4 * 1000).copy_from(np.ones(1000, dtype=np.float32))
+    if r != short.size - 1:
+        t = time.perf_counter()
+        try:
+            short.all_reduce(buf).wait()
+            outcome, msg = "none", ""
+        except anychip.AnychipError as exc:
+            outcome, msg = type(exc).__name__, str(exc)
+        print(f"RESULT {outcome}|{time.perf_counter() - t:.3f}|{msg}", flush=True)
+    x = dev.alloc(4 * 4).copy_from(np.full(4, r + 1, dtype=np.float32))
+    long.all_reduce(x).wait()          # the last rank waits here while the others time out on short
+    print(f"LONG {x.to_numpy(np.float32).tolist()}", flush=True)
+    short.destroy()                    # (the last rank's, only now: a peer that leaves fails the op at once)
+    long.destroy()
+
+
 def main() -> None:
     suite = sys.argv[1]
+    if suite == "two":
+        two(float(sys.argv[2]))
+        return
     comm = collectives.init()
     name = comm.transport.name
     assert name.startswith("native/"), name

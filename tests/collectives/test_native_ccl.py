@@ -9,6 +9,7 @@ recording stand-in of ``cupy.cuda.nccl``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -344,6 +345,35 @@ def test_a_peer_that_never_arrives_is_a_timeout_on_the_others(backend):
     assert results[2][0] == 0
 
 
+@pytest.mark.parametrize("backend, transport, name", [
+    *[pytest.param(b, "native", f"native/{SIMS[b]} (simulated)", marks=p.marks)
+      for b, p in zip(SIMS, SIM_PARAMS, strict=True)],
+    ("ascend", "host", "shm/sim"), ("cpu", "auto", "shm/host")])
+@pytest.mark.slow
+def test_each_communicator_times_out_at_its_own_timeout(backend, transport, name):
+    """Two communicators of one process, made with timeouts of 60 s and 0.5 s: an op the peer
+    skips on the short one fails after 0.5 s with the library's or the engine's detail, which
+    names that peer (the simulator's HCCL / BKCL / RCCL take it through plugin.h's
+    comm_init_rank_timeout); the long one still works; the environment is untouched. Before,
+    the timeout was the process's (ANYCHIP_COLLECTIVE_TIMEOUT, 300 s)."""
+    job = f"two-{os.getpid()}-{time.monotonic_ns()}"
+    env = {k: v for k, v in os.environ.items() if k != "ANYCHIP_COLLECTIVE_TIMEOUT"}
+    procs = [subprocess.Popen([sys.executable, WORKER, "two", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**env, "ANYCHIP_RANK": str(r), "ANYCHIP_WORLD_SIZE": "2",
+                                              "ANYCHIP_JOB_ID": job, "ANYCHIP_LAUNCH_DEVICE": backend,
+                                              "ANYCHIP_COLLECTIVE_TRANSPORT": transport}) for r in range(2)]
+    results = [p.communicate(timeout=CHILD_SECONDS) for p in procs]
+    for p, (out, err) in zip(procs, results, strict=True):
+        assert p.returncode == 0, out + err
+        assert f"ENV unset {name}\n" in out, out
+        assert "LONG [3.0, 3.0, 3.0, 3.0]\n" in out, out
+    kind, secs, msg = _result(results[0][0])
+    assert kind == "CollectiveTimeout", msg
+    assert 0.4 < secs < 10, secs
+    assert re.match(r"all_reduce \(op #\d+, group world\) timed out after 0\.5 s on rank 0: waiting for rank 1",
+                    msg), msg
+
+
 @pytest.mark.parametrize("backend", SIM_PARAMS)
 @pytest.mark.slow
 def test_an_op_that_never_runs_times_out_on_every_rank(backend):
@@ -561,17 +591,23 @@ def test_a_library_is_called_as_its_calls_table_says():
             calls = {"all_reduce": ("f", "send recv stream count")}
 
 
-def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypatch):
+@pytest.mark.parametrize("own", [False, True])
+def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypatch, own):
     """The CUDA path (NcclTransport, cupy.cuda.nccl) with the stand-in, its event on a simulated
     stream held so that the op never completes: the watchdog fails the Work after the timeout
-    and its second of grace, naming the op and the rank, and calls ncclCommAbort. Before, the
+    (ANYCHIP_COLLECTIVE_TIMEOUT, or the transport's own: NCCL takes none, the watchdog applies
+    it) and its second of grace, naming the op and the rank, and calls ncclCommAbort. Before, the
     Work waited for ever (NCCL never times out)."""
     if not _available("ascend"):
         pytest.skip("ascend is unavailable")
-    monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", "0.2")
+    if own:
+        monkeypatch.delenv("ANYCHIP_COLLECTIVE_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", "0.2")
     dev = anychip.device("ascend:0")
     nccl = FakeNccl(bytes(128))
-    t = native.NcclTransport(dev, 1, 2, "", "world", nccl=nccl, boot=FakeBoot(1, 2, bytes(128)))
+    t = native.NcclTransport(dev, 1, 2, "", "world", nccl=nccl, boot=FakeBoot(1, 2, bytes(128)),
+                             timeout=0.2 if own else None)
     a = dev.alloc(64)
     s = anychip.Stream(dev)
     dev.plugin.sim_hold_stream(dev.index, s._live())

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import CHILD_SECONDS
 
+import anychip
 from anychip._data import sources_dir
+from anychip.chips import cplugin
 
 ANYCHIP = [sys.executable, "-m", "anychip.cli"]
 #: chip -> (adapter folder, the plugin_version it reports, the collectives its library runs)
@@ -38,6 +40,11 @@ def test_adapter_builds_from_the_shipped_sources_against_the_vendor_api(chip: st
     assert r.returncode == 0, r.stdout + r.stderr
     lines = dict(line.split(":", 1) for line in r.stdout.splitlines() if ":" in line and not line.startswith(" "))
     assert lines["backend"].strip() == f"{chip} (real)"          # built without the simulator's extensions
-    assert lines["ABI"].strip() == f"1.2, {version}"
+    assert lines["ABI"].strip() == f"1.3, {version}"
+    # the vendor's library has no timeout per communicator: built for it, the adapter leaves the
+    # entry unset (anychip's watchdog applies a group's timeout); the simulator's build sets it
+    _, ffi, _, table, _ = cplugin.open_table(str(lib))
+    assert table.comm_init_rank_timeout == ffi.NULL
+    assert anychip.device(f"{chip}:0").plugin.t.comm_init_rank_timeout != ffi.NULL
     assert lines["collectives"].strip().startswith(NATIVE)
     assert "device(s)" in lines["status"] and lines["status"].strip().startswith("available")

@@ -80,15 +80,16 @@ def _refusals(*paths: Path) -> dict[str, str]:
 
 def test_header_and_loader_agree() -> None:
     ffi, version = cplugin.abi()
-    assert version == (1, 2)
+    assert version == (1, 3)
     assert anychip.get_include() == str(Path(anychip.__file__).resolve().parents[2] / "csrc" / "include")
     assert (Path(anychip.get_include()) / "anychip" / "plugin.h").is_file()
     # the header's reserved slots keep room for growth; the table is what anychip allocates. Minor 1
-    # took the first slot for `kernels`, minor 2 the next for `ccl_op_dtype_masks`, so the table's
-    # size and every earlier offset stayed.
+    # took the first slot for `kernels`, minor 2 the next for `ccl_op_dtype_masks`, minor 3 the next
+    # for `comm_init_rank_timeout`, so the table's size and every earlier offset stayed.
     kernels_at = ffi.offsetof("anychip_plugin", "kernels")
     assert ffi.offsetof("anychip_plugin", "ccl_op_dtype_masks") == kernels_at + ffi.sizeof("void *")
-    assert ffi.offsetof("anychip_plugin", "reserved") == kernels_at + 2 * ffi.sizeof("void *")
+    assert ffi.offsetof("anychip_plugin", "comm_init_rank_timeout") == kernels_at + 2 * ffi.sizeof("void *")
+    assert ffi.offsetof("anychip_plugin", "reserved") == kernels_at + 3 * ffi.sizeof("void *")
     assert ffi.sizeof("anychip_plugin") == ffi.offsetof("anychip_plugin", "kernels") + 32 * ffi.sizeof("void *")
     assert ffi.sizeof("anychip_unique_id") == 128
     out = subprocess.run([*ANYCHIP, "plugin", "cflags"], capture_output=True, text=True, check=True).stdout
@@ -137,13 +138,69 @@ def test_the_reduce_rule_of_the_header(tmp_path: Path) -> None:
     assert out == "11100|01100|1\n"
 
 
+COMM_TIMEOUT = r"""
+#include <stdio.h>
+#include <string.h>
+#include "anychip/plugin.h"
+static anychip_status init(int d, int n, const anychip_unique_id *id, int r, double s, anychip_comm *c) {
+    (void)d; (void)n; (void)id; (void)r; (void)s; (void)c;
+    return 0;
+}
+int main(void) {
+    anychip_plugin p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.comm_init_rank_timeout = init;           /* (a minor-2 plugin's slot would be zero, or anything) */
+    for (unsigned minor = 2; minor <= 3; minor++) {
+        p.minor = minor;
+        printf("%d", anychip_plugin_comm_init_timeout(&p) == init);
+    }
+    p.struct_size = offsetof(anychip_plugin, comm_init_rank_timeout);   /* an older core's table */
+    printf("%d\n", anychip_plugin_comm_init_timeout(&p) == init);
+    return 0;
+}
+"""
+
+
+def test_the_comm_timeout_rule_of_the_header(tmp_path: Path) -> None:
+    """plugin.h's anychip_plugin_comm_init_timeout: the entry from minor 3 inside the core's table,
+    else NULL (a minor-2 plugin's slot is reserved, whatever it holds)."""
+    if CC is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "timeout.c").write_text(COMM_TIMEOUT)
+    subprocess.run([CC, "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{anychip.get_include()}", "-o",
+                    str(tmp_path / "timeout"), str(tmp_path / "timeout.c")], check=True, timeout=CHILD_SECONDS)
+    out = subprocess.run([str(tmp_path / "timeout")], capture_output=True, text=True, check=True).stdout
+    assert out == "010\n"
+
+
+@pytest.mark.parametrize("backend, minor, want", [("ascend", None, 5.0), ("ascend", 2, None), ("tshm", None, None)])
+def test_the_loader_gives_a_communicator_its_timeout_only_through_a_minor_3_entry(libs, plugin_path, monkeypatch,
+                                                                                   backend, minor, want):
+    """PluginCollectives.init_with_timeout (what the native transport calls) passes the group's
+    timeout to comm_init_rank_timeout when the plugin's minor is 3 or more and the entry is set
+    (the simulated Ascend's adapter); otherwise (the same table read as a minor-2 plugin's, or
+    the test plugin, which sets no such entry) it makes the communicator with comm_init_rank and
+    the watchdog applies the timeout."""
+    plugin_path(libs["CCL_SHM"].parent)
+    plugin = anychip.device(f"{backend}:0").plugin
+    assert plugin.abi == (1, 3) and (plugin.t.comm_init_rank_timeout != plugin.ffi.NULL) == (backend == "ascend")
+    if minor is not None:
+        monkeypatch.setattr(plugin, "abi", (1, minor))
+    lib = plugin.native_ccl()
+    seen = []
+    monkeypatch.setattr(lib, "_init_comm", lambda n, uid, r, timeout: seen.append(timeout))
+    lib.init_with_timeout(1, bytes(128), 0, 5.0)
+    assert seen == [want]
+
+
 def test_good_plugin_is_a_backend(libs: dict[str, Path], plugin_path) -> None:
     plugin_path(libs["GOOD"].parent)
     info = registry.backend("tgood")
     assert info is not None and info.available, info and info.reason
     assert info.device_count == 4 and info.simulated
     assert info.source == f"C library {libs['GOOD']} (from ANYCHIP_PLUGIN_PATH)"
-    assert info.reason == f"C plugin {libs['GOOD']} (ABI 1.2, tmpl 0.1.0 (host memory)); 4 device(s)"
+    assert info.reason == f"C plugin {libs['GOOD']} (ABI 1.3, tmpl 0.1.0 (host memory)); 4 device(s)"
     assert registry.refused() == []
     dev = anychip.device("tgood:2")
     assert dev.properties["name"] == "tmpl device 2 (host memory)"
@@ -239,10 +296,10 @@ def test_refusals_name_the_library_and_the_reason(libs: dict[str, Path], plugin_
             "exports none of the init symbols anychip_plugin_init, InitPlugin (not an anychip plugin, or a plugin "
             "for another ABI)",
         f"plugin library {libs['MAJOR2']} {src}":
-            "is built for plugin ABI 2.3, a newer major version; this anychip implements 1.2 and loads only plugins "
+            "is built for plugin ABI 2.3, a newer major version; this anychip implements 1.3 and loads only plugins "
             "of major version 1 (upgrade anychip)",
         f"plugin library {libs['MISSING']} {src}":
-            "tmissing: the required entries mem_alloc, copy are not set (plugin ABI 1.2)",
+            "tmissing: the required entries mem_alloc, copy are not set (plugin ABI 1.3)",
         f"plugin library {libs['INIT_FAIL']} {src}":
             "anychip_plugin_init failed with status 6 (system error: no tfail driver: /dev/tfail0 does not exist)",
         f"plugin library {libs['EVENTS_PARTIAL']} {src}":
@@ -283,7 +340,7 @@ def test_plugin_check_command(libs: dict[str, Path]) -> None:
     r = subprocess.run([*ANYCHIP, "plugin", "check", str(libs["MISSING"])], capture_output=True, text=True)
     assert r.returncode == 1
     assert r.stderr == (f"anychip plugin check: {libs['MISSING']} refused: tmissing: the required entries "
-                        "mem_alloc, copy are not set (plugin ABI 1.2)\n")
+                        "mem_alloc, copy are not set (plugin ABI 1.3)\n")
 
 
 def test_too_few_collective_entries_are_not_used(libs: dict[str, Path], plugin_path,
@@ -305,6 +362,34 @@ def _launch(n: int, backend: str, lib: Path, body: str, tmp_path: Path, **extra:
     env.pop("ANYCHIP_DEVICES", None)
     return subprocess.run([*ANYCHIP, "launch", "-n", str(n), "--device", backend, str(prog)],
                           capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
+
+
+@pytest.mark.slow
+def test_the_templates_collectives_give_each_communicator_its_own_timeout(tmp_path: Path) -> None:
+    """`anychip plugin new --collectives` sets comm_init_rank_timeout (plugin.h minor 3): of two
+    communicators of one process, made with 60 s and 0.5 s, an op the peer skips on the short one
+    fails after 0.5 s with the plugin's detail naming that peer, and the long one still works
+    (tests/collectives/native_ccl_worker.py's `two`). With comm_init_rank alone its stand-in
+    library took ANYCHIP_COLLECTIVE_TIMEOUT, the process's."""
+    project = new_plugin("tcoll", "c", tmp_path, collectives=True)
+    lib = cached_compile([CC, "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
+                          "-fvisibility=hidden", f"-I{project / 'include'}", f"-I{anychip.get_include()}", "-o",
+                          str(tmp_path / "libtcoll.so"), *(str(p) for p in sorted((project / "src").glob("*.c"))),
+                          "-lpthread", "-lm"], tmp_path / "libtcoll.so", roots=(tmp_path,))
+    env = {**os.environ, "ANYCHIP_PLUGIN_PATH": str(lib), "ANYCHIP_COLLECTIVE_TRANSPORT": "native"}
+    for k in ("ANYCHIP_DEVICES", "ANYCHIP_COLLECTIVE_TIMEOUT"):
+        env.pop(k, None)
+    worker = HERE.parent / "collectives" / "native_ccl_worker.py"
+    r = subprocess.run([*ANYCHIP, "launch", "-n", "2", "--device", "tcoll", str(worker), "two", "0.5"],
+                       capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(2):
+        assert f"[{rank}] ENV unset native/tcoll collectives (simulated)\n" in r.stdout, r.stdout
+        assert f"[{rank}] LONG [3.0, 3.0, 3.0, 3.0]\n" in r.stdout, r.stdout
+    kind, secs, msg = next(ln for ln in r.stdout.splitlines() if ln.startswith("[0] RESULT "))[11:].split("|", 2)
+    assert kind == "CollectiveTimeout", msg
+    assert 0.4 < float(secs) < 10, secs
+    assert "rank 0: timed out after 0.5 s waiting for rank 1" in msg, msg
 
 
 ALL_REDUCE = """

@@ -73,7 +73,8 @@ def test_projects_have_what_the_vendor_needs(tmp_path: Path) -> None:
         "pyproject.toml", "setup.py", "src/ccchip.c", "src/ccchip.h", "src/collectives.c", "src/kernels.c"]
     ccl = (cc / "src" / "collectives.c").read_text()
     assert sorted(re.findall(r"p->(\w+) = c_", ccl)) == sorted(
-        ["get_unique_id", "comm_init_rank", "comm_destroy", "comm_abort", "comm_get_async_error", "all_reduce",
+        ["get_unique_id", "comm_init_rank", "comm_init_rank_timeout", "comm_destroy", "comm_abort",
+         "comm_get_async_error", "all_reduce",
          "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv", "group_start",
          "group_end"])
     for call in ("ncclGetUniqueId", "ncclCommInitRank", "ncclCommDestroy", "ncclCommAbort", "ncclCommGetAsyncError",

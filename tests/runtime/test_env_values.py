@@ -98,6 +98,21 @@ def test_the_collective_check_flag_reads_every_spelling(monkeypatch):
 SIM = [d for d in ("cpu:0", "ascend:0", "hygon:0") if any(x.name == d for x in anychip.devices())]
 
 
+def test_a_groups_timeout_applies_unless_the_variable_is_set(monkeypatch):
+    """env.collective_timeout(group): the variable, when set, overrides a group's own timeout; else
+    the group's, else the default (300 s); inf is never (the engine's NEVER_S)."""
+    from anychip.runtime.env import NEVER_S, collective_timeout
+    monkeypatch.delenv("ANYCHIP_COLLECTIVE_TIMEOUT", raising=False)
+    assert (collective_timeout(), collective_timeout(2.5), collective_timeout(float("inf"))) == (300.0, 2.5, NEVER_S)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(anychip.InvalidArgumentError, match=r"a collective timeout must be > 0 seconds, got "):
+            collective_timeout(bad)
+    monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", "7")
+    assert (collective_timeout(), collective_timeout(2.5)) == (7.0, 7.0)
+    monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", "inf")
+    assert collective_timeout(2.5) == NEVER_S
+
+
 @pytest.mark.parametrize("device", SIM)
 def test_an_infinite_timeout_never_expires(device, monkeypatch):
     monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", "inf")

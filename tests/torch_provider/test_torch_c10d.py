@@ -253,6 +253,28 @@ def test_a_rank_that_never_joins_is_a_timeout_naming_it(direct):
     assert sys.executable
 
 
+@pytest.mark.parametrize("direct, env, want", [("1", None, 2.0), ("0", None, 2.0), ("1", "3", 3.0)])
+@pytest.mark.slow
+def test_each_group_times_out_at_its_own_timeout(direct, env, want):
+    """init_process_group(timeout=20 s), then new_group(timeout=2 s) in one process: rank 1 skips an
+    all_reduce of the short group, whose op fails on rank 0 after its own 2 s with the library's
+    detail naming rank 1 (the group's timeout reaches its communicator: the simulated HCCL through
+    plugin.h's comm_init_rank_timeout); the world, 20 s, still works; the environment is not
+    written. ANYCHIP_COLLECTIVE_TIMEOUT, when set, overrides every group's timeout (3 s). Before,
+    the first group wrote its timeout into the environment and every later group had it (20 s)."""
+    extra = {"ANYCHIP_TORCH_C10D_DIRECT": direct, **({"ANYCHIP_COLLECTIVE_TIMEOUT": env} if env else {})}
+    done = _launch(2, str(HERE / "two_timeouts.py"), "20", "2", **extra)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for r in range(2):
+        assert f"[{r}] ENV {env or 'unset'} {env or 'unset'}\n" in done.stdout, done.stdout
+        assert f"[{r}] WORLD [3.0, 3.0, 3.0, 3.0]\n" in done.stdout, done.stdout
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("[0] SHORT "))
+    secs, msg = line.removeprefix("[0] SHORT ").split("|", 1)
+    assert msg.startswith("anychip c10d all_reduce (rank 0 of 2, group "), msg
+    assert f"timed out after {want:.1f} s on rank 0: waiting for rank 1" in msg, msg
+    assert want - 0.5 < float(secs) < want + 6, secs
+
+
 @pytest.mark.parametrize("direct", ["0", "1"])
 @pytest.mark.slow
 def test_an_aborted_group_fails_its_pending_op_at_once(direct):

@@ -217,6 +217,29 @@ static anychip_status comm_init_rank(int device, int nranks, const anychip_uniqu
     return HcclCommInitRootInfo((uint32_t)nranks, &info, (uint32_t)rank, (HcclComm *)comm);
 }
 
+#ifdef ANYCHIP_SIMULATOR
+#include "anychip/sim.h"
+#endif
+/* plugin.h minor 3: HCCL takes no timeout per communicator (HCCL_EXEC_TIMEOUT is the process's), so built for the
+ * vendor's library the adapter leaves the entry unset (anychip's watchdog then applies a group's
+ * timeout); over the simulator's HCCL the communicator gets its own through the simulator's
+ * anychip_sim_ccl_set_timeout (anychip's extension, not a vendor call). */
+#ifdef ANYCHIP_SIMULATOR
+static anychip_status comm_init_rank_timeout(int device, int nranks, const anychip_unique_id *id, int rank,
+                                             double timeout_s, anychip_comm *comm)
+{
+    if (!(timeout_s > 0))
+        return fail(HCCL_E_PARA, "comm_init_rank_timeout: timeout_s=%g; want seconds > 0", timeout_s);
+    CHECK(comm_init_rank(device, nranks, id, rank, comm));
+    if (anychip_sim_ccl_set_timeout(*comm, timeout_s) != 0) {
+        HcclCommDestroy((HcclComm)*comm);
+        *comm = NULL;
+        return fail(HCCL_E_INTERNAL, "comm_init_rank_timeout: %s", anychip_sim_last_error());
+    }
+    return 0;
+}
+#endif
+
 static anychip_status comm_destroy(anychip_comm comm) { return HcclCommDestroy((HcclComm)comm); }
 
 static anychip_status comm_get_async_error(anychip_comm comm, anychip_status *error)
@@ -242,5 +265,8 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
     p->ccl_redop_mask = (1u << ANYCHIP_SUM) | (1u << ANYCHIP_PROD) | (1u << ANYCHIP_MIN) | (1u << ANYCHIP_MAX);
     p->ccl_op_dtype_masks = HCCL_OP_DTYPES;
     p->comm_get_async_error = comm_get_async_error;
+#ifdef ANYCHIP_SIMULATOR
+    p->comm_init_rank_timeout = comm_init_rank_timeout;
+#endif
     return ACL_SUCCESS;
 }

@@ -163,6 +163,26 @@ static anychip_status comm_init_rank(int device, int nranks, const anychip_uniqu
     return bkcl_init_rank((BKCLContext_t *)comm, rank, nranks, &uid);
 }
 
+/* plugin.h minor 3: BKCL takes no timeout per communicator, so built for the
+ * vendor's library the adapter leaves the entry unset (anychip's watchdog then applies a group's
+ * timeout); over the simulator's BKCL the communicator gets its own through the simulator's
+ * anychip_sim_ccl_set_timeout (anychip's extension, not a vendor call). */
+#ifdef ANYCHIP_SIMULATOR
+static anychip_status comm_init_rank_timeout(int device, int nranks, const anychip_unique_id *id, int rank,
+                                             double timeout_s, anychip_comm *comm)
+{
+    if (!(timeout_s > 0))
+        return fail(BKCL_INVALID_ARGUMENT, "comm_init_rank_timeout: timeout_s=%g; want seconds > 0", timeout_s);
+    CHECK(comm_init_rank(device, nranks, id, rank, comm));
+    if (anychip_sim_ccl_set_timeout(*comm, timeout_s) != 0) {
+        bkcl_destroy_context((BKCLContext_t)*comm);
+        *comm = NULL;
+        return fail(BKCL_INTERNAL_ERROR, "comm_init_rank_timeout: %s", anychip_sim_last_error());
+    }
+    return 0;
+}
+#endif
+
 static anychip_status comm_destroy(anychip_comm comm) { return bkcl_destroy_context((BKCLContext_t)comm); }
 static anychip_status comm_abort(anychip_comm comm) { return bkcl_comm_abort((BKCLContext_t)comm); }
 
@@ -190,6 +210,7 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
     p->not_ready_status = XPUERR_BUSY;
 #ifdef ANYCHIP_SIMULATOR
     p->comm_get_async_error = comm_get_async_error;
+    p->comm_init_rank_timeout = comm_init_rank_timeout;
 #endif
     p->ccl_dtype_mask = 0xFFu & ~(1u << ANYCHIP_INT8);
     p->ccl_redop_mask = (1u << ANYCHIP_SUM) | (1u << ANYCHIP_PROD) | (1u << ANYCHIP_MIN) | (1u << ANYCHIP_MAX);

@@ -70,6 +70,17 @@
  * points to ANYCHIP_REDOP_COUNT masks, one per anychip_redop: the types that op reduces,
  * on top of the two masks. anychip_plugin_reduces() below is the rule every consumer uses.
  *
+ * A communicator's timeout (minor 3, optional): comm_init_rank_timeout is comm_init_rank with
+ * the seconds (> 0; 1e9 or more means never) each op of that communicator may wait for its
+ * peers before it fails with timeout_status (reported, as any failure of enqueued work, by
+ * comm_get_async_error and get_last_error, whose detail should name the rank waited for).
+ * anychip calls it, when the plugin's minor is >= 3 and the entry is set, with the timeout of
+ * the group the communicator serves (a torch.distributed group's own timeout, else
+ * ANYCHIP_COLLECTIVE_TIMEOUT); without it, comm_init_rank, and anychip's watchdog alone fails
+ * an op still running a second past that timeout (its message then names no peer). Leave it
+ * unset where the library has no per-communicator timeout (the vendors' HCCL, BKCL and RCCL:
+ * the adapters set it only over the simulator's libraries).
+ *
  * KERNELS (optional, minor version 1): five tensor primitives that anychip's tensor layer and
  * the Paddle and PyTorch providers build their device ops from (elementwise, activations,
  * casts, reductions, matmul, softmax and their gradients, optimizer steps). `kernels` points
@@ -115,13 +126,14 @@ extern "C" {
 #endif
 
 #define ANYCHIP_PLUGIN_API_MAJOR 1
-#define ANYCHIP_PLUGIN_API_MINOR 2
+#define ANYCHIP_PLUGIN_API_MINOR 3
 
 /* the symbol anychip looks up */
 #define ANYCHIP_PLUGIN_INIT_SYMBOL "anychip_plugin_init"
 
 /* slots kept for entries later minor versions add (the struct size never changes; minor 1
- * took one for `kernels`, minor 2 one for `ccl_op_dtype_masks`) */
+ * took one for `kernels`, minor 2 one for `ccl_op_dtype_masks`, minor 3 one for
+ * `comm_init_rank_timeout`) */
 #define ANYCHIP_PLUGIN_RESERVED 32
 
 /* longest device type name, including the terminating NUL */
@@ -307,8 +319,13 @@ typedef struct anychip_plugin {
      * two masks decide alone (an array of ANYCHIP_REDOP_COUNT that lives as long as the library) */
     const uint32_t *ccl_op_dtype_masks;
 
+    /* ---- collectives, minor 3 (optional): comm_init_rank whose communicator's ops wait at most
+     * timeout_s seconds for their peers (see the top of this file) */
+    anychip_status (*comm_init_rank_timeout)(int device, int nranks, const anychip_unique_id *id, int rank,
+                                             double timeout_s, anychip_comm *comm);
+
     /* ---- growth ------------------------------------------------------------------- */
-    void *reserved[ANYCHIP_PLUGIN_RESERVED - 2];
+    void *reserved[ANYCHIP_PLUGIN_RESERVED - 3];
 } anychip_plugin;
 
 /* whether `field` lies inside the struct anychip passed (a newer plugin on an older core) */
@@ -339,6 +356,16 @@ static inline int anychip_plugin_reduces(const anychip_plugin *p, anychip_dtype 
         return 0;
     const uint32_t *per_op = p->minor >= 2 && ANYCHIP_PLUGIN_HAS(p, ccl_op_dtype_masks) ? p->ccl_op_dtype_masks : NULL;
     return !per_op || (per_op[op] & (1u << dtype)) != 0;
+}
+
+/* The communicator init a consumer calls for a group whose ops may wait `timeout_s` seconds:
+ * the plugin's comm_init_rank_timeout from minor 3, else NULL (call comm_init_rank; the
+ * consumer's own watchdog then applies the timeout). */
+typedef anychip_status (*anychip_comm_init_timeout_fn)(int, int, const anychip_unique_id *, int, double,
+                                                       anychip_comm *);
+static inline anychip_comm_init_timeout_fn anychip_plugin_comm_init_timeout(const anychip_plugin *p)
+{
+    return p->minor >= 3 && ANYCHIP_PLUGIN_HAS(p, comm_init_rank_timeout) ? p->comm_init_rank_timeout : NULL;
 }
 
 /* the one symbol a plugin exports */

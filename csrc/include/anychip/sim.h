@@ -71,6 +71,11 @@ int anychip_sim_ipc_close(void *devptr);
  * at once and the call returns without waiting for them; the handle is dead afterwards
  * (HCCL has no abort call of its own). 0, or non-zero with anychip_sim_last_error set. */
 int anychip_sim_ccl_abort(void *comm, const char *reason);
+/* The communicator's own timeout: each of its later ops waits at most `seconds` (> 0; 1e9 or
+ * more is never) for its peers, whatever ANYCHIP_COLLECTIVE_TIMEOUT says (the vendors' libraries
+ * have no per-communicator timeout; the plugin.h adapters' comm_init_rank_timeout calls this
+ * over the simulator). 0, or non-zero with anychip_sim_last_error set. */
+int anychip_sim_ccl_set_timeout(void *comm, double seconds);
 /* ANYCHIP-CDEF-END */
 
 #define ANYCHIP_SIM_IPC_MAGIC 0x41435349u /* "ISCA" */

@@ -597,12 +597,26 @@ class PluginCollectives(NativeLibrary):
         return bytes(self.ffi.buffer(uid))
 
     def init(self, nranks: int, uid: bytes, rank: int) -> Any:
+        return self._init_comm(nranks, uid, rank, None)
+
+    def init_with_timeout(self, nranks: int, uid: bytes, rank: int, timeout: float) -> Any:
+        """Through the plugin's comm_init_rank_timeout (plugin.h minor 3, the rule of its
+        ``anychip_plugin_comm_init_timeout``) where it has one: the communicator's own waits for
+        peers then end at ``timeout``, naming the peer; else ``init``."""
+        has = self.plugin.abi[1] >= 3 and self.t.comm_init_rank_timeout != self.ffi.NULL
+        return self._init_comm(nranks, uid, rank, timeout if has else None)
+
+    def _init_comm(self, nranks: int, uid: bytes, rank: int, timeout: float | None) -> Any:
         out = self.ffi.new("anychip_comm *")
         idp = self.ffi.new("anychip_unique_id *")
         self.ffi.memmove(idp, uid, self.ffi.sizeof("anychip_unique_id"))
         dev = max(self._tls.dev, 0)
-        self.check(self.t.comm_init_rank(dev, nranks, idp, rank, out),
-                   f"{self.api}: comm_init_rank (rank {rank} of {nranks})")
+        if timeout is None:
+            self.check(self.t.comm_init_rank(dev, nranks, idp, rank, out),
+                       f"{self.api}: comm_init_rank (rank {rank} of {nranks})")
+        else:
+            self.check(self.t.comm_init_rank_timeout(dev, nranks, idp, rank, float(timeout), out),
+                       f"{self.api}: comm_init_rank_timeout (rank {rank} of {nranks}, {timeout:g} s)")
         return out[0]
 
     def destroy(self, comm: Any) -> int:

@@ -45,11 +45,14 @@ def default_device(world: World) -> Any:
     return lookup(f"{backend}:{world.local_rank % count}")
 
 
-def init(device: Any = None, *, world: World | None = None) -> Communicator:
+def init(device: Any = None, *, world: World | None = None, timeout: float | None = None) -> Communicator:
     """The communicator of every rank of the job (collective: every rank calls it).
 
     ``device`` (a Device or a name) defaults to :func:`default_device`. Rank and size
-    come from the launcher's environment (see :mod:`anychip.collectives._bootstrap`)."""
+    come from the launcher's environment (see :mod:`anychip.collectives._bootstrap`).
+    ``timeout``: seconds each of its ops (and its splits' ops) may wait for the peers before
+    raising CollectiveTimeout (default: ``ANYCHIP_COLLECTIVE_TIMEOUT``, which, when set,
+    overrides it)."""
     from ..runtime.device import Device
     from ..runtime.device import device as lookup
     world = world or from_environment()
@@ -64,5 +67,5 @@ def init(device: Any = None, *, world: World | None = None) -> Communicator:
     # one host: the chip's native library where it has one, else the shared-memory engine;
     # several hosts: MPI between them (see transports/choose.py)
     from .transports.choose import choose
-    transport = choose(dev, world, f"{world.job_id}.world{_inits}")
+    transport = choose(dev, world, f"{world.job_id}.world{_inits}", timeout=timeout)
     return Communicator(transport, dev, "world")

@@ -68,7 +68,8 @@ VARIABLES: dict[str, Variable] = {
     "ANYCHIP_COLLECTIVE_TIMEOUT": Variable(
         "300",
         "seconds a collective op may wait for its peers (on a chip's own library: run) before it raises "
-        "CollectiveTimeout on every waiting rank",
+        "CollectiveTimeout on every waiting rank; when set, it also overrides each torch.distributed "
+        "group's own timeout (docs/torch.md)",
         300.0),
     "ANYCHIP_COLLECTIVE_TRANSPORT": Variable(
         "auto",

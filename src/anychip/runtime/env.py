@@ -269,12 +269,18 @@ def launcher_int(name: str) -> int:
 NEVER_S = 1e9
 
 
-def collective_timeout() -> float:
-    """Seconds an op may wait for its peers (``ANYCHIP_COLLECTIVE_TIMEOUT``, default in _variables.py;
-    ``inf`` is never, given to the engine as :data:`NEVER_S`)."""
+def collective_timeout(group: float | None = None) -> float:
+    """Seconds an op of a communicator may wait for its peers: ``ANYCHIP_COLLECTIVE_TIMEOUT`` when
+    set (it overrides every group's own), else ``group`` (the timeout a communicator was made with:
+    a ``torch.distributed`` group's), else the default in _variables.py. ``inf`` is never, given to
+    the engine as :data:`NEVER_S`."""
     name = "ANYCHIP_COLLECTIVE_TIMEOUT"
     raw = _value(name)
     if not raw:
+        if group is not None:
+            if not group > 0:
+                raise InvalidArgumentError(f"a collective timeout must be > 0 seconds, got {group!r}")
+            return min(float(group), NEVER_S)
         return float(_default(name))
     value = _seconds(raw)
     if value is None:

@@ -150,6 +150,13 @@ class NativeLibrary:
         self.check(self._init(out, nranks, idp, rank), f"{self.api} communicator init (rank {rank} of {nranks})")
         return out[0]
 
+    def init_with_timeout(self, nranks: int, uid: bytes, rank: int, timeout: float) -> Any:
+        """``init`` for a group whose ops may wait ``timeout`` seconds for their peers. A library
+        that takes a timeout per communicator overrides this (a C plugin's
+        ``comm_init_rank_timeout``); the others (the vendors' libraries have none) make the
+        communicator with ``init``, and the native transport's watchdog applies the timeout."""
+        return self.init(nranks, uid, rank)
+
     def async_error(self, comm: Any) -> int:
         raise NotImplementedError
 

@@ -14,9 +14,12 @@ names the rank); ``is_completed()``, ``exception()`` and ``get_future()`` report
 state.
 
 The device of rank r is ``anychip:<local rank>`` (anychip launch's ``ANYCHIP_LOCAL_RANK`` or
-torchrun's ``LOCAL_RANK``, modulo the device count); the group's ``timeout`` is anychip's
-``ANYCHIP_COLLECTIVE_TIMEOUT`` unless that variable is set. CPU tensors are staged through the
-device (the op then completes before the call returns).
+torchrun's ``LOCAL_RANK``, modulo the device count). Each group's ``timeout``
+(``init_process_group(timeout=...)``, ``new_group(timeout=...)``) is its communicator's own:
+its ops wait that long for their peers, whatever the other groups of the process have;
+``ANYCHIP_COLLECTIVE_TIMEOUT``, when set, overrides it for every group. The environment is
+not written. CPU tensors are staged through the device (the op then completes before the
+call returns).
 """
 from __future__ import annotations
 
@@ -45,8 +48,6 @@ __all__ = ["BACKEND", "ProcessGroupAnychip", "WorkAnychip"]
 
 #: the name to give init_process_group
 BACKEND = "anychip"
-#: set from init_process_group's timeout unless the environment sets it
-TIMEOUT_ENV = "ANYCHIP_COLLECTIVE_TIMEOUT"
 
 _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
            torch.bfloat16: "bfloat16", torch.int32: "int32", torch.int64: "int64", torch.int8: "int8",
@@ -224,8 +225,9 @@ class ProcessGroupAnychip(dist.ProcessGroup):
                  name: str = "default") -> None:
         super().__init__(rank, size)
         self._name = name
-        if timeout is not None and not os.environ.get(TIMEOUT_ENV):
-            os.environ[TIMEOUT_ENV] = str(max(timeout.total_seconds(), 0.001))
+        #: seconds each op of the group may wait for its peers: ANYCHIP_COLLECTIVE_TIMEOUT when set,
+        #: else the group's timeout (c10d gives every group one; its default is c10d's)
+        self.timeout = collective_timeout(None if timeout is None else max(timeout.total_seconds(), 0.001))
         count = device_count()
         if count == 0:
             raise AnychipError("the anychip c10d backend needs an anychip device; none is available here")
@@ -241,7 +243,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         job = store.get(key).decode()
         world = World(rank, size, rank, size, job, "torch")
         comm_id = f"{job}.{name}"
-        transport = choose(self._adev, world, comm_id, name)
+        transport = choose(self._adev, world, comm_id, name, self.timeout)
         self.comm = Communicator(transport, self._adev, name)
         self._direct = self._make_direct(transport)
         self._trail = False           # set by an op that enqueues device work after its collectives
@@ -260,7 +262,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         if handle is None or os.path.realpath(handle[1]) != os.path.realpath(_state.library):
             return None
         comm, _, null_stream = handle
-        timeout = collective_timeout()        # the group's (set above), as the transport's watchdog has it
+        timeout = self.timeout                # the group's, as the transport's watchdog has it
         return _C.C10dDirect(comm, self._index, self.rank(), self.size(), self._name, not null_stream,
                              transport.failure, transport.abort, timeout if timeout < NEVER_S else 0.0)
 

@@ -41,7 +41,8 @@ typedef enum { SHM_INT8, SHM_UINT8, SHM_INT32, SHM_INT64, SHM_FLOAT16, SHM_BFLOA
 typedef enum { SHM_SUM, SHM_PROD, SHM_MIN, SHM_MAX, SHM_AVG } shm_op;
 
 static anychip_status shm_get_unique_id(shm_unique_id *id);
-static anychip_status shm_comm_init_rank(shm_comm *comm, int nranks, shm_unique_id id, int rank, int device);
+static anychip_status shm_comm_init_rank(shm_comm *comm, int nranks, shm_unique_id id, int rank, int device,
+                                         double timeout_s);
 static anychip_status shm_comm_destroy(shm_comm comm);
 static anychip_status shm_comm_abort(shm_comm comm);
 static anychip_status shm_comm_get_async_error(shm_comm comm, anychip_status *error);
@@ -131,8 +132,9 @@ static anychip_status c_get_unique_id(anychip_unique_id *id) {
     return S_OK;
 }
 
-static anychip_status c_comm_init_rank(int d, int nranks, const anychip_unique_id *id, int rank,
-                                       anychip_comm *out) {
+/* timeout_s: seconds each op of the communicator may wait for its peers; 0: the library's default */
+static anychip_status comm_init(int d, int nranks, const anychip_unique_id *id, int rank, double timeout_s,
+                                anychip_comm *out) {
     DEVICE(dev, d);
     (void)dev;
     if (!id || !out) return fail(S_INVALID, "comm_init_rank: NULL id or communicator");
@@ -147,13 +149,29 @@ static anychip_status c_comm_init_rank(int d, int nranks, const anychip_unique_i
     c->nranks = nranks;
     shm_unique_id uid;
     memcpy(&uid, id->internal, sizeof uid);
-    anychip_status rc = shm_comm_init_rank(&c->lib, nranks, uid, rank, d);   /* DRIVER: ncclCommInitRank */
+    /* DRIVER: ncclCommInitRank (and the library's way to give one communicator its own timeout) */
+    anychip_status rc = shm_comm_init_rank(&c->lib, nranks, uid, rank, d, timeout_s);
     if (rc != S_OK) {
         free(c);
         return rc;
     }
     *out = c;
     return S_OK;
+}
+
+static anychip_status c_comm_init_rank(int d, int nranks, const anychip_unique_id *id, int rank,
+                                       anychip_comm *out) {
+    return comm_init(d, nranks, id, rank, 0, out);
+}
+
+/* plugin.h minor 3: the communicator of a group with its own timeout (a torch.distributed group's
+ * `timeout`): its ops fail with timeout_status after timeout_s seconds of waiting for a peer, the
+ * detail naming that peer. A library with no timeout per communicator (NCCL, HCCL, RCCL) leaves
+ * the entry unset: anychip's watchdog then fails an op still running a second past the timeout. */
+static anychip_status c_comm_init_rank_timeout(int d, int nranks, const anychip_unique_id *id, int rank,
+                                               double timeout_s, anychip_comm *out) {
+    if (!(timeout_s > 0)) return fail(S_INVALID, "comm_init_rank_timeout: timeout_s=%g; want seconds > 0", timeout_s);
+    return comm_init(d, nranks, id, rank, timeout_s, out);
 }
 
 static anychip_status c_comm_destroy(anychip_comm c) {
@@ -271,6 +289,7 @@ void set_collectives(anychip_plugin *p) {
     p->ccl_redop_mask = CCL_REDOP_MASK;
     p->get_unique_id = c_get_unique_id;
     p->comm_init_rank = c_comm_init_rank;
+    p->comm_init_rank_timeout = c_comm_init_rank_timeout;
     p->comm_destroy = c_comm_destroy;
     p->comm_abort = c_comm_abort;
     p->comm_get_async_error = c_comm_get_async_error;
@@ -449,7 +468,8 @@ static anychip_status shm_get_unique_id(shm_unique_id *id) {
 
 /* every rank maps the segment id.name (rank 0 creates it, the others wait for it), registers its
  * process and waits for the others; then the name is unlinked (the mappings stay) */
-static anychip_status shm_comm_init_rank(shm_comm *out, int nranks, shm_unique_id id, int rank, int device) {
+static anychip_status shm_comm_init_rank(shm_comm *out, int nranks, shm_unique_id id, int rank, int device,
+                                         double timeout_s) {
     if (nranks > SHM_MAX_RANKS) return fail(S_INVALID, "comm_init_rank: at most %d ranks, not %d", SHM_MAX_RANKS, nranks);
     id.name[sizeof id.name - 1] = 0;
     if (id.name[0] != '/') return fail(S_INVALID, "comm_init_rank: not a unique id of @name@'s get_unique_id");
@@ -460,7 +480,7 @@ static anychip_status shm_comm_init_rank(shm_comm *out, int nranks, shm_unique_i
     c->rank = rank;
     c->refs = 1;
     const char *t = getenv("ANYCHIP_COLLECTIVE_TIMEOUT");
-    c->timeout = t && strtod(t, NULL) > 0 ? strtod(t, NULL) : 300.0;
+    c->timeout = timeout_s > 0 ? timeout_s : t && strtod(t, NULL) > 0 ? strtod(t, NULL) : 300.0;
     pthread_mutex_init(&c->run, NULL);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->idle, NULL);

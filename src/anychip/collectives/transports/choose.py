@@ -51,16 +51,19 @@ __all__ = ["choose", "one_host", "over_mpi", "host_key"]
 MPI_LAUNCHERS = ("mpich", "openmpi")
 
 
-def choose(device: Device, world: World, comm_id: str | None = None, label: str = "world") -> Transport:
+def choose(device: Device, world: World, comm_id: str | None = None, label: str = "world",
+           timeout: float | None = None) -> Transport:
     """The transport of every rank of ``world`` on ``device`` (collective: every rank calls
     it); ``comm_id`` names the shared-memory communicator on one host (default: the job's
-    world). See the module docstring."""
+    world). ``timeout``: the seconds each of its ops may wait for the peers (None: the
+    default; ``ANYCHIP_COLLECTIVE_TIMEOUT``, when set, overrides it: env.collective_timeout);
+    it is the communicator's own, and its sub-groups'. See the module docstring."""
     comm_id = comm_id or f"{world.job_id}.world"
     check_engine()                    # what the C parts read themselves, refused here rather than ignored
     mode = host_transport()
     spans = world.local_size != world.size
     if mode == "mpi":
-        return MpiTransport.world(device, world)
+        return MpiTransport.world(device, world, timeout=timeout)
     if spans and mode == "shm":
         raise UnsupportedError(
             f"ANYCHIP_HOST_TRANSPORT=shm: the job spans more than one host ({world.size} ranks, {world.local_size} on "
@@ -70,39 +73,40 @@ def choose(device: Device, world: World, comm_id: str | None = None, label: str 
             raise UnsupportedError(
                 f"the job spans more than one host ({world.size} ranks, {world.local_size} on this one, launched by "
                 f"{world.launcher}); between hosts anychip uses MPI: launch with mpiexec and install anychip[mpi]")
-        return one_host(device, world.rank, world.size, comm_id, label)
+        return one_host(device, world.rank, world.size, comm_id, label, timeout)
     if not spans and not host_id():
-        return one_host(device, world.rank, world.size, comm_id, label)
+        return one_host(device, world.rank, world.size, comm_id, label, timeout)
     # under mpiexec, ranks on several hosts (or host ids set): what MPI says about the hosts decides
-    return over_mpi(device, MpiTransport.world(device, world), "world")
+    return over_mpi(device, MpiTransport.world(device, world, timeout=timeout), "world")
 
 
-def one_host(device: Device, rank: int, size: int, comm_id: str, label: str = "world") -> Transport:
+def one_host(device: Device, rank: int, size: int, comm_id: str, label: str = "world",
+             timeout: float | None = None) -> Transport:
     """The transport of ranks that share a host: the chip's own library or the engine
     (``ANYCHIP_COLLECTIVE_TRANSPORT``)."""
     choice = collective_transport()
     if choice != "host":
         lib = device.plugin.native_ccl()
         if isinstance(lib, NativeLibrary):
-            return NativeTransport(device, rank, size, comm_id, label, library=lib)
+            return NativeTransport(device, rank, size, comm_id, label, library=lib, timeout=timeout)
         if lib is not None and hasattr(lib, "NcclCommunicator"):        # cupy.cuda.nccl (cuda)
-            return NcclTransport(device, rank, size, comm_id, label, nccl=lib)
+            return NcclTransport(device, rank, size, comm_id, label, nccl=lib, timeout=timeout)
         if choice == "native":
             raise UnsupportedError(f"ANYCHIP_COLLECTIVE_TRANSPORT=native but {device} has no native collective "
                                    f"library: {why_no_library(device.plugin, lib)}")
-    return ShmTransport(device, rank, size, comm_id, label)
+    return ShmTransport(device, rank, size, comm_id, label, timeout)
 
 
 def over_mpi(device: Device, flat: MpiTransport, label: str) -> Transport:
     """The transport for the ranks of ``flat`` (an MPI transport, collective over it): the
     engine when they share a host, hierarchical when every host has as many ranks, else
-    ``flat`` itself."""
+    ``flat`` itself (each with ``flat``'s timeout)."""
     keys = flat.comm.allgather(host_key())
     token = flat.comm.bcast(os.urandom(6).hex() if flat.rank == 0 else None, root=0)
     hosts = list(dict.fromkeys(keys))
     members = [[r for r, k in enumerate(keys) if k == h] for h in hosts]
     if len(hosts) == 1:
-        shm = ShmTransport(device, flat.rank, flat.size, f"mpi{token}", label)
+        shm = ShmTransport(device, flat.rank, flat.size, f"mpi{token}", label, flat.timeout)
         flat.close()
         return shm
     if len({len(m) for m in members}) != 1:

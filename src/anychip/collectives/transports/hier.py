@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...runtime.env import collective_timeout
 from ...runtime.errors import CollectiveError, InvalidArgumentError
 from .._engine import DTYPES as CCL_DTYPES
 from .._engine import KINDS, REDOPS, engine, error_of
@@ -55,10 +54,10 @@ def _ptr(arr: np.ndarray) -> int:
 class _ShmHost:
     """The shared-memory engine on host arrays (the ranks of one host)."""
 
-    def __init__(self, comm_id: str, rank: int, size: int, label: str) -> None:
+    def __init__(self, comm_id: str, rank: int, size: int, label: str, timeout: float) -> None:
         ffi, lib = engine()
         out = ffi.new("ccl_comm **")
-        rc = lib.ccl_comm_init(comm_id.encode(), rank, size, collective_timeout(), out)
+        rc = lib.ccl_comm_init(comm_id.encode(), rank, size, timeout, out)
         if rc:
             raise CollectiveError(f"communicator {label} (within the host): "
                                   + ffi.string(lib.ccl_init_error()).decode("utf-8", "replace"))
@@ -102,7 +101,7 @@ class HierTransport(StagedTransport):
 
     def __init__(self, device: Device, flat: MpiTransport, members: list[list[int]], token: str,
                  label: str, regroup: Regroup) -> None:
-        super().__init__(device, label)
+        super().__init__(device, label, flat.timeout)
         self.flat = flat
         self._regroup = regroup
         self.rank, self.size = flat.rank, flat.size
@@ -110,9 +109,9 @@ class HierTransport(StagedTransport):
         self.host = next(h for h, m in enumerate(members) if self.rank in m)
         self.local_rank = members[self.host].index(self.rank)
         self.L, self.H = len(members[0]), len(members)
-        self.local = _ShmHost(f"mpi{token}.h{self.host}", self.local_rank, self.L, label)
+        self.local = _ShmHost(f"mpi{token}.h{self.host}", self.local_rank, self.L, label, self.timeout)
         cross = flat.comm.Split(self.local_rank, self.host)    # same local index, ordered by host
-        self.cross = MpiTransport(device, cross, f"{label} (across hosts)")
+        self.cross = MpiTransport(device, cross, f"{label} (across hosts)", self.timeout)
         self.token = token
         #: position (local index * H + host) -> world rank
         self.order = np.array([members[h][i] for i in range(self.L) for h in range(self.H)], dtype=np.intp)

@@ -183,7 +183,7 @@ class MpiTransport(StagedTransport):
     name = "mpi"
 
     @classmethod
-    def world(cls, device: Device, world: World, label: str = "world") -> MpiTransport:
+    def world(cls, device: Device, world: World, label: str = "world", timeout: float | None = None) -> MpiTransport:
         """The transport of every rank of the job (collective over MPI_COMM_WORLD)."""
         MPI = load_mpi()
         size = MPI.COMM_WORLD.Get_size()
@@ -191,10 +191,10 @@ class MpiTransport(StagedTransport):
             raise InvalidArgumentError(
                 f"MPI sees {size} rank(s) but the launcher ({world.launcher}) says {world.size}: the MPI transport "
                 "needs the job started by mpiexec (or set ANYCHIP_HOST_TRANSPORT=shm on one host)")
-        return cls(device, MPI.COMM_WORLD.Dup(), label)
+        return cls(device, MPI.COMM_WORLD.Dup(), label, timeout)
 
-    def __init__(self, device: Device, comm: Any, label: str) -> None:
-        super().__init__(device, label)
+    def __init__(self, device: Device, comm: Any, label: str, timeout: float | None = None) -> None:
+        super().__init__(device, label, timeout)
         self.MPI = load_mpi()
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
@@ -215,7 +215,7 @@ class MpiTransport(StagedTransport):
         group = self.comm.Get_group().Incl(ranks)
         comm = self.comm.Create_group(group, zlib.crc32(tag.encode()) & 0x7FFF)
         group.Free()
-        return MpiTransport(self.device, comm, label)
+        return MpiTransport(self.device, comm, label, self.timeout)
 
     def close(self) -> None:
         comm, self.comm = self.comm, None

@@ -39,11 +39,16 @@ library's asynchronous error (``HcclGetCommAsyncError``, ``ncclCommGetAsyncError
 says whether the op failed. The simulator's BKCL reports it through
 ``anychip_sim_bkcl_async_error`` (BKCL publishes no such call).
 
-Deadline: a library times out only where it waits for its peers, and NCCL not even there,
+Deadline: each transport has its group's timeout (``timeout``: a ``torch.distributed``
+group's own, else ``ANYCHIP_COLLECTIVE_TIMEOUT``, which overrides it when set). A library
+that takes a timeout per communicator (a plugin's ``comm_init_rank_timeout``, plugin.h
+minor 3: the simulator's HCCL / BKCL / RCCL, the C plugin template) is given it, so its
+waits for peers fail at that timeout naming the peer; the vendors' libraries have none.
+A library times out only where it waits for its peers, and NCCL not even there,
 so an op whose work never ends (a stuck kernel, a peer that never arrives at NCCL) would
 hang every rank. As ProcessGroupNCCL's watchdog does (``TORCH_NCCL_ASYNC_ERROR_HANDLING``),
 one thread per process (:func:`_watchdog`) looks at the native transports' Works: one
-still running ``ANYCHIP_COLLECTIVE_TIMEOUT`` seconds (plus :data:`_GRACE_S`, so that a
+still running its transport's timeout (plus :data:`_GRACE_S`, so that a
 library that times out itself reports first, naming the peer it waited for) after it was
 enqueued fails with a :class:`CollectiveTimeout` naming the op and the rank, and its
 communicator is aborted (the Works still pending fail, later calls raise); ``Work.wait``
@@ -84,7 +89,7 @@ _log = logging.getLogger("anychip")
 _LABEL = re.compile(r"\b(?:hccl|nccl|bkcl) communicator [\w.-]+")
 #: longest stretch a Work.wait waits without looking whether the watchdog failed it
 _SLICE_S = 0.05
-#: seconds past ANYCHIP_COLLECTIVE_TIMEOUT before the watchdog fails an op
+#: seconds past the transport's timeout before the watchdog fails an op
 _GRACE_S = 1.0
 #: seconds an op's work may still run after the watchdog aborted its communicator before the
 #: watchdog ends the process
@@ -187,7 +192,7 @@ class _Outcomes:
     rank: int
     _comm: Any
 
-    def _init_outcomes(self) -> None:
+    def _init_outcomes(self, timeout: float | None) -> None:
         # id -> the Work, weakly (a dict of weak references costs half a WeakSet per op)
         self._pending: dict[int, weakref.ref[_EventWork]] = {}
         self._aborted: str | None = None
@@ -195,7 +200,7 @@ class _Outcomes:
         # the Works' settling and the communicator's abort or close, which the watchdog's
         # thread may run beside the rank's own
         self._lock = threading.RLock()
-        self._timeout = collective_timeout()
+        self._timeout = collective_timeout(timeout)     # the group's (env.collective_timeout)
         self._stuck: tuple[Any, float, str] | None = None   # (event, when aborted, why): see _expire
         if self._timeout < NEVER_S:
             _watch(self)
@@ -275,7 +280,8 @@ class NativeTransport(_Outcomes, Transport):
     """HCCL / BKCL / RCCL for one group of ranks (see the module docstring)."""
 
     def __init__(self, device: Device, rank: int, size: int, comm_id: str, label: str = "world",
-                 boot: Transport | None = None, library: NativeLibrary | None = None) -> None:
+                 boot: Transport | None = None, library: NativeLibrary | None = None,
+                 timeout: float | None = None) -> None:
         if library is None:
             library, why = native_library(device)
             if library is None:
@@ -286,19 +292,20 @@ class NativeTransport(_Outcomes, Transport):
         # as ShmTransport's modes: "sim" = ops enqueued on a simulated stream
         self.mode = "sim" if library.simulated else "device"
         self.name = f"native/{library.api}" + (" (simulated)" if library.simulated else "")
-        self._boot: Transport = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
+        self._boot: Transport = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label,
+                                                                           timeout)
         self._events: list[Event] = []          # completion events free for reuse
         self._last_stream: tuple[Any, Any] | None = None     # (raw stream, the library's handle)
         self._side: tuple[Stream, Event, Event] | None = None   # see _side_enter
         self._copy_side: Stream | None = None   # a broadcast root's copy beside the op (see _issue)
         self._comm: Any = None
         self._plugin: Any = cast(Any, device.plugin)
-        self._init_outcomes()
+        self._init_outcomes(timeout)
         try:
             uid = library.unique_id() if rank == 0 else None
             uid = self._boot.exchange(uid)[0]
             library.use_device(self._plugin, device.index)
-            self._comm = library.init(size, uid, rank)
+            self._comm = library.init_with_timeout(size, uid, rank, self._timeout)
         except BaseException:
             if boot is None:
                 self._boot.close()
@@ -401,7 +408,8 @@ class NativeTransport(_Outcomes, Transport):
     def sub(self, ranks: list[int], tag: str, label: str) -> Transport:
         boot = self._boot.sub(ranks, tag, label)
         try:
-            return NativeTransport(self.device, boot.rank, boot.size, "", label, boot=boot, library=self.lib)
+            return NativeTransport(self.device, boot.rank, boot.size, "", label, boot=boot, library=self.lib,
+                                   timeout=self._timeout)
         except BaseException:
             boot.close()
             raise
@@ -558,7 +566,7 @@ class NcclTransport(_Outcomes, Transport):
     mode = "device"
 
     def __init__(self, device: Device, rank: int, size: int, comm_id: str, label: str = "world",
-                 nccl: Any = None, boot: Transport | None = None) -> None:
+                 nccl: Any = None, boot: Transport | None = None, timeout: float | None = None) -> None:
         if nccl is None:
             nccl = device.plugin.native_ccl()
             if nccl is None:
@@ -566,13 +574,14 @@ class NcclTransport(_Outcomes, Transport):
         self.device, self.rank, self.size, self.label = device, rank, size, label
         self.nccl = nccl
         self.name = "native/NCCL"
-        self._boot: Transport = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label)
+        self._boot: Transport = boot if boot is not None else ShmTransport(device, rank, size, comm_id, label,
+                                                                           timeout)
         self.dtypes = {k: getattr(nccl, v) for k, v in _NCCL_DTYPES.items() if hasattr(nccl, v)}
         self.redops = {k: getattr(nccl, v) for k, v in _NCCL_OPS.items() if hasattr(nccl, v)}
         self._scratch: Any = None
         self._events: list[Event] = []
         self._comm: Any = None
-        self._init_outcomes()
+        self._init_outcomes(timeout)        # (NCCL takes no timeout: the watchdog applies it)
         try:
             uid = nccl.get_unique_id() if rank == 0 else None
             uid = self._boot.exchange(uid)[0]
@@ -647,7 +656,8 @@ class NcclTransport(_Outcomes, Transport):
 
     def sub(self, ranks: list[int], tag: str, label: str) -> Transport:
         boot = self._boot.sub(ranks, tag, label)
-        return NcclTransport(self.device, boot.rank, boot.size, "", label, nccl=self.nccl, boot=boot)
+        return NcclTransport(self.device, boot.rank, boot.size, "", label, nccl=self.nccl, boot=boot,
+                             timeout=self._timeout)
 
     def abort(self, reason: str) -> None:
         with self._lock:

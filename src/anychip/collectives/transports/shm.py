@@ -80,7 +80,8 @@ class ShmTransport(Transport):
 
     name = "shm"
 
-    def __init__(self, device: Device, rank: int, size: int, comm_id: str, label: str = "world") -> None:
+    def __init__(self, device: Device, rank: int, size: int, comm_id: str, label: str = "world",
+                 timeout: float | None = None) -> None:
         ffi, lib = engine()
         self.device = device
         self.rank, self.size = rank, size
@@ -97,7 +98,8 @@ class ShmTransport(Transport):
         self._op1 = ffi.new("ccl_op[1]")
         self._zero_op = bytes(ffi.sizeof("ccl_op"))
         zc_min = zero_copy_min()              # bad variables are refused before the segment exists
-        timeout = collective_timeout()
+        #: seconds each op waits for the peers: the group's timeout (env.collective_timeout)
+        self.timeout = timeout = collective_timeout(timeout)
         out = ffi.new("ccl_comm **")
         rc = lib.ccl_comm_init(comm_id.encode(), rank, size, timeout, out)
         if rc:
@@ -174,7 +176,8 @@ class ShmTransport(Transport):
         return [pickle.loads(recv[r * width:r * width + int(lens[r])].tobytes()) for r in range(self.size)]
 
     def sub(self, ranks: list[int], tag: str, label: str) -> Transport:
-        return ShmTransport(self.device, ranks.index(self.rank), len(ranks), f"{self.comm_id}.{tag}", label)
+        return ShmTransport(self.device, ranks.index(self.rank), len(ranks), f"{self.comm_id}.{tag}", label,
+                            self.timeout)
 
     def abort(self, reason: str) -> None:
         if self._comm is not None:
@@ -186,7 +189,7 @@ class ShmTransport(Transport):
         if comm is None:
             return
         try:
-            self.quiesce(timeout=collective_timeout())
+            self.quiesce(timeout=self.timeout)
         finally:
             engine()[1].ccl_comm_destroy(comm)
 

@@ -114,10 +114,10 @@ class StagedTransport(Transport):
 
     label = "world"
 
-    def __init__(self, device: Device, label: str) -> None:
+    def __init__(self, device: Device, label: str, timeout: float | None = None) -> None:
         self.device = device
         self.label = label
-        self.timeout = collective_timeout()
+        self.timeout = collective_timeout(timeout)      # the group's (env.collective_timeout)
         self._failed: str | None = None
         self._staging: dict[str, np.ndarray] = {}
 
