@@ -9,6 +9,8 @@
 //   copies.cpp     copies between the host and the device and within the device
 //   ops.cpp        the aten kernels: the CPU fallback, the ops on the chip's kernel table, the
 //                  registrations
+//   fused.cpp      what torch's composite ops take on a device but not on the CPU: attention's
+//                  kernel choice, the fused RNN cells
 //   hooks.cpp      PrivateUse1's hooks (generators, pinned memory, storage resizing)
 //   random.cpp     the device's generators and random ops
 //   amp.cpp        autocast's kernels
