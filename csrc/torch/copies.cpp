@@ -82,13 +82,15 @@ at::Tensor with_bits(at::Tensor host, const at::Tensor &like)
 
 }  // namespace
 
-// a host tensor with the device tensor's sizes, strides, bits and values
-at::Tensor download(const at::Tensor &t)
+// a host tensor with the device tensor's sizes, strides, bits and values, `lead` elements into
+// its block
+at::Tensor download(const at::Tensor &t, int64_t lead)
 {
     int64_t span = span_of(t);
-    at::Tensor host = at::empty({span}, t.options().device(c10::kCPU));
-    raw_copy(dev_index(t), host.data_ptr(), t.data_ptr(), span * t.element_size(), ANYCHIP_COPY_D2H);
-    return with_bits(host.as_strided(t.sizes(), t.strides(), 0), t);
+    at::Tensor host = at::empty({lead + span}, t.options().device(c10::kCPU));
+    raw_copy(dev_index(t), static_cast<char *>(host.data_ptr()) + lead * t.element_size(), t.data_ptr(),
+             span * t.element_size(), ANYCHIP_COPY_D2H);
+    return with_bits(host.as_strided(t.sizes(), t.strides(), lead), t);
 }
 
 // writes host values (any layout and dtype) into a device tensor (any layout)

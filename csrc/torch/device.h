@@ -9,6 +9,8 @@
 //   copies.cpp     copies between the host and the device and within the device
 //   ops.cpp        the aten kernels: the CPU fallback, the ops on the chip's kernel table, the
 //                  registrations
+//   fused.cpp      what torch's composite ops take on a device but not on the CPU: attention's
+//                  kernel choice, the fused RNN cells
 //   hooks.cpp      PrivateUse1's hooks (generators, pinned memory, storage resizing)
 //   random.cpp     the device's generators and random ops
 //   amp.cpp        autocast's kernels
@@ -100,7 +102,8 @@ void resize_bytes(c10::StorageImpl *storage, size_t nbytes);
 void raw_copy(int device, void *dst, const void *src, size_t nbytes, anychip_copy_kind kind);
 int dev_index(const at::Tensor &t);             // a tensor's device index (the current one for -1)
 bool dense(const at::Tensor &t);                // non-overlapping and dense
-at::Tensor download(const at::Tensor &t);       // a host tensor with the device tensor's layout and values
+// a host tensor with the device tensor's layout and values (`lead` elements into its block)
+at::Tensor download(const at::Tensor &t, int64_t lead = 0);
 void upload(const at::Tensor &dst, const at::Tensor &src);  // host values into a device tensor
 at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking);
 at::Tensor copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst);

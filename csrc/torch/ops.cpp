@@ -358,6 +358,30 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
     }
 }
 
+// The CPU fallback's copies of an op's device tensors (at::native::cpu_fallback hands them to
+// at::_to_cpu): each as the same view would be on the CPU, so that the CPU kernel takes the path
+// (and sums in the order) it takes there. torch's own .cpu() makes a tensor that is not dense (a
+// strided slice, an expanded view) contiguous, which changed the order of a sum over it, and
+// puts every copy at the start of a block, where a view's data on the CPU starts at its offset
+// into a 64-byte aligned block (which the CPU's BLAS routines can follow). Here: the span of
+// memory the tensor addresses, viewed with its strides, at its offset's place in that alignment.
+std::vector<at::Tensor> to_cpu(at::TensorList tensors)
+{
+    constexpr int64_t kCpuAlignment = 64;          // c10's gAlignment: where a CPU block starts
+    std::vector<at::Tensor> out;
+    out.reserve(tensors.size());
+    for (const at::Tensor &t : tensors) {
+        if (!t.defined() || t.device().type() != kType) {
+            out.push_back(t.defined() ? t.cpu() : t);
+            continue;
+        }
+        int64_t item = static_cast<int64_t>(t.element_size());
+        int64_t lead = kCpuAlignment % item == 0 ? t.storage_offset() % (kCpuAlignment / item) : 0;
+        out.push_back(download(t, lead));
+    }
+    return out;
+}
+
 // module.to(device) keeps each Parameter object, so that tied ones stay one (param.data = moved),
 // only where torch calls the two tensors' types compatible; its list of dense backends lacks
 // PrivateUse1, so a CPU parameter moved here would become a new Parameter per module
@@ -602,6 +626,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
     m.impl("_copy_from_and_resize", copy_from_and_resize);
     m.impl("_local_scalar_dense", local_scalar_dense);
     m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+    m.impl("_to_cpu", to_cpu);
     m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
     m.impl("set_.source_Storage", set_source_storage);
     m.impl("set_.source_Tensor", set_source_tensor);
@@ -626,12 +651,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
     m.impl("mm", mm);
     m.impl("sum", sum_all);
     m.impl("sum.dim_IntList", sum_dim);
-    // ops with a CompositeExplicitAutograd decomposition that backends without a kernel get:
-    // the CPU kernel instead, through the fallback, so that the values are the CPU's bit for bit
-    // (mse_loss and smooth_l1_loss: their generic kernel writes a reduced loss into an output the
-    // CPU kernel then resizes, which warns on every call)
+    // ops with a CompositeExplicitAutograd decomposition that backends without a kernel get
+    // (mish_backward and silu_backward: a CompositeImplicitAutograd one, which takes precedence
+    // over a backend's fallback): the CPU kernel instead, through the fallback, so that the values
+    // are the CPU's bit for bit (mse_loss and smooth_l1_loss: their generic kernel writes a reduced
+    // loss into an output the CPU kernel then resizes, which warns on every call)
     for (const char *name : {"addr", "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
-                             "native_group_norm_backward", "mse_loss", "smooth_l1_loss"})
+                             "native_group_norm_backward", "mse_loss", "smooth_l1_loss", "mish_backward", "silu_backward"})
         m.impl(name, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
     m.impl("convolution_overrideable", convolution_overrideable);
     m.impl("convolution_backward_overrideable", convolution_backward_overrideable);

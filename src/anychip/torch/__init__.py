@@ -316,11 +316,16 @@ def is_initialized() -> bool:
 
 
 def init() -> None:
-    """Nothing to do: the device is set up when anychip.torch is imported."""
+    """Nothing to do in the process that imported anychip.torch (the device is set up then); in a
+    process forked from it, a RuntimeError, as ``torch.cuda.init()`` raises in a forked child."""
+    _lazy_init()
 
 
 def _lazy_init() -> None:
-    pass
+    if _forked:
+        raise RuntimeError(f"Cannot re-initialize {NAME} in forked subprocess. To use {NAME} with multiprocessing, "
+                           "you must use the 'spawn' start method (the device's memory and streams do not survive "
+                           "fork())")
 
 
 class device:
