@@ -29,6 +29,11 @@
  *   ADAPTER_REDUCE_SCATTER(send, recv, recv_count, type, op, comm, stream),
  *   ADAPTER_ALL_TO_ALL(send, recv, count, type, comm, stream), ADAPTER_SEND(buf, count, type,
  *   peer, comm, stream), ADAPTER_RECV(buf, count, type, peer, comm, stream)
+ *   ADAPTER_UNIQUE_ID (its unique id / root info type, whose bytes are `internal`),
+ *   ADAPTER_GET_UNIQUE_ID(ADAPTER_UNIQUE_ID *), ADAPTER_COMM_INIT_RANK(ADAPTER_COMM *, nranks,
+ *   const ADAPTER_UNIQUE_ID *, rank), ADAPTER_COMM_DESTROY(comm)
+ *   ADAPTER_CCL_INVALID, ADAPTER_CCL_INTERNAL   its collective library's invalid-argument and
+ *                               internal-error statuses
  * and, where the API has them (the optional entries are filled in only then):
  *   ADAPTER_DEVICE_SYNCHRONIZE(), ADAPTER_FILL(dst, value, nbytes),
  *   ADAPTER_FILL_ASYNC(dst, value, nbytes, stream), ADAPTER_STREAM_QUERY(s),
@@ -126,9 +131,6 @@ static anychip_status device_name(int device, char *name, size_t len);
 static anychip_status mem_info(int device, size_t *free_bytes, size_t *total);
 static anychip_status copy_peer(int dst_device, void *dst, int src_device, const void *src, size_t nbytes,
                                 anychip_stream stream);
-static anychip_status get_unique_id(anychip_unique_id *id);
-static anychip_status comm_init_rank(int device, int nranks, const anychip_unique_id *id, int rank,
-                                     anychip_comm *comm);
 static anychip_status comm_destroy(anychip_comm comm);
 static anychip_status group_start(void);
 static anychip_status group_end(void);
@@ -240,9 +242,60 @@ static anychip_status event_elapsed_ms(int device, float *ms, anychip_event star
 #define OPTIONAL_EVENT_ELAPSED_MS NULL
 #endif
 
-/* ---- the collectives: plugin.h's dtype and op as the API's, then its call -------------------- */
+/* ---- the communicator: its id (anychip_unique_id holds the API's, whose bytes past it must
+ * be zero) and its creation -------------------------------------------------------------------- */
 
 #define COMM(comm) ((ADAPTER_COMM)(comm))
+
+static anychip_status get_unique_id(anychip_unique_id *id)
+{
+    ADAPTER_UNIQUE_ID uid;
+    memset(&uid, 0, sizeof uid);
+    CHECK(ADAPTER_GET_UNIQUE_ID(&uid));
+    _Static_assert(sizeof uid.internal >= sizeof id->internal, "the API's id is at least anychip_unique_id");
+    for (size_t i = sizeof id->internal; i < sizeof uid.internal; i++)
+        if (uid.internal[i])
+            return fail(ADAPTER_CCL_INTERNAL, "get_unique_id: the library's id uses more than the %zu bytes of "
+                                              "anychip_unique_id", sizeof id->internal);
+    memcpy(id->internal, uid.internal, sizeof id->internal);
+    return 0;
+}
+
+static anychip_status comm_init_rank(int device, int nranks, const anychip_unique_id *id, int rank,
+                                     anychip_comm *comm)
+{
+    USE(device);
+    ADAPTER_UNIQUE_ID uid;
+    memset(&uid, 0, sizeof uid);
+    memcpy(uid.internal, id->internal, sizeof id->internal);
+    return ADAPTER_COMM_INIT_RANK((ADAPTER_COMM *)comm, nranks, &uid, rank);
+}
+
+/* plugin.h minor 3: no vendor collective library takes a timeout per communicator (HCCL's
+ * HCCL_EXEC_TIMEOUT is the process's; BKCL, RCCL and NCCL's ncclConfig_t have none), so built
+ * for the vendor's library the entry stays unset and anychip's watchdog applies a group's
+ * timeout. Over the simulator's HCCL / BKCL / RCCL the communicator gets its own through
+ * anychip_sim_ccl_set_timeout (anychip's extension, not a vendor call). */
+#ifdef ANYCHIP_SIMULATOR
+static anychip_status comm_init_rank_timeout(int device, int nranks, const anychip_unique_id *id, int rank,
+                                             double timeout_s, anychip_comm *comm)
+{
+    if (!(timeout_s > 0))
+        return fail(ADAPTER_CCL_INVALID, "comm_init_rank_timeout: timeout_s=%g; want seconds > 0", timeout_s);
+    CHECK(comm_init_rank(device, nranks, id, rank, comm));
+    if (anychip_sim_ccl_set_timeout(*comm, timeout_s) != 0) {
+        ADAPTER_COMM_DESTROY(COMM(*comm));
+        *comm = NULL;
+        return fail(ADAPTER_CCL_INTERNAL, "comm_init_rank_timeout: %s", anychip_sim_last_error());
+    }
+    return 0;
+}
+#define OPTIONAL_COMM_INIT_RANK_TIMEOUT comm_init_rank_timeout
+#else
+#define OPTIONAL_COMM_INIT_RANK_TIMEOUT NULL
+#endif
+
+/* ---- the collectives: plugin.h's dtype and op as the API's, then its call -------------------- */
 
 /* a reducing collective's dtype and op as the API's */
 typedef struct ccl_types {
@@ -366,6 +419,7 @@ static anychip_status adapter_fill(anychip_plugin *p, const char *device_type, c
     p->event_elapsed_ms = OPTIONAL_EVENT_ELAPSED_MS;
     p->get_unique_id = get_unique_id;
     p->comm_init_rank = comm_init_rank;
+    p->comm_init_rank_timeout = OPTIONAL_COMM_INIT_RANK_TIMEOUT;
     p->comm_destroy = comm_destroy;
     p->all_reduce = all_reduce;
     p->broadcast = broadcast;

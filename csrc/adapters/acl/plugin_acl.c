@@ -96,6 +96,15 @@ static const aclrtMemcpyKind KINDS[] = {ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DE
 #define ADAPTER_ALL_TO_ALL(send, recv, n, t, comm, s) HcclAlltoAll(send, n, t, recv, n, t, comm, s)
 #define ADAPTER_SEND(buf, n, t, peer, comm, s) HcclSend((void *)(buf), n, t, (uint32_t)(peer), comm, s)
 #define ADAPTER_RECV(buf, n, t, peer, comm, s) HcclRecv(buf, n, t, (uint32_t)(peer), comm, s)
+#define ADAPTER_CCL_INVALID HCCL_E_PARA
+#define ADAPTER_CCL_INTERNAL HCCL_E_INTERNAL
+#define ADAPTER_UNIQUE_ID HcclRootInfo
+#define ADAPTER_GET_UNIQUE_ID(uid) HcclGetRootInfo(uid)
+#define ADAPTER_COMM_INIT_RANK(comm, n, uid, rank) HcclCommInitRootInfo((uint32_t)(n), uid, (uint32_t)(rank), comm)
+#define ADAPTER_COMM_DESTROY(comm) HcclCommDestroy(comm)
+#ifdef ANYCHIP_SIMULATOR
+#include "anychip/sim.h"
+#endif
 #include "../common.h"
 
 static const char *error_string(anychip_status status)
@@ -195,51 +204,6 @@ static anychip_status ccl_redop(anychip_redop op, HcclReduceOp *out)
     return HCCL_SUCCESS;
 }
 
-static anychip_status get_unique_id(anychip_unique_id *id)
-{
-    HcclRootInfo info;
-    CHECK(HcclGetRootInfo(&info));
-    for (size_t i = sizeof id->internal; i < sizeof info.internal; i++)
-        if (info.internal[i])
-            return fail(HCCL_E_NOT_SUPPORT, "get_unique_id: this HcclRootInfo uses more than the %zu bytes of "
-                                            "anychip_unique_id", sizeof id->internal);
-    memcpy(id->internal, info.internal, sizeof id->internal);
-    return HCCL_SUCCESS;
-}
-
-static anychip_status comm_init_rank(int device, int nranks, const anychip_unique_id *id, int rank,
-                                     anychip_comm *comm)
-{
-    USE(device);
-    HcclRootInfo info;
-    memset(&info, 0, sizeof info);
-    memcpy(info.internal, id->internal, sizeof id->internal);
-    return HcclCommInitRootInfo((uint32_t)nranks, &info, (uint32_t)rank, (HcclComm *)comm);
-}
-
-#ifdef ANYCHIP_SIMULATOR
-#include "anychip/sim.h"
-#endif
-/* plugin.h minor 3: HCCL takes no timeout per communicator (HCCL_EXEC_TIMEOUT is the process's), so built for the
- * vendor's library the adapter leaves the entry unset (anychip's watchdog then applies a group's
- * timeout); over the simulator's HCCL the communicator gets its own through the simulator's
- * anychip_sim_ccl_set_timeout (anychip's extension, not a vendor call). */
-#ifdef ANYCHIP_SIMULATOR
-static anychip_status comm_init_rank_timeout(int device, int nranks, const anychip_unique_id *id, int rank,
-                                             double timeout_s, anychip_comm *comm)
-{
-    if (!(timeout_s > 0))
-        return fail(HCCL_E_PARA, "comm_init_rank_timeout: timeout_s=%g; want seconds > 0", timeout_s);
-    CHECK(comm_init_rank(device, nranks, id, rank, comm));
-    if (anychip_sim_ccl_set_timeout(*comm, timeout_s) != 0) {
-        HcclCommDestroy((HcclComm)*comm);
-        *comm = NULL;
-        return fail(HCCL_E_INTERNAL, "comm_init_rank_timeout: %s", anychip_sim_last_error());
-    }
-    return 0;
-}
-#endif
-
 static anychip_status comm_destroy(anychip_comm comm) { return HcclCommDestroy((HcclComm)comm); }
 
 static anychip_status comm_get_async_error(anychip_comm comm, anychip_status *error)
@@ -266,7 +230,6 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
     p->ccl_op_dtype_masks = HCCL_OP_DTYPES;
     p->comm_get_async_error = comm_get_async_error;
 #ifdef ANYCHIP_SIMULATOR
-    p->comm_init_rank_timeout = comm_init_rank_timeout;
 #endif
     return ACL_SUCCESS;
 }

@@ -73,6 +73,12 @@ static const hipMemcpyKind KINDS[] = {hipMemcpyHostToDevice, hipMemcpyDeviceToHo
 #define ADAPTER_ALL_TO_ALL(send, recv, n, t, c, s) on_comm(c, ncclAllToAll(send, recv, n, t, c, s))
 #define ADAPTER_SEND(buf, n, t, peer, c, s) on_comm(c, ncclSend(buf, n, t, peer, c, s))
 #define ADAPTER_RECV(buf, n, t, peer, c, s) on_comm(c, ncclRecv(buf, n, t, peer, c, s))
+#define ADAPTER_CCL_INVALID nccl(ncclInvalidArgument)
+#define ADAPTER_CCL_INTERNAL nccl(ncclInternalError)
+#define ADAPTER_UNIQUE_ID ncclUniqueId
+#define ADAPTER_GET_UNIQUE_ID(uid) nccl(ncclGetUniqueId(uid))
+#define ADAPTER_COMM_INIT_RANK(comm, n, uid, rank) nccl(ncclCommInitRank(comm, n, *(uid), rank))
+#define ADAPTER_COMM_DESTROY(comm) ncclCommDestroy(comm)
 #include "../common.h"
 
 static const char *error_string(anychip_status status)
@@ -152,44 +158,6 @@ static anychip_status ccl_redop(anychip_redop op, ncclRedOp_t *out)
     return 0;
 }
 
-static anychip_status get_unique_id(anychip_unique_id *id)
-{
-    ncclUniqueId uid;
-    CHECK(nccl(ncclGetUniqueId(&uid)));
-    _Static_assert(sizeof uid.internal == sizeof id->internal, "ncclUniqueId is 128 bytes");
-    memcpy(id->internal, uid.internal, sizeof id->internal);
-    return 0;
-}
-
-static anychip_status comm_init_rank(int device, int nranks, const anychip_unique_id *id, int rank,
-                                     anychip_comm *comm)
-{
-    USE(device);
-    ncclUniqueId uid;
-    memcpy(uid.internal, id->internal, sizeof uid.internal);
-    return nccl(ncclCommInitRank((ncclComm_t *)comm, nranks, uid, rank));
-}
-
-/* plugin.h minor 3: RCCL takes no timeout per communicator (nor does NCCL's ncclConfig_t), so built for the
- * vendor's library the adapter leaves the entry unset (anychip's watchdog then applies a group's
- * timeout); over the simulator's RCCL the communicator gets its own through the simulator's
- * anychip_sim_ccl_set_timeout (anychip's extension, not a vendor call). */
-#ifdef ANYCHIP_SIMULATOR
-static anychip_status comm_init_rank_timeout(int device, int nranks, const anychip_unique_id *id, int rank,
-                                             double timeout_s, anychip_comm *comm)
-{
-    if (!(timeout_s > 0))
-        return fail(nccl(ncclInvalidArgument), "comm_init_rank_timeout: timeout_s=%g; want seconds > 0", timeout_s);
-    CHECK(comm_init_rank(device, nranks, id, rank, comm));
-    if (anychip_sim_ccl_set_timeout(*comm, timeout_s) != 0) {
-        ncclCommDestroy((ncclComm_t)*comm);
-        *comm = NULL;
-        return fail(nccl(ncclInternalError), "comm_init_rank_timeout: %s", anychip_sim_last_error());
-    }
-    return 0;
-}
-#endif
-
 static anychip_status comm_destroy(anychip_comm comm)
 {
     t_last_comm = NULL;
@@ -226,8 +194,5 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
     p->not_ready_status = hipErrorNotReady;
     p->comm_abort = comm_abort;
     p->comm_get_async_error = comm_get_async_error;
-#ifdef ANYCHIP_SIMULATOR
-    p->comm_init_rank_timeout = comm_init_rank_timeout;
-#endif
     return hipSuccess;
 }

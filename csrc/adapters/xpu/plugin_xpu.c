@@ -53,6 +53,12 @@ static const XPUMemcpyKind KINDS[] = {XPU_HOST_TO_DEVICE, XPU_DEVICE_TO_HOST, XP
 #define ADAPTER_ALL_TO_ALL(send, recv, n, t, ctx, s) bkcl_all_to_all(ctx, send, n, recv, t, s)
 #define ADAPTER_SEND(buf, n, t, peer, ctx, s) bkcl_send(ctx, buf, n, peer, t, s)
 #define ADAPTER_RECV(buf, n, t, peer, ctx, s) bkcl_recv(ctx, buf, n, peer, t, s)
+#define ADAPTER_CCL_INVALID BKCL_INVALID_ARGUMENT
+#define ADAPTER_CCL_INTERNAL BKCL_INTERNAL_ERROR
+#define ADAPTER_UNIQUE_ID BKCLUniqueId
+#define ADAPTER_GET_UNIQUE_ID(uid) bkcl_get_unique_id(uid)
+#define ADAPTER_COMM_INIT_RANK(ctx, n, uid, rank) bkcl_init_rank(ctx, rank, n, uid)
+#define ADAPTER_COMM_DESTROY(ctx) bkcl_destroy_context(ctx)
 #ifdef ANYCHIP_SIMULATOR                                    /* the simulator's extensions */
 #define ADAPTER_FILL_ASYNC(dst, value, n, s) anychip_sim_xpu_memset_async(dst, value, n, s)
 #define ADAPTER_EVENT_ELAPSED_MS(ms, start, end) anychip_sim_xpu_event_elapsed_time(ms, start, end)
@@ -141,48 +147,6 @@ static anychip_status ccl_redop(anychip_redop op, BKCLOp *out)
     return BKCL_SUCCESS;
 }
 
-static anychip_status get_unique_id(anychip_unique_id *id)
-{
-    BKCLUniqueId uid;
-    CHECK(bkcl_get_unique_id(&uid));
-    for (size_t i = sizeof id->internal; i < sizeof uid.internal; i++)
-        if (uid.internal[i])
-            return fail(BKCL_INTERNAL_ERROR, "get_unique_id: this BKCLUniqueId uses more than the %zu bytes of "
-                                             "anychip_unique_id", sizeof id->internal);
-    memcpy(id->internal, uid.internal, sizeof id->internal);
-    return BKCL_SUCCESS;
-}
-
-static anychip_status comm_init_rank(int device, int nranks, const anychip_unique_id *id, int rank,
-                                     anychip_comm *comm)
-{
-    USE(device);
-    BKCLUniqueId uid;
-    memset(&uid, 0, sizeof uid);
-    memcpy(uid.internal, id->internal, sizeof id->internal);
-    return bkcl_init_rank((BKCLContext_t *)comm, rank, nranks, &uid);
-}
-
-/* plugin.h minor 3: BKCL takes no timeout per communicator, so built for the
- * vendor's library the adapter leaves the entry unset (anychip's watchdog then applies a group's
- * timeout); over the simulator's BKCL the communicator gets its own through the simulator's
- * anychip_sim_ccl_set_timeout (anychip's extension, not a vendor call). */
-#ifdef ANYCHIP_SIMULATOR
-static anychip_status comm_init_rank_timeout(int device, int nranks, const anychip_unique_id *id, int rank,
-                                             double timeout_s, anychip_comm *comm)
-{
-    if (!(timeout_s > 0))
-        return fail(BKCL_INVALID_ARGUMENT, "comm_init_rank_timeout: timeout_s=%g; want seconds > 0", timeout_s);
-    CHECK(comm_init_rank(device, nranks, id, rank, comm));
-    if (anychip_sim_ccl_set_timeout(*comm, timeout_s) != 0) {
-        bkcl_destroy_context((BKCLContext_t)*comm);
-        *comm = NULL;
-        return fail(BKCL_INTERNAL_ERROR, "comm_init_rank_timeout: %s", anychip_sim_last_error());
-    }
-    return 0;
-}
-#endif
-
 static anychip_status comm_destroy(anychip_comm comm) { return bkcl_destroy_context((BKCLContext_t)comm); }
 static anychip_status comm_abort(anychip_comm comm) { return bkcl_comm_abort((BKCLContext_t)comm); }
 
@@ -210,7 +174,6 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p)
     p->not_ready_status = XPUERR_BUSY;
 #ifdef ANYCHIP_SIMULATOR
     p->comm_get_async_error = comm_get_async_error;
-    p->comm_init_rank_timeout = comm_init_rank_timeout;
 #endif
     p->ccl_dtype_mask = 0xFFu & ~(1u << ANYCHIP_INT8);
     p->ccl_redop_mask = (1u << ANYCHIP_SUM) | (1u << ANYCHIP_PROD) | (1u << ANYCHIP_MIN) | (1u << ANYCHIP_MAX);
