@@ -82,8 +82,10 @@ void init_streams(int count, const std::vector<void *> &default_streams, PyObjec
 c10::DeviceAllocator *device_allocator();       // the device's memory (anychip's caching allocator)
 c10::Allocator *pinned_allocator();             // page-locked host memory
 // the Python callbacks of the device's memory (references _init hands over): (device, nbytes,
-// stream id) -> (ptr, buffer); (buffer, device, stream id) -> None; (device, what) -> dict / None
-void init_allocator(PyObject *alloc, PyObject *record, PyObject *stats);
+// stream id) -> (ptr, buffer); (buffer, device, stream id) -> None; (device, what) -> dict / None;
+// and for the C path to the allocator's core, the list of the anychip Devices and the list (one
+// per device) of the lists of their Streams by torch stream id
+void init_allocator(PyObject *alloc, PyObject *record, PyObject *stats, PyObject *devices, PyObject *streams);
 // the anychip Buffer holding ptr's memory (a borrowed reference); nullptr where anychip did not allocate it
 PyObject *allocation_buffer(const c10::DataPtr &ptr);
 bool is_pinned(const void *ptr);

@@ -320,14 +320,17 @@ def test_add_sub_mul_div_run_the_chips_kernels_where_they_fit_else_the_cpus(at):
     x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     xd = x.to(d)
     before = launches()
-    for got, want in (((xd + 2).cpu(), x + 2),                    # a CPU scalar: the CPU's kernel
-                      (torch.add(xd, xd, alpha=3).cpu(), torch.add(x, x, alpha=3)),
-                      ((xd * xd.to(torch.float64)).cpu(), x * x.to(torch.float64)),   # promotion
-                      ((xd.t() * xd.t()).cpu(), x.t() * x.t()),                       # not contiguous
-                      ((xd.bool() * xd.bool()).cpu(), x.bool() * x.bool()),           # bool
-                      ((xd.int() / (xd + 1).int()).cpu(), x.int() / (x + 1).int())):  # promotes to float
+    for got, want in (((xd + 2).cpu(), x + 2),                    # a CPU scalar: filled on the device
+                      ((xd.t() * xd.t()).cpu(), x.t() * x.t())):  # transposed: written in its order
         assert got.equal(want) and got.dtype == want.dtype
-    assert launches() == before
+    assert launches() == before + 3 and (xd.t() * xd.t()).stride() == (x.t() * x.t()).stride() == (1, 3)
+    before = launches()
+    for got, want in ((torch.add(xd, xd, alpha=3).cpu(), torch.add(x, x, alpha=3)),   # alpha: a fused op
+                      ((xd * xd.to(torch.float64)).cpu(), x * x.to(torch.float64)),   # promotion
+                      ((xd.bool() * xd.bool()).cpu(), x.bool() * x.bool()),           # bool
+                      ((xd.int() / (xd.int() + 1)).cpu(), x.int() / (x.int() + 1))):  # promotes to float
+        assert got.equal(want) and got.dtype == want.dtype
+    assert launches() == before + 2                               # (the int + 1: fill and add)
     s = torch.Stream(device=d)
     y = torch.full((6,), 1.5, device=d)
     s.wait_stream(torch.accelerator.current_stream(0))
