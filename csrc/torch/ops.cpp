@@ -483,14 +483,33 @@ at::Tensor kernel_operand(const at::TensorIteratorBase &iter, int i, at::ScalarT
     int dt = kernel_dtype(st);
     if (!t.device().is_cpu() || t.dim() != 0 || !takes(K_FILL, dt))
         return {};
-    at::Tensor one = t.to(st);
-    // the CPU computes a float16 / bfloat16 op with a scalar in float: only a value the dtype
-    // holds exactly gives the same numbers
-    if (at::isReducedFloatingType(st) && !one.to(at::kFloat).equal(t.to(at::kFloat)))
-        return {};
-    bool fl = is_float_dtype(dt);
-    double fvalue = fl ? one.to(at::kDouble).item<double>() : 0.0;
-    int64_t ivalue = fl ? 0 : one.to(at::kLong).item<int64_t>();
+    // the value as the CPU's kernel reads it: converted to st, but float16 / bfloat16 ops take a
+    // scalar in float, so only a value those dtypes hold exactly gives the same numbers
+    at::Scalar s = t.item();
+    bool integral = s.isIntegral(/*includeBool=*/true);
+    // (an integer converted to float directly, as the CPU does: through double it could round twice)
+    auto to_float = [&] { return integral ? static_cast<float>(s.toLong()) : static_cast<float>(s.toDouble()); };
+    double fvalue = 0.0;
+    int64_t ivalue = 0;
+    switch (st) {
+    case at::kDouble: fvalue = s.toDouble(); break;
+    case at::kFloat: fvalue = to_float(); break;
+    case at::kHalf:
+    case at::kBFloat16: {
+        float f = to_float();
+        float held = st == at::kHalf ? static_cast<float>(c10::Half(f)) : static_cast<float>(c10::BFloat16(f));
+        if (!(held == f))           // (NaN too)
+            return {};
+        fvalue = held;
+        break;
+    }
+    case at::kLong: ivalue = s.toLong(); break;
+    case at::kInt: ivalue = static_cast<int32_t>(s.toLong()); break;
+    case at::kChar: ivalue = static_cast<int8_t>(s.toLong()); break;
+    case at::kByte: ivalue = static_cast<uint8_t>(s.toLong()); break;
+    case at::kBool: ivalue = s.toBool(); break;
+    default: return {};
+    }
     at::Tensor value = at::empty({}, out.options().dtype(st));
     int device = dev_index(out);
     launched(K_FILL, g_kernels->fill(device, kernel_stream(device), static_cast<anychip_dtype>(dt), 1,

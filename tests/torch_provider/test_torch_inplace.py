@@ -61,17 +61,29 @@ def test_in_place_and_out_forms_run_the_kernel_table_and_equal_the_cpu(at, dtype
         _same(got, want)
     # a Python number: written on the device by the fill entry, then the binary kernel (as the
     # CPU reads it: float16 / bfloat16 take it in float, so only a value they hold exactly)
-    for value in (2, 0.5, -3):
+    for value in (2, 0.5, -3, 300, 2**24 + 1, True):     # (300 wraps in 8 bits; 2**24 + 1 rounds in float32)
         if not dtype.is_floating_point and isinstance(value, float):
             continue
+        if dtype is torch.float16 and value == 2**24 + 1:
+            continue                                # (float16 does not hold it: below)
         for name, f in (("add_", lambda x, v: x.add_(v)), ("mul_", lambda x, v: x.mul_(v)),
                         ("sub_", lambda x, v: x.sub_(v))):
+            if value is True and name == "sub_":
+                continue                            # (refused: bool subtraction)
             want = a.clone()
             f(want, value)
             got = a.to(D)
             before = _by_entry(at)
             f(got, value)
             assert _delta(at, before) == {"fill": 1, "binary": 1}, (name, dtype, value)
+            _same(got, want)
+    if dtype in (torch.float16, torch.bfloat16):
+        for value in (0.1, 70000.5):                # not held in the dtype: the CPU kernel's
+            got, want = a.to(D), a.clone()
+            before = _by_entry(at)
+            got.mul_(value)
+            want.mul_(value)
+            assert _delta(at, before) == {}
             _same(got, want)
     if dtype.is_floating_point:
         got, want = a.to(D), a.clone()
@@ -214,7 +226,7 @@ def test_unary_in_place_and_out_forms(at):
             res = f(got)
             assert _delta(at, before) == ({"unary": launches} if launches else {}), (name, dtype)
             _same(res, want)
-            assert res is got
+            assert (res is got) == (name != "neg out")
     i = torch.arange(-3, 9, dtype=torch.int32)
     _same(torch.sqrt(i.to(D)), torch.sqrt(i))          # promotes to float: the CPU's kernel
     _same(i.to(D).neg_(), i.clone().neg_())
