@@ -441,7 +441,10 @@ KERNELS_PROGRAM = textwrap.dedent("""
                            ("mm", torch.mm, (a, b)), ("mm_t", torch.mm, (b.t(), a.t())),
                            ("mm_int_valued", torch.mm, (i.float(), i.float().t())),
                            ("sum_f32", torch.sum, (a,)), ("sum_i64", torch.sum, (i,)),
-                           ("fill", lambda t: torch.empty_like(t).fill_(2.5), (a,))):
+                           ("fill", lambda t: torch.empty_like(t).fill_(2.5), (a,)),
+                           ("add_", lambda t, u: t.clone().add_(u), (a, a)),
+                           ("mul_number", lambda t: t.clone().mul_(0.5), (a,)),
+                           ("sub_out", lambda t, u: torch.sub(t, u, out=t.clone()), (a, i.float()))):
         before = by_entry()
         got = fn(*(x.to(d) for x in args)).cpu()
         want = fn(*args)
@@ -455,7 +458,7 @@ KERNELS_PROGRAM = textwrap.dedent("""
 def test_the_kernel_table_setting_and_a_c_plugins_table(setting, scaffold_plugin):
     """ANYCHIP_TORCH_KERNELS=all adds mm and float sums (close to the CPU's, rounded in the chip's
     order), =0 turns the table off; a C plugin's table (the scaffold's loops) serves as the
-    simulated chips' does."""
+    simulated chips' does, in-place and out= forms included."""
     env = {**os.environ, "ANYCHIP_TORCH": "ascend", "ANYCHIP_TORCH_KERNELS": setting}
     env.pop("ANYCHIP_LAUNCH_DEVICE", None)
     if setting == "c plugin":
@@ -469,7 +472,8 @@ def test_the_kernel_table_setting_and_a_c_plugins_table(setting, scaffold_plugin
     assert out["backend"] == ("ascend" if setting != "c plugin" else scaffold_plugin.name)
     assert out["has"] is (setting != "0")
     exact = {"add": {"binary": 1}, "mul": {"binary": 1}, "relu": {"unary": 1}, "sum_i64": {"reduce": 1},
-             "fill": {"fill": 1}}
+             "fill": {"fill": 1}, "add_": {"binary": 1}, "mul_number": {"fill": 1, "binary": 1},
+             "sub_out": {"binary": 1}}
     if setting == "0":
         assert all(delta == {} and same for delta, same, _ in ops.values()), ops
         return
