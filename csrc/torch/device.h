@@ -7,8 +7,8 @@
 //   guard.cpp      the device guard: the current device, the streams and the events
 //   allocator.cpp  device memory (anychip's caching allocator), pinned host memory, storage resizing
 //   copies.cpp     copies between the host and the device and within the device
-//   ops.cpp        the aten kernels: the CPU fallback, the ops on the chip's kernel table, the
-//                  registrations
+//   ops.cpp        the aten kernels: the CPU fallback, the ops on the chip's kernel table (their
+//                  functional, in-place and out= forms), the registrations
 //   hooks.cpp      PrivateUse1's hooks (generators, pinned memory, storage resizing)
 //   random.cpp     the device's generators and random ops
 //   amp.cpp        autocast's kernels

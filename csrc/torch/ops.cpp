@@ -2,7 +2,8 @@
 //
 // Compute ops run on the CPU through at::native::cpu_fallback: the inputs are copied to
 // the host, the CPU kernel runs, the outputs are copied back; a few run on the chip's own
-// kernels where the library has plugin.h's kernel table (minor 1; "the chip's kernels" below).
+// kernels where the library has plugin.h's kernel table (minor 1; "the chip's kernels" below),
+// in their functional, in-place and out= forms from one implementation each (structured, below).
 // The ops that make, view, resize and fill tensors are the device's own.
 #include <algorithm>
 #include <atomic>
