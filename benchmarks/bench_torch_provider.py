@@ -1,11 +1,14 @@
 """PyTorch on anychip's simulated Ascend (anychip.torch, docs/torch.md), each figure against
 its peer in the same run:
 
-    python benchmarks/bench_torch_provider.py [--parts ops,allreduce] [--repeat 3]
+    python benchmarks/bench_torch_provider.py [--parts ops,inplace,allreduce] [--repeat 3]
 
 ops        time per eager op on anychip:0 (add on the chip's own kernel; the others: the CPU
            kernel between device-to-host and host-to-device copies, through the fallback)
            against the same op on torch's CPU;
+inplace    in-place and out= ops, a tensor's allocation and one optimizer step (AdamW, SGD with
+           momentum; foreach and not) on anychip:0 against torch's CPU, with the chip's kernel
+           launches per step;
 allreduce  float32 all_reduce on 2 ranks, in place: torch.distributed on the ``anychip`` c10d
            backend against anychip's own collectives API on the same chip and library
            (``anychip launch``, native transport = the simulator's HCCL, both); busbw with
@@ -70,6 +73,65 @@ def part_ops() -> None:
         t_dev = _best(lambda dev=dev, fn=fn: fn(dev), 5, n, at.synchronize)
         t_cpu = _best(lambda cpu=cpu, fn=fn: fn(cpu), 5, n)
         print(f"{label:<28}{t_dev * 1e6:>12.1f}{t_cpu * 1e6:>12.1f}")
+
+
+def part_inplace() -> None:
+    import torch
+
+    import anychip.torch as at
+    launches = lambda: at._C.kernel_launches()[0]       # noqa: E731
+    print(f"\ninplace: anychip:0 ({at.backend()}) against torch's CPU, us (best of 5, until the device is done)")
+    print(f"{'op':<34}{'anychip':>12}{'cpu':>12}{'launches':>10}")
+    for label, fn in (("a + b, 1,024 elements", lambda a, b: a + b),
+                      ("a.add_(b)", lambda a, b: a.add_(b)),
+                      ("a.mul_(0.9)", lambda a, b: a.mul_(0.9)),
+                      ("torch.add(a, b, out=a)", lambda a, b: torch.add(a, b, out=a)),
+                      ("a.add_(b, alpha=0.1)", lambda a, b: a.add_(b, alpha=0.1)),
+                      ("a.addcmul_(b, b, value=0.1)", lambda a, b: a.addcmul_(b, b, value=0.1)),
+                      ("torch.empty(1024)", lambda a, b: torch.empty(1024, device=a.device))):
+        cpu_a, cpu_b = torch.rand(1024), torch.rand(1024)
+        dev_a, dev_b = cpu_a.to("anychip"), cpu_b.to("anychip")
+        before = launches()
+        fn(dev_a, dev_b)
+        at.synchronize()
+        per = launches() - before
+        t_dev = _best(lambda fn=fn, a=dev_a, b=dev_b: fn(a, b), 5, 200, at.synchronize)
+        t_cpu = _best(lambda fn=fn, a=cpu_a, b=cpu_b: fn(a, b), 5, 200)
+        print(f"{label:<34}{t_dev * 1e6:>12.1f}{t_cpu * 1e6:>12.1f}{per:>10}")
+    print(f"\n{'optimizer step (MLP 256-256-10)':<34}{'anychip':>12}{'cpu':>12}{'ratio':>8}{'launches':>10}"
+          "\n(medians of 30 rounds, each a device step then a CPU step; ratio: the median of the rounds' ratios)")
+    for label, make in (("AdamW, foreach", lambda p: torch.optim.AdamW(p, lr=1e-3, foreach=True)),
+                        ("AdamW, for loop", lambda p: torch.optim.AdamW(p, lr=1e-3, foreach=False)),
+                        ("SGD momentum, foreach", lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=True)),
+                        ("SGD momentum, for loop", lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9,
+                                                                             foreach=False))):
+        opts = {}
+        for device in ("anychip", "cpu"):
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+            model.to(device)
+            for p in model.parameters():
+                p.grad = torch.rand_like(p)
+            opts[device] = make(model.parameters())
+            opts[device].step()                     # (the state is made in the first step)
+        at.synchronize()
+        before = launches()
+        opts["anychip"].step()
+        at.synchronize()
+        per = launches() - before
+        dev, cpu = [], []
+        for _ in range(30):
+            t0 = time.perf_counter()
+            opts["anychip"].step()
+            at.synchronize()
+            t1 = time.perf_counter()
+            opts["cpu"].step()
+            t2 = time.perf_counter()
+            dev.append(t1 - t0)
+            cpu.append(t2 - t1)
+        ratio = statistics.median(d / c for d, c in zip(dev, cpu, strict=True))
+        print(f"{label:<34}{statistics.median(dev) * 1e6:>12.1f}{statistics.median(cpu) * 1e6:>12.1f}"
+              f"{ratio:>8.1f}{per:>10}")
 
 
 TORCH_AR = r"""
@@ -235,7 +297,7 @@ def part_allreduce(repeat: int, rounds: int, before: str | None) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--parts", default="ops,allreduce")
+    ap.add_argument("--parts", default="ops,inplace,allreduce")
     ap.add_argument("--repeat", type=int, default=3, help="all_reduce jobs of each kind")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds of each method in one job")
     ap.add_argument("--before", help="src/anychip/torch/distributed.py of another build, measured in the same jobs")
@@ -243,6 +305,8 @@ def main() -> int:
     parts = args.parts.split(",")
     if "ops" in parts:
         part_ops()
+    if "inplace" in parts:
+        part_inplace()
     if "allreduce" in parts:
         part_allreduce(args.repeat, args.rounds, args.before)
     return 0

@@ -1,8 +1,10 @@
 // The memory of anychip's PrivateUse1 device (see docs/torch.md; device.h lists the parts):
-// device memory from anychip's caching allocator (one pool with anychip's own Buffers: the
-// Python side hands in callbacks that allocate a Buffer on a given stream and record a Buffer
-// on a stream; a tensor's DataPtr holds its Buffer, and freeing the tensor drops it), pinned
-// host memory, and the resizing of a storage.
+// device memory from anychip's caching allocator (one pool with anychip's own Buffers: a tensor's
+// DataPtr holds its Buffer, and freeing the tensor drops it), pinned host memory, and the
+// resizing of a storage. A Buffer is made by the allocator's compiled core (csrc/alloc/core.c,
+// its Core.buffer, called from C: no Python code runs for a block it has cached); the Python
+// side's callback (device, nbytes, stream id) -> (ptr, buffer) serves what the C path leaves to
+// it (the device's allocator not made yet, a stream no longer usable).
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -28,6 +30,10 @@ namespace {
 PyObject *g_alloc = nullptr;         // (device, nbytes, stream id) -> (ptr, buffer)
 PyObject *g_record = nullptr;        // (buffer, device, stream id) -> None
 PyObject *g_stats = nullptr;         // (device, what) -> dict / None
+PyObject *g_devices = nullptr;       // [anychip Device] by device index
+PyObject *g_streams = nullptr;       // [[anychip Stream] by torch stream id] by device index
+// attribute names the C path reads (interned once, under the GIL)
+PyObject *g_s_allocator, *g_s_buffer, *g_s_block, *g_s_handle, *g_s_offset, *g_s_destroyed, *g_s_ptr;
 
 // ---- memory ----------------------------------------------------------------------------
 
@@ -46,6 +52,56 @@ void free_allocation(void *ctx)
     delete a;
 }
 
+// The C path: the Buffer of nbytes on (device, stream id) made by the device's allocator core
+// (Device._allocator, whose compiled Core.buffer takes a cached block without running Python code
+// and calls its Python slow path itself for the rest), as Device.alloc makes it, and its address.
+// Returns nullptr with no Python error where the C path does not serve (the Python path then
+// does, with its checks and errors), nullptr with the error set where the allocator raised.
+PyObject *core_buffer(int device, size_t nbytes, c10::StreamId sid, uintptr_t *ptr)
+{
+    PyObject *streams = PyList_GET_ITEM(g_streams, device);
+    if (sid < 0 || sid >= PyList_GET_SIZE(streams))
+        return nullptr;
+    PyObject *stream = PyList_GET_ITEM(streams, sid);
+    PyObject *destroyed = PyObject_GetAttr(stream, g_s_destroyed);
+    bool usable = destroyed == Py_False;
+    Py_XDECREF(destroyed);
+    PyObject *dev = PyList_GET_ITEM(g_devices, device);
+    PyObject *core = usable ? PyObject_GetAttr(dev, g_s_allocator) : nullptr;
+    if (core == nullptr || core == Py_None) {
+        Py_XDECREF(core);
+        PyErr_Clear();
+        return nullptr;
+    }
+    PyObject *n = PyLong_FromSize_t(nbytes);
+    PyObject *buffer = nullptr;
+    if (n != nullptr) {
+        PyObject *args[] = {core, dev, n, stream};
+        buffer = PyObject_VectorcallMethod(g_s_buffer, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+        Py_DECREF(n);
+    }
+    Py_DECREF(core);
+    if (buffer == nullptr)
+        return nullptr;                                  // (the allocator's error, e.g. out of memory)
+    // its address: the block's handle (a plugin.h library's device pointer) plus the offset
+    PyObject *block = PyObject_GetAttr(buffer, g_s_block);
+    PyObject *handle = block ? PyObject_GetAttr(block, g_s_handle) : nullptr;
+    PyObject *offset = PyObject_GetAttr(buffer, g_s_offset);
+    PyObject *address = handle && offset && PyLong_CheckExact(handle) && PyLong_CheckExact(offset)
+                            ? PyNumber_Add(handle, offset) : PyObject_GetAttr(buffer, g_s_ptr);
+    Py_XDECREF(block);
+    Py_XDECREF(handle);
+    Py_XDECREF(offset);
+    if (address != nullptr && PyLong_Check(address))
+        *ptr = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(address));
+    Py_XDECREF(address);
+    if (address == nullptr || PyErr_Occurred()) {
+        Py_DECREF(buffer);
+        return nullptr;
+    }
+    return buffer;
+}
+
 struct AnychipAllocator final : c10::DeviceAllocator {
     c10::DataPtr allocate(size_t nbytes) override
     {
@@ -56,8 +112,12 @@ struct AnychipAllocator final : c10::DeviceAllocator {
             return {nullptr, nullptr, &c10::detail::deleteNothing, dev};
         c10::StreamId sid = current_id(device);
         py::gil_scoped_acquire gil;
-        PyObject *res = PyObject_CallFunction(g_alloc, "inL", device, static_cast<Py_ssize_t>(nbytes),
-                                              static_cast<long long>(sid));
+        uintptr_t address = 0;
+        if (PyObject *buffer = core_buffer(device, nbytes, sid, &address))
+            return {reinterpret_cast<void *>(address), new Allocation{buffer, device}, &free_allocation, dev};
+        PyObject *res = PyErr_Occurred() ? nullptr
+                                         : PyObject_CallFunction(g_alloc, "inL", device, static_cast<Py_ssize_t>(nbytes),
+                                                                 static_cast<long long>(sid));
         if (res == nullptr) {
             // anychip's OutOfMemoryError becomes torch.OutOfMemoryError, with anychip's message
             bool oom = false;
@@ -325,11 +385,20 @@ c10::DeviceAllocator *device_allocator() { return &g_allocator; }
 
 c10::Allocator *pinned_allocator() { return &g_pinned_allocator; }
 
-void init_allocator(PyObject *alloc, PyObject *record, PyObject *stats)
+void init_allocator(PyObject *alloc, PyObject *record, PyObject *stats, PyObject *devices, PyObject *streams)
 {
     g_alloc = alloc;
     g_record = record;
     g_stats = stats;
+    g_devices = devices;
+    g_streams = streams;
+    g_s_allocator = PyUnicode_InternFromString("_allocator");
+    g_s_buffer = PyUnicode_InternFromString("buffer");
+    g_s_block = PyUnicode_InternFromString("_block");
+    g_s_handle = PyUnicode_InternFromString("handle");
+    g_s_offset = PyUnicode_InternFromString("_offset");
+    g_s_destroyed = PyUnicode_InternFromString("_destroyed");
+    g_s_ptr = PyUnicode_InternFromString("ptr");
 }
 
 PyObject *allocation_buffer(const c10::DataPtr &ptr)

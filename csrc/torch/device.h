@@ -7,8 +7,8 @@
 //   guard.cpp      the device guard: the current device, the streams and the events
 //   allocator.cpp  device memory (anychip's caching allocator), pinned host memory, storage resizing
 //   copies.cpp     copies between the host and the device and within the device
-//   ops.cpp        the aten kernels: the CPU fallback, the ops on the chip's kernel table, the
-//                  registrations
+//   ops.cpp        the aten kernels: the CPU fallback, the ops on the chip's kernel table (their
+//                  functional, in-place and out= forms), the registrations
 //   fused.cpp      what torch's composite ops take on a device but not on the CPU: attention's
 //                  kernel choice, the fused RNN cells
 //   hooks.cpp      PrivateUse1's hooks (generators, pinned memory, storage resizing)
@@ -84,8 +84,10 @@ void init_streams(int count, const std::vector<void *> &default_streams, PyObjec
 c10::DeviceAllocator *device_allocator();       // the device's memory (anychip's caching allocator)
 c10::Allocator *pinned_allocator();             // page-locked host memory
 // the Python callbacks of the device's memory (references _init hands over): (device, nbytes,
-// stream id) -> (ptr, buffer); (buffer, device, stream id) -> None; (device, what) -> dict / None
-void init_allocator(PyObject *alloc, PyObject *record, PyObject *stats);
+// stream id) -> (ptr, buffer); (buffer, device, stream id) -> None; (device, what) -> dict / None;
+// and for the C path to the allocator's core, the list of the anychip Devices and the list (one
+// per device) of the lists of their Streams by torch stream id
+void init_allocator(PyObject *alloc, PyObject *record, PyObject *stats, PyObject *devices, PyObject *streams);
 // the anychip Buffer holding ptr's memory (a borrowed reference); nullptr where anychip did not allocate it
 PyObject *allocation_buffer(const c10::DataPtr &ptr);
 bool is_pinned(const void *ptr);

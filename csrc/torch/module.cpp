@@ -98,7 +98,8 @@ namespace {
 // ---- set up from Python --------------------------------------------------------------------------
 
 void init(const std::string &library, const std::string &backend, int count, py::list default_streams,
-          py::object alloc, py::object record, py::object make_stream, py::object stats, int kernels)
+          py::object alloc, py::object record, py::object make_stream, py::object stats, int kernels,
+          py::list devices, py::list streams)
 {
     TORCH_CHECK(!g_ready, "the anychip device is already bound to ", g_backend,
                 " in this process (PrivateUse1 is one device type per process)");
@@ -121,7 +122,10 @@ void init(const std::string &library, const std::string &backend, int count, py:
     for (int d = 0; d < count; ++d)
         defaults.push_back(reinterpret_cast<void *>(default_streams[d].cast<uintptr_t>()));
     init_streams(count, defaults, make_stream.release().ptr());
-    init_allocator(alloc.release().ptr(), record.release().ptr(), stats.release().ptr());
+    TORCH_CHECK(static_cast<int>(py::len(devices)) == count && static_cast<int>(py::len(streams)) == count,
+                "one anychip Device and one list of Streams per device expected");
+    init_allocator(alloc.release().ptr(), record.release().ptr(), stats.release().ptr(), devices.release().ptr(),
+                   streams.release().ptr());
     // the kernel table, where plugin.h's rule (anychip_plugin_kernels) lets it be used
     // (kernels: ANYCHIP_TORCH_KERNELS as runtime/env.py reads it, 0 = none, 1 = exact, 2 = all)
     const anychip_kernels *k = anychip_plugin_kernels(&g_plugin);

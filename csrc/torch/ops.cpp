@@ -2,18 +2,39 @@
 //
 // Compute ops run on the CPU through at::native::cpu_fallback: the inputs are copied to
 // the host, the CPU kernel runs, the outputs are copied back; a few run on the chip's own
-// kernels where the library has plugin.h's kernel table (minor 1; "the chip's kernels" below).
+// kernels where the library has plugin.h's kernel table (minor 1; "the chip's kernels" below),
+// in their functional, in-place and out= forms from one implementation each (structured, below).
 // The ops that make, view, resize and fill tensors are the device's own.
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/core/op_registration/adaption.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/add_meta.h>
+#include <ATen/ops/addcdiv_meta.h>
+#include <ATen/ops/addcmul_meta.h>
+#include <ATen/ops/div_meta.h>
+#include <ATen/ops/eq_meta.h>
+#include <ATen/ops/ge_meta.h>
+#include <ATen/ops/gt_meta.h>
+#include <ATen/ops/le_meta.h>
+#include <ATen/ops/lerp_meta.h>
+#include <ATen/ops/lt_meta.h>
+#include <ATen/ops/maximum_meta.h>
+#include <ATen/ops/minimum_meta.h>
+#include <ATen/ops/mul_meta.h>
+#include <ATen/ops/ne_meta.h>
+#include <ATen/ops/neg_meta.h>
+#include <ATen/ops/sqrt_meta.h>
+#include <ATen/ops/sub_meta.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
@@ -395,90 +416,385 @@ bool has_compatible_shallow_copy_type(const at::Tensor &self, const at::Tensor &
 }
 
 // ---- ops on the chip's kernels (the table above) ------------------------------------------------
-// Each takes the kernel where its operands fit: on one anychip device, one dtype the entry's mask
-// takes (no type promotion), contiguous inputs (broadcasting included; the result is contiguous,
-// as the CPU's is for such inputs), at most ANYCHIP_KERNEL_MAX_DIMS dimensions. The values are
-// the CPU's bit for bit (one IEEE operation per element, half types rounded once, integers wrap),
-// but for mm and float sums, which only ANYCHIP_TORCH_KERNELS=all puts on the chip.
+// Each takes the kernel where its operands fit: on one anychip device (a CPU scalar is put on it
+// by the fill entry), one dtype the entry's mask takes (no type promotion), at most
+// ANYCHIP_KERNEL_MAX_DIMS dimensions. The values are the CPU's bit for bit (one IEEE operation
+// per element, half types rounded once, integers wrap), but for mm and float sums, which only
+// ANYCHIP_TORCH_KERNELS=all puts on the chip.
 
 constexpr int kMaxDims = ANYCHIP_KERNEL_MAX_DIMS;
 const int64_t kOne = 1;          // what a 0-d operand passes for its shape and strides (never read)
 
-at::Tensor device_binary(anychip_binary_op op, const at::Tensor &a, const at::Tensor &b)
+// ---- the functional, in-place and out= forms of an op, from one implementation ---------------------
+// What torchgen writes for a structured kernel on CPU and CUDA: the op's meta function (torch's
+// own: broadcasting, type promotion, the checks of the output's dtype, shape and overlap, with
+// torch's messages) builds a TensorIterator over an output that is made (functional), checked
+// against self (in place: "Bad in-place call: ...") or resized as torch resizes an out= tensor
+// (with its warning). The op's implementation then fills iter.output(): on the kernel table where
+// the operands fit, else with the CPU kernel's values.
+
+enum class Form { Functional, Inplace, Out };
+
+template <class Meta>
+struct Structured final : Meta {
+    Structured(Form form, const at::Tensor &out) : form(form), out(out) {}
+
+    void set_output_raw_strided(int64_t idx, at::IntArrayRef sizes, at::IntArrayRef strides,
+                                at::TensorOptions options) override
+    {
+        if (form == Form::Functional) {
+            c10::DeviceGuard guard(options.device());
+            out = strides.empty() ? at::empty(sizes, options) : at::empty_strided(sizes, strides, options);
+        } else if (form == Form::Inplace) {
+            TORCH_CHECK(options.dtype() == out.dtype(), "Bad in-place call: input tensor dtype ", out.dtype(),
+                        " and output tensor dtype ", options.dtype(), " should match");
+            TORCH_CHECK(options.device() == out.device(), "Bad in-place call: input tensor device ", out.device(),
+                        " and output tensor device ", options.device(), " should match");
+            TORCH_CHECK(sizes == out.sizes(), "Bad in-place call: input tensor size ", out.sizes(),
+                        " and output tensor size ", sizes, " should match");
+        } else {
+            TORCH_CHECK(options.dtype() == out.dtype(), "Expected out tensor to have dtype ", options.dtype(),
+                        ", but got ", out.dtype(), " instead");
+            TORCH_CHECK(options.device() == out.device(), "Expected out tensor to have device ", options.device(),
+                        ", but got ", out.device(), " instead");
+            if (at::native::resize_output(out, sizes)) {
+                if (!strides.empty())
+                    out.as_strided_(sizes, strides);
+                else if (options.memory_format_opt().has_value())
+                    out.unsafeGetTensorImpl()->empty_tensor_restride(*options.memory_format_opt());
+            }
+        }
+        Meta::set_output_raw_strided(idx, sizes, strides, options);     // (after: it reads `out`)
+    }
+
+    const at::Tensor &maybe_get_output(int64_t) override { return out; }
+
+    Form form;
+    at::Tensor out;
+};
+
+// form's result of the op whose meta class is Meta: meta(args...), then impl(iter)
+template <class Meta, typename Impl, typename... Args>
+at::Tensor structured(Form form, const at::Tensor &out, Impl &&impl, const Args &...args)
 {
-    at::ScalarType st = a.scalar_type();
+    Structured<Meta> op(form, out);
+    op.meta(args...);
+    impl(static_cast<at::TensorIteratorBase &>(op));
+    return op.out;
+}
+
+// the CPU kernel's values: the iterator's inputs on the host, the CPU op `f` over them, its
+// result written into the output (cast to the output's dtype, as the CPU's out= does)
+template <typename F>
+void on_host(at::TensorIteratorBase &iter, F &&f)
+{
+    std::vector<at::Tensor> in;
+    for (int i = 0; i < iter.ninputs(); ++i) {
+        const at::Tensor &t = iter.input(i);
+        in.push_back(t.device().type() == kType ? t.cpu() : t);    // (a CPU scalar as it is)
+    }
+    at::Tensor result = f(in);
+    iter.output(0).copy_(result);
+}
+
+// The iterator's operand i as the kernel reads it: a tensor on out's device of dtype st, or a CPU
+// scalar written there by the fill entry (a value the CPU's kernel reads as the same number);
+// else an undefined tensor
+at::Tensor kernel_operand(const at::TensorIteratorBase &iter, int i, at::ScalarType st, const at::Tensor &out)
+{
+    const at::Tensor &t = iter.input(i);
+    if (t.device() == out.device())
+        return plain(t) && t.scalar_type() == st ? t : at::Tensor();
     int dt = kernel_dtype(st);
-    if (!takes(K_BINARY, dt) || !plain(a) || !plain(b) || a.device() != b.device() || b.scalar_type() != st ||
-        !a.is_contiguous() || !b.is_contiguous())
+    if (!t.device().is_cpu() || t.dim() != 0 || !takes(K_FILL, dt))
         return {};
+    // the value as the CPU's kernel reads it: converted to st, but float16 / bfloat16 ops take a
+    // scalar in float, so only a value those dtypes hold exactly gives the same numbers
+    at::Scalar s = t.item();
+    bool integral = s.isIntegral(/*includeBool=*/true);
+    // (an integer converted to float directly, as the CPU does: through double it could round twice)
+    auto to_float = [&] { return integral ? static_cast<float>(s.toLong()) : static_cast<float>(s.toDouble()); };
+    double fvalue = 0.0;
+    int64_t ivalue = 0;
+    switch (st) {
+    case at::kDouble: fvalue = s.toDouble(); break;
+    case at::kFloat: fvalue = to_float(); break;
+    case at::kHalf:
+    case at::kBFloat16: {
+        float f = to_float();
+        float held = st == at::kHalf ? static_cast<float>(c10::Half(f)) : static_cast<float>(c10::BFloat16(f));
+        if (!(held == f))           // (NaN too)
+            return {};
+        fvalue = held;
+        break;
+    }
+    case at::kLong: ivalue = s.toLong(); break;
+    case at::kInt: ivalue = static_cast<int32_t>(s.toLong()); break;
+    case at::kChar: ivalue = static_cast<int8_t>(s.toLong()); break;
+    case at::kByte: ivalue = static_cast<uint8_t>(s.toLong()); break;
+    case at::kBool: ivalue = s.toBool(); break;
+    default: return {};
+    }
+    at::Tensor value = at::empty({}, out.options().dtype(st));
+    int device = dev_index(out);
+    launched(K_FILL, g_kernels->fill(device, kernel_stream(device), static_cast<anychip_dtype>(dt), 1,
+                                     value.data_ptr(), fvalue, ivalue, 0), device);
+    return value;
+}
+
+// The kernel writes a C-contiguous output that overlaps no input: out itself, with its dimensions
+// permuted to their memory order when it is dense in another order (a transposed result), else a
+// temporary that is then copied into out. Returns what to launch on, and the permutation.
+at::Tensor kernel_target(const at::Tensor &out, const std::vector<at::Tensor> &in, std::vector<int64_t> &perm)
+{
+    perm.resize(out.dim());
+    for (int64_t d = 0; d < out.dim(); ++d)
+        perm[d] = d;
+    bool overlaps = false;
+    for (const at::Tensor &t : in)
+        overlaps = overlaps || at::get_overlap_status(out, t) != at::MemOverlapStatus::No;
+    if (!overlaps && !out.is_contiguous() && out.is_non_overlapping_and_dense()) {
+        std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+            return out.size(a) != 1 && (out.size(b) == 1 || out.stride(a) > out.stride(b));
+        });
+        if (out.permute(perm).is_contiguous())
+            return out.permute(perm);
+    }
+    for (int64_t d = 0; d < out.dim(); ++d)
+        perm[d] = d;
+    if (!overlaps && out.is_contiguous())
+        return out;
+    return at::empty(out.sizes(), out.options().memory_format(at::MemoryFormat::Contiguous));
+}
+
+bool writes_bool(anychip_binary_op op) { return op >= ANYCHIP_OP_EQ && op <= ANYCHIP_OP_GE; }
+
+// iter's output = input(0) <op> input(1) on the binary entry; false where the operands do not fit
+bool binary_kernel(at::TensorIteratorBase &iter, anychip_binary_op op)
+{
+    const at::Tensor &out = iter.output(0);
+    at::ScalarType st = iter.common_dtype();
+    int dt = kernel_dtype(st);
+    if (!takes(K_BINARY, dt) || !plain(out) || out.scalar_type() != (writes_bool(op) ? at::kBool : st) ||
+        out.dim() > kMaxDims || iter.ninputs() != 2)
+        return false;
     if ((op == ANYCHIP_OP_DIV && !is_float_dtype(dt)) || (op <= ANYCHIP_OP_MUL && dt == ANYCHIP_BOOL))
-        return {};                          // (plugin.h: div takes floats, add / sub / mul no bool)
-    c10::DimVector shape = at::infer_size_dimvector(a.sizes(), b.sizes());
-    if (shape.size() > kMaxDims)
-        return {};
-    bool compare = op >= ANYCHIP_OP_EQ && op <= ANYCHIP_OP_GE;         // (these write bool)
-    c10::DeviceGuard guard(a.device());
-    at::Tensor out = at::empty(shape, a.options().dtype(compare ? at::kBool : st));
+        return false;                       // (plugin.h: div takes floats, add / sub / mul no bool)
+    c10::DeviceGuard guard(out.device());
+    std::vector<at::Tensor> in{kernel_operand(iter, 0, st, out), kernel_operand(iter, 1, st, out)};
+    if (!in[0].defined() || !in[1].defined())
+        return false;
     if (out.numel() == 0)
-        return out;
-    at::Tensor ea = a.expand(shape), eb = b.expand(shape);
-    int device = dev_index(a);
-    int nd = static_cast<int>(shape.size());
+        return true;
+    std::vector<int64_t> perm;
+    at::Tensor dst = kernel_target(out, in, perm);
+    at::Tensor a = in[0].expand(out.sizes()).permute(perm), b = in[1].expand(out.sizes()).permute(perm);
+    int device = dev_index(out);
+    int nd = static_cast<int>(dst.dim());
     launched(K_BINARY, g_kernels->binary(device, kernel_stream(device), op, static_cast<anychip_dtype>(dt), nd,
-                                         nd ? shape.data() : &kOne, out.data_ptr(), ea.data_ptr(),
-                                         nd ? ea.strides().data() : &kOne, eb.data_ptr(),
-                                         nd ? eb.strides().data() : &kOne), device);
-    return out;
+                                         nd ? dst.sizes().data() : &kOne, dst.data_ptr(), a.data_ptr(),
+                                         nd ? a.strides().data() : &kOne, b.data_ptr(),
+                                         nd ? b.strides().data() : &kOne), device);
+    if (!dst.is_same(out) && dst.data_ptr() != out.data_ptr())
+        out.copy_(dst);
+    return true;
 }
 
-at::Tensor add_tensor(const at::Tensor &self, const at::Tensor &other, const at::Scalar &alpha)
+// iter's output = op(input(0)) on the unary entry (not bool: relu and neg take none, and sqrt takes
+// floats only); false where the operands do not fit
+bool unary_kernel(at::TensorIteratorBase &iter, anychip_unary_op op)
 {
-    if (alpha.equal(1)) {
-        at::Tensor out = device_binary(ANYCHIP_OP_ADD, self, other);
-        if (out.defined())
-            return out;
+    const at::Tensor &out = iter.output(0);
+    at::ScalarType st = iter.common_dtype();
+    int dt = kernel_dtype(st);
+    if (!takes(K_UNARY, dt) || dt == ANYCHIP_BOOL || (op == ANYCHIP_OP_SQRT && !is_float_dtype(dt)) || !plain(out) ||
+        out.scalar_type() != st || out.dim() > kMaxDims)
+        return false;
+    const at::Tensor &x = iter.input(0);
+    if (x.device() != out.device() || !plain(x) || x.scalar_type() != st)
+        return false;
+    if (out.numel() == 0)
+        return true;
+    c10::DeviceGuard guard(out.device());
+    std::vector<int64_t> perm;
+    at::Tensor dst = kernel_target(out, {x}, perm);
+    at::Tensor px = x.permute(perm);
+    int device = dev_index(out);
+    int nd = static_cast<int>(dst.dim());
+    auto t = static_cast<anychip_dtype>(dt);
+    launched(K_UNARY, g_kernels->unary(device, kernel_stream(device), op, t, t, nd, nd ? dst.sizes().data() : &kOne,
+                                       dst.data_ptr(), px.data_ptr(), nd ? px.strides().data() : &kOne), device);
+    if (dst.data_ptr() != out.data_ptr())
+        out.copy_(dst);
+    return true;
+}
+
+// The ops' implementations. add and sub with alpha 1 or -1 are one IEEE operation per element;
+// with another alpha the CPU computes other + alpha * self in one fused multiply-add, which the
+// table has not: the CPU's kernel. So for lerp, addcmul and addcdiv (their CPU kernels round
+// once where two of the table's operations would round twice).
+struct AddImpl {
+    at::Scalar alpha;
+    bool negate;             // sub: self - alpha * other
+    void operator()(at::TensorIteratorBase &iter) const
+    {
+        bool one = alpha.equal(1), minus = alpha.equal(-1);
+        if ((one || minus) && binary_kernel(iter, one != negate ? ANYCHIP_OP_ADD : ANYCHIP_OP_SUB))
+            return;
+        on_host(iter, [&](const std::vector<at::Tensor> &in) {
+            return negate ? at::sub(in[0], in[1], alpha) : at::add(in[0], in[1], alpha);
+        });
     }
-    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::add_Tensor>::call(self, other, alpha);
+};
+
+template <anychip_binary_op Op, at::Tensor (*Host)(const at::Tensor &, const at::Tensor &)>
+void binary_impl(at::TensorIteratorBase &iter)
+{
+    if (!binary_kernel(iter, Op))
+        on_host(iter, [](const std::vector<at::Tensor> &in) { return Host(in[0], in[1]); });
 }
 
-at::Tensor sub_tensor(const at::Tensor &self, const at::Tensor &other, const at::Scalar &alpha)
+template <anychip_unary_op Op, at::Tensor (*Host)(const at::Tensor &)>
+void unary_impl(at::TensorIteratorBase &iter)
 {
-    if (alpha.equal(1)) {
-        at::Tensor out = device_binary(ANYCHIP_OP_SUB, self, other);
-        if (out.defined())
-            return out;
+    if (!unary_kernel(iter, Op))
+        on_host(iter, [](const std::vector<at::Tensor> &in) { return Host(in[0]); });
+}
+
+// the CPU kernel's values only: sqrt, whose CPU kernel (vectorized) is not the correctly rounded
+// square root the table's computes (about 1 float32 value in 6 differs in the last bit)
+template <at::Tensor (*Host)(const at::Tensor &)>
+void host_unary(at::TensorIteratorBase &iter)
+{
+    on_host(iter, [](const std::vector<at::Tensor> &in) { return Host(in[0]); });
+}
+
+// the host's ops (at::add and the rest have default arguments, so they are wrapped)
+at::Tensor host_mul(const at::Tensor &a, const at::Tensor &b) { return at::mul(a, b); }
+at::Tensor host_div(const at::Tensor &a, const at::Tensor &b) { return at::div(a, b); }
+at::Tensor host_eq(const at::Tensor &a, const at::Tensor &b) { return at::eq(a, b); }
+at::Tensor host_ne(const at::Tensor &a, const at::Tensor &b) { return at::ne(a, b); }
+at::Tensor host_lt(const at::Tensor &a, const at::Tensor &b) { return at::lt(a, b); }
+at::Tensor host_le(const at::Tensor &a, const at::Tensor &b) { return at::le(a, b); }
+at::Tensor host_gt(const at::Tensor &a, const at::Tensor &b) { return at::gt(a, b); }
+at::Tensor host_ge(const at::Tensor &a, const at::Tensor &b) { return at::ge(a, b); }
+at::Tensor host_maximum(const at::Tensor &a, const at::Tensor &b) { return at::maximum(a, b); }
+at::Tensor host_minimum(const at::Tensor &a, const at::Tensor &b) { return at::minimum(a, b); }
+at::Tensor host_neg(const at::Tensor &a) { return at::neg(a); }
+at::Tensor host_sqrt(const at::Tensor &a) { return at::sqrt(a); }
+
+// The three forms of an op with meta class Meta, as kernels to register: functional(args...),
+// inplace(self, args...), out(args..., out). Binary ops with alpha (add, sub):
+template <class Meta, bool Negate>
+struct AlphaOps {
+    static at::Tensor functional(const at::Tensor &self, const at::Tensor &other, const at::Scalar &alpha)
+    {
+        return structured<Meta>(Form::Functional, {}, AddImpl{alpha, Negate}, self, other, alpha);
     }
-    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::sub_Tensor>::call(self, other, alpha);
-}
-
-// true division: the kernel's (float types only; integers promote to float, which the CPU does)
-at::Tensor div_tensor(const at::Tensor &self, const at::Tensor &other)
-{
-    if (at::isFloatingType(self.scalar_type())) {
-        at::Tensor out = device_binary(ANYCHIP_OP_DIV, self, other);
-        if (out.defined())
-            return out;
+    static at::Tensor &inplace(at::Tensor &self, const at::Tensor &other, const at::Scalar &alpha)
+    {
+        structured<Meta>(Form::Inplace, self, AddImpl{alpha, Negate}, self, other, alpha);
+        return self;
     }
-    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::div_Tensor>::call(self, other);
-}
-
-at::Tensor mul_tensor(const at::Tensor &self, const at::Tensor &other)
-{
-    at::Tensor out = device_binary(ANYCHIP_OP_MUL, self, other);
-    if (out.defined())
+    static at::Tensor &out(const at::Tensor &self, const at::Tensor &other, const at::Scalar &alpha, at::Tensor &out)
+    {
+        structured<Meta>(Form::Out, out, AddImpl{alpha, Negate}, self, other, alpha);
         return out;
-    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::mul_Tensor>::call(self, other);
+    }
+};
+
+template <class Meta, void (*Impl)(at::TensorIteratorBase &)>
+struct BinaryOps {
+    static at::Tensor functional(const at::Tensor &self, const at::Tensor &other)
+    {
+        return structured<Meta>(Form::Functional, {}, Impl, self, other);
+    }
+    static at::Tensor &inplace(at::Tensor &self, const at::Tensor &other)
+    {
+        structured<Meta>(Form::Inplace, self, Impl, self, other);
+        return self;
+    }
+    static at::Tensor &out(const at::Tensor &self, const at::Tensor &other, at::Tensor &out)
+    {
+        structured<Meta>(Form::Out, out, Impl, self, other);
+        return out;
+    }
+};
+
+template <class Meta, void (*Impl)(at::TensorIteratorBase &)>
+struct UnaryOps {
+    static at::Tensor functional(const at::Tensor &self) { return structured<Meta>(Form::Functional, {}, Impl, self); }
+    static at::Tensor &inplace(at::Tensor &self)
+    {
+        structured<Meta>(Form::Inplace, self, Impl, self);
+        return self;
+    }
+    static at::Tensor &out(const at::Tensor &self, at::Tensor &out)
+    {
+        structured<Meta>(Form::Out, out, Impl, self);
+        return out;
+    }
+};
+
+// self + value * t1 * t2 and self + value * t1 / t2, and lerp with a scalar weight: the CPU's kernel
+template <class Meta, at::Tensor (*Host)(const at::Tensor &, const at::Tensor &, const at::Tensor &,
+                                         const at::Scalar &)>
+struct PointwiseOps {
+    static void impl(at::TensorIteratorBase &iter, const at::Scalar &value)
+    {
+        on_host(iter, [&](const std::vector<at::Tensor> &in) { return Host(in[0], in[1], in[2], value); });
+    }
+    static at::Tensor functional(const at::Tensor &self, const at::Tensor &t1, const at::Tensor &t2,
+                                 const at::Scalar &value)
+    {
+        return structured<Meta>(Form::Functional, {}, [&](at::TensorIteratorBase &it) { impl(it, value); }, self, t1,
+                                t2, value);
+    }
+    static at::Tensor &inplace(at::Tensor &self, const at::Tensor &t1, const at::Tensor &t2, const at::Scalar &value)
+    {
+        structured<Meta>(Form::Inplace, self, [&](at::TensorIteratorBase &it) { impl(it, value); }, self, t1, t2,
+                         value);
+        return self;
+    }
+    static at::Tensor &out(const at::Tensor &self, const at::Tensor &t1, const at::Tensor &t2, const at::Scalar &value,
+                           at::Tensor &out)
+    {
+        structured<Meta>(Form::Out, out, [&](at::TensorIteratorBase &it) { impl(it, value); }, self, t1, t2, value);
+        return out;
+    }
+};
+
+at::Tensor host_addcmul(const at::Tensor &s, const at::Tensor &a, const at::Tensor &b, const at::Scalar &v)
+{
+    return at::addcmul(s, a, b, v);
+}
+at::Tensor host_addcdiv(const at::Tensor &s, const at::Tensor &a, const at::Tensor &b, const at::Scalar &v)
+{
+    return at::addcdiv(s, a, b, v);
 }
 
-// comparisons (into bool), maximum and minimum (NaN propagates, as the CPU's)
-template <anychip_binary_op Op, typename Fallback>
-at::Tensor binary_op(const at::Tensor &self, const at::Tensor &other)
-{
-    at::Tensor out = device_binary(Op, self, other);
-    if (out.defined())
+struct LerpOps {
+    using Meta = at::meta::structured_lerp_Scalar;
+    static void impl(at::TensorIteratorBase &iter, const at::Scalar &weight)
+    {
+        on_host(iter, [&](const std::vector<at::Tensor> &in) { return at::lerp(in[0], in[1], weight); });
+    }
+    static at::Tensor functional(const at::Tensor &self, const at::Tensor &end, const at::Scalar &weight)
+    {
+        return structured<Meta>(Form::Functional, {}, [&](at::TensorIteratorBase &it) { impl(it, weight); }, self, end,
+                                weight);
+    }
+    static at::Tensor &inplace(at::Tensor &self, const at::Tensor &end, const at::Scalar &weight)
+    {
+        structured<Meta>(Form::Inplace, self, [&](at::TensorIteratorBase &it) { impl(it, weight); }, self, end, weight);
+        return self;
+    }
+    static at::Tensor &out(const at::Tensor &self, const at::Tensor &end, const at::Scalar &weight, at::Tensor &out)
+    {
+        structured<Meta>(Form::Out, out, [&](at::TensorIteratorBase &it) { impl(it, weight); }, self, end, weight);
         return out;
-    return at::native::call_fallback_fn<&cpu_fallback, Fallback>::call(self, other);
-}
+    }
+};
 
 // op(x) by the table's unary entry, of a contiguous tensor of a dtype it takes (not bool: relu
 // and neg take none); else an undefined tensor
@@ -505,10 +821,14 @@ at::Tensor relu(const at::Tensor &self)
     return out.defined() ? out : at::native::call_fallback_fn<&cpu_fallback, at::_ops::relu>::call(self);
 }
 
-at::Tensor neg(const at::Tensor &self)
+// relu_ (nn.ReLU(inplace=True)): the kernel's result copied back (an output never overlaps an input)
+at::Tensor &relu_inplace(at::Tensor &self)
 {
-    at::Tensor out = device_unary(ANYCHIP_OP_NEG, self);
-    return out.defined() ? out : at::native::call_fallback_fn<&cpu_fallback, at::_ops::neg>::call(self);
+    at::Tensor out = device_unary(ANYCHIP_OP_RELU, self);
+    if (!out.defined())
+        return at::native::call_fallback_fn<&cpu_fallback, at::_ops::relu_>::call(self);
+    self.copy_(out);
+    return self;
 }
 
 // a[m, k] @ b[k, n] of one float dtype (ANYCHIP_TORCH_KERNELS=all): the table's gemm takes
@@ -634,20 +954,59 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
     m.impl("fill_.Scalar", fill_scalar);
     m.impl("zero_", zero);
     m.impl("record_stream", record_stream);
-    m.impl("add.Tensor", add_tensor);
-    m.impl("sub.Tensor", sub_tensor);
-    m.impl("mul.Tensor", mul_tensor);
-    m.impl("div.Tensor", div_tensor);
-    m.impl("eq.Tensor", binary_op<ANYCHIP_OP_EQ, at::_ops::eq_Tensor>);
-    m.impl("ne.Tensor", binary_op<ANYCHIP_OP_NE, at::_ops::ne_Tensor>);
-    m.impl("lt.Tensor", binary_op<ANYCHIP_OP_LT, at::_ops::lt_Tensor>);
-    m.impl("le.Tensor", binary_op<ANYCHIP_OP_LE, at::_ops::le_Tensor>);
-    m.impl("gt.Tensor", binary_op<ANYCHIP_OP_GT, at::_ops::gt_Tensor>);
-    m.impl("ge.Tensor", binary_op<ANYCHIP_OP_GE, at::_ops::ge_Tensor>);
-    m.impl("maximum", binary_op<ANYCHIP_OP_MAX, at::_ops::maximum>);
-    m.impl("minimum", binary_op<ANYCHIP_OP_MIN, at::_ops::minimum>);
+    // the functional, in-place and out= forms of each op, from one implementation (above)
+    using Add = AlphaOps<at::meta::structured_add_Tensor, false>;
+    using Sub = AlphaOps<at::meta::structured_sub_Tensor, true>;
+    m.impl("add.Tensor", Add::functional);
+    m.impl("add_.Tensor", Add::inplace);
+    m.impl("add.out", Add::out);
+    m.impl("sub.Tensor", Sub::functional);
+    m.impl("sub_.Tensor", Sub::inplace);
+    m.impl("sub.out", Sub::out);
+#define ANYCHIP_BINARY(name, schema, Meta, Op, Host)                                                   \
+    m.impl(name "." schema, BinaryOps<Meta, binary_impl<Op, Host>>::functional);                     \
+    m.impl(name "_." schema, BinaryOps<Meta, binary_impl<Op, Host>>::inplace);                       \
+    m.impl(name "." schema "_out", BinaryOps<Meta, binary_impl<Op, Host>>::out);
+    m.impl("mul.Tensor", BinaryOps<at::meta::structured_mul_Tensor, binary_impl<ANYCHIP_OP_MUL, host_mul>>::functional);
+    m.impl("mul_.Tensor", BinaryOps<at::meta::structured_mul_Tensor, binary_impl<ANYCHIP_OP_MUL, host_mul>>::inplace);
+    m.impl("mul.out", BinaryOps<at::meta::structured_mul_Tensor, binary_impl<ANYCHIP_OP_MUL, host_mul>>::out);
+    m.impl("div.Tensor", BinaryOps<at::meta::structured_div_Tensor, binary_impl<ANYCHIP_OP_DIV, host_div>>::functional);
+    m.impl("div_.Tensor", BinaryOps<at::meta::structured_div_Tensor, binary_impl<ANYCHIP_OP_DIV, host_div>>::inplace);
+    m.impl("div.out", BinaryOps<at::meta::structured_div_Tensor, binary_impl<ANYCHIP_OP_DIV, host_div>>::out);
+    ANYCHIP_BINARY("eq", "Tensor", at::meta::structured_eq_Tensor, ANYCHIP_OP_EQ, host_eq)
+    ANYCHIP_BINARY("ne", "Tensor", at::meta::structured_ne_Tensor, ANYCHIP_OP_NE, host_ne)
+    ANYCHIP_BINARY("lt", "Tensor", at::meta::structured_lt_Tensor, ANYCHIP_OP_LT, host_lt)
+    ANYCHIP_BINARY("le", "Tensor", at::meta::structured_le_Tensor, ANYCHIP_OP_LE, host_le)
+    ANYCHIP_BINARY("gt", "Tensor", at::meta::structured_gt_Tensor, ANYCHIP_OP_GT, host_gt)
+    ANYCHIP_BINARY("ge", "Tensor", at::meta::structured_ge_Tensor, ANYCHIP_OP_GE, host_ge)
+#undef ANYCHIP_BINARY
+    using Maximum = BinaryOps<at::meta::structured_maximum, binary_impl<ANYCHIP_OP_MAX, host_maximum>>;
+    using Minimum = BinaryOps<at::meta::structured_minimum, binary_impl<ANYCHIP_OP_MIN, host_minimum>>;
+    m.impl("maximum", Maximum::functional);
+    m.impl("maximum.out", Maximum::out);
+    m.impl("minimum", Minimum::functional);
+    m.impl("minimum.out", Minimum::out);
+    using Neg = UnaryOps<at::meta::structured_neg, unary_impl<ANYCHIP_OP_NEG, host_neg>>;
+    using Sqrt = UnaryOps<at::meta::structured_sqrt, host_unary<host_sqrt>>;
+    m.impl("neg", Neg::functional);
+    m.impl("neg_", Neg::inplace);
+    m.impl("neg.out", Neg::out);
+    m.impl("sqrt", Sqrt::functional);
+    m.impl("sqrt_", Sqrt::inplace);
+    m.impl("sqrt.out", Sqrt::out);
+    using Addcmul = PointwiseOps<at::meta::structured_addcmul, host_addcmul>;
+    using Addcdiv = PointwiseOps<at::meta::structured_addcdiv, host_addcdiv>;
+    m.impl("addcmul", Addcmul::functional);
+    m.impl("addcmul_", Addcmul::inplace);
+    m.impl("addcmul.out", Addcmul::out);
+    m.impl("addcdiv", Addcdiv::functional);
+    m.impl("addcdiv_", Addcdiv::inplace);
+    m.impl("addcdiv.out", Addcdiv::out);
+    m.impl("lerp.Scalar", LerpOps::functional);
+    m.impl("lerp_.Scalar", LerpOps::inplace);
+    m.impl("lerp.Scalar_out", LerpOps::out);
     m.impl("relu", relu);
-    m.impl("neg", neg);
+    m.impl("relu_", relu_inplace);
     m.impl("mm", mm);
     m.impl("sum", sum_all);
     m.impl("sum.dim_IntList", sum_dim);

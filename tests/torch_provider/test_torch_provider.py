@@ -319,14 +319,17 @@ def test_add_sub_mul_div_run_the_chips_kernels_where_they_fit_else_the_cpus(at):
     x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     xd = x.to(d)
     before = launches()
-    for got, want in (((xd + 2).cpu(), x + 2),                    # a CPU scalar: the CPU's kernel
-                      (torch.add(xd, xd, alpha=3).cpu(), torch.add(x, x, alpha=3)),
-                      ((xd * xd.to(torch.float64)).cpu(), x * x.to(torch.float64)),   # promotion
-                      ((xd.t() * xd.t()).cpu(), x.t() * x.t()),                       # not contiguous
-                      ((xd.bool() * xd.bool()).cpu(), x.bool() * x.bool()),           # bool
-                      ((xd.int() / (xd + 1).int()).cpu(), x.int() / (x + 1).int())):  # promotes to float
+    for got, want in (((xd + 2).cpu(), x + 2),                    # a CPU scalar: filled on the device
+                      ((xd.t() * xd.t()).cpu(), x.t() * x.t())):  # transposed: written in its order
         assert got.equal(want) and got.dtype == want.dtype
-    assert launches() == before
+    assert launches() == before + 3 and (xd.t() * xd.t()).stride() == (x.t() * x.t()).stride() == (1, 3)
+    before = launches()
+    for got, want in ((torch.add(xd, xd, alpha=3).cpu(), torch.add(x, x, alpha=3)),   # alpha: a fused op
+                      ((xd * xd.to(torch.float64)).cpu(), x * x.to(torch.float64)),   # promotion
+                      ((xd.bool() * xd.bool()).cpu(), x.bool() * x.bool()),           # bool
+                      ((xd.int() / (xd.int() + 1)).cpu(), x.int() / (x.int() + 1))):  # promotes to float
+        assert got.equal(want) and got.dtype == want.dtype
+    assert launches() == before + 2                               # (the int + 1: fill and add)
     s = torch.Stream(device=d)
     y = torch.full((6,), 1.5, device=d)
     s.wait_stream(torch.accelerator.current_stream(0))
@@ -437,7 +440,10 @@ KERNELS_PROGRAM = textwrap.dedent("""
                            ("mm", torch.mm, (a, b)), ("mm_t", torch.mm, (b.t(), a.t())),
                            ("mm_int_valued", torch.mm, (i.float(), i.float().t())),
                            ("sum_f32", torch.sum, (a,)), ("sum_i64", torch.sum, (i,)),
-                           ("fill", lambda t: torch.empty_like(t).fill_(2.5), (a,))):
+                           ("fill", lambda t: torch.empty_like(t).fill_(2.5), (a,)),
+                           ("add_", lambda t, u: t.clone().add_(u), (a, a)),
+                           ("mul_number", lambda t: t.clone().mul_(0.5), (a,)),
+                           ("sub_out", lambda t, u: torch.sub(t, u, out=t.clone()), (a, i.float()))):
         before = by_entry()
         got = fn(*(x.to(d) for x in args)).cpu()
         want = fn(*args)
@@ -451,7 +457,7 @@ KERNELS_PROGRAM = textwrap.dedent("""
 def test_the_kernel_table_setting_and_a_c_plugins_table(setting, scaffold_plugin):
     """ANYCHIP_TORCH_KERNELS=all adds mm and float sums (close to the CPU's, rounded in the chip's
     order), =0 turns the table off; a C plugin's table (the scaffold's loops) serves as the
-    simulated chips' does."""
+    simulated chips' does, in-place and out= forms included."""
     env = {**os.environ, "ANYCHIP_TORCH": "ascend", "ANYCHIP_TORCH_KERNELS": setting}
     env.pop("ANYCHIP_LAUNCH_DEVICE", None)
     if setting == "c plugin":
@@ -465,7 +471,8 @@ def test_the_kernel_table_setting_and_a_c_plugins_table(setting, scaffold_plugin
     assert out["backend"] == ("ascend" if setting != "c plugin" else scaffold_plugin.name)
     assert out["has"] is (setting != "0")
     exact = {"add": {"binary": 1}, "mul": {"binary": 1}, "relu": {"unary": 1}, "sum_i64": {"reduce": 1},
-             "fill": {"fill": 1}}
+             "fill": {"fill": 1}, "add_": {"binary": 1}, "mul_number": {"fill": 1, "binary": 1},
+             "sub_out": {"binary": 1}}
     if setting == "0":
         assert all(delta == {} and same for delta, same, _ in ops.values()), ops
         return

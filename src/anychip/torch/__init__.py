@@ -162,7 +162,8 @@ _state = _State()
 _C = load_extension()
 _C._init(_state.library, _state.backend, len(_state.devices),
          [_native(d, s[0]._handle) for d, s in zip(_state.devices, _state.streams, strict=True)],
-         _state.alloc, _state.record, _state.new_stream, _state.stats, torch_kernels())
+         _state.alloc, _state.record, _state.new_stream, _state.stats, torch_kernels(), _state.devices,
+         _state.streams)
 
 torch.utils.rename_privateuse1_backend(NAME)
 torch._register_device_module(NAME, sys.modules[__name__])
