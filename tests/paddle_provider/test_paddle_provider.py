@@ -637,7 +637,7 @@ def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
                  "the plugin's kernel table is version 2, which this bridge (kernel table version 1) does not know",
                  id="version2"),
     pytest.param("newbits", "    .fill_dtypes = ALL_DTYPES,", "    .fill_dtypes = ALL_DTYPES | BIT(12),",
-                 "the plugin's kernel table sets dtype mask bits 0x1000 beyond bool, which anychip/plugin.h 1.2 "
+                 "the plugin's kernel table sets dtype mask bits 0x1000 beyond bool, which anychip/plugin.h 1.3 "
                  "does not define", id="mask-bits"),
 ])
 @pytest.mark.slow

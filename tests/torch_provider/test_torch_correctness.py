@@ -401,6 +401,7 @@ EVENTS_PROGRAM = textwrap.dedent("""
         with s1:
             z = y + 1
         s0.synchronize()
+        s1.synchronize()        # z is read below on anychip:1's current stream, which does not wait for s1
         out.append(f"values {y[:2].cpu().tolist()} {z[-1].item()}")
     print("; ".join(out))
 """)
