@@ -19,6 +19,8 @@ anychip Streams, events the plugin's events. This module is also ``torch.anychip
 from __future__ import annotations
 
 import ctypes
+import importlib.abc
+import importlib.machinery
 import os
 import sys
 import threading
@@ -497,6 +499,61 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
     title = f"{NAME}:{idx} ({_state.backend})"
     head = f"{title:<24}" + "".join(f"{what:>16}" for what in ("current", "peak", "allocated", "freed"))
     return "\n".join([head, "-" * len(head), *rows])
+
+
+# ---- torch.compile: dynamo's device interface, inductor's backend (registered when torch needs them) -----
+
+#: what inductor's init_backend_registration asks the device module for (anychip/torch/_inductor.py)
+_INDUCTOR_CODEGENS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _INDUCTOR_CODEGENS:
+        from ._inductor import CODEGENS
+        return CODEGENS[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _host_kernel_wait(device_idx: int | None) -> None:
+    """What inductor's wrapper of a graph on the device calls before each C++ kernel the host runs on
+    the device's memory: wait for the device's current stream."""
+    torch.accelerator.current_stream(device_idx).synchronize()
+
+
+class _RegisterDynamoInterface(importlib.abc.MetaPathFinder):
+    """Registers the device's dynamo interface (anychip/torch/_dynamo_interface.py) right after
+    ``torch._dynamo.device_interface`` is first imported: importing it here would cost ~1.8 s."""
+
+    MODULE = "torch._dynamo.device_interface"
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.MODULE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, module_spec: Any) -> Any:
+                return loader.create_module(module_spec)
+
+            def exec_module(self, module: Any) -> None:
+                module.__spec__.loader = module.__loader__ = loader
+                loader.exec_module(module)
+                from ._dynamo_interface import register
+                register()
+
+        spec.loader = _Loader()
+        return spec
+
+
+if _RegisterDynamoInterface.MODULE in sys.modules:
+    from ._dynamo_interface import register as _register_dynamo_interface
+    _register_dynamo_interface()
+else:
+    sys.meta_path.insert(0, _RegisterDynamoInterface())
 
 
 # ---- random numbers: each device's own generator (a Philox seed and offset, as CUDA's) -------------

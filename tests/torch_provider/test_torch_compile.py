@@ -1,0 +1,221 @@
+"""torch.compile on the anychip device with the default backend (inductor): dynamo's device
+interface, registered only when dynamo is imported; inductor's C++ kernels on the simulated
+chips' host memory, ordered after the device's streams; and the fallback of a device whose memory
+is not host memory (docs/torch.md)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'anychip[torch]')")
+
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, LONG_TEST_SECONDS, cached_compile  # noqa: E402
+
+F = torch.nn.functional
+
+
+# ---- dynamo's device interface ---------------------------------------------------------------------
+
+LAZY_PROGRAM = """
+import sys, time
+import torch
+t = time.perf_counter()
+import anychip.torch
+took = time.perf_counter() - t
+before = "torch._dynamo" in sys.modules
+from torch._dynamo.device_interface import get_interface_for_device
+iface = get_interface_for_device("anychip")
+print(before, iface.__name__, iface.current_device(), iface.device_count() == torch.anychip.device_count(),
+      get_interface_for_device("anychip:1") is iface, f"{took:.2f}")
+"""
+
+
+def test_dynamos_device_interface_is_registered_when_dynamo_is_imported_not_before(at):
+    env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_LAUNCH_DEVICE")}
+    done = subprocess.run([sys.executable, "-c", LAZY_PROGRAM], capture_output=True, text=True, env=env,
+                          timeout=CHILD_SECONDS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[:5] == ["False", "AnychipInterface", "0", "True", "True"]
+
+
+def test_the_device_interface_answers_as_the_device_module(at):
+    from torch._dynamo.device_interface import get_interface_for_device
+
+    iface = get_interface_for_device("anychip")
+    assert iface.device_count() == torch.anychip.device_count() >= 2
+    with iface.device(1):
+        assert iface.current_device() == 1 == torch.anychip.current_device()
+        s = iface.Stream()
+        assert isinstance(s, torch.Stream) and s.device == torch.device("anychip", 1)
+        with iface.stream(s):
+            assert iface.current_stream() == s
+            assert iface.get_raw_stream(1) != 0
+    assert iface.current_device() == 0
+    assert iface.exchange_device(1) == 0 and iface.exchange_device(0) == 1
+    assert iface.get_compute_capability() == 0 and iface.is_available() and not iface.is_triton_capable()
+    assert iface.get_device_properties(1).index == 1
+    assert iface.Worker.get_device_properties(1).index == 1
+    e = iface.Event()
+    e.record()
+    iface.synchronize()
+    assert e.query()
+
+
+# ---- inductor: the generated kernels on the device's memory -------------------------------------------
+
+class Block(torch.nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+        self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+        self.fc, self.out = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (c // self.heads) ** -0.5
+        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).tril().logical_not(), float("-inf"))
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class NanoGPT(torch.nn.Module):
+    """nanoGPT's shape: token and position embeddings, pre-norm blocks, a tied LM head."""
+
+    def __init__(self, vocab: int = 64, dim: int = 32, heads: int = 2, blocks: int = 2, seq: int = 16):
+        super().__init__()
+        self.tok, self.pos = torch.nn.Embedding(vocab, dim), torch.nn.Embedding(seq, dim)
+        self.blocks = torch.nn.ModuleList(Block(dim, heads) for _ in range(blocks))
+        self.ln = torch.nn.LayerNorm(dim)
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.tok.weight
+
+    def forward(self, idx, targets):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for b in self.blocks:
+            x = b(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def train_compiled(device: str, steps: int, data: tuple) -> tuple[list[float], torch.Tensor]:
+    torch.manual_seed(0)
+    model = NanoGPT().to(device)
+    step_model = torch.compile(model)                     # the default backend: inductor
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    idx, targets = (d.to(device) for d in data)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = step_model(idx, targets)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, model.head.weight.detach().cpu()
+
+
+@pytest.mark.timeout(LONG_TEST_SECONDS)
+@pytest.mark.slow
+def test_a_nanogpt_trains_with_torch_compile_as_on_the_cpu(at):
+    # (before: InductorError: KeyError: 'anychip' in torch/_inductor/codegen/common.py)
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(1)
+    data = (torch.randint(0, 64, (4, 16), generator=g), torch.randint(0, 64, (4, 16), generator=g))
+    cpu, cpu_w = train_compiled("cpu", 8, data)
+    dev, dev_w = train_compiled("anychip", 8, data)
+    # the fused kernels are the same generated C++ on both; the matmuls are the device's gemm
+    # against the CPU's BLAS (another summation order), so the two agree to float32 rounding
+    # carried through 8 AdamW steps, not bit for bit
+    assert dev == pytest.approx(cpu, rel=1e-4)
+    assert cpu[-1] < cpu[0] - 0.5
+    torch.testing.assert_close(dev_w, cpu_w, rtol=1e-3, atol=1e-4)
+
+
+def test_a_compiled_graph_waits_for_the_device_kernels_it_reads(at):
+    # a compiled pointwise + reduction graph (host C++ kernels) reads the result of a gemm still
+    # queued on the device's stream, then writes memory the allocator just gave back: without the
+    # wait before each host kernel it reads the stale buffer (caught in most repetitions)
+    torch._dynamo.reset()
+
+    @torch.compile
+    def f(a, b):
+        return (a * 2 + b).relu().sum(1)
+
+    x = torch.randn(256, 256)
+    w = torch.randn(256, 256) / 16
+    want = f(x @ w, x)
+    dx, dw = x.to("anychip"), w.to("anychip")
+    wrong = 0
+    for i in range(300):
+        a = dx @ dw                     # queued on the current stream
+        got = f(a, dx)
+        del a
+        if i % 3 == 0:
+            torch.anychip.synchronize()
+        wrong += not torch.allclose(got.cpu(), want, rtol=1e-4, atol=1e-3)
+    assert wrong == 0
+
+
+def test_compiled_outputs_are_device_tensors_from_the_devices_allocator(at):
+    torch._dynamo.reset()
+    f = torch.compile(lambda a: (a.sin() + 1).cumsum(0))
+    x = torch.randn(1000)
+    before = torch.anychip.memory_stats()["allocation.all.allocated"]
+    y = f(x.to("anychip"))
+    assert y.device == torch.device("anychip", 0)
+    assert torch.anychip.memory_stats()["allocation.all.allocated"] > before
+    torch.testing.assert_close(y.cpu(), f(x))
+
+
+# ---- a device whose memory is not host memory -------------------------------------------------------
+
+FALLBACK_PROGRAM = """
+import torch, anychip.torch
+x, y = torch.randn(8, 8), torch.randn(8, 8)
+try:
+    torch.compile(lambda a, b: (a @ b).relu() * 2 + 1)(x.to("anychip"), y.to("anychip"))
+except Exception as e:
+    print(type(e).__name__, str(e).splitlines()[0])
+got = torch.compile(lambda a, b: (a @ b).relu() * 2 + 1, backend="aot_eager")(x.to("anychip"), y.to("anychip"))
+print(torch.allclose(got.cpu(), (x @ y).relu() * 2 + 1, atol=1e-5), got.device)
+"""
+
+
+@pytest.mark.timeout(LONG_TEST_SECONDS)
+@pytest.mark.slow
+def test_a_device_without_host_memory_refuses_inductor_saying_why_and_runs_aot_eager(tmp_path):
+    # the scaffolded C plugin without ANYCHIP_PLUGIN_HOST_MEMORY, as a real chip's plugin is
+    from anychip.scaffold import new_plugin
+
+    project = new_plugin("devmem", "c", tmp_path)
+    src = project / "src" / "devmem.c"
+    text = src.read_text()
+    flag = "    p->flags |= ANYCHIP_PLUGIN_HOST_MEMORY;"
+    assert flag in text
+    src.write_text(text.replace(flag, "    /* device memory: not host memory */"))
+    lib = project / "libdevmem.so"
+    cached_compile(["cc", "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-fPIC",
+                    f"-I{project / 'include'}", "-shared", "-o", str(lib),
+                    *(str(p) for p in sorted((project / "src").glob("*.c"))), "-lpthread", "-lm"], lib,
+                   roots=(tmp_path,))
+    env = {**os.environ, "ANYCHIP_TORCH": "devmem", "ANYCHIP_PLUGIN_PATH": str(lib)}
+    env.pop("ANYCHIP_LAUNCH_DEVICE", None)
+    done = subprocess.run([sys.executable, "-c", FALLBACK_PROGRAM], capture_output=True, text=True, env=env,
+                          timeout=LONG_CHILD_SECONDS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    refused, result = done.stdout.splitlines()[-2:]
+    from anychip.torch._inductor import NOT_HOST_MEMORY
+
+    assert refused == "InductorError RuntimeError: " + NOT_HOST_MEMORY.format(name="anychip", backend="devmem")
+    assert result == "True anychip:0"
+
+
+def test_the_host_memory_flag_is_set_by_the_simulated_chips_and_the_scaffold(at, scaffold_plugin):
+    assert all(d.plugin.host_memory for d in at._state.devices)
+    assert scaffold_plugin.host_memory
