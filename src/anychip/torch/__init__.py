@@ -509,8 +509,8 @@ _INDUCTOR_CODEGENS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen",
 
 def __getattr__(name: str) -> Any:
     if name in _INDUCTOR_CODEGENS:
-        from ._inductor import CODEGENS
-        return CODEGENS[name]
+        from ._inductor import setup
+        return setup(sys.modules[__name__])[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -543,7 +543,7 @@ class _RegisterDynamoInterface(importlib.abc.MetaPathFinder):
                 module.__spec__.loader = module.__loader__ = loader
                 loader.exec_module(module)
                 from ._dynamo_interface import register
-                register()
+                register(sys.modules[__name__])
 
         spec.loader = _Loader()
         return spec
@@ -551,7 +551,7 @@ class _RegisterDynamoInterface(importlib.abc.MetaPathFinder):
 
 if _RegisterDynamoInterface.MODULE in sys.modules:
     from ._dynamo_interface import register as _register_dynamo_interface
-    _register_dynamo_interface()
+    _register_dynamo_interface(sys.modules[__name__])
 else:
     sys.meta_path.insert(0, _RegisterDynamoInterface())
 

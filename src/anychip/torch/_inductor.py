@@ -33,7 +33,9 @@ from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 from torch._inductor.scheduler import BaseSchedulerNode
 from torch._inductor.virtualized import V
 
-from . import NAME, _state
+#: the device's torch name and its anychip state (anychip.torch's NAME and _state), given by setup()
+NAME = "anychip"
+_state: Any = None
 
 #: why a device whose memory is not host memory cannot run inductor's kernels
 NOT_HOST_MEMORY = (
@@ -149,7 +151,14 @@ def _patch_current_backend() -> None:
             module.get_current_backend = get_current_backend  # type: ignore[attr-defined]
 
 
-register_device_op_overrides(NAME, AnychipDeviceOpOverrides())
-if host_memory():
-    BaseSchedulerNode.is_cpu = _is_cpu  # type: ignore[method-assign,assignment]
-    _patch_current_backend()
+def setup(module: Any) -> dict[str, Any]:
+    """Register the device's op overrides for the device module ``module`` (anychip.torch); the
+    code generators by the names inductor asks for."""
+    global NAME, _state
+    NAME, _state = module.NAME, module._state
+    register_device_op_overrides(NAME, AnychipDeviceOpOverrides())
+    if host_memory():
+        BaseSchedulerNode.is_cpu = _is_cpu  # type: ignore[method-assign,assignment]
+        _patch_current_backend()
+    return CODEGENS
+
