@@ -24,6 +24,7 @@ import importlib.machinery
 import os
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -549,6 +550,41 @@ class _RegisterDynamoInterface(importlib.abc.MetaPathFinder):
         return spec
 
 
+#: what torch.compile's default backend says, once, when it runs a graph on a device whose memory is
+#: not host memory through aot_eager
+NOT_HOST_MEMORY_FALLBACK = (
+    "torch.compile on the {name} device ({backend}): its memory is not host memory (the plugin does not set "
+    "ANYCHIP_PLUGIN_HOST_MEMORY), so the host cannot run inductor's generated kernels on it; the graphs on the "
+    "device run through backend='aot_eager' instead (the device's own kernels, unfused)")
+
+
+def _host_memory() -> bool:
+    """Whether every device of the backend has host memory (plugin.h's ANYCHIP_PLUGIN_HOST_MEMORY)."""
+    return all(bool(getattr(d.plugin, "host_memory", False)) for d in _state.devices)
+
+
+def _inductor_falls_back_to_aot_eager() -> None:
+    """torch.compile's default backend (inductor) runs each graph that has an input on the device through
+    aot_eager instead, with one warning: for a device whose memory is not host memory."""
+    wrapper: Any = torch._TorchCompileInductorWrapper
+    inductor = wrapper.__call__
+    warned: list[bool] = []
+
+    def __call__(self: Any, model_: Any, inputs_: Any, **kwargs: Any) -> Any:
+        if not any(isinstance(t, torch.Tensor) and t.device.type == NAME for t in inputs_):
+            return inductor(self, model_, inputs_, **kwargs)
+        if not warned:
+            warned.append(True)
+            warnings.warn(NOT_HOST_MEMORY_FALLBACK.format(name=NAME, backend=_state.backend), RuntimeWarning,
+                          stacklevel=2)
+        from torch._dynamo.backends.debugging import aot_eager
+        return aot_eager(model_, inputs_)
+
+    wrapper.__call__ = __call__
+
+
+if not _host_memory():
+    _inductor_falls_back_to_aot_eager()
 if _RegisterDynamoInterface.MODULE in sys.modules:
     from ._dynamo_interface import register as _register_dynamo_interface
     _register_dynamo_interface(sys.modules[__name__])

@@ -14,9 +14,10 @@ queued, so before each one the wrapper waits for the device's current stream: th
 the kernel reads (or whose memory the allocator gave back to it) is done by then. Outputs are
 device tensors.
 
-Where the memory is not host memory, the host cannot run a kernel on it: compiling a graph on the
-device is refused with NOT_HOST_MEMORY (an InductorError naming the reason and
-``backend="aot_eager"``, which runs the graph as the device's own kernels), never run wrong.
+Where the memory is not host memory, the host cannot run a kernel on it: torch.compile's default
+backend runs the device's graphs through aot_eager instead, with one warning (anychip.torch's
+NOT_HOST_MEMORY_FALLBACK), and inductor called as a backend of its own refuses them here with
+NOT_HOST_MEMORY (an InductorError naming the reason), never runs them wrong.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from torch._inductor.virtualized import V
 #: the device's torch name and its anychip state (anychip.torch's NAME and _state), given by setup()
 NAME = "anychip"
 _state: Any = None
+_module: Any = None
 
 #: why a device whose memory is not host memory cannot run inductor's kernels
 NOT_HOST_MEMORY = (
@@ -46,7 +48,7 @@ NOT_HOST_MEMORY = (
 
 def host_memory() -> bool:
     """Whether every device of the backend has host memory (ANYCHIP_PLUGIN_HOST_MEMORY)."""
-    return all(bool(getattr(d.plugin, "host_memory", False)) for d in _state.devices)
+    return bool(_module._host_memory())
 
 
 class _HostKernelsOnDevice:
@@ -154,8 +156,8 @@ def _patch_current_backend() -> None:
 def setup(module: Any) -> dict[str, Any]:
     """Register the device's op overrides for the device module ``module`` (anychip.torch); the
     code generators by the names inductor asks for."""
-    global NAME, _state
-    NAME, _state = module.NAME, module._state
+    global NAME, _state, _module
+    NAME, _state, _module = module.NAME, module._state, module
     register_device_op_overrides(NAME, AnychipDeviceOpOverrides())
     if host_memory():
         BaseSchedulerNode.is_cpu = _is_cpu  # type: ignore[method-assign,assignment]
