@@ -195,6 +195,23 @@ def test_inductor_runs_on_a_c_plugins_host_memory_as_on_the_cpu(scaffold_plugin)
     assert done.stdout.splitlines()[-1] == f"{scaffold_plugin.name} 0"
 
 
+def test_a_graph_on_the_second_device_allocates_there(at):
+    # (before: its buffers were allocated on the current device, anychip:0: the outputs came back on
+    # anychip:0 and backward refused the gradient, "expected device anychip:1 but got anychip:0")
+    torch._dynamo.reset()
+
+    def f(q):
+        y = (q @ q.transpose(1, 2)).softmax(-1) @ q
+        return torch.autograd.grad(F.layer_norm(y, (16,)).pow(2).sum(), q)[0], y
+
+    x = torch.randn(4, 8, 16)
+    grad, y = torch.compile(f)(x.to("anychip:1").requires_grad_())
+    want_grad, want_y = torch.compile(f)(x.clone().requires_grad_())
+    assert grad.device == y.device == torch.device("anychip", 1) and torch.anychip.current_device() == 0
+    torch.testing.assert_close(y.cpu(), want_y, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad.cpu(), want_grad, rtol=1e-4, atol=1e-4)
+
+
 # ---- a device whose memory is not host memory -------------------------------------------------------
 
 FALLBACK_PROGRAM = """

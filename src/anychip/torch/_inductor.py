@@ -64,13 +64,28 @@ class _HostKernelsOnDevice:
         self.writeline(f"torch.{NAME}._host_kernel_wait({device.index})")  # type: ignore[attr-defined]
         self.writeline(self.wrap_kernel_call(kernel_name, call_args))  # type: ignore[attr-defined]
 
+    def make_allocation(self, name: str, device: Any, dtype: Any, shape: Any, stride: Any,
+                        allocation_shape: Any = None, is_pinned: bool = False) -> str:
+        """inductor allocates on devices other than the CPU, CUDA, XPU and MTIA with ``device='<type>'``,
+        the current device, relying on a device guard that it writes for GPUs only: name the index."""
+        line: str = super().make_allocation(  # type: ignore[misc]
+            name, device, dtype, shape, stride, allocation_shape, is_pinned)
+        if device.type == NAME and device.index is not None:
+            line = line.replace(f"device='{NAME}'", f"device='{device}'")
+        return line
+
 
 class AnychipSubgraphWrapperCodegen(_HostKernelsOnDevice, SubgraphPythonWrapperCodegen):
-    pass
+    supports_caching = False
 
 
 class AnychipWrapperCodegen(_HostKernelsOnDevice, PythonWrapperCodegen):
-    """The Python wrapper of a graph on the device (inductor's, with the waits above)."""
+    """The Python wrapper of a graph on the device (inductor's, with the waits above). Its graphs stay
+    out of inductor's FX graph cache, whose key knows torch's code but not this module's: a cached
+    wrapper written by another version of it would run as it was written. (The C++ kernels, cached
+    by their source, still are.)"""
+
+    supports_caching = False
 
     @staticmethod
     def create(is_subgraph: bool, subgraph_name: str | None, parent_wrapper: PythonWrapperCodegen | None,
