@@ -389,7 +389,7 @@ static anychip_status adapter_fill(anychip_plugin *p, const char *device_type, c
     snprintf(p->device_type, sizeof p->device_type, "%s", device_type);
     p->plugin_version = version;
 #ifdef ANYCHIP_SIMULATOR
-    p->flags = ANYCHIP_PLUGIN_SIMULATED;
+    p->flags = ANYCHIP_PLUGIN_SIMULATED | ANYCHIP_PLUGIN_HOST_MEMORY;   /* the simulator's arenas are mmap()ed host memory */
     p->kernels = &SIM_KERNELS;
 #endif
     p->get_error_string = error_string;

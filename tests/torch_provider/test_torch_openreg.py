@@ -25,14 +25,13 @@ from conftest import LONG_CHILD_SECONDS, LONG_TEST_SECONDS
 
 _OWN_OPS = "n/a: OpenReg's own custom ops (torch.ops.openreg.custom_*), which the device has no reason to have"
 _COMPILE_BACKEND = ("n/a: OpenReg registers a torch.compile backend named after the device; anychip's device "
-                    "compiles with torch's backends (aot_eager; inductor: issue 33 item 7)")
+                    "compiles with torch's backends (aot_eager, inductor: docs/torch.md)")
 _BACKEND_META = ("n/a: OpenReg's own C++ backend metadata (TensorBackendMetaRegistry's serialization hooks); the "
                  "device keeps none")
 _QUANTIZED = "n/a: quantized tensors: the device has dense float and integer tensors only (docs/torch.md)"
 _SDPA_OVERRIDEABLE = ("n/a: OpenReg implements the 'overrideable' fused attention kernel; anychip's device answers the "
                       "CPU's kernel choice (flash for these inputs) so that attention gives the CPU's values")
 _NEWER_TORCH = "n/a: written for a later torch than 2.13"
-_DYNAMO_IFACE = "fail: no dynamo device interface for the device yet (issue 33 item 7, with inductor)"
 _PROFILER_TIME = ("fail: profile(use_device='anychip') records events whose start and end come from two clocks "
                   "(aten::randn from 7.4e15 to 1.2e6 us: negative durations), with no PrivateUse1 profiler stubs "
                   "registered; the profiler's device time is issue 33 item 5")
@@ -54,9 +53,6 @@ OPENREG_VERDICTS: dict[str, str] = {
     "test_rng.py::TestRNG::test_offset_unsupported":
         "n/a: OpenReg's generator has no offset; the device's is a Philox seed and offset, as CUDA's",
     "test_compile.py::TestFakeTensor::test_backend_metadata_propagation": _BACKEND_META,
-    "test_compile.py::TestDeviceInterface::test_interface_registered": _DYNAMO_IFACE,
-    "test_compile.py::TestDeviceInterface::test_current_device": _DYNAMO_IFACE,
-    "test_compile.py::TestDeviceInterface::test_device_count": _DYNAMO_IFACE,
     "test_device.py::TestDevice::test_device_capability": _QUANTIZED + " (the test wants the quantized dtypes listed)",
     "test_device.py::TestDevice::test_device_properties":
         _NEWER_TORCH + ": it wants torch.accelerator.get_memory_info() as a dict; 2.13's is (free, total)",

@@ -212,6 +212,11 @@ typedef struct anychip_kernels {
 /* flags */
 #define ANYCHIP_PLUGIN_SIMULATED (1u << 0)  /* a stand-in on the host, not real hardware:
                                                listed and ordered with simulated chips */
+#define ANYCHIP_PLUGIN_HOST_MEMORY (1u << 1) /* device memory is host memory: a pointer mem_alloc
+                                               gives is a host address, which the host may read
+                                               and write once the streams using it are done
+                                               (torch.compile then runs the host's generated
+                                               kernels on it; docs/torch.md) */
 
 /* a communicator's bootstrap id: rank 0 makes it, anychip sends it to the other ranks */
 #define ANYCHIP_UNIQUE_ID_BYTES 128

@@ -200,6 +200,8 @@ class CPlugin(DevicePlugin):
         self.ffi, self.library, self.t = ffi, lib, table   # (not `lib`: that marks the simulator)
         self.abi = (int(table.major), int(table.minor))
         self.simulated = bool(table.flags & 1)
+        #: device memory is host memory (ANYCHIP_PLUGIN_HOST_MEMORY): its pointers are host addresses
+        self.host_memory = bool(table.flags & 2)
         v = table.plugin_version
         self.plugin_version = ffi.string(v).decode("utf-8", "replace") if v != ffi.NULL else ""
         self._events = table.event_create != ffi.NULL

@@ -19,9 +19,12 @@ anychip Streams, events the plugin's events. This module is also ``torch.anychip
 from __future__ import annotations
 
 import ctypes
+import importlib.abc
+import importlib.machinery
 import os
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -497,6 +500,96 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
     title = f"{NAME}:{idx} ({_state.backend})"
     head = f"{title:<24}" + "".join(f"{what:>16}" for what in ("current", "peak", "allocated", "freed"))
     return "\n".join([head, "-" * len(head), *rows])
+
+
+# ---- torch.compile: dynamo's device interface, inductor's backend (registered when torch needs them) -----
+
+#: what inductor's init_backend_registration asks the device module for (anychip/torch/_inductor.py)
+_INDUCTOR_CODEGENS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _INDUCTOR_CODEGENS:
+        from ._inductor import setup
+        return setup(sys.modules[__name__])[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _host_kernel_wait(device_idx: int | None) -> None:
+    """What inductor's wrapper of a graph on the device calls before each C++ kernel the host runs on
+    the device's memory: wait for the device's current stream."""
+    torch.accelerator.current_stream(device_idx).synchronize()
+
+
+class _RegisterDynamoInterface(importlib.abc.MetaPathFinder):
+    """Registers the device's dynamo interface (anychip/torch/_dynamo_interface.py) right after
+    ``torch._dynamo.device_interface`` is first imported: importing it here would cost ~1.8 s."""
+
+    MODULE = "torch._dynamo.device_interface"
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.MODULE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, module_spec: Any) -> Any:
+                return loader.create_module(module_spec)
+
+            def exec_module(self, module: Any) -> None:
+                module.__spec__.loader = module.__loader__ = loader
+                loader.exec_module(module)
+                from ._dynamo_interface import register
+                register(sys.modules[__name__])
+
+        spec.loader = _Loader()
+        return spec
+
+
+#: what torch.compile's default backend says, once, when it runs a graph on a device whose memory is
+#: not host memory through aot_eager
+NOT_HOST_MEMORY_FALLBACK = (
+    "torch.compile on the {name} device ({backend}): its memory is not host memory (the plugin does not set "
+    "ANYCHIP_PLUGIN_HOST_MEMORY), so the host cannot run inductor's generated kernels on it; the graphs on the "
+    "device run through backend='aot_eager' instead (the device's own kernels, unfused)")
+
+
+def _host_memory() -> bool:
+    """Whether every device of the backend has host memory (plugin.h's ANYCHIP_PLUGIN_HOST_MEMORY)."""
+    return all(bool(getattr(d.plugin, "host_memory", False)) for d in _state.devices)
+
+
+def _inductor_falls_back_to_aot_eager() -> None:
+    """torch.compile's default backend (inductor) runs each graph that has an input on the device through
+    aot_eager instead, with one warning: for a device whose memory is not host memory."""
+    wrapper: Any = torch._TorchCompileInductorWrapper
+    inductor = wrapper.__call__
+    warned: list[bool] = []
+
+    def __call__(self: Any, model_: Any, inputs_: Any, **kwargs: Any) -> Any:
+        if not any(isinstance(t, torch.Tensor) and t.device.type == NAME for t in inputs_):
+            return inductor(self, model_, inputs_, **kwargs)
+        if not warned:
+            warned.append(True)
+            warnings.warn(NOT_HOST_MEMORY_FALLBACK.format(name=NAME, backend=_state.backend), RuntimeWarning,
+                          stacklevel=2)
+        from torch._dynamo.backends.debugging import aot_eager
+        return aot_eager(model_, inputs_)
+
+    wrapper.__call__ = __call__
+
+
+if not _host_memory():
+    _inductor_falls_back_to_aot_eager()
+if _RegisterDynamoInterface.MODULE in sys.modules:
+    from ._dynamo_interface import register as _register_dynamo_interface
+    _register_dynamo_interface(sys.modules[__name__])
+else:
+    sys.meta_path.insert(0, _RegisterDynamoInterface())
 
 
 # ---- random numbers: each device's own generator (a Philox seed and offset, as CUDA's) -------------

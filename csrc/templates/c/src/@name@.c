@@ -474,6 +474,7 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     snprintf(p->device_type, sizeof p->device_type, "%s", "@name@");
     p->plugin_version = "@name@ 0.1.0 (host memory)";
     p->flags = ANYCHIP_PLUGIN_SIMULATED;   /* remove once the calls reach real hardware */
+    p->flags |= ANYCHIP_PLUGIN_HOST_MEMORY; /* mem_alloc gives host memory; remove once it is the device's */
     p->oom_status = S_NO_MEMORY;
     p->invalid_status = S_INVALID;
     p->not_ready_status = S_NOT_READY;
