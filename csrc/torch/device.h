@@ -12,6 +12,7 @@
 //   fused.cpp      what torch's composite ops take on a device but not on the CPU: attention's
 //                  kernel choice, the fused RNN cells
 //   hooks.cpp      PrivateUse1's hooks (generators, pinned memory, storage resizing)
+//   profiler.cpp   the profiler's device time (PrivateUse1's profiler stubs over plugin.h's events)
 //   random.cpp     the device's generators and random ops
 //   amp.cpp        autocast's kernels
 //   c10d.cpp       the c10d backend's direct ops
@@ -123,6 +124,9 @@ std::vector<std::pair<const char *, int64_t>> kernel_launch_counts();
 
 // ---- hooks.cpp -------------------------------------------------------------------------------
 void register_hooks();
+
+// ---- profiler.cpp ----------------------------------------------------------------------------
+void register_profiler();
 
 // ---- random.cpp: the device's generators (its Philox seed and offset) and its names in the module
 const at::Generator &default_generator(c10::DeviceIndex device);
