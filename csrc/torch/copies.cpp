@@ -2,8 +2,6 @@
 // the host and the device (pinned host memory without waiting), within a device, between devices,
 // and through the host where the layouts differ.
 #include <algorithm>
-#include <deque>
-#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -140,66 +138,7 @@ std::vector<at::Tensor> download_all(const std::vector<at::Tensor> &ts, const st
     return out;
 }
 
-namespace {
-
-// Host copies that uploads staged, kept until the device has read them: an upload's values are
-// copied into a host tensor of its own, whose copy to the device is enqueued on the current stream
-// and not waited for (as a CUDA copy from pageable memory returns once its values are staged);
-// the tensor is kept until an event recorded after its copy completes. At most kMaxStaged are
-// (or kMaxStagedBytes) are kept: the oldest is waited for beyond that.
-struct Staged {
-    int device;
-    anychip_event event;
-    at::Tensor host;
-    size_t nbytes;
-};
-constexpr size_t kMaxStaged = 256;
-constexpr size_t kMaxStagedBytes = size_t(256) << 20;
-std::mutex g_staged_mutex;
-std::deque<Staged> *g_staged = new std::deque<Staged>;     // (never destroyed: used until exit)
-size_t g_staged_bytes = 0;
-
-// the staged copy from host to dst (nbytes) on device's current stream
-void staged_copy(int device, void *dst, const at::Tensor &host, size_t nbytes)
-{
-    if (!can_record()) {
-        raw_copy(device, dst, host.data_ptr(), nbytes, ANYCHIP_COPY_H2D);
-        return;
-    }
-    void *s = current_stream(device);
-    check(g_plugin.copy_async(device, dst, host.data_ptr(), nbytes, ANYCHIP_COPY_H2D, static_cast<anychip_stream>(s)),
-          "copy (host to device)", device);
-    anychip_event event = nullptr;
-    anychip_status st = g_plugin.event_create(device, &event);
-    if (st == 0) {
-        st = g_plugin.event_record(device, event, static_cast<anychip_stream>(s));
-        if (st != 0)
-            (void)g_plugin.event_destroy(device, event);
-    }
-    if (st != 0) {          // (no event to keep the host copy by: wait for the copy instead)
-        sync_stream(device, s);
-        check(st, "event_record", device);
-        return;
-    }
-    std::lock_guard<std::mutex> lock(g_staged_mutex);
-    std::deque<Staged> &staged = *g_staged;
-    // the oldest ones whose copies are done are dropped; beyond the bounds, the oldest is waited for
-    while (!staged.empty() && (staged.size() >= kMaxStaged || g_staged_bytes + nbytes > kMaxStagedBytes ||
-                               (g_plugin.event_query && g_plugin.event_query(staged.front().device,
-                                                                             staged.front().event) == 0))) {
-        Staged &old = staged.front();
-        (void)g_plugin.event_synchronize(old.device, old.event);
-        (void)g_plugin.event_destroy(old.device, old.event);
-        g_staged_bytes -= old.nbytes;
-        staged.pop_front();
-    }
-    staged.push_back(Staged{device, event, host, nbytes});
-    g_staged_bytes += nbytes;
-}
-
-}  // namespace
-
-// writes host values (any layout and dtype) into a device tensor (any layout), staged (above)
+// writes host values (any layout and dtype) into a device tensor (any layout)
 void upload(const at::Tensor &dst, const at::Tensor &src)
 {
     int device = dev_index(dst);
@@ -208,12 +147,12 @@ void upload(const at::Tensor &dst, const at::Tensor &src)
     if (dense(dst)) {      // every element of the span is the tensor's: write it whole
         at::Tensor host = with_bits(at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(c10::kCPU)), dst);
         host.copy_(src);
-        staged_copy(device, dst.data_ptr(), host, dst.numel() * dst.element_size());
+        raw_copy(device, dst.data_ptr(), host.data_ptr(), dst.numel() * dst.element_size(), ANYCHIP_COPY_H2D);
         return;
     }
     at::Tensor host = download(dst);       // the span holds other tensors' elements: read, modify, write
     host.copy_(src);
-    staged_copy(device, dst.data_ptr(), host, span_of(dst) * dst.element_size());
+    raw_copy(device, dst.data_ptr(), host.data_ptr(), span_of(dst) * dst.element_size(), ANYCHIP_COPY_H2D);
 }
 
 namespace {

@@ -363,14 +363,7 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
     if (!device || device_arg)
         return;
     size_t nret = schema.returns().size(), begin = stack->size() - nret;
-    // (the CPU kernel's result, the fallback's own: its copy to the device is not waited for)
-    auto place = [&](const at::Tensor &t) {
-        if (!t.defined() || !t.device().is_cpu())
-            return t;
-        at::Tensor d = at::empty_like(t, t.options().device(*device));
-        upload(d, t);
-        return d;
-    };
+    auto place = [&](const at::Tensor &t) { return t.defined() && t.device().is_cpu() ? t.to(*device) : t; };
     for (size_t i = 0; i < nret; ++i) {
         c10::IValue &v = (*stack)[begin + i];
         if (schema.returns()[i].alias_info())      // (an input written in place: where it was)
@@ -515,7 +508,7 @@ void on_host(at::TensorIteratorBase &iter, F &&f)
         if (in[i].device().type() == kType)
             in[i] = host[k++];
     at::Tensor result = f(in);
-    upload(iter.output(0), result);      // (cast to the output's dtype; not waited for)
+    iter.output(0).copy_(result);
 }
 
 // The iterator's operand i as the kernel reads it: a tensor on out's device of dtype st, or a CPU

@@ -271,30 +271,6 @@ def test_an_optimizer_step_runs_the_kernel_table_and_equals_the_cpus(at, opt, fo
         assert counts[1:] == [{"fill": 4 * n, "binary": 4 * n}] * 2
 
 
-@pytest.mark.parametrize("numel", [1000, 1 << 22], ids=["small", "16MiB"])
-def test_the_host_kernels_uploads_are_staged_and_kept_until_copied(at, numel):
-    """The CPU kernel's result goes to the device through a host copy of its own, enqueued and not
-    waited for, kept until the device has read it (at most 256 copies or 256 MiB: then the oldest
-    is waited for). Hundreds of ops in a row, on the current stream and on a second one, none
-    waited for (a staged copy freed too early would be overwritten by the next op's): the CPU's
-    values, bit for bit."""
-    steps = 600 if numel < 10_000 else 20              # (past the count bound; past the byte bound)
-    g = torch.Generator().manual_seed(5)
-    x, a, b = (torch.randn(numel, generator=g) for _ in range(3))
-    dx, da, db = x.to(D), a.to(D), b.to(D)
-    s = torch.Stream(device=D)
-    for i in range(steps):
-        x.addcmul_(a, b, value=0.01).lerp_(a, 0.1)
-        if i % 2:
-            dx.addcmul_(da, db, value=0.01).lerp_(da, 0.1)
-        else:
-            s.wait_stream(torch.accelerator.current_stream(D))
-            with s:
-                dx.addcmul_(da, db, value=0.01).lerp_(da, 0.1)
-            torch.accelerator.current_stream(D).wait_stream(s)
-    assert torch.equal(dx.cpu(), x)
-
-
 def test_the_allocator_runs_no_python_per_tensor_and_its_statistics_stay_exact(at):
     """A tensor's memory comes from the allocator's compiled core through C (Core.buffer): no
     Python function runs for it (before: anychip.torch's callback and Device.alloc, four Python
