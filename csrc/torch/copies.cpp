@@ -1,6 +1,10 @@
 // Copies of anychip's PrivateUse1 device (see docs/torch.md; device.h lists the parts): between
 // the host and the device (pinned host memory without waiting), within a device, between devices,
 // and through the host where the layouts differ.
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 
@@ -91,6 +95,47 @@ at::Tensor download(const at::Tensor &t, int64_t lead)
     raw_copy(dev_index(t), static_cast<char *>(host.data_ptr()) + lead * t.element_size(), t.data_ptr(),
              span * t.element_size(), ANYCHIP_COPY_D2H);
     return with_bits(host.as_strided(t.sizes(), t.strides(), lead), t);
+}
+
+std::vector<at::Tensor> download_all(const std::vector<at::Tensor> &ts, const std::vector<int64_t> &leads)
+{
+    std::vector<at::Tensor> out(ts.size());
+    if (!g_plugin.copy_async) {       // (copies that return when done)
+        for (size_t i = 0; i < ts.size(); ++i)
+            out[i] = download(ts[i], leads[i]);
+        return out;
+    }
+    std::vector<std::pair<int, void *>> streams;     // the (device, stream) pairs to wait for
+    auto wait = [&] {
+        for (auto [device, stream] : streams)
+            sync_stream(device, stream);
+    };
+    try {
+        for (size_t i = 0; i < ts.size(); ++i) {
+            const at::Tensor &t = ts[i];
+            int64_t span = span_of(t);
+            at::Tensor host = at::empty({leads[i] + span}, t.options().device(c10::kCPU));
+            out[i] = with_bits(host.as_strided(t.sizes(), t.strides(), leads[i]), t);
+            if (span == 0)
+                continue;
+            int device = dev_index(t);
+            void *stream = current_stream(device);
+            if (std::find(streams.begin(), streams.end(), std::make_pair(device, stream)) == streams.end())
+                streams.emplace_back(device, stream);
+            check(g_plugin.copy_async(device, static_cast<char *>(host.data_ptr()) + leads[i] * t.element_size(),
+                                      t.data_ptr(), span * t.element_size(), ANYCHIP_COPY_D2H,
+                                      static_cast<anychip_stream>(stream)),
+                  "copy (device to host)", device);
+        }
+    } catch (...) {
+        try {               // (the copies enqueued write into host memory freed with out)
+            wait();
+        } catch (...) {
+        }
+        throw;
+    }
+    wait();
+    return out;
 }
 
 // writes host values (any layout and dtype) into a device tensor (any layout)

@@ -12,6 +12,7 @@
 //   fused.cpp      what torch's composite ops take on a device but not on the CPU: attention's
 //                  kernel choice, the fused RNN cells
 //   hooks.cpp      PrivateUse1's hooks (generators, pinned memory, storage resizing)
+//   profiler.cpp   the profiler's device time (PrivateUse1's profiler stubs over plugin.h's events)
 //   random.cpp     the device's generators and random ops
 //   amp.cpp        autocast's kernels
 //   c10d.cpp       the c10d backend's direct ops
@@ -106,6 +107,9 @@ int dev_index(const at::Tensor &t);             // a tensor's device index (the 
 bool dense(const at::Tensor &t);                // non-overlapping and dense
 // a host tensor with the device tensor's layout and values (`lead` elements into its block)
 at::Tensor download(const at::Tensor &t, int64_t lead = 0);
+// download(ts[i], leads[i]) of each tensor (each on an anychip device), the copies enqueued together
+// and waited for once per stream: one round trip for all of an op's inputs
+std::vector<at::Tensor> download_all(const std::vector<at::Tensor> &ts, const std::vector<int64_t> &leads);
 void upload(const at::Tensor &dst, const at::Tensor &src);  // host values into a device tensor
 at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking);
 at::Tensor copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst);
@@ -123,6 +127,9 @@ std::vector<std::pair<const char *, int64_t>> kernel_launch_counts();
 
 // ---- hooks.cpp -------------------------------------------------------------------------------
 void register_hooks();
+
+// ---- profiler.cpp ----------------------------------------------------------------------------
+void register_profiler();
 
 // ---- random.cpp: the device's generators (its Philox seed and offset) and its names in the module
 const at::Generator &default_generator(c10::DeviceIndex device);

@@ -133,6 +133,7 @@ void init(const std::string &library, const std::string &backend, int count, py:
         use_kernels(k, kernels == 2);
     c10::SetAllocator(kType, device_allocator());
     register_hooks();
+    register_profiler();
     pthread_atfork(nullptr, nullptr, [] { g_forked.store(true); });
     g_ready = true;
 }

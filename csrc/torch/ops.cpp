@@ -388,8 +388,11 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 // memory the tensor addresses, viewed with its strides, at its offset's place in that alignment.
 std::vector<at::Tensor> to_cpu(at::TensorList tensors)
 {
+    // The device tensors' copies are enqueued together and waited for once (one round trip for
+    // all of an op's inputs, a foreach op's lists included).
     constexpr int64_t kCpuAlignment = 64;          // c10's gAlignment: where a CPU block starts
-    std::vector<at::Tensor> out;
+    std::vector<at::Tensor> out, dev;
+    std::vector<int64_t> leads;
     out.reserve(tensors.size());
     for (const at::Tensor &t : tensors) {
         if (!t.defined() || t.device().type() != kType) {
@@ -397,9 +400,14 @@ std::vector<at::Tensor> to_cpu(at::TensorList tensors)
             continue;
         }
         int64_t item = static_cast<int64_t>(t.element_size());
-        int64_t lead = kCpuAlignment % item == 0 ? t.storage_offset() % (kCpuAlignment / item) : 0;
-        out.push_back(download(t, lead));
+        leads.push_back(kCpuAlignment % item == 0 ? t.storage_offset() % (kCpuAlignment / item) : 0);
+        dev.push_back(t);
+        out.emplace_back();
     }
+    std::vector<at::Tensor> host = download_all(dev, leads);
+    for (size_t i = 0, k = 0; i < out.size(); ++i)
+        if (tensors[i].defined() && tensors[i].device().type() == kType)
+            out[i] = host[k++];
     return out;
 }
 
@@ -488,11 +496,17 @@ at::Tensor structured(Form form, const at::Tensor &out, Impl &&impl, const Args 
 template <typename F>
 void on_host(at::TensorIteratorBase &iter, F &&f)
 {
-    std::vector<at::Tensor> in;
+    std::vector<at::Tensor> in, dev;
     for (int i = 0; i < iter.ninputs(); ++i) {
         const at::Tensor &t = iter.input(i);
-        in.push_back(t.device().type() == kType ? t.cpu() : t);    // (a CPU scalar as it is)
+        in.push_back(t);                                        // (a CPU scalar as it is)
+        if (t.device().type() == kType)
+            dev.push_back(t);
     }
+    std::vector<at::Tensor> host = download_all(dev, std::vector<int64_t>(dev.size(), 0));
+    for (size_t i = 0, k = 0; i < in.size(); ++i)
+        if (in[i].device().type() == kType)
+            in[i] = host[k++];
     at::Tensor result = f(in);
     iter.output(0).copy_(result);
 }

@@ -49,6 +49,32 @@ def test_an_in_place_op_through_a_strided_view_reaches_the_base(at):
     assert torch.equal(dev.cpu(), cpu)
 
 
+def test_an_ops_inputs_copied_to_the_host_together_keep_their_layouts_and_order(at):
+    # the fallback and the host kernels enqueue all of an op's input copies, then wait once: each
+    # input keeps its view's layout and offset, a value written by a kernel just before is read
+    # (the copies are ordered after it on the stream), on a second stream too
+    cpu, dev = _pair(64, 33)
+    views = [v(cpu) for v in VIEWS.values()] + [cpu[5:9, 2:30:3]]
+    dviews = [v(dev) for v in VIEWS.values()] + [dev[5:9, 2:30:3]]
+    assert torch.equal(torch.cat([v.flatten() for v in dviews]).cpu(), torch.cat([v.flatten() for v in views]))
+    s = torch.Stream(device="anychip")
+    with s:
+        for _ in range(3):
+            a, b, c = dev[:8, :8] + 1, dev[8:16, :8].t(), dev[:1, :8].expand(8, 8)     # (the table's add)
+            got = torch.addcmul(a, b, c, value=0.5)                     # (the CPU's kernel, three inputs)
+            got.addcdiv_(a, c.abs() + 1, value=2)
+            stacked = torch.stack([got, a, b, c])                       # (the fallback, four inputs)
+        s.synchronize()
+    ca, cb, cc = cpu[:8, :8] + 1, cpu[8:16, :8].t(), cpu[:1, :8].expand(8, 8)
+    want = torch.addcmul(ca, cb, cc, value=0.5)
+    want.addcdiv_(ca, cc.abs() + 1, value=2)
+    assert torch.equal(got.cpu(), want)
+    assert torch.equal(stacked.cpu(), torch.stack([want, ca, cb, cc]))
+    # an op over tensors of anychip:1 (not the current device): copied from anychip:1
+    x1 = dev.to("anychip:1")
+    assert torch.equal(torch.stack([x1[:2], x1[2:4].t().t()]).cpu(), torch.stack([cpu[:2], cpu[2:4]]))
+
+
 # ---- silu's and mish's gradients: the CPU kernels, not their decompositions ---------------------
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

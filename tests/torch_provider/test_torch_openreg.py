@@ -32,9 +32,6 @@ _QUANTIZED = "n/a: quantized tensors: the device has dense float and integer ten
 _SDPA_OVERRIDEABLE = ("n/a: OpenReg implements the 'overrideable' fused attention kernel; anychip's device answers the "
                       "CPU's kernel choice (flash for these inputs) so that attention gives the CPU's values")
 _NEWER_TORCH = "n/a: written for a later torch than 2.13"
-_PROFILER_TIME = ("fail: profile(use_device='anychip') records events whose start and end come from two clocks "
-                  "(aten::randn from 7.4e15 to 1.2e6 us: negative durations), with no PrivateUse1 profiler stubs "
-                  "registered; the profiler's device time is issue 33 item 5")
 
 #: the tests (file::class::test, named as after the port: openreg -> anychip) that do not pass
 #: here: why each does not apply ("n/a: ..."), or where the device falls short ("fail: ...");
@@ -48,8 +45,6 @@ OPENREG_VERDICTS: dict[str, str] = {
     "test_autograd.py::TestAutograd::test_autograd_init":
         "n/a: it imports psutil, which the test environment lacks; the threads it looks for are there "
         "(pt_autograd_0 .. pt_autograd_N-1 after a backward on the device, read from /proc)",
-    "test_profiler.py::TestProfiler::test_profiler_key_averages": _PROFILER_TIME,
-    "test_profiler.py::TestProfiler::test_profiler_elapsed_time": _PROFILER_TIME,
     "test_rng.py::TestRNG::test_offset_unsupported":
         "n/a: OpenReg's generator has no offset; the device's is a Philox seed and offset, as CUDA's",
     "test_compile.py::TestFakeTensor::test_backend_metadata_propagation": _BACKEND_META,
