@@ -7,7 +7,8 @@
  * copy to the host. Linked into the bridge with ANYCHIP_PADDLE_KERNELS; the kernels use its
  * plugin table (g_plugin), streams (stream_rec) and fence flags (bridge.h); a kernel that cannot
  * run raises a C++ exception (kernels_throw.cc, linked beside), so this is compiled to unwind
- * (-fexceptions).
+ * (-fexceptions). Built without a C++ compiler (ANYCHIP_PADDLE_VIEWS_ONLY, the reason), kernels_c.c
+ * stands in for the C++ piece and only the strided views' copies are registered, through the host.
  *
  * A kernel is registered for a dtype only when every primitive it uses takes that dtype (the
  * table's masks) and the table's version is one this file knows; the other ops and dtypes
@@ -2462,6 +2463,10 @@ static const char *table_problem(void)
     if (!target_ready())
         return "the bridge loaded no plugin: ANYCHIP_PADDLE=none for the simulated chips' bridge, else see what "
                "it printed";
+#ifdef ANYCHIP_PADDLE_VIEWS_ONLY
+    K = NULL;                             /* built without a C++ compiler (kernels_c.c): the views' copies only */
+    return ANYCHIP_PADDLE_VIEWS_ONLY;
+#endif
     K = anychip_plugin_kernels(&g_plugin);          /* the header's rule decides; the rest says why not */
     if (K)
         return "";
