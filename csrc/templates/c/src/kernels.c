@@ -338,10 +338,10 @@ static void run_reduce(struct kernel_call *c) {
 
 /* out[i, j] = the sum over kk of a[i, kk] * b[kk, j], in double, kk ascending, rounded once.
  * a and b are first copied, as doubles, into row-major buffers padded with zeros to whole blocks
- * (any strides and float dtype, once per element); then each block of GEMM_ROWS rows by GEMM_COLS
- * columns of the output keeps its sums in the cache while b's rows stream through it, four kk at a
- * time (gemm_4x4). A chip's GEMM tiles for its own caches and units; this is a reasonable host loop
- * to start from. */
+ * (any strides and float dtype, once per element; float32 loaded and stored directly); then each
+ * block of GEMM_ROWS rows by GEMM_COLS columns of the output keeps its sums in the cache while b's
+ * rows stream through it, four kk at a time (gemm_4x4). A chip's GEMM tiles for its own caches and
+ * units; this is a reasonable host loop to start from. */
 #define GEMM_ROWS 4
 #define GEMM_COLS 64
 
@@ -349,6 +349,11 @@ static void run_reduce(struct kernel_call *c) {
  * terms, for j < GEMM_COLS. Each sum still adds its terms one by one, kk ascending; a pass loads
  * each sum once for four terms and each element of b once for every row, and the trip count is one
  * the compiler knows, so the loop vectorizes at -O2. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+/* also compiled for AVX2 (4 doubles a vector; no FMA, so each product is rounded as in the plain
+ * build), picked at load time where the CPU has it */
+__attribute__((target_clones("avx2", "default")))
+#endif
 static void gemm_4x4(double sums[GEMM_ROWS][GEMM_COLS], const double *restrict pa, int64_t k,
                      const double *restrict b, int64_t n) {
     const double *x0 = pa, *x1 = pa + k, *x2 = pa + 2 * k, *x3 = pa + 3 * k;
@@ -397,16 +402,22 @@ static void run_gemm(struct kernel_call *c) {
         free(sums);
         return;
     }
+    const float *af = (const float *)c->a, *bf = (const float *)c->b;
+    int f32 = c->dtype == ANYCHIP_FLOAT32;        /* float32 loads and stores directly */
     for (int64_t i = 0; i < m; i++)               /* the padding rows and columns stay zero */
-        for (int64_t kk = 0; kk < k; kk++) pa[i * k + kk] = float_at(c->a, c->dtype, i * as0 + kk * as1);
+        for (int64_t kk = 0; kk < k; kk++)
+            pa[i * k + kk] = f32 ? af[i * as0 + kk * as1] : float_at(c->a, c->dtype, i * as0 + kk * as1);
     for (int64_t kk = 0; kk < k; kk++)
-        for (int64_t j = 0; j < n; j++) pb[kk * ldb + j] = float_at(c->b, c->dtype, kk * bs0 + j * bs1);
+        for (int64_t j = 0; j < n; j++)
+            pb[kk * ldb + j] = f32 ? bf[kk * bs0 + j * bs1] : float_at(c->b, c->dtype, kk * bs0 + j * bs1);
     for (int64_t i0 = 0; i0 < m; i0 += GEMM_ROWS)
         for (int64_t j0 = 0; j0 < n; j0 += GEMM_COLS) {
             gemm_block(pa + i0 * k, pb, k, ldb, j0, sums);
             for (int64_t r = 0; r < GEMM_ROWS && i0 + r < m; r++)
-                for (int64_t j = 0; j < GEMM_COLS && j0 + j < n; j++)
-                    store(c->out + ((i0 + r) * n + j0 + j) * item, c->dtype, float_value(sums[r][j]));
+                for (int64_t j = 0; j < GEMM_COLS && j0 + j < n; j++) {
+                    if (f32) ((float *)c->out)[(i0 + r) * n + j0 + j] = (float)sums[r][j];
+                    else store(c->out + ((i0 + r) * n + j0 + j) * item, c->dtype, float_value(sums[r][j]));
+                }
         }
     free(pa);
     free(sums);
