@@ -349,9 +349,9 @@ static void run_reduce(struct kernel_call *c) {
  * terms, for j < GEMM_COLS. Each sum still adds its terms one by one, kk ascending; a pass loads
  * each sum once for four terms and each element of b once for every row, and the trip count is one
  * the compiler knows, so the loop vectorizes at -O2. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && defined(__GLIBC__)
 /* also compiled for AVX2 (4 doubles a vector; no FMA, so each product is rounded as in the plain
- * build), picked at load time where the CPU has it */
+ * build), picked at load time where the CPU has it (an ifunc: GCC with glibc) */
 __attribute__((target_clones("avx2", "default")))
 #endif
 static void gemm_4x4(double sums[GEMM_ROWS][GEMM_COLS], const double *restrict pa, int64_t k,
