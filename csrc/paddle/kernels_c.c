@@ -90,6 +90,14 @@ const int64_t *anychip_paddle_i64s(const void *vec, size_t *n)
     return (const int64_t *)(const void *)v->begin;
 }
 
+const int32_t *anychip_paddle_i32s(const void *vec, size_t *n);
+const int32_t *anychip_paddle_i32s(const void *vec, size_t *n)
+{
+    const struct cxx_vector *v = vec;
+    *n = (size_t)(v->end - v->begin) / sizeof(int32_t);
+    return (const int32_t *)(const void *)v->begin;
+}
+
 void *const *anychip_paddle_ptrs(const void *vec, size_t *n);
 void *const *anychip_paddle_ptrs(const void *vec, size_t *n)
 {

@@ -83,6 +83,7 @@ enum {
     X(PD_Tensor *, PD_KernelContextOutputAt, (PD_KernelContext *, size_t))                                     \
     X(PD_List, PD_KernelContextMultiInputAt, (PD_KernelContext *, size_t))                                     \
     X(PD_List, PD_KernelContextMultiOutputAt, (PD_KernelContext *, size_t))                                    \
+    X(PD_List, PD_KernelContextListInt32AttrAt, (PD_KernelContext *, size_t))                                  \
     X(PD_List, PD_KernelContextListInt64AttrAt, (PD_KernelContext *, size_t))                                  \
     X(char *, PD_KernelContextStringAttrAt, (PD_KernelContext *, size_t))                                      \
     X(bool, PD_KernelContextBoolAttrAt, (PD_KernelContext *, size_t))                                          \

@@ -130,7 +130,7 @@ def test_simulator_plugin_faces_load_as_anychip_c_plugins() -> None:
 # ---- one process per device type -----------------------------------------------------------
 
 #: the ops the bridge registers over a full kernel table, and the dtypes of the strided views' copies
-N_KERNELS = 41
+N_KERNELS = 43
 VIEW_DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "uint8", "int8", "int16",
                "complex64", "complex128"]
 
@@ -361,6 +361,20 @@ def test_strided_views_in_default_eager_mode(chip: str, request: pytest.FixtureR
     assert isinstance(backward, float) and backward <= 1e-6, backward
     if chip == "tableless":                          # Paddle's CPU kernels throughout: bit for bit
         assert forward == backward == 0.0
+
+
+@pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+def test_transpose_runs_on_the_device_in_static_programs(chip: str, request: pytest.FixtureRequest) -> None:
+    """In a to_static program a transpose is a real op (not a view): `transpose` and
+    `transpose_grad` run on the device's kernels (before, Paddle's CPU fallback: a copy to the
+    host that waits for the stream, and one back) and give Paddle-CPU's values bit for bit."""
+    from anychip.paddle_provider import simulator_bridge
+    env, device = _chip_env(chip, request)
+    lib = request.getfixturevalue("scaffolded") / "libanychip_mychip.so" if chip == "scaffolded" else simulator_bridge()
+    report = _result("transpose.py", [device, str(lib)], env)
+    assert report == {"static_equal": True, "transpose_calls": 3, "transpose_grad_calls": 2, "int64_equal": True,
+                      "int64_calls": 1, "repeated_axis": report["repeated_axis"]}
+    assert report["repeated_axis"] != "ran"
 
 
 @pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
@@ -616,7 +630,7 @@ def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
     lib = narrow / "libanychip_narrow.so"
     table = paddle_provider.kernel_table(lib)
     assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_narrow", _env(narrow))
-    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 39
+    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 41
     assert table["add"] == table["sum"] == table["cast"] == table["add_grad"] == ["float32", "int64"]
     assert table["divide"] == table["relu"] == table["relu_grad"] == table["softmax"] == ["float32"]
     assert table["adamw"] == table["sgd"] == ["float32"]
