@@ -2353,23 +2353,16 @@ static void c_update_loss_scaling(PD_KernelContext *c)
 static void c_contiguous(PD_KernelContext *c) { k_contiguous(CTX, IN(0), OUT(0)); }
 static void c_strided_copy(PD_KernelContext *c)
 {
-    int64_t dims[MAXD], strides[MAXD];
+    /* the attributes' own vectors, not copies (paddle/phi/capi/lib/c_kernel_context.cc): deleting
+     * them freed the kernel context's memory */
     PD_List d = PD.PD_KernelContextListInt64AttrAt(c, 0), st = PD.PD_KernelContextListInt64AttrAt(c, 1);
-    size_t nd = d.size, nst = st.size;
-    if (nd <= MAXD && nst <= MAXD) {
-        memcpy(dims, d.data, nd * sizeof *dims);
-        memcpy(strides, st.data, nst * sizeof *strides);
-    }
-    PD.PD_DeleteInt64List(d);
-    PD.PD_DeleteInt64List(st);
-    if (nd > MAXD || nst > MAXD)
-        fail("strided_copy", "%zu dims and %zu strides; at most %d", nd, nst, MAXD);
-    strided_copy(CTX, IN(0), nd, dims, nst, strides, PD.PD_KernelContextInt64AttrAt(c, 2), OUT(0));
+    strided_copy(CTX, IN(0), d.size, (const int64_t *)d.data, st.size, (const int64_t *)st.data,
+                 PD.PD_KernelContextInt64AttrAt(c, 2), OUT(0));
 }
 static void c_fill(PD_KernelContext *c) { fill_op(CTX, IN(0), SCAL("fill", 0), OUT(0)); }
 static void c_transpose_by(PD_KernelContext *c, const char *op, int inverse)
 {
-    /* the attribute's own vector, not a copy: Paddle's kernel_registry.h does not delete it either */
+    /* the attribute's own vector, not a copy (paddle/phi/capi/lib/c_kernel_context.cc) */
     PD_List l = PD.PD_KernelContextListInt32AttrAt(c, 0);
     transpose_by(op, CTX, IN(0), (const int32_t *)l.data, l.size, inverse, OUT(0));
 }

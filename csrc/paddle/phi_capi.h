@@ -117,7 +117,6 @@ enum {
     X(PD_List, PD_KernelArgsDefGetOutputArgDefs, (PD_KernelArgsDef *, C_Status *))                             \
     X(void, PD_TensorArgDefSetDataType, (PD_TensorArgDef *, C_DataType, C_Status *))                           \
     X(void, PD_DeletePointerList, (PD_List))                                                                   \
-    X(void, PD_DeleteInt64List, (PD_List))                                                                     \
     X(C_DataType, PD_KernelKeyGetDataType, (PD_KernelKey *, C_Status *))
 
 #ifndef ANYCHIP_PHI_FUNCTIONS_ONLY
