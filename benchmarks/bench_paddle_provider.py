@@ -1,7 +1,7 @@
 """PaddlePaddle on anychip's simulated Ascend (the Paddle provider, docs/paddle.md), each
 figure against its peer in the same run:
 
-    python benchmarks/bench_paddle_provider.py [--parts ops,cplugin,fence,allreduce]
+    python benchmarks/bench_paddle_provider.py [--parts ops,cplugin,lm,fence,allreduce]
 
 ops        time per eager op and per AdamW training step of an MLP on anychip_ascend:0 with
            the device's kernels, on the same chip without them (ANYCHIP_PADDLE_KERNELS=0:
@@ -10,6 +10,12 @@ ops        time per eager op and per AdamW training step of an MLP on anychip_as
 cplugin    the same on a C plugin from `anychip plugin new` (its host-loop kernel table),
            built here with make and `anychip plugin paddle`: with its kernels, without them
            (ANYCHIP_PADDLE_KERNELS=0), and Paddle's CPU place;
+lm         a 2-layer TransformerEncoder LM (vocabulary 1000, width 128, 4 heads, batch 8 x 32
+           tokens) trained 20 AdamW steps, eager and with paddle.jit.to_static, on the simulated
+           Ascend and on a scaffolded C plugin, each against Paddle's CPU place in the same
+           process: the losses' max relative difference and the median step time (loss read
+           back); then the same program under Paddle's launcher (1 rank, and 2 ranks with
+           DataParallel, both ranks on the same batches), against Paddle's CPU place there;
 fence      the bridge's synchronous-copy fence, timed in C through the bridge's own
            entry points: a 4-byte D2H copy with nothing pending, after async work on one
            stream (the fence synchronizes it), and after a whole-device synchronize (the
@@ -146,6 +152,118 @@ def part_cplugin() -> None:
                         os.path.join(tmp, "paddle")], check=True, capture_output=True)
         print("\n(a C plugin: `anychip plugin new mychip`, its host-loop kernel table)")
         part_ops_and_steps("anychip_mychip:0", os.path.join(tmp, "paddle"))
+
+
+LM_SCRIPT = r"""
+import json, os, sys, time, numpy as np, paddle
+devices, modes, steps = sys.argv[1].split(","), sys.argv[2].split(","), int(sys.argv[3])
+vocab, d = 1000, 128
+ranks = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
+if ranks > 1:
+    import paddle.distributed as dist
+    paddle.set_device(devices[0])
+    dist.init_parallel_env()
+
+
+class LM(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.emb = paddle.nn.Embedding(vocab, d)
+        self.enc = paddle.nn.TransformerEncoder(paddle.nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0), 2)
+        self.out = paddle.nn.Linear(d, vocab)
+
+    def forward(self, ids):
+        return self.out(self.enc(self.emb(ids)))
+
+
+data = np.random.default_rng(0).integers(0, vocab, (steps, 8, 33))
+
+
+def train(place, mode):
+    paddle.set_device(place)
+    paddle.seed(0)
+    model = LM()
+    opt = paddle.optimizer.AdamW(1e-3, parameters=model.parameters())
+    net = paddle.DataParallel(model) if ranks > 1 else model
+
+    def loss_of(x, y):
+        return paddle.nn.functional.cross_entropy(net(x).reshape([-1, vocab]), y.reshape([-1]))
+
+    step = paddle.jit.to_static(loss_of, full_graph=True) if mode == "to_static" else loss_of
+    losses, times = [], []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        loss = step(paddle.to_tensor(data[i, :, :-1]), paddle.to_tensor(data[i, :, 1:]))
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        losses.append(float(loss))
+        times.append(time.perf_counter() - t0)
+    return np.array(losses), float(np.median(times[2:]))
+
+
+out = {}
+for mode in modes:
+    for place in devices:
+        losses, t = train(place, mode)
+        out[f"{place} {mode}"] = {"losses": losses.tolist(), "step": t}
+if int(os.environ.get("PADDLE_TRAINER_ID", "0")) == 0:
+    print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+def _lm_rel(got: list[float], want: list[float]) -> float:
+    g, w = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float((np.abs(g - w) / np.abs(w)).max())
+
+
+def part_lm(steps: int = 20) -> None:
+    """The Transformer LM on the simulated Ascend and a scaffolded C plugin, as a plain script and
+    under Paddle's launcher, each against Paddle's CPU place in the same process."""
+    anychip = [sys.executable, "-m", "anychip"]
+    with tempfile.TemporaryDirectory(prefix="bench-lm-") as tmp:
+        subprocess.run([*anychip, "plugin", "new", "mychip", "--dir", tmp], check=True, capture_output=True)
+        subprocess.run(["make", "-s", "-C", os.path.join(tmp, "mychip")], check=True, capture_output=True)
+        subprocess.run([*anychip, "plugin", "paddle", os.path.join(tmp, "mychip", "libmychip.so"), "--dest",
+                        os.path.join(tmp, "paddle")], check=True, capture_output=True)
+        script = Path(tmp) / "lm.py"
+        script.write_text(LM_SCRIPT)
+        targets = (("anychip_ascend:0", None), ("anychip_mychip:0", os.path.join(tmp, "paddle")))
+        print(f"\nlm: a 2-layer TransformerEncoder LM (vocabulary 1000, width 128, batch 8 x 32), {steps} AdamW "
+              "steps; loss rel = the losses' max relative difference from Paddle's CPU place in the same "
+              "process; step = median ms per step (loss read back), cpu = Paddle's CPU place there")
+        print(f"{'device':<18}{'how':<22}{'mode':<11}{'loss rel':>10}{'step ms':>9}{'cpu ms':>8}{'ratio':>7}")
+        for device, root in targets:
+            env = _env(**({"CUSTOM_DEVICE_ROOT": root} if root else {}))
+            runs: list[tuple[str, dict]] = []
+            r = subprocess.run([sys.executable, str(script), f"{device},cpu", "eager,to_static", str(steps)],
+                               env=env, cwd=tmp, capture_output=True, text=True, check=True)
+            runs.append(("plain script", _result(r.stdout)))
+            for ranks in (1, 2):
+                logs = Path(tmp) / f"logs-{device}-{ranks}"
+                kind = device.split(":")[0]          # the launcher selects each rank's device
+                places = kind + (",cpu" if ranks == 1 else "")
+                subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(logs),
+                                "--devices", ",".join(str(i) for i in range(ranks)), str(script), places,
+                                "eager", str(steps)], env=env, cwd=tmp, capture_output=True, check=True)
+                runs.append((f"launcher, {ranks} rank{'s' if ranks > 1 else ''}",
+                             _result((logs / "workerlog.0").read_text())))
+            cpu_plain = runs[0][1]
+            device_runs = [res[k]["losses"] for _, res in runs for k in res if k.startswith("anychip")
+                           and k.endswith(" eager")]
+            print(f"{device:<18}the device's eager losses equal bit for bit in all {len(device_runs)} runs: "
+                  f"{all(r == device_runs[0] for r in device_runs)}; Paddle-CPU against itself (the launcher's "
+                  f"1 thread, the plain script's default threads): "
+                  f"{_lm_rel(runs[1][1]['cpu eager']['losses'], cpu_plain['cpu eager']['losses']):.2e}")
+            for how, res in runs:
+                for mode in ("eager", "to_static"):
+                    key = next((k for k in res if k.startswith("anychip") and k.endswith(f" {mode}")), None)
+                    if key is None:
+                        continue
+                    cpu = res.get(f"cpu {mode}") or cpu_plain[f"cpu {mode}"]
+                    print(f"{device:<18}{how:<22}{mode:<11}{_lm_rel(res[key]['losses'], cpu['losses']):>10.2e}"
+                          f"{res[key]['step'] * 1e3:>9.1f}{cpu['step'] * 1e3:>8.1f}"
+                          f"{res[key]['step'] / cpu['step']:>7.2f}")
 
 
 FENCE_C = r"""
@@ -338,7 +456,7 @@ def part_allreduce(repeat: int, before: str | None) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--parts", default="ops,cplugin,fence,allreduce")
+    ap.add_argument("--parts", default="ops,cplugin,lm,fence,allreduce")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=2, help="rounds of the all_reduce jobs (the best is kept)")
     ap.add_argument("--before", metavar="DIR", help="also time Paddle's all_reduce with the bridge in DIR "
@@ -353,6 +471,8 @@ def main() -> int:
         part_ops_and_steps()
     if "cplugin" in parts:
         part_cplugin()
+    if "lm" in parts:
+        part_lm()
     if "fence" in parts:
         part_fence()
     if "allreduce" in parts:

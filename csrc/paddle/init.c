@@ -331,6 +331,8 @@ EXPORT void InitPlugin(struct CustomRuntimeParams *params)
     fill_collectives(i);
 #ifdef ANYCHIP_PADDLE_KERNELS
     register_kernels();                   /* the device's phi kernels, from the plugin's kernel table */
+#ifndef ANYCHIP_PADDLE_VIEWS_ONLY
     fill_profiler(i);                     /* Paddle's profiler: the kernels and copies on its timeline */
+#endif
 #endif
 }

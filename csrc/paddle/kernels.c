@@ -7,7 +7,8 @@
  * copy to the host. Linked into the bridge with ANYCHIP_PADDLE_KERNELS; the kernels use its
  * plugin table (g_plugin), streams (stream_rec) and fence flags (bridge.h); a kernel that cannot
  * run raises a C++ exception (kernels_throw.cc, linked beside), so this is compiled to unwind
- * (-fexceptions).
+ * (-fexceptions). Built without a C++ compiler (ANYCHIP_PADDLE_VIEWS_ONLY, the reason), kernels_c.c
+ * stands in for the C++ piece and only the strided views' copies are registered, through the host.
  *
  * A kernel is registered for a dtype only when every primitive it uses takes that dtype (the
  * table's masks) and the table's version is one this file knows; the other ops and dtypes
@@ -881,6 +882,7 @@ static scal_v scalar_of_tensor(const char *op, size_t index, const PD_Tensor *t)
 const void *anychip_paddle_attr(void *attr_at, const void *tensor_ref_at, void *ctx, size_t index, int *is_tensor);
 /* a variadic entry's std::vector<int64_t>, std::vector<tensor *> and std::string arguments (kernels_throw.cc) */
 const int64_t *anychip_paddle_i64s(const void *vec, size_t *n);
+const int32_t *anychip_paddle_i32s(const void *vec, size_t *n);
 void *const *anychip_paddle_ptrs(const void *vec, size_t *n);
 const char *anychip_paddle_str(const void *str);
 static const void *g_tensor_ref_at;       /* phi::KernelContext::AttrAt<phi::TensorRef>, from libphi_core.so */
@@ -2096,6 +2098,62 @@ static void k_strided_copy(PD_DeviceContext *ctx, PD_Tensor *x, const void *dims
     strided_copy(ctx, x, nd, d, nst, st, offset, out);
 }
 
+/* transpose: out[i_0, ..., i_n-1] = x[.., i_d at axis[d], ..] (out's dim d is x's dim axis[d]);
+ * transpose_grad (inverse): dx = dout transposed back (dx's dim axis[d] is dout's dim d). In eager
+ * mode a transpose is a view (Paddle's stride kernels) and these do not run; in a static program
+ * they are real ops, which would otherwise take the CPU fallback (two copies and a wait for the
+ * stream). One copy_view: x seen through the permuted dims and strides, into out. */
+static void transpose_by(const char *op, PD_DeviceContext *ctx, PD_Tensor *x, const int32_t *axis, size_t naxis,
+                         int inverse, PD_Tensor *out)
+{
+    sview a, v, o;
+    strided_of(op, x, &a);
+    if ((int64_t)naxis != a.nd)
+        fail(op, "%zu axes for a tensor of %d dimensions", naxis, a.nd);
+    int seen[MAXD] = {0};
+    v = a;
+    for (int d = 0; d < a.nd; d++) {
+        int ax = axis[d] < 0 ? axis[d] + a.nd : axis[d];
+        if (ax < 0 || ax >= a.nd || seen[ax]++)
+            fail(op, "axis %d of a tensor of %d dimensions (each axis once)", (int)axis[d], a.nd);
+        if (inverse) {
+            v.dim[ax] = a.dim[d];
+            v.st[ax] = a.st[d];
+        } else {
+            v.dim[d] = a.dim[ax];
+            v.st[d] = a.st[ax];
+        }
+    }
+    anychip_stream s = stream_of(op, ctx);
+    C_Status st = C_SUCCESS;
+    o = v;
+    contiguous_strides(v.nd, v.dim, o.st);
+    if (PD.PD_TensorGetNumDims(out, &st) != v.nd)
+        fail(op, "the output has %lld dimensions, the input %d", (long long)PD.PD_TensorGetNumDims(out, &st), v.nd);
+    for (int d = 0; d < v.nd; d++)
+        if (PD.PD_TensorGetDim(out, (size_t)d, &st) != v.dim[d])
+            fail(op, "dimension %d of the output is %lld, of the transposed input %lld", d,
+                 (long long)PD.PD_TensorGetDim(out, (size_t)d, &st), (long long)v.dim[d]);
+    o.p = PD.PD_DeviceContextAllocateTensor(ctx, out, 0, a.cdt, &st);
+    if (st != C_SUCCESS || (!o.p && o.n))
+        fail(op, "allocating the output (%lld elements) failed", (long long)o.n);
+    copy_view(op, s, &o, &v);
+}
+
+static void k_transpose(PD_DeviceContext *ctx, PD_Tensor *x, const void *axis, PD_Tensor *out)
+{
+    size_t n = 0;
+    const int32_t *ax = anychip_paddle_i32s(axis, &n);
+    transpose_by("transpose", ctx, x, ax, n, 0, out);
+}
+
+static void k_transpose_grad(PD_DeviceContext *ctx, PD_Tensor *dout, const void *axis, PD_Tensor *dx)
+{
+    size_t n = 0;
+    const int32_t *ax = anychip_paddle_i32s(axis, &n);
+    transpose_by("transpose_grad", ctx, dout, ax, n, 1, dx);
+}
+
 /* a host value of dtype t: f (a float dtype, or from_float), else i */
 static void put_value(C_DataType t, double f, int64_t i, int from_float, unsigned char *q)
 {
@@ -2295,20 +2353,21 @@ static void c_update_loss_scaling(PD_KernelContext *c)
 static void c_contiguous(PD_KernelContext *c) { k_contiguous(CTX, IN(0), OUT(0)); }
 static void c_strided_copy(PD_KernelContext *c)
 {
-    int64_t dims[MAXD], strides[MAXD];
+    /* the attributes' own vectors, not copies (paddle/phi/capi/lib/c_kernel_context.cc): deleting
+     * them freed the kernel context's memory */
     PD_List d = PD.PD_KernelContextListInt64AttrAt(c, 0), st = PD.PD_KernelContextListInt64AttrAt(c, 1);
-    size_t nd = d.size, nst = st.size;
-    if (nd <= MAXD && nst <= MAXD) {
-        memcpy(dims, d.data, nd * sizeof *dims);
-        memcpy(strides, st.data, nst * sizeof *strides);
-    }
-    PD.PD_DeleteInt64List(d);
-    PD.PD_DeleteInt64List(st);
-    if (nd > MAXD || nst > MAXD)
-        fail("strided_copy", "%zu dims and %zu strides; at most %d", nd, nst, MAXD);
-    strided_copy(CTX, IN(0), nd, dims, nst, strides, PD.PD_KernelContextInt64AttrAt(c, 2), OUT(0));
+    strided_copy(CTX, IN(0), d.size, (const int64_t *)d.data, st.size, (const int64_t *)st.data,
+                 PD.PD_KernelContextInt64AttrAt(c, 2), OUT(0));
 }
 static void c_fill(PD_KernelContext *c) { fill_op(CTX, IN(0), SCAL("fill", 0), OUT(0)); }
+static void c_transpose_by(PD_KernelContext *c, const char *op, int inverse)
+{
+    /* the attribute's own vector, not a copy (paddle/phi/capi/lib/c_kernel_context.cc) */
+    PD_List l = PD.PD_KernelContextListInt32AttrAt(c, 0);
+    transpose_by(op, CTX, IN(0), (const int32_t *)l.data, l.size, inverse, OUT(0));
+}
+static void c_transpose(PD_KernelContext *c) { c_transpose_by(c, "transpose", 0); }
+static void c_transpose_grad(PD_KernelContext *c) { c_transpose_by(c, "transpose_grad", 1); }
 static void c_sgd(PD_KernelContext *c) { sgd(CTX, IN(0), IN(1), IN(2), IN(3), BOOLA(0), OUT(0), OUT(1)); }
 static void c_matmul_grad(PD_KernelContext *c)
 {
@@ -2354,6 +2413,7 @@ static const PD_KernelArgumentType ADAMW_IN[] = {T_, T_, T_, T_, T_, O_, T_, T_,
 static const PD_KernelArgumentType SGD_IN[] = {T_, T_, T_, O_};
 #define L_ PD_ARG_TYPE_LIST_TENSOR
 #define LI64_ PD_ARG_TYPE_LIST_INT64
+#define LI32_ PD_ARG_TYPE_LIST_INT32
 #define STR_ PD_ARG_TYPE_STRING
 static const PD_KernelArgumentType MOMENTUM_IN[] = {T_, T_, T_, T_, O_};
 static const PD_KernelArgumentType CFU_IN[] = {L_, T_}, CFU_OUT[] = {L_, T_};
@@ -2417,6 +2477,10 @@ static const kernel_def KERNELS[] = {
      .attr = {LI64_, LI64_, I64_}, .fn = c_strided_copy, .variadic = V(k_strided_copy)},
     {.name = "fill", .types = VIEW_TYPES, .uses = HOST, .nin = 1, .nattr = 1, .nout = 1, .attr = {S_},
      .fn = c_fill, .variadic = V(k_fill)},
+    {.name = "transpose", .types = ALL, .uses = UN, .nin = 1, .nattr = 1, .nout = 1, .attr = {LI32_},
+     .fn = c_transpose, .variadic = V(k_transpose)},
+    {.name = "transpose_grad", .types = ALL, .uses = UN, .nin = 1, .nattr = 1, .nout = 1, .attr = {LI32_},
+     .fn = c_transpose_grad, .variadic = V(k_transpose_grad)},
 };
 #define NKERNELS (sizeof KERNELS / sizeof *KERNELS)
 
@@ -2462,6 +2526,10 @@ static const char *table_problem(void)
     if (!target_ready())
         return "the bridge loaded no plugin: ANYCHIP_PADDLE=none for the simulated chips' bridge, else see what "
                "it printed";
+#ifdef ANYCHIP_PADDLE_VIEWS_ONLY
+    K = NULL;                             /* built without a C++ compiler (kernels_c.c): the views' copies only */
+    return ANYCHIP_PADDLE_VIEWS_ONLY;
+#endif
     K = anychip_plugin_kernels(&g_plugin);          /* the header's rule decides; the rest says why not */
     if (K)
         return "";

@@ -77,19 +77,28 @@ extern "C" const void *anychip_paddle_attr(void *attr_at, const void *tensor_ref
 }
 
 // The C++ arguments a kernel's variadic entry receives that C cannot read (kernels.c): a
-// `const std::vector<int64_t> &` (strided_copy's dims and strides), a `std::vector<...*>` of
+// `const std::vector<int64_t> &` (strided_copy's dims and strides), a `const std::vector<int> &`
+// (transpose's axes), a `std::vector<...*>` of
 // tensors (by reference, or by value, which the Itanium ABI passes as a pointer to the caller's
 // copy) and a `const std::string &` (momentum's regularization method).
 #include <cstdint>
 #include <vector>
 
 extern "C" const int64_t *anychip_paddle_i64s(const void *vec, size_t *n);
+extern "C" const int32_t *anychip_paddle_i32s(const void *vec, size_t *n);
 extern "C" void *const *anychip_paddle_ptrs(const void *vec, size_t *n);
 extern "C" const char *anychip_paddle_str(const void *str);
 
 extern "C" const int64_t *anychip_paddle_i64s(const void *vec, size_t *n)
 {
     const auto *v = static_cast<const std::vector<int64_t> *>(vec);
+    *n = v->size();
+    return v->data();
+}
+
+extern "C" const int32_t *anychip_paddle_i32s(const void *vec, size_t *n)
+{
+    const auto *v = static_cast<const std::vector<int32_t> *>(vec);
     *n = v->size();
     return v->data();
 }

@@ -83,6 +83,7 @@ enum {
     X(PD_Tensor *, PD_KernelContextOutputAt, (PD_KernelContext *, size_t))                                     \
     X(PD_List, PD_KernelContextMultiInputAt, (PD_KernelContext *, size_t))                                     \
     X(PD_List, PD_KernelContextMultiOutputAt, (PD_KernelContext *, size_t))                                    \
+    X(PD_List, PD_KernelContextListInt32AttrAt, (PD_KernelContext *, size_t))                                  \
     X(PD_List, PD_KernelContextListInt64AttrAt, (PD_KernelContext *, size_t))                                  \
     X(char *, PD_KernelContextStringAttrAt, (PD_KernelContext *, size_t))                                      \
     X(bool, PD_KernelContextBoolAttrAt, (PD_KernelContext *, size_t))                                          \
@@ -116,7 +117,6 @@ enum {
     X(PD_List, PD_KernelArgsDefGetOutputArgDefs, (PD_KernelArgsDef *, C_Status *))                             \
     X(void, PD_TensorArgDefSetDataType, (PD_TensorArgDef *, C_DataType, C_Status *))                           \
     X(void, PD_DeletePointerList, (PD_List))                                                                   \
-    X(void, PD_DeleteInt64List, (PD_List))                                                                     \
     X(C_DataType, PD_KernelKeyGetDataType, (PD_KernelKey *, C_Status *))
 
 #ifndef ANYCHIP_PHI_FUNCTIONS_ONLY

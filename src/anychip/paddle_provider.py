@@ -114,9 +114,9 @@ def kernel_table(bridge: str | os.PathLike[str] | None = None) -> dict[str, list
     """The phi kernels a bridge registers for its device type, {op: [dtype, ...]}, read from the
     library without Paddle (the simulated chips' bridge by default). It loads the bridge's plugin,
     whose kernel table (plugin.h minor 1) and its dtype masks decide: {} for a plugin without the
-    table, or a bridge built without its kernel layer -- every op takes Paddle's CPU fallback there
-    (:func:`kernel_note` says why), but for the strided views' copies (:data:`HOST_VIEWS`), which a
-    bridge with its kernel layer registers regardless, copying through the host."""
+    table, or a bridge built without a C++ compiler -- every op takes Paddle's CPU fallback there
+    (:func:`kernel_note` says why), but for the strided views' copies (:data:`HOST_VIEWS`), which
+    every bridge registers regardless, copying through the host."""
     table: dict[str, list[str]] = {}
     for line in (_bridge_text(bridge, "anychip_paddle_kernel_table") or "").splitlines():
         name, _, dtypes = line.partition("\t")
@@ -130,13 +130,13 @@ def kernel_note(bridge: str | os.PathLike[str] | None = None) -> str:
     return "the bridge was built before its kernel layer existed; rebuild it" if note is None else note
 
 
-#: what a bridge with its kernel layer but no usable kernel table still registers: the strided
+#: what a bridge without a usable kernel table (or built without a C++ compiler) still registers: the strided
 #: views' copies, which Paddle 3.x asks a custom device for with no CPU fallback
 HOST_VIEWS = ", but for the strided views' copies (contiguous, strided_copy, fill), which copy through the host"
 
 
 def _no_kernels(note: str) -> str:
-    return f"none ({note}); every op takes Paddle's CPU fallback{'' if note == NO_CXX else HOST_VIEWS}"
+    return f"none ({note}); every op takes Paddle's CPU fallback{HOST_VIEWS}"
 
 
 def kernels_summary(bridge: str | os.PathLike[str]) -> str:
@@ -216,6 +216,9 @@ def _cxx_compiler(cxx: str | None) -> str | None:
 #: the reason a bridge built without a C++ compiler gives (`anychip info`, kernel_note)
 NO_CXX = ("no C++ compiler was found when the bridge was built (set CXX and rerun `anychip plugin paddle`): "
           "its kernel layer raises C++ exceptions (paddle/kernels_throw.cc)")
+#: what stands in for kernels_throw.cc where no C++ compiler is found: the kernel layer then
+#: registers only the strided views' copies, through the host (kernels_c.c says how)
+NO_CXX_UNITS: tuple[str, ...] = ("kernels.c", "profiler.c", "kernels_c.c")
 
 #: the bridge's units (anychip's shipped sources, paddle/: see bridge.h there), each compiled on
 #: its own with the bridge's configuration and linked; setup.py builds the simulated chips' bridge
@@ -274,9 +277,9 @@ def build_bridge(library: str, dest: str | os.PathLike[str] | None = None, cc: s
               f"-DANYCHIP_PADDLE_CCL={_c_string(engine)}"]
     libs = ["-ldl", "-lpthread", "-lm"]
     cxx_path = _cxx_compiler(cxx)
-    if cxx_path is None:                  # without the kernel layer, linked as C
-        units, linker = BRIDGE_UNITS, compiler
-        config.append(f"-DANYCHIP_PADDLE_NO_KERNELS={_c_string(NO_CXX)}")
+    if cxx_path is None:                  # the views' copies only, C throwing Paddle's exception, linked as C
+        units, linker = BRIDGE_UNITS + NO_CXX_UNITS, compiler
+        config += ["-fexceptions", "-DANYCHIP_PADDLE_KERNELS=1", f"-DANYCHIP_PADDLE_VIEWS_ONLY={_c_string(NO_CXX)}"]
     else:                                 # the kernel layer: C built to unwind, its C++ piece, linked as C++
         units, linker = BRIDGE_UNITS + KERNEL_UNITS, cxx_path
         config += ["-fexceptions", "-DANYCHIP_PADDLE_KERNELS=1"]

@@ -122,6 +122,43 @@ def test_tensor_ops_run_on_the_device_through_the_table(scaffold_device: anychip
                                   .astype(np.float16))
 
 
+def _gemm_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The scaffold's GEMM: each sum in double, kk ascending, rounded once to the operands' dtype."""
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float64)
+    for kk in range(a.shape[1]):
+        acc += a[:, kk, None].astype(np.float64) * b[None, kk, :].astype(np.float64)
+    return acc.astype(a.dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_the_scaffolds_blocked_loops_give_the_reference_results(scaffold_device: anychip.Device,
+                                                                dtype: str) -> None:
+    """The scaffold's blocked GEMM (whole 4 x 64 blocks, four kk a pass, zero padding) and its row
+    loops (broadcast and transposed operands, column sums) give exactly the one-sum-at-a-time
+    reference: shapes with every remainder (m % 4, k % 4, n % 64), transposed operands."""
+    dev, rng = scaffold_device, np.random.default_rng(7)
+    launches = dev.plugin.kernels.launches
+    for m, k, n in ((7, 13, 130), (4, 8, 64), (1, 1, 1), (33, 5, 200)):
+        a_np = rng.standard_normal((m, k)).astype(dtype)
+        bt_np = rng.standard_normal((n, k)).astype(dtype)        # b given transposed: strides (1, k)
+        a, bt = anychip.tensor(a_np, device=dev), anychip.tensor(bt_np, device=dev)
+        launches.clear()
+        got = (a @ bt.T).numpy()
+        assert launches["gemm"] == 1
+        np.testing.assert_array_equal(got, _gemm_reference(a_np, bt_np.T))
+        np.testing.assert_array_equal((a.T.contiguous().T @ bt.T).numpy(), got)   # a transposed too
+    x_np = rng.standard_normal((5, 70)).astype(dtype)
+    bias_np = rng.standard_normal(70).astype(dtype)
+    x, bias = anychip.tensor(x_np, device=dev), anychip.tensor(bias_np, device=dev)
+    np.testing.assert_array_equal((x + bias).numpy(), x_np + bias_np)          # broadcast rows
+    np.testing.assert_array_equal((x.T.contiguous() * 2).numpy(), x_np.T * 2)  # a transposed read
+    np.testing.assert_array_equal(x.T.contiguous().exp().numpy(), np.exp(x_np.T.astype(np.float64)).astype(dtype))
+    col = np.zeros(70, np.float64)
+    for r in range(5):
+        col += x_np[r].astype(np.float64)
+    np.testing.assert_array_equal(x.sum(axis=0).numpy(), col.astype(dtype))
+
+
 def test_a_failed_entry_is_the_plugins_device_error(scaffold_device: anychip.Device) -> None:
     dev = scaffold_device
     k = dev.plugin.kernels

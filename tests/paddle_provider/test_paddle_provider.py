@@ -104,7 +104,8 @@ def test_the_bridge_is_its_units_linked(monkeypatch: pytest.MonkeyPatch) -> None
 
     import setuptools
     units = {p.name for p in (ROOT / "csrc" / "paddle").iterdir() if p.suffix in (".c", ".cc", ".cpp")}
-    assert units == {*paddle_provider.BRIDGE_UNITS, *paddle_provider.KERNEL_UNITS, "provider_sim.c"}
+    assert units == {*paddle_provider.BRIDGE_UNITS, *paddle_provider.KERNEL_UNITS, *paddle_provider.NO_CXX_UNITS,
+                     "provider_sim.c"}
     assert [p.name for p in (ROOT / "csrc" / "include" / "anychip" / "paddle").iterdir() if p.suffix != ".h"] == []
     include = re.compile(r'^\s*#\s*include\s*["<]([^">]+\.(?:c|cc|cpp))[">]', re.M)
     assert [(p.name, include.findall(p.read_text())) for p in (ROOT / "csrc" / "paddle").iterdir()
@@ -114,7 +115,7 @@ def test_the_bridge_is_its_units_linked(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.chdir(ROOT)
     runpy.run_path(str(ROOT / "setup.py"))
     sim = next(e for e in captured["ext_modules"] if e.name == "paddle_custom_device.libanychip_sim")
-    assert sorted(sim.sources) == sorted(f"csrc/paddle/{u}" for u in units)
+    assert sorted(sim.sources) == sorted(f"csrc/paddle/{u}" for u in units - {"kernels_c.c"})
 
 
 def test_simulator_plugin_faces_load_as_anychip_c_plugins() -> None:
@@ -129,7 +130,7 @@ def test_simulator_plugin_faces_load_as_anychip_c_plugins() -> None:
 # ---- one process per device type -----------------------------------------------------------
 
 #: the ops the bridge registers over a full kernel table, and the dtypes of the strided views' copies
-N_KERNELS = 41
+N_KERNELS = 43
 VIEW_DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "uint8", "int8", "int16",
                "complex64", "complex128"]
 
@@ -360,6 +361,20 @@ def test_strided_views_in_default_eager_mode(chip: str, request: pytest.FixtureR
     assert isinstance(backward, float) and backward <= 1e-6, backward
     if chip == "tableless":                          # Paddle's CPU kernels throughout: bit for bit
         assert forward == backward == 0.0
+
+
+@pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+def test_transpose_runs_on_the_device_in_static_programs(chip: str, request: pytest.FixtureRequest) -> None:
+    """In a to_static program a transpose is a real op (not a view): `transpose` and
+    `transpose_grad` run on the device's kernels (before, Paddle's CPU fallback: a copy to the
+    host that waits for the stream, and one back) and give Paddle-CPU's values bit for bit."""
+    from anychip.paddle_provider import simulator_bridge
+    env, device = _chip_env(chip, request)
+    lib = request.getfixturevalue("scaffolded") / "libanychip_mychip.so" if chip == "scaffolded" else simulator_bridge()
+    report = _result("transpose.py", [device, str(lib)], env)
+    assert report == {"static_equal": True, "transpose_calls": 3, "transpose_grad_calls": 2, "int64_equal": True,
+                      "int64_calls": 1, "repeated_axis": report["repeated_axis"]}
+    assert report["repeated_axis"] != "ran"
 
 
 @pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
@@ -615,7 +630,7 @@ def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
     lib = narrow / "libanychip_narrow.so"
     table = paddle_provider.kernel_table(lib)
     assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_narrow", _env(narrow))
-    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 39
+    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 41
     assert table["add"] == table["sum"] == table["cast"] == table["add_grad"] == ["float32", "int64"]
     assert table["divide"] == table["relu"] == table["relu_grad"] == table["softmax"] == ["float32"]
     assert table["adamw"] == table["sgd"] == ["float32"]
@@ -650,10 +665,36 @@ def test_a_kernel_table_the_bridge_does_not_know_is_not_used(variant: str, old: 
     assert f"kernels: none ({note}); every op takes Paddle's CPU fallback{paddle_provider.HOST_VIEWS}" in out
 
 
+#: a C++ caller of a bridge's anychip_paddle_raise (argv: Paddle's libphi_core.so, the bridge)
+RAISE_HARNESS = r"""
+#include <dlfcn.h>
+#include <cstdio>
+#include <exception>
+int main(int, char **argv)
+{
+    if (!dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL)) { std::printf("%s\n", dlerror()); return 2; }
+    void *bridge = dlopen(argv[2], RTLD_NOW);
+    if (!bridge) { std::printf("%s\n", dlerror()); return 3; }
+    auto raise = reinterpret_cast<void (*)(const char *)>(dlsym(bridge, "anychip_paddle_raise"));
+    try {
+        raise("strided_copy kernel of anychip_mychip: a message longer than the 15 characters a std::string "
+              "holds in place");
+    } catch (const std::exception &e) {
+        std::printf("CAUGHT %s\n", e.what());
+        return 0;
+    }
+    return 1;
+}
+"""
+
+
 @pytest.mark.slow
-def test_a_bridge_built_without_a_cxx_compiler_has_no_kernels(tmp_path: Path, scaffolded: Path) -> None:
+def test_a_bridge_built_without_a_cxx_compiler_has_the_views_copies(tmp_path: Path, scaffolded: Path) -> None:
     """`anychip plugin paddle` where no C++ compiler is found (a PATH with only cc and the binutils)
-    builds the bridge without its kernel layer, says so, and Paddle runs it through the fallback."""
+    builds the bridge with the strided views' copies alone (kernels_c.c in place of the C++ piece),
+    says so, and Paddle runs a sliced / transposed program in default mode (stride kernels on) with
+    NumPy's exact values, every other op through the fallback; a view copy that cannot run is Paddle's
+    Python error, raised from C."""
     import shutil
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -667,13 +708,49 @@ def test_a_bridge_built_without_a_cxx_compiler_has_no_kernels(tmp_path: Path, sc
     r = subprocess.run([*ANYCHIP, "plugin", "paddle", str(lib), "--dest", str(tmp_path / "paddle")], env=env,
                        capture_output=True, text=True, timeout=CHILD_SECONDS)
     assert r.returncode == 0, r.stderr
-    assert f"kernels: none ({paddle_provider.NO_CXX}); every op takes Paddle's CPU fallback" in r.stdout
+    assert f"kernels: none ({paddle_provider.NO_CXX}); every op takes Paddle's CPU fallback" \
+           f"{paddle_provider.HOST_VIEWS}" in r.stdout
     out = tmp_path / "paddle" / "libanychip_mychip.so"
     assert paddle_provider.kernel_table(out) == {} and paddle_provider.kernel_note(out) == paddle_provider.NO_CXX
-    code = "import paddle; paddle.set_device('anychip_mychip:0'); print((paddle.ones([2]) * 3).numpy().tolist())"
+    code = """if True:
+        import numpy as np, paddle
+        from paddle.base import core
+        paddle.set_device('anychip_mychip:0')
+        assert paddle.get_flags('FLAGS_use_stride_kernel')['FLAGS_use_stride_kernel']
+        v = np.arange(24, dtype='float32').reshape(4, 6)
+        x = paddle.to_tensor(v, stop_gradient=False)
+        a = (x[:, 1:4] + 1).numpy()                       # a slice read: contiguous
+        b = (paddle.transpose(x, [1, 0]) * 2).numpy()     # a transpose read
+        y = paddle.zeros([4, 6])
+        y[:, 2] = paddle.to_tensor(np.ones(4, 'float32'))  # a write into a view: strided_copy
+        x[1:3, ::2].sum().backward()                      # the view's gradient: fill and strided_copy
+        assert (a == v[:, 1:4] + 1).all() and (b == v.T * 2).all()
+        assert (y.numpy() == np.where(np.arange(6) == 2, 1.0, 0.0)[None].repeat(4, 0)).all()
+        g = np.zeros((4, 6), 'float32'); g[1:3, ::2] = 1
+        assert (x.grad.numpy() == g).all()
+        lib = core.get_all_custom_device_type()
+        print('ok', lib)
+    """
     r = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "paddle"), capture_output=True, text=True,
                        timeout=CHILD_SECONDS)
-    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "[3.0, 3.0]", r.stderr[-2000:]
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "ok ['anychip_mychip']", r.stderr[-3000:]
+    # a view copy that cannot run raises Paddle's own exception from C: caught as a std::exception by a
+    # C++ caller (as Paddle's binding catches it), with the message and where it was raised
+    harness = tmp_path / "raise.cc"
+    harness.write_text(RAISE_HARNESS)
+    cxx = shutil.which("c++") or shutil.which("g++")
+    assert cxx, "no C++ compiler for the test's caller"
+    subprocess.run([cxx, "-O1", str(harness), "-o", str(tmp_path / "raise"), "-ldl"], check=True)
+    import importlib.util
+    spec = importlib.util.find_spec("paddle")
+    assert spec and spec.submodule_search_locations
+    libs = Path(spec.submodule_search_locations[0]) / "libs"
+    r = subprocess.run([str(tmp_path / "raise"), str(libs / "libphi_core.so"), str(out)], capture_output=True,
+                       text=True, env={**os.environ, "LD_LIBRARY_PATH": str(libs)}, timeout=CHILD_SECONDS)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.fullmatch(r"CAUGHT \(PreconditionNotMet\) strided_copy kernel of anychip_mychip: a message longer "
+                        r"than the 15 characters a std::string holds in place \(at csrc/paddle/kernels_c\.c:\d+\)",
+                        r.stdout.strip()), r.stdout
 
 
 def test_plugin_paddle_refuses_what_is_not_a_plugin(tmp_path: Path) -> None:

@@ -207,46 +207,66 @@ struct kernel_call {
     value fill;
 };
 
-/* float32 and float64 operands laid out contiguously (a broadcast scalar too) take a loop per op
- * with direct loads, which the compiler vectorizes; the result is the general loop's: + - * / in
- * the operands' own type round exactly as in double then rounded once. */
-static int contiguous(const struct kernel_call *c, const int64_t *strides) {
-    int64_t want = 1;
-    for (int d = c->ndim - 1; d >= 0; d--) {
-        if (c->shape[d] != 1 && strides[d] != want) return 0;
-        want *= c->shape[d];
-    }
-    return 1;
-}
-
-#define FAST_BINARY(T)                                                                           \
+/* float32 and float64 ops take loops with direct loads, which the compiler vectorizes, one per
+ * row of the last dimension (any strides, broadcasts included); the result is the general loop's:
+ * + - * / in the operands' own type round exactly as in double then rounded once, and the unary
+ * ops compute in double and round once, as store() does. */
+#define ROW_BINARY(T)                                                                            \
     do {                                                                                         \
-        const T *x = (const T *)c->a, *y = (const T *)c->b;                                      \
-        T *o = (T *)c->out;                                                                      \
-        int64_t sy = scalar_b ? 0 : 1;                                                           \
+        const T *x = (const T *)c->a + at_a, *y = (const T *)c->b + at_b;                        \
+        T *o = (T *)c->out + e;                                                                  \
         switch (c->op) {                                                                         \
-        case ANYCHIP_OP_ADD: for (int64_t e = 0; e < count; e++) o[e] = x[e] + y[e * sy]; break; \
-        case ANYCHIP_OP_SUB: for (int64_t e = 0; e < count; e++) o[e] = x[e] - y[e * sy]; break; \
-        case ANYCHIP_OP_MUL: for (int64_t e = 0; e < count; e++) o[e] = x[e] * y[e * sy]; break; \
-        default: for (int64_t e = 0; e < count; e++) o[e] = x[e] / y[e * sy]; break;             \
+        case ANYCHIP_OP_ADD: for (int64_t j = 0; j < len; j++) o[j] = x[j * sa] + y[j * sb]; break; \
+        case ANYCHIP_OP_SUB: for (int64_t j = 0; j < len; j++) o[j] = x[j * sa] - y[j * sb]; break; \
+        case ANYCHIP_OP_MUL: for (int64_t j = 0; j < len; j++) o[j] = x[j * sa] * y[j * sb]; break; \
+        default: for (int64_t j = 0; j < len; j++) o[j] = x[j * sa] / y[j * sb]; break;          \
         }                                                                                        \
     } while (0)
 
-static int run_fast(const struct kernel_call *c, int64_t count) {
-    int floats = c->in_dtype == ANYCHIP_FLOAT32 || c->in_dtype == ANYCHIP_FLOAT64;
-    if (c->kind != K_BINARY || !floats || c->op > ANYCHIP_OP_DIV || !contiguous(c, c->a_strides)) return 0;
-    int scalar_b = 1;
-    for (int d = 0; d < c->ndim; d++) scalar_b &= c->b_strides[d] == 0 || c->shape[d] == 1;
-    if (!scalar_b && !contiguous(c, c->b_strides)) return 0;
-    if (c->in_dtype == ANYCHIP_FLOAT32) FAST_BINARY(float);
-    else FAST_BINARY(double);
+#define ROW_UNARY(T)                                                                             \
+    do {                                                                                         \
+        const T *x = (const T *)c->a + at_a;                                                     \
+        T *o = (T *)c->out + e;                                                                  \
+        switch (c->op) {                                                                         \
+        case ANYCHIP_OP_RELU: for (int64_t j = 0; j < len; j++) o[j] = x[j * sa] > 0 || isnan(x[j * sa]) ? x[j * sa] : 0; break; \
+        case ANYCHIP_OP_EXP: for (int64_t j = 0; j < len; j++) o[j] = (T)exp((double)x[j * sa]); break; \
+        case ANYCHIP_OP_LOG: for (int64_t j = 0; j < len; j++) o[j] = (T)log((double)x[j * sa]); break; \
+        case ANYCHIP_OP_NEG: for (int64_t j = 0; j < len; j++) o[j] = -x[j * sa]; break;         \
+        case ANYCHIP_OP_SQRT: for (int64_t j = 0; j < len; j++) o[j] = (T)sqrt((double)x[j * sa]); break; \
+        default: for (int64_t j = 0; j < len; j++) o[j] = x[j * sa]; break;                      \
+        }                                                                                        \
+    } while (0)
+
+/* the row loop: 1 when it computed the call (float32 / float64, the same dtype in and out, an
+ * arithmetic binary op or any unary op), 0 for the general loop */
+static int run_rows(const struct kernel_call *c, int64_t count) {
+    anychip_dtype t = c->in_dtype;
+    if ((t != ANYCHIP_FLOAT32 && t != ANYCHIP_FLOAT64) || c->dtype != t || c->ndim == 0) return 0;
+    if (c->kind == K_BINARY && c->op > ANYCHIP_OP_DIV) return 0;
+    int last = c->ndim - 1;
+    int64_t len = c->shape[last], sa = c->a_strides[last], sb = c->b_strides[last];
+    int64_t idx[MAX_DIMS] = {0}, at_a = 0, at_b = 0;
+    for (int64_t e = 0; e < count; e += len) {
+        if (c->kind == K_BINARY && t == ANYCHIP_FLOAT32) ROW_BINARY(float);
+        else if (c->kind == K_BINARY) ROW_BINARY(double);
+        else if (t == ANYCHIP_FLOAT32) ROW_UNARY(float);
+        else ROW_UNARY(double);
+        for (int d = last - 1; d >= 0; d--) {           /* the next row, the last but one dimension fastest */
+            at_a += c->a_strides[d];
+            at_b += c->b_strides[d];
+            if (++idx[d] < c->shape[d]) break;
+            at_a -= c->a_strides[d] * c->shape[d];
+            at_b -= c->b_strides[d] * c->shape[d];
+            idx[d] = 0;
+        }
+    }
     return 1;
 }
 
 static void run_elementwise(struct kernel_call *c) {
     int64_t count = 1, idx[MAX_DIMS] = {0}, at_a = 0, at_b = 0;
     for (int d = 0; d < c->ndim; d++) count *= c->shape[d];
-    if (run_fast(c, count)) return;
+    if (run_rows(c, count)) return;
     int64_t out_item = ITEM[c->dtype], in_item = ITEM[c->in_dtype];
     for (int64_t e = 0; e < count; e++) {
         value x = load(c->a + at_a * in_item, c->in_dtype);
@@ -263,7 +283,39 @@ static void run_elementwise(struct kernel_call *c) {
     }
 }
 
+/* element `at` (in elements) of a float operand, as a double */
+static double float_at(const char *p, anychip_dtype t, int64_t at) {
+    if (t == ANYCHIP_FLOAT32) return ((const float *)p)[at];
+    if (t == ANYCHIP_FLOAT64) return ((const double *)p)[at];
+    return load(p + at * ITEM[t], t).f;
+}
+
+/* sums and means of float32 / float64 walk x in order, a row of `inner` double sums at a time (the
+ * general loop's result: each sum in double, r ascending, rounded once); 0 for the general loop */
+static int run_reduce_rows(const struct kernel_call *c) {
+    int64_t outer = c->shape[0], n = c->shape[1], inner = c->shape[2];
+    anychip_dtype t = c->in_dtype;
+    if (c->op == ANYCHIP_REDUCE_MAX || (t != ANYCHIP_FLOAT32 && t != ANYCHIP_FLOAT64) || c->dtype != t) return 0;
+    double *acc = malloc((size_t)(inner ? inner : 1) * sizeof *acc);
+    if (!acc) return 0;
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < inner; i++) acc[i] = 0.0;
+        for (int64_t r = 0; r < n; r++) {
+            int64_t at = (o * n + r) * inner;
+            if (t == ANYCHIP_FLOAT32) for (int64_t i = 0; i < inner; i++) acc[i] += ((const float *)c->a)[at + i];
+            else for (int64_t i = 0; i < inner; i++) acc[i] += ((const double *)c->a)[at + i];
+        }
+        for (int64_t i = 0; i < inner; i++) {
+            double v = c->op == ANYCHIP_REDUCE_MEAN ? acc[i] / (double)n : acc[i];     /* n = 0: NaN */
+            store(c->out + (o * inner + i) * ITEM[t], t, float_value(v));
+        }
+    }
+    free(acc);
+    return 1;
+}
+
 static void run_reduce(struct kernel_call *c) {
+    if (run_reduce_rows(c)) return;
     int64_t outer = c->shape[0], n = c->shape[1], inner = c->shape[2], item = ITEM[c->in_dtype];
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
@@ -284,46 +336,91 @@ static void run_reduce(struct kernel_call *c) {
         }
 }
 
-/* element `at` (in elements) of a float operand, as a double */
-static double float_at(const char *p, anychip_dtype t, int64_t at) {
-    if (t == ANYCHIP_FLOAT32) return ((const float *)p)[at];
-    if (t == ANYCHIP_FLOAT64) return ((const double *)p)[at];
-    return load(p + at * ITEM[t], t).f;
+/* out[i, j] = the sum over kk of a[i, kk] * b[kk, j], in double, kk ascending, rounded once.
+ * a and b are first copied, as doubles, into row-major buffers padded with zeros to whole blocks
+ * (any strides and float dtype, once per element; float32 loaded and stored directly); then each
+ * block of GEMM_ROWS rows by GEMM_COLS columns of the output keeps its sums in the cache while b's
+ * rows stream through it, four kk at a time (gemm_4x4). A chip's GEMM tiles for its own caches and
+ * units; this is a reasonable host loop to start from. */
+#define GEMM_ROWS 4
+#define GEMM_COLS 64
+
+/* for each of the GEMM_ROWS rows r: s[r][j] += x[r][0] * b[0][j], then + x[r][1] * b[1][j], ... four
+ * terms, for j < GEMM_COLS. Each sum still adds its terms one by one, kk ascending; a pass loads
+ * each sum once for four terms and each element of b once for every row, and the trip count is one
+ * the compiler knows, so the loop vectorizes at -O2. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && defined(__GLIBC__)
+/* also compiled for AVX2 (4 doubles a vector; no FMA, so each product is rounded as in the plain
+ * build), picked at load time where the CPU has it (an ifunc: GCC with glibc) */
+__attribute__((target_clones("avx2", "default")))
+#endif
+static void gemm_4x4(double sums[GEMM_ROWS][GEMM_COLS], const double *restrict pa, int64_t k,
+                     const double *restrict b, int64_t n) {
+    const double *x0 = pa, *x1 = pa + k, *x2 = pa + 2 * k, *x3 = pa + 3 * k;
+    double *restrict s0 = sums[0], *restrict s1 = sums[1], *restrict s2 = sums[2], *restrict s3 = sums[3];
+    for (int j = 0; j < GEMM_COLS; j++) {
+        double b0 = b[j], b1 = b[n + j], b2 = b[2 * n + j], b3 = b[3 * n + j];
+        double v0 = s0[j], v1 = s1[j], v2 = s2[j], v3 = s3[j];
+        v0 += x0[0] * b0; v0 += x0[1] * b1; v0 += x0[2] * b2; v0 += x0[3] * b3;
+        v1 += x1[0] * b0; v1 += x1[1] * b1; v1 += x1[2] * b2; v1 += x1[3] * b3;
+        v2 += x2[0] * b0; v2 += x2[1] * b1; v2 += x2[2] * b2; v2 += x2[3] * b3;
+        v3 += x3[0] * b0; v3 += x3[1] * b1; v3 += x3[2] * b2; v3 += x3[3] * b3;
+        s0[j] = v0; s1[j] = v1; s2[j] = v2; s3[j] = v3;
+    }
 }
 
-/* out[i, j] = the sum over kk of a[i, kk] * b[kk, j], in double, kk ascending, rounded once. The
- * loops run i, kk, j, so that b's rows and the row of sums are walked in order (a chip's GEMM would
- * tile for its caches and units; this is the reference). */
+/* GEMM_ROWS rows of the output from j0 on: pa holds those rows of a, pb has ldb columns (n padded
+ * with zeros to whole blocks) */
+static void gemm_block(const double *pa, const double *pb, int64_t k, int64_t ldb, int64_t j0,
+                       double sums[GEMM_ROWS][GEMM_COLS]) {
+    for (int64_t r = 0; r < GEMM_ROWS; r++)
+        for (int64_t j = 0; j < GEMM_COLS; j++) sums[r][j] = 0.0;
+    int64_t kk = 0;
+    for (; kk + 4 <= k; kk += 4) gemm_4x4(sums, pa + kk, k, pb + kk * ldb + j0, ldb);
+    for (; kk < k; kk++) {
+        const double *row = pb + kk * ldb + j0;
+        for (int64_t r = 0; r < GEMM_ROWS; r++)
+            for (int64_t j = 0; j < GEMM_COLS; j++) sums[r][j] += pa[r * k + kk] * row[j];
+    }
+}
+
 static void run_gemm(struct kernel_call *c) {
     int64_t m = c->shape[0], k = c->shape[1], n = c->shape[2], item = ITEM[c->dtype];
     int64_t as0 = c->a_strides[0], as1 = c->a_strides[1], bs0 = c->b_strides[0], bs1 = c->b_strides[1];
-    double one_sum, *sums = n > 1 ? malloc((size_t)n * sizeof *sums) : &one_sum;
-    for (int64_t i = 0; i < m; i++) {
-        if (!sums) {                          /* no host memory for the row: one sum at a time */
+    int64_t lda_rows = (m + GEMM_ROWS - 1) / GEMM_ROWS * GEMM_ROWS, ldb = (n + GEMM_COLS - 1) / GEMM_COLS * GEMM_COLS;
+    double *pa = calloc((size_t)(lda_rows * k + k * ldb + 1), sizeof *pa), *pb = pa + lda_rows * k;
+    double (*sums)[GEMM_COLS] = malloc(sizeof(double[GEMM_ROWS][GEMM_COLS]));
+    if (!pa || !sums) {                       /* no host memory for the buffers: one sum at a time */
+        for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) {
                 double acc = 0.0;
                 for (int64_t kk = 0; kk < k; kk++)
                     acc += float_at(c->a, c->dtype, i * as0 + kk * as1) * float_at(c->b, c->dtype, kk * bs0 + j * bs1);
                 store(c->out + (i * n + j) * item, c->dtype, float_value(acc));
             }
-            continue;
-        }
-        for (int64_t j = 0; j < n; j++) sums[j] = 0.0;
-        for (int64_t kk = 0; kk < k; kk++) {
-            double x = float_at(c->a, c->dtype, i * as0 + kk * as1);
-            if (c->dtype == ANYCHIP_FLOAT32 && bs1 == 1) {
-                const float *row = (const float *)c->b + kk * bs0;
-                for (int64_t j = 0; j < n; j++) sums[j] += x * (double)row[j];
-            } else if (c->dtype == ANYCHIP_FLOAT64 && bs1 == 1) {
-                const double *row = (const double *)c->b + kk * bs0;
-                for (int64_t j = 0; j < n; j++) sums[j] += x * row[j];
-            } else {
-                for (int64_t j = 0; j < n; j++) sums[j] += x * float_at(c->b, c->dtype, kk * bs0 + j * bs1);
-            }
-        }
-        for (int64_t j = 0; j < n; j++) store(c->out + (i * n + j) * item, c->dtype, float_value(sums[j]));
+        free(pa);
+        free(sums);
+        return;
     }
-    if (sums != &one_sum) free(sums);
+    const float *af = (const float *)c->a, *bf = (const float *)c->b;
+    int f32 = c->dtype == ANYCHIP_FLOAT32;        /* float32 loads and stores directly */
+    for (int64_t i = 0; i < m; i++)               /* the padding rows and columns stay zero */
+        for (int64_t kk = 0; kk < k; kk++)
+            pa[i * k + kk] = f32 ? af[i * as0 + kk * as1] : float_at(c->a, c->dtype, i * as0 + kk * as1);
+    for (int64_t kk = 0; kk < k; kk++)
+        for (int64_t j = 0; j < n; j++)
+            pb[kk * ldb + j] = f32 ? bf[kk * bs0 + j * bs1] : float_at(c->b, c->dtype, kk * bs0 + j * bs1);
+    for (int64_t i0 = 0; i0 < m; i0 += GEMM_ROWS)
+        for (int64_t j0 = 0; j0 < n; j0 += GEMM_COLS) {
+            gemm_block(pa + i0 * k, pb, k, ldb, j0, sums);
+            for (int64_t r = 0; r < GEMM_ROWS && i0 + r < m; r++)
+                for (int64_t j = 0; j < GEMM_COLS && j0 + j < n; j++) {
+                    if (f32) ((float *)c->out)[(i0 + r) * n + j0 + j] = (float)sums[r][j];
+                    else store(c->out + ((i0 + r) * n + j0 + j) * item, c->dtype, float_value(sums[r][j]));
+                }
+        }
+    free(pa);
+    free(sums);
 }
 
 static void run_fill(struct kernel_call *c) {
