@@ -613,8 +613,10 @@ def test_a_communicators_init_waits_for_its_peers_at_most_its_own_timeout(monkey
     assert 1.0 <= took < 10, took
 
 
-@pytest.mark.parametrize("own", [False, True])
-def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypatch, own):
+@pytest.mark.parametrize("own, env, source", [
+    (None, "0.2", "ANYCHIP_COLLECTIVE_TIMEOUT=0.2"), (0.2, None, "the group's own timeout"),
+    (5.0, "0.2", "ANYCHIP_COLLECTIVE_TIMEOUT=0.2, which overrides the group's own 5 s")])
+def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypatch, own, env, source):
     """The CUDA path (NcclTransport, cupy.cuda.nccl) with the stand-in, its event on a simulated
     stream held so that the op never completes: the watchdog fails the Work after the timeout
     (ANYCHIP_COLLECTIVE_TIMEOUT, or the transport's own: NCCL takes none, the watchdog applies
@@ -622,14 +624,14 @@ def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypa
     Work waited for ever (NCCL never times out)."""
     if not _available("ascend"):
         pytest.skip("ascend is unavailable")
-    if own:
+    if env is None:
         monkeypatch.delenv("ANYCHIP_COLLECTIVE_TIMEOUT", raising=False)
     else:
-        monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", "0.2")
+        monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", env)
     dev = anychip.device("ascend:0")
     nccl = FakeNccl(bytes(128))
     t = native.NcclTransport(dev, 1, 2, "", "world", nccl=nccl, boot=FakeBoot(1, 2, bytes(128)),
-                             timeout=0.2 if own else None)
+                             timeout=own)
     a = dev.alloc(64)
     s = anychip.Stream(dev)
     dev.plugin.sim_hold_stream(dev.index, s._live())
@@ -643,7 +645,6 @@ def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypa
         dev.plugin.sim_release_stream(dev.index, s._live())     # (else the watchdog ends this process 10 s later)
     s.synchronize()
     # which timeout applied, and where it came from
-    source = "the group's own timeout" if own else "ANYCHIP_COLLECTIVE_TIMEOUT=0.2"
     assert str(info.value) == ("all_reduce (group world) did not complete within 0.2 s on rank 1 "
                                f"({source}); the communicator was aborted")
     assert 1.2 <= took < 5, took

@@ -245,7 +245,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         job = store.get(key).decode()
         world = World(rank, size, rank, size, job, "torch")
         comm_id = f"{job}.{name}"
-        transport = choose(self._adev, world, comm_id, name, self.timeout)
+        transport = choose(self._adev, world, comm_id, name, own)    # (it applies the variable, naming it)
         self.comm = Communicator(transport, self._adev, name)
         self._direct = self._make_direct(transport)
         self._trail = False           # set by an op that enqueues device work after its collectives
