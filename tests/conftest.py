@@ -184,6 +184,23 @@ def clean_env(monkeypatch: pytest.MonkeyPatch):
     anychip.runtime.registry.reset()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--serial", choices=("run", "only", "skip"), default="run",
+                     help="the tests marked serial (they change what every process on the machine sees, e.g. "
+                          "install into the venv): run them with the others (default), only them, or none; "
+                          "ci/test -n N runs them alone first, then the rest on N processes (CONTRIBUTING.md)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mode = config.getoption("--serial")
+    if mode == "run":
+        return
+    keep = [it for it in items if (it.get_closest_marker("serial") is not None) == (mode == "only")]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[it for it in items if it not in keep])
+        items[:] = keep
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     lines = [f"anychip devices under test: {', '.join(DEVICE_NAMES) or 'none'}"]
     for b in anychip.backends():

@@ -54,16 +54,18 @@ def _tests(source: str) -> dict[str, tuple[ast.FunctionDef, bool]]:
     tree = ast.parse(source)
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
 
-    def called(node: ast.FunctionDef) -> set[str]:
-        return {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
-
-    launchers = {name for name, n in funcs.items() if LAUNCH.search(ast.get_source_segment(source, n) or "")}
+    # each function's calls and text, found once (ast.get_source_segment splits the whole source
+    # on every call: 29 s for the suite's 728 tests on a busy two-core machine)
+    calls = {name: {c.func.id for c in ast.walk(n) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+             for name, n in funcs.items()}
+    lines = source.splitlines(keepends=True)
+    launchers = {name for name, n in funcs.items() if LAUNCH.search("".join(lines[n.lineno - 1:n.end_lineno]))}
     grew = True
     while grew:
-        more = {name for name, n in funcs.items() if not name.startswith("test_") and called(n) & launchers}
+        more = {name for name in funcs if not name.startswith("test_") and calls[name] & launchers}
         grew = not more <= launchers
         launchers |= more
-    return {name: (n, name in launchers or bool(called(n) & launchers))
+    return {name: (n, name in launchers or bool(calls[name] & launchers))
             for name, n in funcs.items() if name.startswith("test_")}
 
 
@@ -109,3 +111,22 @@ def test_one_timeout_policy():
     long_ones = [f"{f.relative_to(TESTS)}: {m.group(0)}" for f in sorted(TESTS.rglob("*.py"))
                  for m in literal.finditer(f.read_text()) if int(m.group(1) or m.group(2)) >= 120]
     assert long_ones == []
+
+
+def test_serial_tests_run_alone_or_not_at_all():
+    """conftest's --serial: `only` keeps the tests marked serial (ci/test -n runs them alone
+    first), `skip` the others (then run on several processes); the scaffold's installs are serial."""
+    import subprocess
+    import sys
+
+    from conftest import CHILD_SECONDS
+    files = ["tests/devices/test_cplugin_scaffold.py", "tests/test_fixture_cache.py"]
+
+    def ids(mode: str) -> list[str]:
+        r = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", f"--serial={mode}",
+                            *files], capture_output=True, text=True, cwd=TESTS.parent, timeout=CHILD_SECONDS)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return [line for line in r.stdout.splitlines() if "::" in line]
+    every, only, skip = ids("run"), ids("only"), ids("skip")
+    assert only and skip and sorted(only + skip) == sorted(every)
+    assert all(i.startswith(files[0]) for i in only) and not any(i.startswith(files[0]) for i in skip)

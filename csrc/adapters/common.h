@@ -275,20 +275,19 @@ static anychip_status comm_init_rank(int device, int nranks, const anychip_uniqu
  * HCCL_EXEC_TIMEOUT is the process's; BKCL, RCCL and NCCL's ncclConfig_t have none), so built
  * for the vendor's library the entry stays unset and anychip's watchdog applies a group's
  * timeout. Over the simulator's HCCL / BKCL / RCCL the communicator gets its own through
- * anychip_sim_ccl_set_timeout (anychip's extension, not a vendor call). */
+ * anychip_sim_ccl_init_timeout (anychip's extension, not a vendor call). */
 #ifdef ANYCHIP_SIMULATOR
 static anychip_status comm_init_rank_timeout(int device, int nranks, const anychip_unique_id *id, int rank,
                                              double timeout_s, anychip_comm *comm)
 {
     if (!(timeout_s > 0))
         return fail(ADAPTER_CCL_INVALID, "comm_init_rank_timeout: timeout_s=%g; want seconds > 0", timeout_s);
-    CHECK(comm_init_rank(device, nranks, id, rank, comm));
-    if (anychip_sim_ccl_set_timeout(*comm, timeout_s) != 0) {
-        ADAPTER_COMM_DESTROY(COMM(*comm));
-        *comm = NULL;
-        return fail(ADAPTER_CCL_INTERNAL, "comm_init_rank_timeout: %s", anychip_sim_last_error());
-    }
-    return 0;
+    /* the init itself waits this long for the peers to join, and the communicator keeps it */
+    if (anychip_sim_ccl_init_timeout(timeout_s) != 0)
+        return fail(ADAPTER_CCL_INVALID, "comm_init_rank_timeout: %s", anychip_sim_last_error());
+    anychip_status rc = comm_init_rank(device, nranks, id, rank, comm);
+    anychip_sim_ccl_init_timeout(0);
+    return rc;
 }
 #define OPTIONAL_COMM_INIT_RANK_TIMEOUT comm_init_rank_timeout
 #else

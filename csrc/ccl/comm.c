@@ -133,6 +133,13 @@ int ccl_comm_init(const char *id, int rank, int nranks, double timeout_s, ccl_co
     c->rank = rank;
     c->nranks = nranks;
     c->timeout = timeout_s > 0 ? timeout_s : ENV_PARAM(COLLECTIVE_TIMEOUT, 0, 1);
+    const char *env_timeout = getenv("ANYCHIP_COLLECTIVE_TIMEOUT");
+    if (timeout_s > 0)
+        snprintf(c->timeout_from, sizeof c->timeout_from, "the communicator's own timeout");
+    else if (env_timeout && *env_timeout)
+        snprintf(c->timeout_from, sizeof c->timeout_from, "ANYCHIP_COLLECTIVE_TIMEOUT=%.40s", env_timeout);
+    else
+        snprintf(c->timeout_from, sizeof c->timeout_from, "the default; ANYCHIP_COLLECTIVE_TIMEOUT is unset");
     if (!(c->timeout < CCL_NEVER_S))
         c->timeout = CCL_NEVER_S; /* inf (or more than the 64-bit nanosecond deadlines hold): never */
     c->small = (uint64_t)ENV_PARAM(CCL_SMALL, 1, 0);
@@ -189,8 +196,8 @@ int ccl_comm_init(const char *id, int rank, int nranks, double timeout_s, ccl_co
                     p += (size_t)snprintf(miss + p, sizeof miss - p, "%s%d", p ? ", " : "", r);
             shm_unlink(name);
             atomic_store(&me->state, ST_DETACHED);
-            return init_fail(c, CCL_E_TIMEOUT, "communicator of %d ranks: ranks %s did not join within %.0f s "
-                             "(ANYCHIP_COLLECTIVE_TIMEOUT)", nranks, miss, c->timeout);
+            return init_fail(c, CCL_E_TIMEOUT, "communicator of %d ranks: ranks %s did not join within %g s (%s)",
+                             nranks, miss, c->timeout, c->timeout_from);
         }
         usleep(200);
     }
@@ -218,7 +225,13 @@ int ccl_comm_destroy(ccl_comm *c)
 
 int ccl_comm_rank(const ccl_comm *c) { return c->rank; }
 int ccl_comm_size(const ccl_comm *c) { return c->nranks; }
-void ccl_comm_set_timeout(ccl_comm *c, double s) { if (s > 0) c->timeout = s < CCL_NEVER_S ? s : CCL_NEVER_S; }
+void ccl_comm_set_timeout(ccl_comm *c, double s)
+{
+    if (s > 0) {
+        c->timeout = s < CCL_NEVER_S ? s : CCL_NEVER_S;
+        snprintf(c->timeout_from, sizeof c->timeout_from, "the communicator's own timeout");
+    }
+}
 void ccl_comm_set_check(ccl_comm *c, int on) { c->check = on != 0; }
 void ccl_comm_set_label(ccl_comm *c, const char *label) { snprintf(c->label, sizeof c->label, "%s", label ? label : ""); }
 void ccl_comm_set_ipc(ccl_comm *c, ccl_ipc_open_fn o, ccl_ipc_close_fn cl) { c->ipc_open = o; c->ipc_close = cl; }

@@ -119,6 +119,7 @@ struct ccl_comm {
     uint64_t small_round, big_round; /* rounds through the small / big slots (their parity double-buffers) */
     uint64_t opno;
     double timeout;
+    char timeout_from[80];         /* where `timeout` came from, as timeout errors name it */
     int check;
     uint64_t small_max, zc_min;
     int spin_ns;

@@ -88,9 +88,9 @@ int wait_until(ctx_t *x, ready_fn ready, const void *arg, uint64_t peers,
             if (lagging)
                 lagging(x, arg, buf, sizeof buf);
             char msg[MSG_LEN];
-            snprintf(msg, sizeof msg, "%s (op #%llu, %s) timed out after %.1f s on rank %d%s%s "
-                     "(ANYCHIP_COLLECTIVE_TIMEOUT)", x->name, (unsigned long long)c->opno, c->label, c->timeout,
-                     c->rank, buf[0] ? ": " : "", buf);
+            snprintf(msg, sizeof msg, "%s (op #%llu, %s) timed out after %.1f s on rank %d%s%s (%s)", x->name,
+                     (unsigned long long)c->opno, c->label, c->timeout, c->rank, buf[0] ? ": " : "", buf,
+                     c->timeout_from);
             do_abort(c, CCL_E_TIMEOUT, msg);
             return fail(x, CCL_E_TIMEOUT, "%s", msg);
         }

@@ -252,6 +252,18 @@ static int is_live(const sc_comm *c)
 static sc_status comm_init_on(const char *vendor, const void *id, size_t size, int nranks, int rank, int phys,
                               sc_comm **out);
 
+/* anychip_sim_ccl_init_timeout: the timeout of the communicators this thread makes (0: the
+ * engine's default, ANYCHIP_COLLECTIVE_TIMEOUT or 300 s) */
+static __thread double init_timeout;
+
+SIM_EXPORT int anychip_sim_ccl_init_timeout(double seconds)
+{
+    if (!(seconds >= 0))
+        return (int)sc_fail(SC_INVALID, "anychip_sim_ccl_init_timeout: %g is not a number of seconds >= 0", seconds);
+    init_timeout = seconds;
+    return SC_OK;
+}
+
 sc_status sc_comm_init(const char *vendor, const void *id, size_t size, int nranks, int rank, sc_comm **out)
 {
     int phys = -1;
@@ -297,7 +309,7 @@ static sc_status comm_init_on(const char *vendor, const void *id, size_t size, i
     if (st == SC_OK && (s = sim_event_create(&c->order_event)) != SIM_OK)
         st = sc_fail(from_sim(s), "%s communicator init: %s", vendor, sim_last_message());
     if (st == SC_OK) {
-        int e = ccl_comm_init(name, rank, nranks, 0, &c->engine);
+        int e = ccl_comm_init(name, rank, nranks, init_timeout, &c->engine);
         if (e != CCL_OK)
             st = sc_fail(from_ccl(e), "%s communicator init (rank %d of %d): %s", vendor, rank, nranks,
                          ccl_init_error());

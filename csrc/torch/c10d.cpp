@@ -17,7 +17,7 @@
 // Deadline: as ProcessGroupNCCL's watchdog does (TORCH_NCCL_ASYNC_ERROR_HANDLING), and as the
 // native transport does for its own Works, a thread per Direct (started with its first op)
 // looks at the pending Works every tenth of the group's timeout (at most every second): one
-// still running `timeout` s (the process group's, as ANYCHIP_COLLECTIVE_TIMEOUT) plus kGrace
+// still running `timeout` s (the process group's, or ANYCHIP_COLLECTIVE_TIMEOUT) plus kGrace
 // after it was enqueued fails, as do all others pending, with a DistBackendError naming the
 // op, the rank and the timeout, and the communicator is aborted (the transport's abort: the
 // library's comm_abort, else comm_destroy). A Work.wait without a limit blocks in the
@@ -98,6 +98,7 @@ struct Direct : std::enable_shared_from_this<Direct> {
     PyObject *failure;                  // (what) -> str | None: the transport's message (owned)
     PyObject *abort_comm;               // (reason) -> None: the transport's abort (owned)
     double timeout;                     // seconds a Work may be pending; <= 0: no watchdog
+    std::string timeout_from;           // which timeout that is, as the message names it
 
     std::mutex mu;                      // guards what follows
     bool closing = false, closed = false, aborted = false;
@@ -116,10 +117,10 @@ struct Direct : std::enable_shared_from_this<Direct> {
     bool thread_started = false, stopping = false;
 
     Direct(uintptr_t comm_, int device_, int rank_, int size_, std::string group_, bool side_needed_,
-           py::object failure_, py::object abort_, double timeout_)
+           py::object failure_, py::object abort_, double timeout_, std::string timeout_from_)
         : comm(reinterpret_cast<anychip_comm>(comm_)), device(device_), rank(rank_), size(size_),
           group(std::move(group_)), side_needed(side_needed_), failure(failure_.release().ptr()),
-          abort_comm(abort_.release().ptr()), timeout(timeout_)
+          abort_comm(abort_.release().ptr()), timeout(timeout_), timeout_from(std::move(timeout_from_))
     {
     }
 
@@ -677,9 +678,9 @@ anychip_event Direct::expire(Clock::time_point now, std::string *why)
             return nullptr;
         std::string op = std::string(oldest->what()) + " (group " + group + ")";
         reason = op + " did not complete within " + secs.str() + " s on rank " + std::to_string(rank) +
-                 " (ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted";
+                 " (" + timeout_from + "); the communicator was aborted";
         *why = "rank " + std::to_string(rank) + ": " + op + " did not complete within " + secs.str() +
-               " s (ANYCHIP_COLLECTIVE_TIMEOUT)";
+               " s (" + timeout_from + ")";
         expired = reason;               // (the native transport's words for its own Works)
         stuck = oldest->take_event();
         closed = aborted = true;        // the pending Works' waits return and fail with `expired`
@@ -707,7 +708,7 @@ namespace anychip_torch {
 void bind_c10d(py::module_ &m)
 {
     py::class_<Direct, std::shared_ptr<Direct>>(m, "C10dDirect")
-        .def(py::init<uintptr_t, int, int, int, std::string, bool, py::object, py::object, double>())
+        .def(py::init<uintptr_t, int, int, int, std::string, bool, py::object, py::object, double, std::string>())
         .def("all_reduce", &Direct::all_reduce)
         .def("broadcast", &Direct::broadcast)
         .def("all_gather", &Direct::all_gather)

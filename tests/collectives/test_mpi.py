@@ -231,7 +231,8 @@ def timeout(comm, chk: Checker) -> None:
                        f"ranks {', '.join(map(str, others))} have not called it")
             chk.true(f"timeout after {took:.2f} s: {e}", 0.5 <= took < 5 and str(e) == (
                 f"all_reduce (op #1) on group {sub.transport.label} (MPI) did not complete within 0.5 s on rank 0 "
-                f"(ANYCHIP_COLLECTIVE_TIMEOUT): {missing} (no answer in 0.5 s: busy elsewhere, or stuck outside MPI)"))
+                f"(ANYCHIP_COLLECTIVE_TIMEOUT=0.5): {missing} (no answer in 0.5 s: busy elsewhere, or stuck outside "
+                "MPI)"))
         try:
             sub.all_reduce(b).wait()
             chk.true("timeout: the failed communicator accepted another op", False)
@@ -256,7 +257,7 @@ def timeout(comm, chk: Checker) -> None:
             except CollectiveTimeout as e:
                 chk.true(f"timeout without rank {last}: {e}", str(e) == (
                     f"all_reduce (op #1) on group {sub.transport.label} (MPI) did not complete within 0.5 s on rank "
-                    f"{comm.rank} (ANYCHIP_COLLECTIVE_TIMEOUT): rank {last} has not called it (no answer in 0.5 s: "
+                    f"{comm.rank} (ANYCHIP_COLLECTIVE_TIMEOUT=0.5): rank {last} has not called it (no answer in 0.5 s: "
                     "busy elsewhere, or stuck outside MPI)"))
         comm.barrier().wait()
         if comm.rank == last:

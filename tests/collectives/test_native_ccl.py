@@ -386,7 +386,7 @@ def test_an_op_that_never_runs_times_out_on_every_rank(backend):
         assert rc == 0, err
         kind, secs, msg = _result(out)
         assert (kind, msg) == ("CollectiveTimeout", f"all_reduce (group world.split1(color=0)) did not complete within "
-                               f"0.5 s on rank {r} (ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted")
+                               f"0.5 s on rank {r} (ANYCHIP_COLLECTIVE_TIMEOUT=0.5); the communicator was aborted")
         assert 1.4 < secs < 10, secs
         assert (f"LATER CollectiveError|communicator world.split1(color=0) was aborted: {msg}\n") in out, out
 
@@ -591,8 +591,32 @@ def test_a_library_is_called_as_its_calls_table_says():
             calls = {"all_reduce": ("f", "send recv stream count")}
 
 
-@pytest.mark.parametrize("own", [False, True])
-def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypatch, own):
+@pytest.mark.parametrize("backend, env", [*((b, None) for b in SIMS), ("ascend", "1")])
+def test_a_communicators_init_waits_for_its_peers_at_most_its_own_timeout(monkeypatch, backend, env):
+    """Rank 0 of 2 whose peer never joins: the simulated library's init gives up after the
+    group's own timeout (1 s, through the adapter's comm_init_rank_timeout), or
+    ANYCHIP_COLLECTIVE_TIMEOUT when set, naming the missing rank and which timeout applied.
+    Before, the init waited the default (300 s) whatever the group's timeout."""
+    if not _available(backend):
+        pytest.skip(f"{backend} is unavailable")
+    if env is None:
+        monkeypatch.delenv("ANYCHIP_COLLECTIVE_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", env)
+    dev = anychip.device(f"{backend}:0")
+    start = time.monotonic()
+    with pytest.raises(CollectiveError) as info:
+        native.NativeTransport(dev, 0, 2, "", "world", boot=FakeBoot(0, 2, None), timeout=None if env else 1.0)
+    took = time.monotonic() - start
+    source = "the communicator's own timeout" if env is None else "ANYCHIP_COLLECTIVE_TIMEOUT=1"
+    assert f"communicator of 2 ranks: ranks 1 did not join within 1 s ({source})" in str(info.value), info.value
+    assert 1.0 <= took < 10, took
+
+
+@pytest.mark.parametrize("own, env, source", [
+    (None, "0.2", "ANYCHIP_COLLECTIVE_TIMEOUT=0.2"), (0.2, None, "the group's own timeout"),
+    (5.0, "0.2", "ANYCHIP_COLLECTIVE_TIMEOUT=0.2, which overrides the group's own 5 s")])
+def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypatch, own, env, source):
     """The CUDA path (NcclTransport, cupy.cuda.nccl) with the stand-in, its event on a simulated
     stream held so that the op never completes: the watchdog fails the Work after the timeout
     (ANYCHIP_COLLECTIVE_TIMEOUT, or the transport's own: NCCL takes none, the watchdog applies
@@ -600,14 +624,14 @@ def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypa
     Work waited for ever (NCCL never times out)."""
     if not _available("ascend"):
         pytest.skip("ascend is unavailable")
-    if own:
+    if env is None:
         monkeypatch.delenv("ANYCHIP_COLLECTIVE_TIMEOUT", raising=False)
     else:
-        monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", "0.2")
+        monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", env)
     dev = anychip.device("ascend:0")
     nccl = FakeNccl(bytes(128))
     t = native.NcclTransport(dev, 1, 2, "", "world", nccl=nccl, boot=FakeBoot(1, 2, bytes(128)),
-                             timeout=0.2 if own else None)
+                             timeout=own)
     a = dev.alloc(64)
     s = anychip.Stream(dev)
     dev.plugin.sim_hold_stream(dev.index, s._live())
@@ -620,8 +644,9 @@ def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypa
     finally:
         dev.plugin.sim_release_stream(dev.index, s._live())     # (else the watchdog ends this process 10 s later)
     s.synchronize()
+    # which timeout applied, and where it came from
     assert str(info.value) == ("all_reduce (group world) did not complete within 0.2 s on rank 1 "
-                               "(ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted")
+                               f"({source}); the communicator was aborted")
     assert 1.2 <= took < 5, took
     assert nccl.calls[-1] == ("abort",)
     with pytest.raises(CollectiveError, match=r"^communicator world was aborted: all_reduce \(group world\) did not"):

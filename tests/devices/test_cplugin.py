@@ -489,11 +489,11 @@ def test_a_native_collective_that_never_completes_times_out(libs: dict[str, Path
     waited = float(lines[0].split()[2])
     assert 2.9 <= waited < 10, lines
     assert lines[0].endswith(" s: all_reduce (group world) did not complete within 2 s on rank 0 "
-                             "(ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted"), lines
+                             "(ANYCHIP_COLLECTIVE_TIMEOUT=2); the communicator was aborted"), lines
     # the first of ranks 1 and 2 to end says why; the launcher may end the other one first
     ended = [rank for rank in (1, 2) if (
         f"[{rank}] anychip: rank {rank}: all_reduce (group world) did not complete within 2 s "
-        f"(ANYCHIP_COLLECTIVE_TIMEOUT), and its work on thang:{rank} still runs 10 s after the abort: "
+        f"(ANYCHIP_COLLECTIVE_TIMEOUT=2), and its work on thang:{rank} still runs 10 s after the abort: "
         "nothing can end it; ending the process\n") in r.stderr]
     assert ended, r.stderr
     assert took < 60, took
@@ -510,7 +510,7 @@ def test_one_rank_whose_collective_never_completes_ends_the_job(libs: dict[str, 
     for rank in (0, 1):
         assert (f"all_reduce (thang collectives, group world) failed: thang collectives returned status 7: "
                 f"unknown status: rank {rank}: timed out after 2 s waiting for rank 2") in r.stdout, r.stdout + r.stderr
-    assert ("s: all_reduce (group world) did not complete within 2 s on rank 2 (ANYCHIP_COLLECTIVE_TIMEOUT); "
+    assert ("s: all_reduce (group world) did not complete within 2 s on rank 2 (ANYCHIP_COLLECTIVE_TIMEOUT=2); "
             "the communicator was aborted") in r.stdout, r.stdout
     assert r.returncode == 0 and took < 60, (took, r.stdout + r.stderr)
 

@@ -24,6 +24,9 @@ ANYCHIP = [sys.executable, "-m", "anychip.cli"]
 PIP = [sys.executable, "-m", "pip"]
 NAMES = {"c": "scafc", "python": "scafpy"}
 
+#: the module installs its projects into the venv (every process there sees them): never beside other tests
+pytestmark = pytest.mark.serial
+
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_DEVICES", "ANYCHIP_PLUGIN_PATH",

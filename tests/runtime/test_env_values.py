@@ -113,6 +113,20 @@ def test_a_groups_timeout_applies_unless_the_variable_is_set(monkeypatch):
     assert collective_timeout(2.5) == NEVER_S
 
 
+def test_a_timeouts_source_is_named_as_it_applies(monkeypatch):
+    """env.collective_timeout_from(group), the words every timeout error ends with: the variable
+    with its value (and the group's own it overrides), the group's own, or the default."""
+    from anychip.runtime.env import collective_timeout_from, collective_timeout_set
+    monkeypatch.delenv("ANYCHIP_COLLECTIVE_TIMEOUT", raising=False)
+    assert not collective_timeout_set()
+    assert collective_timeout_from() == "the default; ANYCHIP_COLLECTIVE_TIMEOUT is unset"
+    assert collective_timeout_from(2.5) == "the group's own timeout"
+    monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", " 7 ")
+    assert collective_timeout_set()
+    assert collective_timeout_from() == "ANYCHIP_COLLECTIVE_TIMEOUT=7"
+    assert collective_timeout_from(2.5) == "ANYCHIP_COLLECTIVE_TIMEOUT=7, which overrides the group's own 2.5 s"
+
+
 @pytest.mark.parametrize("device", SIM)
 def test_an_infinite_timeout_never_expires(device, monkeypatch):
     monkeypatch.setenv("ANYCHIP_COLLECTIVE_TIMEOUT", "inf")

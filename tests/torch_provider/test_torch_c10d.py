@@ -142,14 +142,14 @@ def test_a_plugin_collective_whose_work_outlives_the_abort_ends_the_process(tmp_
     assert sorted(done.stdout.splitlines()) == ["[0] PATH direct", "[1] PATH direct"], done.stdout
     for rank in (0, 1):
         assert (f"[{rank}] anychip: rank {rank}: all_reduce (group 0) did not complete within 2 s "
-                f"(ANYCHIP_COLLECTIVE_TIMEOUT), and its work on anychip:{rank} still runs 10 s after the abort: "
+                f"(the group's own timeout), and its work on anychip:{rank} still runs 10 s after the abort: "
                 "nothing can end it; ending the process\n") in done.stderr, done.stderr[-3000:]
     assert took < 90, took
 
 
 def _never_completed(rank: int) -> str:
     return (f"anychip c10d all_reduce (rank {rank} of 2, group 0): all_reduce (group 0) did not complete within 2 s "
-            f"on rank {rank} (ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted")
+            f"on rank {rank} (the group's own timeout); the communicator was aborted")
 
 
 @pytest.mark.slow
@@ -271,8 +271,18 @@ def test_each_group_times_out_at_its_own_timeout(direct, env, want):
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("[0] SHORT "))
     secs, msg = line.removeprefix("[0] SHORT ").split("|", 1)
     assert msg.startswith("anychip c10d all_reduce (rank 0 of 2, group "), msg
-    assert f"timed out after {want:.1f} s on rank 0: waiting for rank 1" in msg, msg
+    source = f"ANYCHIP_COLLECTIVE_TIMEOUT={env}" if env else "the communicator's own timeout"
+    assert f"timed out after {want:.1f} s on rank 0: waiting for rank 1 (last in op #1 all_reduce) ({source})" in msg, \
+        msg
     assert want - 0.5 < float(secs) < want + 6, secs
+    group = f"ANYCHIP_COLLECTIVE_TIMEOUT={env}, which overrides the group's own 2 s" if env else \
+        "the group's own timeout"
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("[0] SET "))
+    assert re.fullmatch(rf"\[0\] SET anychip c10d: the timeout of process group \S+ \({want:g} s, {re.escape(group)}\) "
+                        r"is fixed when the group is made, for its communicator's waits for its peers; make a group "
+                        r"with the timeout wanted \(torch.distributed.new_group\(ranks, timeout=...\)\), or set "
+                        r"ANYCHIP_COLLECTIVE_TIMEOUT before the groups are made; got "
+                        r"set_timeout\(datetime.timedelta\(seconds=60\)\)", line), line
 
 
 @pytest.mark.parametrize("direct", ["0", "1"])

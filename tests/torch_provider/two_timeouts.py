@@ -6,7 +6,8 @@
 Rank 1 skips an all_reduce on the short group: rank 0's fails after that group's timeout
 (printed: 'SHORT <seconds>|<message>'); then both ranks all_reduce on the world, which still
 works ('WORLD <value>'). Every rank prints 'ENV <ANYCHIP_COLLECTIVE_TIMEOUT or unset>' after
-the groups are made (the backend must not write it)."""
+the groups are made (the backend must not write it), and 'SET <error>' for the short group's
+set_timeout, which is refused."""
 import os
 import sys
 import time
@@ -24,6 +25,11 @@ short = dist.new_group([0, 1], timeout=timedelta(seconds=short_s))
 rank = dist.get_rank()
 after = os.environ.get("ANYCHIP_COLLECTIVE_TIMEOUT", "unset")
 print(f"ENV {before} {after}", flush=True)
+try:                                          # a group's timeout is fixed when it is made: refused
+    short.set_timeout(timedelta(seconds=60))
+    print("SET none", flush=True)
+except NotImplementedError as exc:
+    print(f"SET {exc}", flush=True)
 dev = torch.device("anychip", torch.accelerator.current_device_index())
 t = torch.ones(1 << 10, device=dev)
 dist.all_reduce(t, group=short)               # both ranks are up, on both groups

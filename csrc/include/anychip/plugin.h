@@ -75,9 +75,12 @@
  * peers before it fails with timeout_status (reported, as any failure of enqueued work, by
  * comm_get_async_error and get_last_error, whose detail should name the rank waited for).
  * anychip calls it, when the plugin's minor is >= 3 and the entry is set, with the timeout of
- * the group the communicator serves (a torch.distributed group's own timeout, else
- * ANYCHIP_COLLECTIVE_TIMEOUT); without it, comm_init_rank, and anychip's watchdog alone fails
- * an op still running a second past that timeout (its message then names no peer). Leave it
+ * the group the communicator serves (a torch.distributed group's own timeout, else the
+ * default). Where ANYCHIP_COLLECTIVE_TIMEOUT is set (it overrides every group's) anychip calls
+ * comm_init_rank instead, and a library with a timeout of its own takes the variable's (the
+ * template does), so that its errors can name it. Without the entry, comm_init_rank, and
+ * anychip's watchdog alone fails an op still running a second past the timeout (its message
+ * then names no peer). Leave it
  * unset where the library has no per-communicator timeout (the vendors' HCCL, BKCL and RCCL:
  * the adapters set it only over the simulator's libraries).
  *

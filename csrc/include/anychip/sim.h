@@ -76,6 +76,12 @@ int anychip_sim_ccl_abort(void *comm, const char *reason);
  * have no per-communicator timeout; the plugin.h adapters' comm_init_rank_timeout calls this
  * over the simulator). 0, or non-zero with anychip_sim_last_error set. */
 int anychip_sim_ccl_set_timeout(void *comm, double seconds);
+/* The timeout of the communicators the calling thread's later communicator inits make (HCCL's
+ * HcclCommInitRootInfo, BKCL's bkcl_init_rank, RCCL's ncclCommInitRank), as set_timeout gives
+ * it, and the most their init waits for the peers to join; 0 (the start) is the default,
+ * ANYCHIP_COLLECTIVE_TIMEOUT or 300 s. The plugin.h adapters' comm_init_rank_timeout sets it
+ * around its init over the simulator. 0, or non-zero with anychip_sim_last_error set. */
+int anychip_sim_ccl_init_timeout(double seconds);
 /* ANYCHIP-CDEF-END */
 
 #define ANYCHIP_SIM_IPC_MAGIC 0x41435349u /* "ISCA" */

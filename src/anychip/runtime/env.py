@@ -290,6 +290,26 @@ def collective_timeout(group: float | None = None) -> float:
     return min(value, NEVER_S)
 
 
+def collective_timeout_set() -> bool:
+    """Whether ``ANYCHIP_COLLECTIVE_TIMEOUT`` is set: it then overrides every group's own timeout,
+    and a library that reads it (the engine, the simulator's HCCL / BKCL / RCCL) is given none,
+    so that its timeout errors name the variable."""
+    return bool(_value("ANYCHIP_COLLECTIVE_TIMEOUT"))
+
+
+def collective_timeout_from(group: float | None = None) -> str:
+    """Where :func:`collective_timeout` ``(group)`` comes from, as timeout errors name it:
+    ``ANYCHIP_COLLECTIVE_TIMEOUT=V`` when set (and the group's own it overrides), else the
+    group's own timeout, else the default."""
+    name = "ANYCHIP_COLLECTIVE_TIMEOUT"
+    raw = _value(name)
+    if raw:
+        return f"{name}={raw}" + ("" if group is None else f", which overrides the group's own {group:g} s")
+    if group is not None:
+        return "the group's own timeout"
+    return f"the default; {name} is unset"
+
+
 def zero_copy_min() -> int:
     """``ANYCHIP_CCL_ZERO_COPY_MIN``: message bytes from which simulated chips reduce zero-copy
     (default in _variables.py)."""

@@ -40,7 +40,7 @@ from torch.futures import Future
 from ..collectives import Communicator, World
 from ..collectives.transports.choose import choose
 from ..collectives.transports.native import NativeTransport
-from ..runtime.env import NEVER_S, collective_timeout, launcher_int, torch_c10d_direct
+from ..runtime.env import NEVER_S, collective_timeout, collective_timeout_from, launcher_int, torch_c10d_direct
 from ..runtime.errors import AnychipError, CollectiveTimeout
 from . import _C, NAME, _state, _storage_buffer, anychip_device, device_count
 
@@ -227,7 +227,9 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         self._name = name
         #: seconds each op of the group may wait for its peers: ANYCHIP_COLLECTIVE_TIMEOUT when set,
         #: else the group's timeout (c10d gives every group one; its default is c10d's)
-        self.timeout = collective_timeout(None if timeout is None else max(timeout.total_seconds(), 0.001))
+        own = None if timeout is None else max(timeout.total_seconds(), 0.001)
+        self.timeout = collective_timeout(own)
+        self._timeout_from = collective_timeout_from(own)     # which one, for the timeout's message
         count = device_count()
         if count == 0:
             raise AnychipError("the anychip c10d backend needs an anychip device; none is available here")
@@ -243,7 +245,7 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         job = store.get(key).decode()
         world = World(rank, size, rank, size, job, "torch")
         comm_id = f"{job}.{name}"
-        transport = choose(self._adev, world, comm_id, name, self.timeout)
+        transport = choose(self._adev, world, comm_id, name, own)    # (it applies the variable, naming it)
         self.comm = Communicator(transport, self._adev, name)
         self._direct = self._make_direct(transport)
         self._trail = False           # set by an op that enqueues device work after its collectives
@@ -264,7 +266,8 @@ class ProcessGroupAnychip(dist.ProcessGroup):
         comm, _, null_stream = handle
         timeout = self.timeout                # the group's, as the transport's watchdog has it
         return _C.C10dDirect(comm, self._index, self.rank(), self.size(), self._name, not null_stream,
-                             transport.failure, transport.abort, timeout if timeout < NEVER_S else 0.0)
+                             transport.failure, transport.abort, timeout if timeout < NEVER_S else 0.0,
+                             self._timeout_from)
 
     # -- c10d bookkeeping ------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -293,6 +296,18 @@ class ProcessGroupAnychip(dist.ProcessGroup):
             while not work._finish(time.monotonic() + 0.05):
                 pass
             _settle(work, fut)
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        """Refused: a group's timeout is its communicator's, fixed when the group is made (the
+        libraries take it at their communicator's init and have no call to change it)."""
+        raise NotImplementedError(
+            f"anychip c10d: the timeout of process group {self._name} ({self.timeout:g} s, {self._timeout_from}) "
+            f"is fixed when the group is made, for its communicator's waits for its peers; make a group with "
+            f"the timeout wanted (torch.distributed.new_group(ranks, timeout=...)), or set "
+            f"ANYCHIP_COLLECTIVE_TIMEOUT before the groups are made; got set_timeout({timeout!r})")
+
+    def _set_default_timeout(self, timeout: timedelta) -> None:
+        self.set_timeout(timeout)
 
     def shutdown(self) -> None:
         if self._direct is not None:

@@ -106,7 +106,7 @@ def over_mpi(device: Device, flat: MpiTransport, label: str) -> Transport:
     hosts = list(dict.fromkeys(keys))
     members = [[r for r, k in enumerate(keys) if k == h] for h in hosts]
     if len(hosts) == 1:
-        shm = ShmTransport(device, flat.rank, flat.size, f"mpi{token}", label, flat.timeout)
+        shm = ShmTransport(device, flat.rank, flat.size, f"mpi{token}", label, flat.own_timeout)
         flat.close()
         return shm
     if len({len(m) for m in members}) != 1:

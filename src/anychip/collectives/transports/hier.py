@@ -101,7 +101,7 @@ class HierTransport(StagedTransport):
 
     def __init__(self, device: Device, flat: MpiTransport, members: list[list[int]], token: str,
                  label: str, regroup: Regroup) -> None:
-        super().__init__(device, label, flat.timeout)
+        super().__init__(device, label, flat.own_timeout)
         self.flat = flat
         self._regroup = regroup
         self.rank, self.size = flat.rank, flat.size
@@ -111,7 +111,7 @@ class HierTransport(StagedTransport):
         self.L, self.H = len(members[0]), len(members)
         self.local = _ShmHost(f"mpi{token}.h{self.host}", self.local_rank, self.L, label, self.timeout)
         cross = flat.comm.Split(self.local_rank, self.host)    # same local index, ordered by host
-        self.cross = MpiTransport(device, cross, f"{label} (across hosts)", self.timeout)
+        self.cross = MpiTransport(device, cross, f"{label} (across hosts)", self.own_timeout)
         self.token = token
         #: position (local index * H + host) -> world rank
         self.order = np.array([members[h][i] for i in range(self.L) for h in range(self.H)], dtype=np.intp)

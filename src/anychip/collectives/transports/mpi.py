@@ -215,7 +215,7 @@ class MpiTransport(StagedTransport):
         group = self.comm.Get_group().Incl(ranks)
         comm = self.comm.Create_group(group, zlib.crc32(tag.encode()) & 0x7FFF)
         group.Free()
-        return MpiTransport(self.device, comm, label, self.timeout)
+        return MpiTransport(self.device, comm, label, self.own_timeout)
 
     def close(self) -> None:
         comm, self.comm = self.comm, None
@@ -338,7 +338,7 @@ class MpiTransport(StagedTransport):
                 _abandon(self.MPI, reqs, f"{what} on group {self.label}")
                 raise CollectiveTimeout(
                     f"{what} (op #{self._opno}) on group {self.label} (MPI) did not complete within "
-                    f"{self.timeout:g} s on rank {self.rank} (ANYCHIP_COLLECTIVE_TIMEOUT): "
+                    f"{self.timeout:g} s on rank {self.rank} ({self.timeout_from}): "
                     + self._who_is_missing(what, peers))
 
     # -- naming the missing ranks of a timed-out op ------------------------------------

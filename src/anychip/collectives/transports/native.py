@@ -44,6 +44,9 @@ group's own, else ``ANYCHIP_COLLECTIVE_TIMEOUT``, which overrides it when set). 
 that takes a timeout per communicator (a plugin's ``comm_init_rank_timeout``, plugin.h
 minor 3: the simulator's HCCL / BKCL / RCCL, the C plugin template) is given it, so its
 waits for peers fail at that timeout naming the peer; the vendors' libraries have none.
+Where ``ANYCHIP_COLLECTIVE_TIMEOUT`` is set the library is given none (plain
+``comm_init_rank``) and reads the variable itself, so that its errors name it. Every timeout
+error says which timeout applied (``env.collective_timeout_from``).
 A library times out only where it waits for its peers, and NCCL not even there,
 so an op whose work never ends (a stuck kernel, a peer that never arrives at NCCL) would
 hang every rank. As ProcessGroupNCCL's watchdog does (``TORCH_NCCL_ASYNC_ERROR_HANDLING``),
@@ -70,7 +73,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, cast
 
-from ...runtime.env import NEVER_S, collective_timeout, zero_copy_min
+from ...runtime.env import NEVER_S, collective_timeout, collective_timeout_from, collective_timeout_set, zero_copy_min
 from ...runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError, UnsupportedError
 from ...runtime.native_ccl import NativeLibrary
 from ...runtime.stream import Event, Stream
@@ -201,6 +204,8 @@ class _Outcomes:
         # thread may run beside the rank's own
         self._lock = threading.RLock()
         self._timeout = collective_timeout(timeout)     # the group's (env.collective_timeout)
+        self._timeout_from = collective_timeout_from(timeout)   # which one, for the timeout's message
+        self._own_timeout = timeout                   # the group's own (None: none), which its sub-groups inherit
         self._stuck: tuple[Any, float, str] | None = None   # (event, when aborted, why): see _expire
         if self._timeout < NEVER_S:
             _watch(self)
@@ -238,14 +243,14 @@ class _Outcomes:
                 work._passed = True
                 continue
             reason = (f"{work._what} (group {self.label}) did not complete within {self._timeout:g} s on rank "
-                      f"{self.rank} (ANYCHIP_COLLECTIVE_TIMEOUT); the communicator was aborted")
+                      f"{self.rank} ({self._timeout_from}); the communicator was aborted")
             with self._lock:
                 if work._done or self._comm is None:
                     return
                 self._timed_out = True
                 work._abandon(CollectiveTimeout(reason))
             self._stuck = (event, time.monotonic(), f"rank {self.rank}: {work._what} (group {self.label}) did not "
-                           f"complete within {self._timeout:g} s (ANYCHIP_COLLECTIVE_TIMEOUT)")
+                           f"complete within {self._timeout:g} s ({self._timeout_from})")
             self.abort(reason)
             return
 
@@ -305,7 +310,10 @@ class NativeTransport(_Outcomes, Transport):
             uid = library.unique_id() if rank == 0 else None
             uid = self._boot.exchange(uid)[0]
             library.use_device(self._plugin, device.index)
-            self._comm = library.init_with_timeout(size, uid, rank, self._timeout)
+            if collective_timeout_set():        # the library reads the variable where it has a timeout
+                self._comm = library.init(size, uid, rank)
+            else:                               # the group's own timeout, or the default
+                self._comm = library.init_with_timeout(size, uid, rank, self._timeout)
         except BaseException:
             if boot is None:
                 self._boot.close()
@@ -409,7 +417,7 @@ class NativeTransport(_Outcomes, Transport):
         boot = self._boot.sub(ranks, tag, label)
         try:
             return NativeTransport(self.device, boot.rank, boot.size, "", label, boot=boot, library=self.lib,
-                                   timeout=self._timeout)
+                                   timeout=self._own_timeout)
         except BaseException:
             boot.close()
             raise
@@ -657,7 +665,7 @@ class NcclTransport(_Outcomes, Transport):
     def sub(self, ranks: list[int], tag: str, label: str) -> Transport:
         boot = self._boot.sub(ranks, tag, label)
         return NcclTransport(self.device, boot.rank, boot.size, "", label, nccl=self.nccl, boot=boot,
-                             timeout=self._timeout)
+                             timeout=self._own_timeout)
 
     def abort(self, reason: str) -> None:
         with self._lock:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...runtime.env import collective_check, collective_timeout, zero_copy_min
+from ...runtime.env import collective_check, collective_timeout, collective_timeout_set, zero_copy_min
 from ...runtime.errors import CollectiveError, InvalidArgumentError
 from .._engine import DTYPES as CCL_DTYPES
 from .._engine import KINDS, REDOPS, STATUS, engine, error_of
@@ -99,9 +99,12 @@ class ShmTransport(Transport):
         self._zero_op = bytes(ffi.sizeof("ccl_op"))
         zc_min = zero_copy_min()              # bad variables are refused before the segment exists
         #: seconds each op waits for the peers: the group's timeout (env.collective_timeout)
+        self.own_timeout = timeout                    # the group's own (None: none), which its sub-groups inherit
         self.timeout = timeout = collective_timeout(timeout)
         out = ffi.new("ccl_comm **")
-        rc = lib.ccl_comm_init(comm_id.encode(), rank, size, timeout, out)
+        # where ANYCHIP_COLLECTIVE_TIMEOUT applies the engine reads it itself, so that its timeout
+        # errors name the variable (else the communicator's own timeout)
+        rc = lib.ccl_comm_init(comm_id.encode(), rank, size, 0.0 if collective_timeout_set() else timeout, out)
         if rc:
             raise error_of(rc, f"communicator {label}: " + ffi.string(lib.ccl_init_error()).decode())
         self._comm = out[0]
@@ -177,7 +180,7 @@ class ShmTransport(Transport):
 
     def sub(self, ranks: list[int], tag: str, label: str) -> Transport:
         return ShmTransport(self.device, ranks.index(self.rank), len(ranks), f"{self.comm_id}.{tag}", label,
-                            self.timeout)
+                            self.own_timeout)
 
     def abort(self, reason: str) -> None:
         if self._comm is not None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...runtime.env import collective_check, collective_timeout
+from ...runtime.env import collective_check, collective_timeout, collective_timeout_from
 from ...runtime.errors import CollectiveError
 from ..communicator import OpSpec, Work
 from .base import Transport, same_span, sizes
@@ -118,6 +118,8 @@ class StagedTransport(Transport):
         self.device = device
         self.label = label
         self.timeout = collective_timeout(timeout)      # the group's (env.collective_timeout)
+        self.timeout_from = collective_timeout_from(timeout)    # which one, for the timeout's message
+        self.own_timeout = timeout                  # the group's own (None: none), which its sub-groups inherit
         self._failed: str | None = None
         self._staging: dict[str, np.ndarray] = {}
 
