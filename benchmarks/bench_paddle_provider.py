@@ -142,16 +142,24 @@ def part_ops_and_steps(device: str = "anychip_ascend:0", root: str | None = None
               f"{c[key] * 1e3:>10.2f}")
 
 
+def _scaffold_bridge(tmp: str) -> str:
+    """Scaffold the C plugin `mychip` in tmp (`anychip plugin new`), build it, and compile its Paddle
+    bridge; returns the CUSTOM_DEVICE_ROOT that holds the bridge."""
+    anychip = [sys.executable, "-m", "anychip"]
+    subprocess.run([*anychip, "plugin", "new", "mychip", "--dir", tmp], check=True, capture_output=True)
+    subprocess.run(["make", "-s", "-C", os.path.join(tmp, "mychip")], check=True, capture_output=True)
+    root = os.path.join(tmp, "paddle")
+    subprocess.run([*anychip, "plugin", "paddle", os.path.join(tmp, "mychip", "libmychip.so"), "--dest", root],
+                   check=True, capture_output=True)
+    return root
+
+
 def part_cplugin() -> None:
     """part_ops_and_steps on a scaffolded C plugin (`anychip plugin new`, its host-loop kernel table)."""
-    anychip = [sys.executable, "-m", "anychip"]
     with tempfile.TemporaryDirectory(prefix="bench-cplugin-") as tmp:
-        subprocess.run([*anychip, "plugin", "new", "mychip", "--dir", tmp], check=True, capture_output=True)
-        subprocess.run(["make", "-s", "-C", os.path.join(tmp, "mychip")], check=True, capture_output=True)
-        subprocess.run([*anychip, "plugin", "paddle", os.path.join(tmp, "mychip", "libmychip.so"), "--dest",
-                        os.path.join(tmp, "paddle")], check=True, capture_output=True)
+        root = _scaffold_bridge(tmp)
         print("\n(a C plugin: `anychip plugin new mychip`, its host-loop kernel table)")
-        part_ops_and_steps("anychip_mychip:0", os.path.join(tmp, "paddle"))
+        part_ops_and_steps("anychip_mychip:0", root)
 
 
 LM_SCRIPT = r"""
@@ -220,15 +228,11 @@ def _lm_rel(got: list[float], want: list[float]) -> float:
 def part_lm(steps: int = 20) -> None:
     """The Transformer LM on the simulated Ascend and a scaffolded C plugin, as a plain script and
     under Paddle's launcher, each against Paddle's CPU place in the same process."""
-    anychip = [sys.executable, "-m", "anychip"]
     with tempfile.TemporaryDirectory(prefix="bench-lm-") as tmp:
-        subprocess.run([*anychip, "plugin", "new", "mychip", "--dir", tmp], check=True, capture_output=True)
-        subprocess.run(["make", "-s", "-C", os.path.join(tmp, "mychip")], check=True, capture_output=True)
-        subprocess.run([*anychip, "plugin", "paddle", os.path.join(tmp, "mychip", "libmychip.so"), "--dest",
-                        os.path.join(tmp, "paddle")], check=True, capture_output=True)
+        plugin_root = _scaffold_bridge(tmp)
         script = Path(tmp) / "lm.py"
         script.write_text(LM_SCRIPT)
-        targets = (("anychip_ascend:0", None), ("anychip_mychip:0", os.path.join(tmp, "paddle")))
+        targets = (("anychip_ascend:0", None), ("anychip_mychip:0", plugin_root))
         print(f"\nlm: a 2-layer TransformerEncoder LM (vocabulary 1000, width 128, batch 8 x 32), {steps} AdamW "
               "steps; loss rel = the losses' max relative difference from Paddle's CPU place in the same "
               "process; step = median ms per step (loss read back), cpu = Paddle's CPU place there")
