@@ -141,6 +141,23 @@ def build_scaffold(directory: Path, name: str = SCAFFOLD) -> Path:
                           lib, roots=(directory,))
 
 
+
+def build_template_wrapper(cc: str, project: Path, wrapper: Path, lib: Path, *defines: str,
+                           opt: str = "-O1", includes: tuple[Path, ...] = (), roots: tuple[Path, ...] = ()) -> Path:
+    """A test plugin made of a rendered C template ``project`` (`anychip plugin new NAME`, without
+    collectives) and ``wrapper`` (tests/c), which includes the template's internal header (passed as
+    TEMPLATE_HEADER) and wraps its init: the template's NAME.c is compiled with its
+    anychip_plugin_init renamed template_plugin_init, and linked with the wrapper and src/kernels.c.
+    ``defines`` are the wrapper's -D flags; both compiles are cached (cached_compile)."""
+    name = project.name
+    common = [opt, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-fvisibility=hidden",
+              f"-I{project / 'include'}", *(f"-I{p}" for p in includes)]
+    obj = lib.parent / f"{lib.stem}.template.o"
+    cached_compile([cc, "-c", *common, "-Danychip_plugin_init=template_plugin_init", "-o", str(obj),
+                    str(project / "src" / f"{name}.c")], obj, roots=roots)
+    return cached_compile([cc, *common, "-shared", f'-DTEMPLATE_HEADER="{project / "src" / f"{name}.h"}"',
+                           *defines, "-o", str(lib), str(wrapper), str(project / "src" / "kernels.c"), str(obj),
+                           "-lpthread", "-lm"], lib, roots=roots)
 @pytest.fixture(scope="session")
 def scaffold_plugin(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The scaffolded C plugin, loaded once (its CPlugin instance; not registered)."""

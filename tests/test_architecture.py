@@ -467,7 +467,10 @@ def misplaced_units(csrc: Path) -> list[str]:
 
 
 def test_units_are_compiled_not_included() -> None:
+    """csrc, and tests/c's programs and test plugins (those over the C template include its
+    internal header, src/NAME.h, and link its sources)."""
     assert misplaced_units(ROOT / "csrc") == []
+    assert misplaced_units(ROOT / "tests" / "c") == []
 
 
 def test_a_misplaced_unit_is_reported(tmp_path: Path) -> None:

@@ -5,10 +5,12 @@
  * planted defect (read once, when the library is loaded). The suite must pass the library without
  * a defect and fail it with each one.
  *
- * Built by tests/conformance/test_conformance_mutants.py with
- *   -DTEMPLATE_SOURCE="\"<rendered project>/src/<name>.c\"" -DNAME="\"<backend name>\"" -I csrc/common
+ * Built by tests/conformance/test_conformance_mutants.py (tests/conftest.py's build_template_wrapper) with
+ *   -DTEMPLATE_HEADER="\"<rendered project>/src/<name>.h\"" -DNAME="\"<backend name>\"" -I csrc/common
  * and linked with the project's src/kernels.c (the kernel table, KERNELS, whose entries the
- * kernel defects wrap).
+ * kernel defects wrap) and its src/<name>.c, compiled with -Danychip_plugin_init=template_plugin_init:
+ * this file's anychip_plugin_init wraps the template's, and the entries it changes call the
+ * template's own (`base`).
  *
  * The collectives run in the calling thread once the stream's earlier work is done, in rounds of
  * MUTANT_CHUNK bytes (default 1 MiB) per rank: each rank puts its part of the round in its slot
@@ -53,9 +55,15 @@
  *                          late_redop (chunks after the first are summed, whatever the reduce op),
  *                          swap_same_peer (two messages to one peer in a group arrive in reverse order)
  */
-#define anychip_plugin_init template_plugin_init
-#include TEMPLATE_SOURCE
-#undef anychip_plugin_init
+#include TEMPLATE_HEADER
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the template's own anychip_plugin_init, compiled under this name (see the top) */
+anychip_status template_plugin_init(anychip_plugin *p);
+static anychip_plugin base;                              /* the template's entries, as it filled them */
 
 #include "half.h"
 
@@ -115,7 +123,7 @@ static anychip_status mutant_stream_query(int d, anychip_stream s) {
         pthread_mutex_unlock(&s->lock);
         return idle ? S_OK : S_NOT_READY;
     }
-    anychip_status rc = stream_query(d, s);
+    anychip_status rc = base.stream_query(d, s);
     if (defect == D_NEVER_DONE && rc == S_OK) return S_NOT_READY;
     return defect == D_QUERY_ALWAYS_DONE && rc == S_NOT_READY ? S_OK : rc;
 }
@@ -127,7 +135,7 @@ static anychip_status mutant_event_query(int d, anychip_event e) {
         pthread_mutex_unlock(&e->lock);
         return done ? S_OK : S_NOT_READY;
     }
-    anychip_status rc = event_query(d, e);
+    anychip_status rc = base.event_query(d, e);
     if (defect == D_NEVER_DONE && rc == S_OK) return S_NOT_READY;
     return defect == D_EVENT_QUERY_ALWAYS_DONE && rc == S_NOT_READY ? S_OK : rc;
 }
@@ -151,11 +159,11 @@ static anychip_status mutant_event_record(int d, anychip_event e, anychip_stream
         pthread_mutex_unlock(&e->lock);
         pthread_mutex_unlock(&firsts_lock);
     }
-    return event_record(d, e, s);
+    return base.event_record(d, e, s);
 }
 
 static anychip_status mutant_elapsed(int d, float *ms, anychip_event a, anychip_event b) {
-    anychip_status rc = event_elapsed_ms(d, ms, a, b);
+    anychip_status rc = base.event_elapsed_ms(d, ms, a, b);
     if (rc == S_OK && defect == D_ELAPSED_FIRST_RECORD) {
         pthread_mutex_lock(&firsts_lock);
         for (int i = 0; i < nfirsts; i++)
@@ -186,7 +194,7 @@ static anychip_status mutant_wait_event(int d, anychip_stream s, anychip_event e
         pthread_mutex_unlock(&lazy_lock);
         return S_OK;
     }
-    return defect == D_WAIT_EVENT_IGNORED ? S_OK : stream_wait_event(d, s, e);
+    return defect == D_WAIT_EVENT_IGNORED ? S_OK : base.stream_wait_event(d, s, e);
 }
 
 static anychip_status bind_lazy_wait(int d, anychip_stream s) {
@@ -198,7 +206,7 @@ static anychip_status bind_lazy_wait(int d, anychip_stream s) {
             lazy_waits[i].s = NULL;
         }
     pthread_mutex_unlock(&lazy_lock);
-    return e ? stream_wait_event(d, s, e) : S_OK;
+    return e ? base.stream_wait_event(d, s, e) : S_OK;
 }
 
 static size_t copied(size_t n) {
@@ -206,7 +214,7 @@ static size_t copied(size_t n) {
 }
 
 static anychip_status mutant_copy(int d, void *dst, const void *src, size_t n, anychip_copy_kind kind) {
-    return copy_sync(d, dst, src, copied(n), kind);
+    return base.copy(d, dst, src, copied(n), kind);
 }
 
 static anychip_status mutant_copy_async(int d, void *dst, const void *src, size_t n, anychip_copy_kind kind,
@@ -234,7 +242,7 @@ static anychip_status mutant_copy_peer(int dd, void *dst, int sd, const void *sr
 }
 
 static anychip_status mutant_alloc(int d, size_t nbytes, void **ptr) {
-    anychip_status rc = mem_alloc(d, nbytes, ptr);
+    anychip_status rc = base.mem_alloc(d, nbytes, ptr);
     if (rc == S_OK && defect == D_MEM_INFO_DRIFT) {     /* the padding counted twice, freed once */
         DEVICE(dev, d);
         size_t size = nbytes ? (nbytes + 255) & ~(size_t)255 : 256;
@@ -253,7 +261,7 @@ static anychip_status mutant_free(int d, void *ptr) {
         for (size_t i = 0; i < dev->nallocs; i++)
             if (dev->allocs[i].base == (uintptr_t)ptr) held = dev->allocs[i].size;
         pthread_mutex_unlock(&dev->lock);
-        anychip_status rc = mem_free(d, ptr);
+        anychip_status rc = base.mem_free(d, ptr);
         if (rc == S_OK) {
             pthread_mutex_lock(&dev->lock);
             dev->used += held;
@@ -261,12 +269,12 @@ static anychip_status mutant_free(int d, void *ptr) {
         }
         return rc;
     }
-    anychip_status rc = mem_free(d, ptr);
+    anychip_status rc = base.mem_free(d, ptr);
     return defect == D_BAD_FREE_OK && rc == S_BAD_POINTER ? S_OK : rc;
 }
 
 static anychip_status mutant_mem_info(int d, size_t *free_bytes, size_t *total) {
-    anychip_status rc = mem_info(d, free_bytes, total);
+    anychip_status rc = base.mem_info(d, free_bytes, total);
     static size_t peak[MAX_DEVICES];
     if (rc == S_OK && defect == D_MEM_INFO_PEAK && d >= 0 && d < MAX_DEVICES) {
         if (*total - *free_bytes > peak[d]) peak[d] = *total - *free_bytes;
@@ -481,7 +489,7 @@ static anychip_status begin(anychip_comm c, anychip_stream s, int kind, const vo
     c->last.op = op;
     if (!c->first_stream) c->first_stream = s;
     if (defect == D_FIRST_OP_STREAM) s = c->first_stream;
-    return defect == D_NO_STREAM_WAIT ? S_OK : stream_synchronize(c->device, s);
+    return defect == D_NO_STREAM_WAIT ? S_OK : base.stream_synchronize(c->device, s);
 }
 
 /* the reduce op of the chunk at element `at` (late_redop: sum past the first chunk) */
@@ -772,7 +780,7 @@ static anychip_status corrupt(int d, anychip_stream s, anychip_status rc, void *
                               int added) {
     int flush = defect == D_SUBNORMAL_FLUSH && is_float(t), ff = defect == D_BOOL_FF && t == ANYCHIP_BOOL;
     if (rc || count <= 0 || !(added || flush || ff)) return rc;
-    if ((rc = stream_synchronize(d, s))) return rc;
+    if ((rc = base.stream_synchronize(d, s))) return rc;
     for (int64_t e = 0; e < count; e++) {
         char *p = (char *)out + e * ITEM[t];
         if (added) add_one(p, t);
@@ -789,14 +797,14 @@ static pthread_mutex_t at_once_lock = PTHREAD_MUTEX_INITIALIZER;
 static anychip_stream kernel_stream(int d, anychip_stream s) {
     if (defect != D_KERNELS_AT_ONCE || d < 0 || d >= 64) return s;
     pthread_mutex_lock(&at_once_lock);
-    if (!at_once[d] && stream_create(d, &at_once[d])) at_once[d] = NULL;
+    if (!at_once[d] && base.stream_create(d, &at_once[d])) at_once[d] = NULL;
     anychip_stream own = at_once[d];
     pthread_mutex_unlock(&at_once_lock);
     return own ? own : s;
 }
 
 static anychip_status at_once_done(int d, anychip_stream s, anychip_stream ran, anychip_status rc) {
-    return rc || ran == s ? rc : stream_synchronize(d, ran);
+    return rc || ran == s ? rc : base.stream_synchronize(d, ran);
 }
 
 static anychip_status mutant_binary(int d, anychip_stream s, anychip_binary_op op, anychip_dtype t, int ndim,
@@ -859,6 +867,7 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p);
 ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     anychip_status rc = template_plugin_init(p);
     if (rc) return rc;
+    base = *p;
     if ((rc = read_defect())) return rc;
     snprintf(p->device_type, sizeof p->device_type, "%s", NAME);
     p->timeout_status = S_TIMEOUT;

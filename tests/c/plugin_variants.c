@@ -1,9 +1,12 @@
 /*
  * Test plugins: the device `anychip plugin new` generates, changed in one way each.
  *
- * Built by tests/devices/test_cplugin.py (and test_cplugin_kernels.py, test_torch_c10d.py) with
- *   -DTEMPLATE_SOURCE="\"<rendered project>/src/<name>.c\"" -DNAME="\"<backend name>\"" -DVARIANT_<X>
- * and linked with the project's src/kernels.c (the kernel table, KERNELS).
+ * Built by tests/conftest.py's build_template_wrapper (for test_cplugin.py, test_cplugin_kernels.py,
+ * test_torch_c10d.py) with
+ *   -DTEMPLATE_HEADER="\"<rendered project>/src/<name>.h\"" -DNAME="\"<backend name>\"" -DVARIANT_<X>
+ * and linked with the project's src/kernels.c (the kernel table, KERNELS) and its src/<name>.c, compiled
+ * with -Danychip_plugin_init=template_plugin_init: this file's anychip_plugin_init wraps the template's.
+ * The template's internals it uses (the stream, event and device structures, enqueue) are in <name>.h.
  * VARIANT_GOOD            the template as it is
  * VARIANT_NO_INIT         exports no anychip_plugin_init
  * VARIANT_MAJOR2          claims plugin ABI 2.0
@@ -36,11 +39,16 @@
 #ifdef VARIANT_CCL_HANG
 #define VARIANT_CCL_SHM
 #endif
-#define anychip_plugin_init template_plugin_init
-#include TEMPLATE_SOURCE
+#include TEMPLATE_HEADER
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
-#undef anychip_plugin_init
+
+/* the template's own anychip_plugin_init, compiled under this name (see the top) */
+anychip_status template_plugin_init(anychip_plugin *p);
+static __attribute__((unused)) anychip_plugin base;      /* the template's entries, as it filled them */
 
 #if defined(VARIANT_CCL_SELF) || defined(VARIANT_CCL_NOOP) || defined(VARIANT_CCL_SHM)
 #define S_TIMEOUT 7
@@ -154,7 +162,7 @@ static void reduce_slots(anychip_comm c, void *out, size_t n, anychip_dtype t, a
  * CCL_HANG_ABORT_ENDS, the communicator keeps its first such event, which comm_abort ends) */
 static anychip_status never_ending(anychip_comm c, anychip_stream s) {
     anychip_event e;
-    anychip_status rc = event_create(c->device, &e);
+    anychip_status rc = base.event_create(c->device, &e);
     if (rc) return rc;
     pthread_mutex_lock(&e->lock);
     uint64_t gen = ++e->recorded;
@@ -174,7 +182,7 @@ static anychip_status all_reduce(const void *send, void *recv, size_t count, any
     if (c->hang) return never_ending(c, s);
 #endif
     size_t size = dtype_size(t), per = SLOT / size;
-    anychip_status rc = stream_synchronize(c->device, s);     /* ordered after the stream's work */
+    anychip_status rc = base.stream_synchronize(c->device, s);     /* ordered after the stream's work */
     for (size_t at = 0; rc == S_OK && at < count; at += per) {
         size_t n = count - at < per ? count - at : per;
         memcpy(c->slots + (size_t)c->rank * SLOT, (const char *)send + at * size, n * size);
@@ -188,7 +196,7 @@ static anychip_status all_reduce(const void *send, void *recv, size_t count, any
 static anychip_status all_gather(const void *send, void *recv, size_t count, anychip_dtype t, anychip_comm c,
                                  anychip_stream s) {
     size_t bytes = count * dtype_size(t);
-    anychip_status rc = stream_synchronize(c->device, s);
+    anychip_status rc = base.stream_synchronize(c->device, s);
     for (size_t at = 0; rc == S_OK && at < bytes; at += SLOT) {
         size_t n = bytes - at < SLOT ? bytes - at : SLOT;
         memcpy(c->slots + (size_t)c->rank * SLOT, (const char *)send + at, n);
@@ -203,7 +211,7 @@ static anychip_status broadcast(const void *send, void *recv, size_t count, anyc
                                 anychip_comm c, anychip_stream s) {
     size_t bytes = count * dtype_size(t);
     if (root < 0 || root >= c->nranks) return fail(S_INVALID, "broadcast: root %d of %d ranks", root, c->nranks);
-    anychip_status rc = stream_synchronize(c->device, s);
+    anychip_status rc = base.stream_synchronize(c->device, s);
     for (size_t at = 0; rc == S_OK && at < bytes; at += SLOT) {
         size_t n = bytes - at < SLOT ? bytes - at : SLOT;
         if (c->rank == root) memcpy(c->slots, (const char *)send + at, n);
@@ -321,6 +329,7 @@ ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p);
 ANYCHIP_PLUGIN_EXPORT anychip_status anychip_plugin_init(anychip_plugin *p) {
     anychip_status rc = template_plugin_init(p);
     if (rc) return rc;
+    base = *p;
     snprintf(p->device_type, sizeof p->device_type, "%s", NAME);
 #if defined(VARIANT_MAJOR2)
     p->major = 2;

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, LONG_TEST_SECONDS
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, LONG_TEST_SECONDS, build_template_wrapper
 
 from anychip.conformance.cases import CASE_NAMES
 from anychip.scaffold import new_plugin
@@ -104,15 +104,9 @@ FAULT_MUTANTS = {"abort_silent"}
 def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("mutants")
     project = new_plugin(NAME, "c", root)
-    lib = root / f"lib{NAME}.so"
-    cmd = [CC, "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-fvisibility=hidden",
-           f"-I{project / 'include'}", f"-I{ROOT / 'csrc' / 'common'}",
-           f'-DTEMPLATE_SOURCE="{project / "src" / f"{NAME}.c"}"', f'-DNAME="{NAME}"', "-o", str(lib),
-           str(HERE.parent / "c" / "conformance_mutants.c"),
-           str(project / "src" / "kernels.c"), "-lpthread", "-lm"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return lib
+    return build_template_wrapper(CC, project, HERE.parent / "c" / "conformance_mutants.c", root / f"lib{NAME}.so",
+                                  f'-DNAME="{NAME}"', opt="-O2", includes=(ROOT / "csrc" / "common",),
+                                  roots=(root,))
 
 
 def _certify(library: Path, tmp_path: Path, defect: str | None, *args: str) -> tuple[int, dict, str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CHILD_SECONDS, cached_compile
+from conftest import CHILD_SECONDS, build_template_wrapper, cached_compile
 
 import anychip
 from anychip.chips import cplugin
@@ -41,12 +41,8 @@ def _build(project: Path, variant: str, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     lib = out / f"lib{VARIANTS[variant].lower()}_{variant.lower()}.so"
     flag = "GOOD" if variant == "TAKEN" else variant
-    cmd = [CC, "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-fvisibility=hidden",
-           f"-I{project / 'include'}", f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"',
-           f'-DNAME="{VARIANTS[variant]}"', f"-DVARIANT_{flag}", "-o", str(lib),
-           str(HERE.parent / "c" / "plugin_variants.c"), str(project / "src" / "kernels.c"),
-           "-lpthread", "-lm"]
-    return cached_compile(cmd, lib, roots=(project.parent,))
+    return build_template_wrapper(CC, project, HERE.parent / "c" / "plugin_variants.c", lib,
+                                  f'-DNAME="{VARIANTS[variant]}"', f"-DVARIANT_{flag}", roots=(project.parent,))
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import CHILD_SECONDS, cached_compile
+from conftest import CHILD_SECONDS, build_template_wrapper
 
 import anychip
 from anychip.chips import cplugin
@@ -38,12 +38,8 @@ ANYCHIP = [sys.executable, "-m", "anychip.cli"]
 
 def build_variant(project: Path, variant: str, name: str, out: Path) -> Path:
     lib = out / f"lib{name}.so"
-    return cached_compile([CC, "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
-                           "-fvisibility=hidden", f"-I{project / 'include'}",
-                           f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"', f'-DNAME="{name}"',
-                           f"-DVARIANT_{variant}", "-o", str(lib), str(HERE.parent / "c" / "plugin_variants.c"),
-                           str(project / "src" / "kernels.c"),
-                           "-lpthread", "-lm"], lib, roots=(project.parent,))
+    return build_template_wrapper(CC, project, HERE.parent / "c" / "plugin_variants.c", lib,
+                                  f'-DNAME="{name}"', f"-DVARIANT_{variant}", roots=(project.parent,))
 
 
 @pytest.fixture(scope="module")

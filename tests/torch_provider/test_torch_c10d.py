@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (pip install 'anychip[torch]')")
 
-from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, ccl_segments, leaked_segments
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, build_template_wrapper, ccl_segments, leaked_segments
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -82,14 +82,9 @@ def _test_plugin(tmp_path: Path, name: str, variant: str) -> Path:
     """The test plugin of tests/c/plugin_variants.c's VARIANT_<variant>, as backend `name`."""
     from anychip.scaffold import new_plugin
     project = new_plugin("tmpl", "c", tmp_path)
-    lib = tmp_path / f"lib{name}.so"
-    subprocess.run([os.environ.get("CC", "cc"), "-O1", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
-                    "-fvisibility=hidden", f"-I{project / 'include'}",
-                    f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"', f'-DNAME="{name}"', f"-DVARIANT_{variant}",
-                    "-o", str(lib), str(ROOT / "tests" / "c" / "plugin_variants.c"),
-                    str(project / "src" / "kernels.c"), "-lpthread", "-lm"],
-                   check=True, capture_output=True, text=True)
-    return lib
+    return build_template_wrapper(os.environ.get("CC", "cc"), project, ROOT / "tests" / "c" / "plugin_variants.c",
+                                  tmp_path / f"lib{name}.so", f'-DNAME="{name}"', f"-DVARIANT_{variant}",
+                                  roots=(tmp_path,))
 
 
 @pytest.mark.slow

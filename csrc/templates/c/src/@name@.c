@@ -69,23 +69,11 @@ anychip_status fail(anychip_status s, const char *fmt, ...) {
 static const char *get_last_error(void) { return last_error[0] ? last_error : NULL; }
 
 /* ---- devices and their memory ---------------------------------------------------------- */
-#define MAX_DEVICES 64
-
-typedef struct { uintptr_t base; size_t size; } allocation;
-
-struct device {
-    pthread_mutex_t lock;
-    size_t capacity, used;
-    allocation *allocs;                 /* live allocations, unordered */
-    size_t nallocs, cap;
-    struct anychip_stream_s *streams;   /* live streams (device_synchronize) */
-};
-
 static device devices[MAX_DEVICES];
 int ndevices;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-static long env_long(const char *name, long dflt, long lo, long hi) {
+long env_long(const char *name, long dflt, long lo, long hi) {
     const char *v = getenv(name);
     if (!v || !*v) return dflt;
     char *end;
@@ -193,19 +181,10 @@ static anychip_status check_copy(int d, device *dev, void *dst, const void *src,
 }
 
 /* ---- events ------------------------------------------------------------------------ */
-struct anychip_event_s {
-    int device;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    uint64_t recorded;          /* generation of the last record */
-    uint64_t completed;         /* generation the stream has reached */
-    struct timespec when;       /* when the last completed record ran */
-    int refs;                   /* the handle's, and one per queued record / wait */
-};
 
 /* An event destroyed while a record or wait of it is still queued lives until that task
  * has run (CUDA and ACL allow destroying such an event). */
-static void event_release(struct anychip_event_s *e) {
+void event_release(struct anychip_event_s *e) {
     if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) == 0) {
         pthread_mutex_destroy(&e->lock);
         pthread_cond_destroy(&e->cond);
@@ -287,7 +266,7 @@ anychip_status enqueue(anychip_stream s, task tmpl) {
 }
 
 /* a record or wait holds its event until it has run */
-static anychip_status enqueue_event_task(anychip_stream s, task tmpl) {
+anychip_status enqueue_event_task(anychip_stream s, task tmpl) {
     __atomic_add_fetch(&tmpl.event->refs, 1, __ATOMIC_RELAXED);
     anychip_status st = enqueue(s, tmpl);
     if (st != S_OK) event_release(tmpl.event);

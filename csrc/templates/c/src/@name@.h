@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #pragma GCC visibility push(hidden)
 
@@ -39,8 +40,21 @@ enum {
 /* returns s, keeping the message as this thread's last error (get_last_error) */
 anychip_status fail(anychip_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* a variable's value when it is a number in [lo, hi], else dflt */
+long env_long(const char *name, long dflt, long lo, long hi);
+
 /* ---- devices and their memory (@name@.c) ------------------------------------------------- */
-typedef struct device device;
+#define MAX_DEVICES 64
+
+typedef struct { uintptr_t base; size_t size; } allocation;
+
+typedef struct device {
+    pthread_mutex_t lock;
+    size_t capacity, used;
+    allocation *allocs;                 /* live allocations, unordered */
+    size_t nallocs, cap;
+    struct anychip_stream_s *streams;   /* live streams (device_synchronize) */
+} device;
 
 extern int ndevices;
 device *get_device(int d);                                 /* NULL: no such device */
@@ -81,7 +95,23 @@ struct anychip_stream_s {
 };
 
 anychip_status enqueue(anychip_stream s, task tmpl);      /* a copy of tmpl onto the stream */
+anychip_status enqueue_event_task(anychip_stream s, task tmpl);  /* the same for a record or wait */
 anychip_status copy_async(int d, void *dst, const void *src, size_t n, anychip_copy_kind kind, anychip_stream s);
+
+/* ---- events (@name@.c) -------------------------------------------------------------------- */
+struct anychip_event_s {
+    int device;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    uint64_t recorded;          /* generation of the last record */
+    uint64_t completed;         /* generation the stream has reached */
+    struct timespec when;       /* when the last completed record ran */
+    int refs;                   /* the handle's, and one per queued record / wait */
+};
+
+/* drops one reference: the handle's (event_destroy) or a queued record's / wait's, which hold
+ * the event until they have run; the last one frees it */
+void event_release(struct anychip_event_s *e);
 
 /* ---- tensor kernels (kernels.c) ---------------------------------------------------------- */
 extern const anychip_kernels KERNELS;

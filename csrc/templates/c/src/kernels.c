@@ -237,6 +237,19 @@ struct kernel_call {
         }                                                                                        \
     } while (0)
 
+/* steps the index idx over the first `dims` dimensions of the call's shape, the last of them
+ * fastest, and the operands' element offsets *at_a, *at_b along with it by their strides */
+static void next_index(const struct kernel_call *c, int dims, int64_t *idx, int64_t *at_a, int64_t *at_b) {
+    for (int d = dims - 1; d >= 0; d--) {
+        *at_a += c->a_strides[d];
+        *at_b += c->b_strides[d];
+        if (++idx[d] < c->shape[d]) return;
+        *at_a -= c->a_strides[d] * c->shape[d];
+        *at_b -= c->b_strides[d] * c->shape[d];
+        idx[d] = 0;
+    }
+}
+
 /* the row loop: 1 when it computed the call (float32 / float64, the same dtype in and out, an
  * arithmetic binary op or any unary op), 0 for the general loop */
 static int run_rows(const struct kernel_call *c, int64_t count) {
@@ -251,14 +264,7 @@ static int run_rows(const struct kernel_call *c, int64_t count) {
         else if (c->kind == K_BINARY) ROW_BINARY(double);
         else if (t == ANYCHIP_FLOAT32) ROW_UNARY(float);
         else ROW_UNARY(double);
-        for (int d = last - 1; d >= 0; d--) {           /* the next row, the last but one dimension fastest */
-            at_a += c->a_strides[d];
-            at_b += c->b_strides[d];
-            if (++idx[d] < c->shape[d]) break;
-            at_a -= c->a_strides[d] * c->shape[d];
-            at_b -= c->b_strides[d] * c->shape[d];
-            idx[d] = 0;
-        }
+        next_index(c, last, idx, &at_a, &at_b);         /* the next row */
     }
     return 1;
 }
@@ -272,14 +278,7 @@ static void run_elementwise(struct kernel_call *c) {
         value x = load(c->a + at_a * in_item, c->in_dtype);
         value r = c->kind == K_UNARY ? unary_op(c->op, x) : binary_op(c->op, x, load(c->b + at_b * in_item, c->in_dtype));
         store(c->out + e * out_item, c->dtype, r);
-        for (int d = c->ndim - 1; d >= 0; d--) {        /* the next index, last dimension fastest */
-            at_a += c->a_strides[d];
-            at_b += c->b_strides[d];
-            if (++idx[d] < c->shape[d]) break;
-            at_a -= c->a_strides[d] * c->shape[d];
-            at_b -= c->b_strides[d] * c->shape[d];
-            idx[d] = 0;
-        }
+        next_index(c, c->ndim, idx, &at_a, &at_b);
     }
 }
 
