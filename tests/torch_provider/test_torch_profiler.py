@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import CHILD_SECONDS
 
 torch = pytest.importorskip("torch")
 
@@ -210,7 +211,7 @@ def test_a_c_plugin_with_and_without_timed_events(tmp_path, variant, device):
                     "-lpthread", "-lm"], check=True, capture_output=True, text=True)
     env = {**os.environ, "ANYCHIP_TORCH": "tprof", "ANYCHIP_PLUGIN_PATH": str(lib)}
     done = subprocess.run([sys.executable, str(Path(__file__).parent / "profile_plugin.py")],
-                          capture_output=True, text=True, env=env, timeout=300)
+                          capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.split("RESULT ", 1)[1])
     assert result["sum"] == 128.0
