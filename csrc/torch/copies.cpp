@@ -15,6 +15,22 @@ namespace anychip_torch {
 
 // ---- copies ----------------------------------------------------------------------------
 
+namespace {
+
+// copy_async on `stream`, bracketed by the profiler's events while it traces the device
+anychip_status traced_copy(int device, void *dst, const void *src, size_t nbytes, anychip_copy_kind kind,
+                           void *stream)
+{
+    TraceMark mark = trace_begin(device, stream);
+    anychip_status st = g_plugin.copy_async(device, dst, src, nbytes, kind, static_cast<anychip_stream>(stream));
+    trace_end(mark, TraceKind::memcpy,
+              kind == ANYCHIP_COPY_H2D ? "Memcpy HtoD" : kind == ANYCHIP_COPY_D2H ? "Memcpy DtoH" : "Memcpy DtoD",
+              "copy_async");
+    return st;
+}
+
+}  // namespace
+
 // nbytes between host and device (or within one device) on the device's current stream;
 // host memory is not kept alive, so a copy touching the host is waited for
 void raw_copy(int device, void *dst, const void *src, size_t nbytes, anychip_copy_kind kind)
@@ -25,7 +41,7 @@ void raw_copy(int device, void *dst, const void *src, size_t nbytes, anychip_cop
     const char *what = kind == ANYCHIP_COPY_H2D ? "copy (host to device)"
                        : kind == ANYCHIP_COPY_D2H ? "copy (device to host)" : "copy (device to device)";
     if (g_plugin.copy_async) {
-        check(g_plugin.copy_async(device, dst, src, nbytes, kind, static_cast<anychip_stream>(s)), what, device);
+        check(traced_copy(device, dst, src, nbytes, kind, s), what, device);
         if (kind != ANYCHIP_COPY_D2D)
             sync_stream(device, s);
     } else {
@@ -46,7 +62,7 @@ void host_copy(int device, void *dst, const void *src, size_t nbytes, anychip_co
         return;
     }
     void *s = current_stream(device);
-    check(g_plugin.copy_async(device, dst, src, nbytes, kind, static_cast<anychip_stream>(s)),
+    check(traced_copy(device, dst, src, nbytes, kind, s),
           kind == ANYCHIP_COPY_H2D ? "copy (pinned host to device)" : "copy (device to pinned host)", device);
     record_pinned_use(host, device, s);
 }
@@ -122,9 +138,8 @@ std::vector<at::Tensor> download_all(const std::vector<at::Tensor> &ts, const st
             void *stream = current_stream(device);
             if (std::find(streams.begin(), streams.end(), std::make_pair(device, stream)) == streams.end())
                 streams.emplace_back(device, stream);
-            check(g_plugin.copy_async(device, static_cast<char *>(host.data_ptr()) + leads[i] * t.element_size(),
-                                      t.data_ptr(), span * t.element_size(), ANYCHIP_COPY_D2H,
-                                      static_cast<anychip_stream>(stream)),
+            check(traced_copy(device, static_cast<char *>(host.data_ptr()) + leads[i] * t.element_size(),
+                              t.data_ptr(), span * t.element_size(), ANYCHIP_COPY_D2H, stream),
                   "copy (device to host)", device);
         }
     } catch (...) {

@@ -13,6 +13,8 @@
 //                  kernel choice, the fused RNN cells
 //   hooks.cpp      PrivateUse1's hooks (generators, pinned memory, storage resizing)
 //   profiler.cpp   the profiler's device time (PrivateUse1's profiler stubs over plugin.h's events)
+//   kineto.cpp     the device's activities in torch.profiler's trace (PrivateUse1's Kineto
+//                  activity profiler: the kernels and copies, timed by events on their streams)
 //   random.cpp     the device's generators and random ops
 //   amp.cpp        autocast's kernels
 //   c10d.cpp       the c10d backend's direct ops
@@ -20,6 +22,7 @@
 
 #include <Python.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -129,7 +132,24 @@ std::vector<std::pair<const char *, int64_t>> kernel_launch_counts();
 void register_hooks();
 
 // ---- profiler.cpp ----------------------------------------------------------------------------
-void register_profiler();
+void register_profiler();       // the autograd profiler's stubs, and kineto.cpp's activity profiler
+
+// ---- kineto.cpp: the device's work in torch.profiler's trace -----------------------------------
+// While a torch.profiler session traces the device (g_tracing), each kernel, copy and fill enqueued
+// on a stream is bracketed by two of the plugin's events: trace_begin records the first just before
+// the enqueue (it returns an empty mark, at the cost of one atomic load, when not tracing),
+// trace_end the second just after, naming the work and the plugin.h call that enqueued it.
+extern std::atomic<bool> g_tracing;
+enum class TraceKind { kernel, memcpy, memset };
+struct TraceMark {
+    int device = 0;
+    void *stream = nullptr;
+    anychip_event start = nullptr;      // nullptr: not traced
+    int64_t host_start = 0;
+};
+TraceMark trace_begin(int device, void *stream);
+void trace_end(const TraceMark &mark, TraceKind kind, const char *name, const char *call);
+void register_activity_profiler();
 
 // ---- random.cpp: the device's generators (its Philox seed and offset) and its names in the module
 const at::Generator &default_generator(c10::DeviceIndex device);

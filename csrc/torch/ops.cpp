@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -105,16 +106,25 @@ bool is_float_dtype(int dt) { return dt >= ANYCHIP_FLOAT16 && dt <= ANYCHIP_FLOA
 // an operand a kernel reads as it is: on an anychip device, no lazy conjugate / negative bit
 bool plain(const at::Tensor &t) { return t.device().type() == kType && !t.is_conj() && !t.is_neg(); }
 
-// the device made current for an entry's call, and its stream
+// the launch being made on this thread, while the profiler traces the device (kineto.cpp)
+thread_local TraceMark t_launch;
+
+// the device made current for an entry's call, and its stream; called as the call's argument, so
+// that the profiler's start event is recorded just before the launch (launched records its end)
 anychip_stream kernel_stream(int device)
 {
     if (g_plugin.set_device)
         check(g_plugin.set_device(device), "set_device", device);
-    return static_cast<anychip_stream>(current_stream(device));
+    void *stream = current_stream(device);
+    t_launch = trace_begin(device, stream);
+    return static_cast<anychip_stream>(stream);
 }
 
 void launched(Entry entry, anychip_status st, int device)
 {
+    static const char *const calls[K_ENTRIES] = {"kernels.binary", "kernels.unary", "kernels.reduce",
+                                                 "kernels.gemm", "kernels.fill"};
+    trace_end(std::exchange(t_launch, TraceMark{}), TraceKind::kernel, kEntryNames[entry], calls[entry]);
     check(st, (std::string("the kernel table's ") + kEntryNames[entry]).c_str(), device);
     ++g_launches[entry];
 }
@@ -237,8 +247,12 @@ at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &value)
         int device = dev_index(self);
         size_t nbytes = self.numel() * self.element_size();
         if (uniform && g_plugin.fill_async) {
-            check(g_plugin.fill_async(device, self.data_ptr(), b[0], nbytes,
-                                      static_cast<anychip_stream>(current_stream(device))), "fill_async", device);
+            void *stream = current_stream(device);
+            TraceMark mark = trace_begin(device, stream);
+            anychip_status st = g_plugin.fill_async(device, self.data_ptr(), b[0], nbytes,
+                                                    static_cast<anychip_stream>(stream));
+            trace_end(mark, TraceKind::memset, "Memset", "fill_async");
+            check(st, "fill_async", device);
             return self;
         }
         int dt = kernel_dtype(self.scalar_type());

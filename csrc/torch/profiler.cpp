@@ -103,6 +103,10 @@ Stubs g_stubs;
 
 }  // namespace
 
-void register_profiler() { torch::profiler::impl::registerPrivateUse1Methods(&g_stubs); }
+void register_profiler()
+{
+    torch::profiler::impl::registerPrivateUse1Methods(&g_stubs);
+    register_activity_profiler();
+}
 
 }  // namespace anychip_torch

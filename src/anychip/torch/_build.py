@@ -84,6 +84,8 @@ def _commands(out: Path) -> list[list[str]]:
              f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-DTORCH_EXTENSION_NAME={MODULE}", "-DTORCH_API_INCLUDE_EXTENSION_H",
              f"-I{get_include()}", f"-I{sysconfig.get_paths()['include']}"]
     flags += [f"-I{p}" for p in cpp_extension.include_paths()]
+    # Kineto's headers (the activity profiler of kineto.cpp), where this torch ships them
+    flags += [f"-I{p}/kineto" for p in cpp_extension.include_paths() if Path(p, "kineto").is_dir()]
     objects = [out.with_name(f"{out.name}.{p.stem}.o") for p in sources() if p.suffix == ".cpp"]
     cmds = [[*flags, "-c", str(p), "-o", str(o)]
             for p, o in zip((p for p in sources() if p.suffix == ".cpp"), objects, strict=True)]
