@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CHILD_SECONDS
+from conftest import CHILD_SECONDS, build_template_wrapper
 
 torch = pytest.importorskip("torch")
 
@@ -203,12 +203,9 @@ def test_a_c_plugin_with_and_without_timed_events(tmp_path, variant, device):
     from anychip.scaffold import new_plugin
     root = Path(__file__).parent.parent.parent
     project = new_plugin("tmpl", "c", tmp_path)
-    lib = tmp_path / "libtprof.so"
-    subprocess.run([os.environ.get("CC", "cc"), "-O1", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden",
-                    f"-I{project / 'include'}", f'-DTEMPLATE_SOURCE="{project / "src" / "tmpl.c"}"',
-                    '-DNAME="tprof"', f"-DVARIANT_{variant}", "-o", str(lib),
-                    str(root / "tests" / "c" / "plugin_variants.c"), str(project / "src" / "kernels.c"),
-                    "-lpthread", "-lm"], check=True, capture_output=True, text=True)
+    lib = build_template_wrapper(os.environ.get("CC", "cc"), project, root / "tests" / "c" / "plugin_variants.c",
+                                 tmp_path / "libtprof.so", '-DNAME="tprof"', f"-DVARIANT_{variant}",
+                                 roots=(tmp_path,))
     env = {**os.environ, "ANYCHIP_TORCH": "tprof", "ANYCHIP_PLUGIN_PATH": str(lib)}
     done = subprocess.run([sys.executable, str(Path(__file__).parent / "profile_plugin.py")],
                           capture_output=True, text=True, env=env, timeout=CHILD_SECONDS)
