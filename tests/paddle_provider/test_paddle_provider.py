@@ -130,7 +130,7 @@ def test_simulator_plugin_faces_load_as_anychip_c_plugins() -> None:
 # ---- one process per device type -----------------------------------------------------------
 
 #: the ops the bridge registers over a full kernel table, and the dtypes of the strided views' copies
-N_KERNELS = 43
+N_KERNELS = 44
 VIEW_DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "uint8", "int8", "int16",
                "complex64", "complex128"]
 
@@ -325,6 +325,29 @@ def test_static_program_runs_on_the_devices_kernels(chip: str, request: pytest.F
     assert {k: v for k, v in report["checks"].items() if v is not True} == {}
     assert len(report["checks"]) == 10
     assert report["calls"] == [STATIC_CALLS, STATIC_CALLS]
+
+
+@pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+def test_static_step_copies_its_fallbacks_results_without_staging(chip: str, request: pytest.FixtureRequest) -> None:
+    """A to_static training step whose `pow` and `pow_grad` take Paddle's CPU fallback, 5 times: the loss
+    and the gradient are NumPy's exact values every time, the gradient of the value used twice is the
+    device's add_n (before: the fallback, its inputs copied to the host and back), and each step after the
+    first makes 5 asynchronous copies: 3 to the host (the fallbacks' inputs) and 2 back. On the scaffolded
+    plugin, whose stream is idle once the copy to the host has returned, both copies back are made at
+    once from Paddle's buffer, with no staging buffer and no event (before: staged, as every one was)."""
+    if chip == "scaffolded":
+        where = request.getfixturevalue("scaffolded")
+        env, args = _env(where), ["anychip_mychip:0", str(where / "libanychip_mychip.so")]
+    else:
+        env, args = _env(ANYCHIP_PADDLE=chip), [f"anychip_{chip}:0", str(BRIDGE)]
+    report = _result("static_step.py", [*args, "5"], env)
+    assert {k: v for k, v in report["checks"].items() if v is not True} == {}
+    assert len(report["checks"]) == 10 and len(report["steps"]) == 4
+    for step in report["steps"]:
+        assert step["add_n"] == 1 and step["async_copy"] == 5 and step["sync_copy"] == 6, step
+        assert step["d2h_enqueued"] + step["d2h_direct"] == 3 and step["h2d_staged"] + step["h2d_direct"] == 2, step
+        if chip == "scaffolded":
+            assert step["h2d_staged"] == 0, step
 
 
 def _result(script: str, args: list[str], env: dict[str, str]) -> dict:
@@ -630,7 +653,7 @@ def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
     lib = narrow / "libanychip_narrow.so"
     table = paddle_provider.kernel_table(lib)
     assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_narrow", _env(narrow))
-    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 41
+    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 42
     assert table["add"] == table["sum"] == table["cast"] == table["add_grad"] == ["float32", "int64"]
     assert table["divide"] == table["relu"] == table["relu_grad"] == table["softmax"] == ["float32"]
     assert table["adamw"] == table["sgd"] == ["float32"]
