@@ -185,6 +185,20 @@ class LM(paddle.nn.Layer):
 
 
 data = np.random.default_rng(0).integers(0, vocab, (steps, 8, 33))
+COUNTED = ("h2d_staged", "h2d_direct", "d2h_enqueued", "d2h_direct", "sync_copy", "synchronize_stream",
+           "record_event", "stream_wait_event")
+
+
+def bridge_calls():                       # the bridge's counters in this process, {} when it has none
+    import ctypes
+    path = next((line.split()[-1] for line in open("/proc/self/maps") if "libanychip_" in line), None)
+    if path is None:
+        return {}
+    fn = getattr(ctypes.CDLL(path), "anychip_paddle_calls", None)
+    if fn is None:
+        return {}
+    fn.restype, fn.argtypes = ctypes.c_ulonglong, [ctypes.c_char_p]
+    return {k: fn(k.encode()) for k in COUNTED}
 
 
 def train(place, mode):
@@ -200,6 +214,8 @@ def train(place, mode):
     step = paddle.jit.to_static(loss_of, full_graph=True) if mode == "to_static" else loss_of
     losses, times = [], []
     for i in range(steps):
+        if i == 2:
+            calls = bridge_calls()
         t0 = time.perf_counter()
         loss = step(paddle.to_tensor(data[i, :, :-1]), paddle.to_tensor(data[i, :, 1:]))
         loss.backward()
@@ -207,14 +223,16 @@ def train(place, mode):
         opt.clear_grad()
         losses.append(float(loss))
         times.append(time.perf_counter() - t0)
-    return np.array(losses), float(np.median(times[2:]))
+    after = bridge_calls()
+    per_step = {k: (after[k] - calls[k]) / (steps - 2) for k in after} if place != "cpu" else {}
+    return np.array(losses), float(np.median(times[2:])), per_step
 
 
 out = {}
 for mode in modes:
     for place in devices:
-        losses, t = train(place, mode)
-        out[f"{place} {mode}"] = {"losses": losses.tolist(), "step": t}
+        losses, t, per_step = train(place, mode)
+        out[f"{place} {mode}"] = {"losses": losses.tolist(), "step": t, "calls": per_step}
 if int(os.environ.get("PADDLE_TRAINER_ID", "0")) == 0:
     print("RESULT " + json.dumps(out), flush=True)
 """
@@ -259,6 +277,11 @@ def part_lm(steps: int = 20) -> None:
                   f"{all(r == device_runs[0] for r in device_runs)}; Paddle-CPU against itself (the launcher's "
                   f"1 thread, the plain script's default threads): "
                   f"{_lm_rel(runs[1][1]['cpu eager']['losses'], cpu_plain['cpu eager']['losses']):.2e}")
+            for mode in ("eager", "to_static"):
+                calls = cpu_plain[f"{device} {mode}"].get("calls")
+                if calls:
+                    print(f"{device:<18}{mode} step, the bridge's calls per step: "
+                          + ", ".join(f"{k} {v:.1f}" for k, v in calls.items()))
             for how, res in runs:
                 for mode in ("eager", "to_static"):
                     key = next((k for k in res if k.startswith("anychip") and k.endswith(f" {mode}")), None)

@@ -67,9 +67,12 @@ C_Status check(anychip_status rc, const char *what);
             return st_;                          \
     } while (0)
 
-/* ---- ANYCHIP_PADDLE_PROFILE=1: calls and host time per entry, written to stderr at exit (init.c) -- */
+/* ---- calls per entry, always counted (anychip_paddle_calls); ANYCHIP_PADDLE_PROFILE=1 adds their host
+ * time, written to stderr at exit (init.c) ------------------------------------------------------------ */
 
-enum { PROF_create_stream, PROF_destroy_stream, PROF_synchronize_stream, PROF_query_stream, PROF_synchronize_device, PROF_create_event, PROF_destroy_event, PROF_record_event, PROF_query_event, PROF_synchronize_event, PROF_stream_wait_event, PROF_set_device, PROF_get_device, PROF_device_memory_allocate, PROF_device_memory_deallocate, PROF_sync_copy, PROF_device_memory_set, PROF_async_copy, PROF_xccl_all_reduce, PROF_xccl_broadcast, PROF_xccl_all_gather, PROF_N };
+/* the entries (and the ways a copy or the stream order went) counted; PROF_NAMES (init.c) names them */
+enum { PROF_create_stream, PROF_destroy_stream, PROF_synchronize_stream, PROF_query_stream, PROF_synchronize_device, PROF_create_event, PROF_destroy_event, PROF_record_event, PROF_query_event, PROF_synchronize_event, PROF_stream_wait_event, PROF_set_device, PROF_get_device, PROF_device_memory_allocate, PROF_device_memory_deallocate, PROF_sync_copy, PROF_device_memory_set, PROF_async_copy, PROF_xccl_all_reduce, PROF_xccl_broadcast, PROF_xccl_all_gather,
+       PROF_h2d_staged, PROF_h2d_direct, PROF_d2h_enqueued, PROF_d2h_direct, PROF_order_wait, PROF_order_idle, PROF_N };
 extern int g_prof;                        /* ANYCHIP_PADDLE_PROFILE=1 */
 
 typedef struct { int id; unsigned long long t0; } prof_scope;
@@ -81,18 +84,24 @@ static inline unsigned long long prof_now(void)
     return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec;
 }
 
-/* one call of the entry `id`, begun at t0 */
+extern atomic_ullong g_prof_calls[PROF_N];
+
+/* one call of the entry `id`, begun at t0 (profiling) */
 void prof_add(int id, unsigned long long t0);
 
 static inline void prof_end(prof_scope *p)
 {
-    if (p->id >= 0)
+    if (p->t0)
         prof_add(p->id, p->t0);
+    else
+        atomic_fetch_add_explicit(&g_prof_calls[p->id], 1, memory_order_relaxed);
 }
 
-/* at the top of an entry: its time, from here to its return, counts when profiling */
-#define PROF(name) prof_scope prof_ __attribute__((cleanup(prof_end))) = {g_prof ? PROF_##name : -1, \
-                                                                         g_prof ? prof_now() : 0}
+/* at the top of an entry: it counts, and when profiling its time, from here to its return */
+#define PROF(name) prof_scope prof_ __attribute__((cleanup(prof_end))) = {PROF_##name, g_prof ? prof_now() : 0}
+
+/* one more of `name` (no time): a way a copy or the stream order went */
+#define COUNT(name) atomic_fetch_add_explicit(&g_prof_calls[PROF_##name], 1, memory_order_relaxed)
 
 /* ---- devices (device.c) -------------------------------------------------------------------------- */
 
@@ -124,6 +133,10 @@ typedef struct stream_rec {
 /* work is about to be enqueued on r of `device`: the copy fence will see it, and it comes after
  * the device's work enqueued before it on other streams (the stream order) */
 C_Status enqueue_on(int device, stream_rec *r);
+
+/* whether r and the device's last stream have no work left: a copy made at once, now, is ordered
+ * as one enqueued on r (after every earlier piece of the device's work) */
+int nothing_pending(int device, stream_rec *r);
 
 /* the copy fence: synchronize the streams of `device` with work pending */
 C_Status fence(int device);

@@ -83,11 +83,28 @@ C_Status check(anychip_status rc, const char *what)
     return rc == g_plugin.invalid_status && g_plugin.invalid_status ? C_ERROR : C_FAILED;
 }
 
-/* ---- ANYCHIP_PADDLE_PROFILE=1: calls and host time per entry, written to stderr at exit ---- */
+/* ---- calls per entry; ANYCHIP_PADDLE_PROFILE=1: and host time, written to stderr at exit ---- */
 
-static const char *const PROF_NAMES[PROF_N] = {"create_stream", "destroy_stream", "synchronize_stream", "query_stream", "synchronize_device", "create_event", "destroy_event", "record_event", "query_event", "synchronize_event", "stream_wait_event", "set_device", "get_device", "device_memory_allocate", "device_memory_deallocate", "sync_copy", "device_memory_set", "async_copy", "xccl_all_reduce", "xccl_broadcast", "xccl_all_gather"};
+static const char *const PROF_NAMES[PROF_N] = {"create_stream", "destroy_stream", "synchronize_stream", "query_stream", "synchronize_device", "create_event", "destroy_event", "record_event", "query_event", "synchronize_event", "stream_wait_event", "set_device", "get_device", "device_memory_allocate", "device_memory_deallocate", "sync_copy", "device_memory_set", "async_copy", "xccl_all_reduce", "xccl_broadcast", "xccl_all_gather", "h2d_staged", "h2d_direct", "d2h_enqueued", "d2h_direct", "order_wait", "order_idle"};
 int g_prof;
-static atomic_ullong g_prof_calls[PROF_N], g_prof_ns[PROF_N], g_prof_max[PROF_N];
+atomic_ullong g_prof_calls[PROF_N];
+static atomic_ullong g_prof_ns[PROF_N], g_prof_max[PROF_N];
+
+/* How many times an entry ran (or a copy or the stream order went a way), for tests and tools:
+ * anychip_paddle_calls("h2d_staged"); ~0 for a name the bridge does not count. The ways:
+ *   h2d_staged    an asynchronous H2D copy from a staging buffer (work was pending before it)
+ *   h2d_direct    an asynchronous H2D copy made at once (nothing pending before it on the device)
+ *   d2h_enqueued  an asynchronous D2H copy enqueued, then its stream synchronized
+ *   d2h_direct    an asynchronous D2H copy made at once (nothing pending before it)
+ *   order_wait    a stream made to wait (an event) for the device's last stream
+ *   order_idle    work moved to another stream while the last one was idle: no wait needed */
+EXPORT unsigned long long anychip_paddle_calls(const char *name)
+{
+    for (int i = 0; i < PROF_N; i++)
+        if (strcmp(PROF_NAMES[i], name) == 0)
+            return atomic_load(&g_prof_calls[i]);
+    return ~0ull;
+}
 
 void prof_add(int id, unsigned long long t0)
 {
@@ -103,7 +120,9 @@ static void prof_report(void)
     say("profile (pid %d): entry, calls, host us per call, max us", (int)getpid());
     for (int i = 0; i < PROF_N; i++) {
         unsigned long long n = atomic_load(&g_prof_calls[i]);
-        if (n)
+        if (n && i >= PROF_h2d_staged)    /* a way a copy or the stream order went: counted, not timed */
+            say("  %-26s %10llu", PROF_NAMES[i], n);
+        else if (n)
             say("  %-26s %10llu %10.2f %10.1f", PROF_NAMES[i], n, atomic_load(&g_prof_ns[i]) / 1e3 / (double)n,
                 atomic_load(&g_prof_max[i]) / 1e3);
     }

@@ -2207,6 +2207,54 @@ static void fill_op(PD_DeviceContext *ctx, PD_Tensor *x, scal_v v, PD_Tensor *ou
 
 static void k_fill(PD_DeviceContext *ctx, PD_Tensor *x, PD_Scalar *v, PD_Tensor *out) { fill_op(ctx, x, scal_of(v), out); }
 
+/* out = x0 + x1 + ... in that order (Paddle's CPU add_n: the first two added, then each next one),
+ * the inputs of one shape and dtype; empty inputs are skipped, as Paddle's CPU kernel skips them.
+ * A static program's gradient accumulation (a value used by several ops) is an add_n. */
+static void add_n(PD_DeviceContext *ctx, size_t n, PD_Tensor *const *xs, PD_Tensor *out)
+{
+    const char *op = "add_n";
+    tview x[64], o;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m == sizeof x / sizeof *x)
+            fail(op, "more than %zu inputs", sizeof x / sizeof *x);
+        input(op, xs[i], &x[m]);
+        if (!x[m].n)
+            continue;
+        if (m && (x[m].cdt != x[0].cdt || x[m].nd != x[0].nd ||
+                  memcmp(x[m].dim, x[0].dim, sizeof *x[0].dim * (size_t)x[0].nd) != 0))
+            fail(op, "input %zu's shape or data type differs from the first's", i);
+        m++;
+    }
+    if (!n)
+        fail(op, "no inputs");
+    anychip_stream s = stream_of(op, ctx);
+    output(op, ctx, out, x[0].cdt, &o);   /* all empty: x[0] is the last input, of the dtype */
+    if (!m)
+        return;
+    if (o.n != x[0].n)
+        fail(op, "an output of %lld elements for inputs of %lld", (long long)o.n, (long long)x[0].n);
+    temps T = {ctx, op, {0}, 0};
+    void *acc = o.p;
+    for (size_t i = 1; i < m && acc == o.p; i++)      /* the output is an input read after the first add */
+        if (overlaps(&o, &x[i]))
+            acc = temp(&T, o.nd, o.dim, o.cdt);
+    int64_t one = 1;
+    if (m == 1)
+        un(op, s, ANYCHIP_OP_COPY, o.dt, o.dt, o.n, acc, x[0].p);
+    for (size_t i = 1; i < m; i++)
+        ew(op, s, ANYCHIP_OP_ADD, o.dt, 1, &o.n, acc, i == 1 ? x[0].p : acc, &one, x[i].p, &one);
+    settle(&T, s, &o, acc);
+    temps_free(&T);
+}
+
+static void k_add_n(PD_DeviceContext *ctx, const void *xs, PD_Tensor *out)
+{
+    size_t n = 0;
+    void *const *x = anychip_paddle_ptrs(xs, &n);
+    add_n(ctx, n, (PD_Tensor *const *)x, out);
+}
+
 /* ---- the executors' entries (PD_KernelContext) ----------------------------------------------------- */
 
 /* an IntArray attribute's values: an IntArray, or a 1-d int32 / int64 tensor in the executor */
@@ -2340,6 +2388,12 @@ static void c_check_finite_and_unscale(PD_KernelContext *c)
     list_of("check_finite_and_unscale", PD.PD_KernelContextMultiOutputAt(c, 0), &outs);
     check_finite_and_unscale(CTX, xs.n, xs.t, IN(1), outs.n, outs.t, OUT(1));
 }
+static void c_add_n(PD_KernelContext *c)
+{
+    static __thread tlist xs;
+    list_of("add_n", PD.PD_KernelContextMultiInputAt(c, 0), &xs);
+    add_n(CTX, xs.n, xs.t, OUT(0));
+}
 static void c_update_loss_scaling(PD_KernelContext *c)
 {
     static __thread tlist xs, outs;
@@ -2416,7 +2470,7 @@ static const PD_KernelArgumentType SGD_IN[] = {T_, T_, T_, O_};
 #define LI32_ PD_ARG_TYPE_LIST_INT32
 #define STR_ PD_ARG_TYPE_STRING
 static const PD_KernelArgumentType MOMENTUM_IN[] = {T_, T_, T_, T_, O_};
-static const PD_KernelArgumentType CFU_IN[] = {L_, T_}, CFU_OUT[] = {L_, T_};
+static const PD_KernelArgumentType CFU_IN[] = {L_, T_}, CFU_OUT[] = {L_, T_}, ADD_N_IN[] = {L_};
 static const PD_KernelArgumentType ULS_IN[] = {L_, T_, T_, T_, T_}, ULS_OUT[] = {L_, T_, T_, T_};
 static void cfu_args(const PD_KernelKey *key, PD_Kernel *kernel);
 static void uls_args(const PD_KernelKey *key, PD_Kernel *kernel);
@@ -2432,6 +2486,8 @@ static const kernel_def KERNELS[] = {
     {"divide", FLOATS, BIN, 2, 0, 1, {0}, c_div, V(k_div), 0, NULL, NULL, NULL},
     {"maximum", ALL, BIN, 2, 0, 1, {0}, c_max, V(k_max), 0, NULL, NULL, NULL},
     {"minimum", ALL, BIN, 2, 0, 1, {0}, c_min, V(k_min), 0, NULL, NULL, NULL},
+    {.name = "add_n", .types = ALL, .uses = BIN | UN, .nin = 1, .nout = 1, .fn = c_add_n, .variadic = V(k_add_n),
+     .in = ADD_N_IN},
     {"add_grad", ALL, REDUCING, 3, 1, 2, {I_}, c_add_grad, V(k_add_grad), 0, NULL, NULL, NULL},
     {"subtract_grad", ALL, REDUCING, 3, 1, 2, {I_}, c_sub_grad, V(k_sub_grad), 0, NULL, NULL, NULL},
     {"multiply_grad", ALL, BIN | REDUCING, 3, 1, 2, {I_}, c_mul_grad, V(k_mul_grad), 0, NULL, NULL, NULL},

@@ -303,6 +303,16 @@ C_Status async_copy(int device, C_Stream stream, void *dst, const void *src, siz
     if (!size)
         return C_SUCCESS;
     stream_rec *r = REC(stream);
+    if (kind != ANYCHIP_COPY_D2D && nothing_pending(device, r)) {
+        /* nothing the copy must follow is left on the device: made at once it is ordered as it
+         * would be on the stream, reads the host source before Paddle can reuse it (no staging),
+         * and a D2H copy is complete on return as below, without a round trip through the stream */
+        if (kind == ANYCHIP_COPY_H2D)
+            COUNT(h2d_direct);
+        else
+            COUNT(d2h_direct);
+        return check(g_plugin.copy(device, dst, src, size, kind), "copy");
+    }
     int staged = kind == ANYCHIP_COPY_H2D && g_plugin.copy_async && g_plugin.event_create && size <= STAGE_MAX;
     C_Status st = enqueue_on(device, r);
     if (st != C_SUCCESS)
@@ -314,6 +324,7 @@ C_Status async_copy(int device, C_Stream stream, void *dst, const void *src, siz
     if (kind == ANYCHIP_COPY_D2H) {
         /* as CUDA's to pageable memory: the copy has completed when this returns (Paddle
          * reads a D2H destination, or frees it, without always waiting for the stream) */
+        COUNT(d2h_enqueued);
         TRY(g_plugin.copy_async(device, dst, src, size, kind, r->s), "copy_async");
         return check(g_plugin.stream_synchronize(device, r->s), "stream_synchronize");
     }
@@ -327,6 +338,7 @@ C_Status async_copy(int device, C_Stream stream, void *dst, const void *src, siz
         TRY(g_plugin.stream_synchronize(device, r->s), "stream_synchronize");
         return check(g_plugin.copy(device, dst, src, size, kind), "copy");
     }
+    COUNT(h2d_staged);
     memcpy(x->buf, src, size);
     x->bytes = size;
     st = check(g_plugin.copy_async(device, dst, x->buf, size, kind, r->s), "copy_async");

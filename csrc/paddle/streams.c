@@ -21,8 +21,23 @@ static stream_rec *g_streams[MAX_DEVICES];
 static pthread_mutex_t g_order_lock = PTHREAD_MUTEX_INITIALIZER;
 static stream_rec *_Atomic g_last[MAX_DEVICES];
 
+/* whether the plugin says s has no work left (without stream_query: not known, so no) */
+static int idle(int device, stream_rec *s)
+{
+    return g_plugin.stream_query && g_plugin.stream_query(device, s->s) == 0;
+}
+
+/* Whether a copy made at once, now, would be ordered as one enqueued on r would: r has no work
+ * left, nor has the device's last stream (whose work comes after that of every stream before it,
+ * by the stream order), so every earlier piece of the device's work has completed. */
+int nothing_pending(int device, stream_rec *r)
+{
+    stream_rec *last = atomic_load(&g_last[device]);
+    return idle(device, r) && (!last || last == r || idle(device, last));
+}
+
 /* work is about to be enqueued on r of `device`: the copy fence will see it, and it comes after
- * the device's work enqueued before it on other streams */
+ * the device's work enqueued before it on other streams (an event, unless that stream is idle) */
 C_Status enqueue_on(int device, stream_rec *r)
 {
     atomic_store(&r->pending, 1);
@@ -31,7 +46,10 @@ C_Status enqueue_on(int device, stream_rec *r)
     C_Status st = C_SUCCESS;
     pthread_mutex_lock(&g_order_lock);
     stream_rec *last = atomic_exchange(&g_last[device], r);
-    if (last && last != r) {
+    if (last && last != r && idle(device, last)) {
+        COUNT(order_idle);                /* its work, and what it waited for, has completed */
+    } else if (last && last != r) {
+        COUNT(order_wait);
         if (!g_plugin.event_create || !g_plugin.stream_wait_event)
             st = check(g_plugin.stream_synchronize(device, last->s), "stream_synchronize (the stream order)");
         else if (last->order_ev ||

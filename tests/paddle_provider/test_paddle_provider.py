@@ -130,7 +130,7 @@ def test_simulator_plugin_faces_load_as_anychip_c_plugins() -> None:
 # ---- one process per device type -----------------------------------------------------------
 
 #: the ops the bridge registers over a full kernel table, and the dtypes of the strided views' copies
-N_KERNELS = 43
+N_KERNELS = 44
 VIEW_DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "uint8", "int8", "int16",
                "complex64", "complex128"]
 
@@ -327,6 +327,29 @@ def test_static_program_runs_on_the_devices_kernels(chip: str, request: pytest.F
     assert report["calls"] == [STATIC_CALLS, STATIC_CALLS]
 
 
+@pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+def test_static_step_copies_its_fallbacks_results_without_staging(chip: str, request: pytest.FixtureRequest) -> None:
+    """A to_static training step whose `pow` and `pow_grad` take Paddle's CPU fallback, 5 times: the loss
+    and the gradient are NumPy's exact values every time, the gradient of the value used twice is the
+    device's add_n (before: the fallback, its inputs copied to the host and back), and each step after the
+    first makes 5 asynchronous copies: 3 to the host (the fallbacks' inputs) and 2 back. On the scaffolded
+    plugin, whose stream is idle once the copy to the host has returned, both copies back are made at
+    once from Paddle's buffer, with no staging buffer and no event (before: staged, as every one was)."""
+    if chip == "scaffolded":
+        where = request.getfixturevalue("scaffolded")
+        env, args = _env(where), ["anychip_mychip:0", str(where / "libanychip_mychip.so")]
+    else:
+        env, args = _env(ANYCHIP_PADDLE=chip), [f"anychip_{chip}:0", str(BRIDGE)]
+    report = _result("static_step.py", [*args, "5"], env)
+    assert {k: v for k, v in report["checks"].items() if v is not True} == {}
+    assert len(report["checks"]) == 10 and len(report["steps"]) == 4
+    for step in report["steps"]:
+        assert step["add_n"] == 1 and step["async_copy"] == 5 and step["sync_copy"] == 6, step
+        assert step["d2h_enqueued"] + step["d2h_direct"] == 3 and step["h2d_staged"] + step["h2d_direct"] == 2, step
+        if chip == "scaffolded":
+            assert step["h2d_staged"] == 0, step
+
+
 def _result(script: str, args: list[str], env: dict[str, str]) -> dict:
     r = subprocess.run([sys.executable, str(WORKERS / script), *args], env=env, capture_output=True, text=True,
                        timeout=CHILD_SECONDS)
@@ -367,12 +390,15 @@ def test_strided_views_in_default_eager_mode(chip: str, request: pytest.FixtureR
 def test_transpose_runs_on_the_device_in_static_programs(chip: str, request: pytest.FixtureRequest) -> None:
     """In a to_static program a transpose is a real op (not a view): `transpose` and
     `transpose_grad` run on the device's kernels (before, Paddle's CPU fallback: a copy to the
-    host that waits for the stream, and one back) and give Paddle-CPU's values bit for bit."""
+    host that waits for the stream, and one back) and give Paddle-CPU's values bit for bit. All
+    three gradients' transposes run there: the one of `t`, which is used twice, follows the add_n of
+    its two gradients, which runs on the device too (before add_n did: on the CPU, and that
+    transpose_grad with it)."""
     from anychip.paddle_provider import simulator_bridge
     env, device = _chip_env(chip, request)
     lib = request.getfixturevalue("scaffolded") / "libanychip_mychip.so" if chip == "scaffolded" else simulator_bridge()
     report = _result("transpose.py", [device, str(lib)], env)
-    assert report == {"static_equal": True, "transpose_calls": 3, "transpose_grad_calls": 2, "int64_equal": True,
+    assert report == {"static_equal": True, "transpose_calls": 3, "transpose_grad_calls": 3, "int64_equal": True,
                       "int64_calls": 1, "repeated_axis": report["repeated_axis"]}
     assert report["repeated_axis"] != "ran"
 
@@ -630,7 +656,7 @@ def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
     lib = narrow / "libanychip_narrow.so"
     table = paddle_provider.kernel_table(lib)
     assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_narrow", _env(narrow))
-    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 41
+    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 42
     assert table["add"] == table["sum"] == table["cast"] == table["add_grad"] == ["float32", "int64"]
     assert table["divide"] == table["relu"] == table["relu_grad"] == table["softmax"] == ["float32"]
     assert table["adamw"] == table["sgd"] == ["float32"]
