@@ -6,6 +6,7 @@ backend (``ANYCHIP_DEVICES`` narrows it, e.g. ``ANYCHIP_DEVICES=opencl:0 ci/test
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -31,6 +32,16 @@ TEST_SECONDS = 300
 CHILD_SECONDS = 240
 LONG_TEST_SECONDS = 900
 LONG_CHILD_SECONDS = 840
+
+
+def paddle_dir() -> Path | None:
+    """The installed paddlepaddle package's folder, found without importing Paddle (seconds in
+    every process that collects the tests, each pytest-xdist worker's included); None where
+    the wheel is absent (a folder named paddle without __init__.py is no Paddle)."""
+    spec = importlib.util.find_spec("paddle")
+    if spec is None or spec.origin is None or not spec.origin.endswith("__init__.py"):
+        return None
+    return Path(spec.origin).parent
 
 
 def _first_device_of_each_backend() -> list[str]:

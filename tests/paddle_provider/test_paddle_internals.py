@@ -20,12 +20,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import CHILD_SECONDS, paddle_dir
 
-pytest.importorskip("paddle.sysconfig", reason="paddlepaddle is not installed (pip install 'anychip[paddle]')")
-import paddle  # noqa: E402
-from conftest import CHILD_SECONDS  # noqa: E402
+from anychip._data import sources_dir
 
-from anychip._data import sources_dir  # noqa: E402
+PADDLE = paddle_dir()
+if PADDLE is None:
+    pytest.skip("paddlepaddle is not installed (pip install 'anychip[paddle]')", allow_module_level=True)
 
 CXX = shutil.which("c++") or shutil.which("g++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (c++ or g++) to build against Paddle's headers")
@@ -33,7 +34,7 @@ SYMBOL_RE = re.compile(r'"(_ZNK3phi13KernelContext6AttrAt[A-Za-z0-9_]*TensorRef[
 
 
 def _include() -> Path:
-    return Path(paddle.sysconfig.get_include())
+    return PADDLE / "include"
 
 
 def _bridge_symbol() -> str:
@@ -74,7 +75,7 @@ const phi::TensorRef &(phi::KernelContext::*g_at)(size_t) const = &phi::KernelCo
 
 
 def test_libphi_core_exports_the_symbol() -> None:
-    libs = sorted(Path(paddle.__file__).parent.rglob("libphi_core.so"))
+    libs = sorted(PADDLE.rglob("libphi_core.so"))
     assert libs, "the wheel has no libphi_core.so"
     nm = subprocess.run(["nm", "-D", "--defined-only", str(libs[0])], capture_output=True, text=True,
                         check=True).stdout
@@ -127,7 +128,7 @@ void raise_it(const common::ErrorSummary &s) { throw common::enforce::EnforceNot
     nm = subprocess.run(["nm", str(tmp_path / "check.o")], capture_output=True, text=True, check=True).stdout
     emitted = {line.split()[-1] for line in nm.splitlines()}
     assert [name for name in _enforce_symbols() if name not in emitted] == []
-    libs = sorted(Path(paddle.__file__).parent.rglob("libphi_core.so"))
+    libs = sorted(PADDLE.rglob("libphi_core.so"))
     exported = subprocess.run(["nm", "-D", "--defined-only", str(libs[0])], capture_output=True, text=True,
                               check=True).stdout
     assert [n for n in _enforce_symbols() if not re.search(rf"\s[TWV]\s{re.escape(n)}$", exported, re.M)] == []
@@ -136,7 +137,7 @@ void raise_it(const common::ErrorSummary &s) { throw common::enforce::EnforceNot
 def test_error_summary_and_enforce_not_met_have_the_layout_the_bridge_uses(tmp_path: Path) -> None:
     """kernels_throw.cc lays out common::ErrorSummary as {int code; std::string msg;}, uses the code
     PRECONDITION_NOT_MET = 6 and allocates 512 bytes for an EnforceNotMet."""
-    libs = Path(paddle.__file__).parent / "libs"          # Paddle's libcommon.so: the header's inline code calls it
+    libs = PADDLE / "libs"          # Paddle's libcommon.so: the header's inline code calls it
     done = _compile(tmp_path, """
 #include "paddle/common/enforce.h"
 #include <cstdio>

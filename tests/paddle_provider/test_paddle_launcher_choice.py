@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CHILD_SECONDS, paddle_dir
 
 from anychip import paddle_provider
 from anychip.conformance.framework import run_paddle_launch
 
-pytest.importorskip("paddle.sysconfig", reason="paddlepaddle is not installed (pip install 'anychip[paddle]')")
-from conftest import CHILD_SECONDS  # noqa: E402
+if paddle_dir() is None:
+    pytest.skip("paddlepaddle is not installed (pip install 'anychip[paddle]')", allow_module_level=True)
 
 BRIDGE = paddle_provider.simulator_bridge()
 ANYCHIP = [sys.executable, "-m", "anychip.cli"]

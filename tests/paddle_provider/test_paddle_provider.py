@@ -16,17 +16,17 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS, paddle_dir
 
 from anychip import paddle_provider
 from anychip.chips._headers import cdef_of
 from anychip.chips.paddle import HEADER, ffi
 from anychip.conformance.framework import run_paddle_launch
 
-# importorskip("paddle.sysconfig"), not "paddle": the folder tests/paddle (C sources) would be
-# imported as a namespace package named paddle where the wheel is absent
-pytest.importorskip("paddle.sysconfig", reason="paddlepaddle is not installed (pip install 'anychip[paddle]')")
-import paddle  # noqa: E402
-from conftest import CHILD_SECONDS, LONG_CHILD_SECONDS
+# Paddle runs in the child processes; this process only needs to know where it is installed
+PADDLE = paddle_dir()
+if PADDLE is None:
+    pytest.skip("paddlepaddle is not installed (pip install 'anychip[paddle]')", allow_module_level=True)
 
 HERE = Path(__file__).resolve().parent
 WORKERS = HERE
@@ -70,7 +70,7 @@ def test_the_host_loader_reads_the_bridges_header() -> None:
 def test_bridge_structs_match_the_wheels_header(tmp_path: Path) -> None:
     """The sizes and offsets the bridge is built with are those of the installed Paddle's header."""
     from anychip._data import get_include
-    inc = paddle.sysconfig.get_include()
+    inc = str(PADDLE / "include")
     probe = tmp_path / "sizes.c"
     probe.write_text('#include <stdio.h>\n#include <stddef.h>\n#include "anychip/paddle/device_ext.h"\n'
                      'int main(void) { printf("%zu %zu %zu %zu\\n", sizeof(struct CustomRuntimeParams), '
@@ -523,7 +523,7 @@ def test_phi_capi_mirror_matches_the_wheels_headers(tmp_path: Path) -> None:
     """The bridge's phi_capi.h (paddle/ of anychip's sources): every function has the type Paddle's
     headers declare, and the enum values are Paddle's."""
     from anychip._data import get_include, sources_dir
-    inc = paddle.sysconfig.get_include()
+    inc = str(PADDLE / "include")
     if not (Path(inc) / "paddle" / "phi" / "capi" / "include" / "c_kernel_registry.h").exists():
         pytest.skip(f"the Paddle wheel ships no phi C-API headers under {inc}")
     names = ["PD_ARG_TYPE_TENSOR", "PD_ARG_TYPE_BOOL", "PD_ARG_TYPE_FLOAT32", "PD_ARG_TYPE_INT32",
@@ -577,7 +577,7 @@ def test_info_says_where_paddle_finds_the_bridge() -> None:
     assert info["status"] == f"Paddle loads {BRIDGE.name} from {BRIDGE.parent} (CUSTOM_DEVICE_ROOT)"
     env = _env()
     del env["CUSTOM_DEVICE_ROOT"]
-    site = Path(paddle.__file__).resolve().parent.parent
+    site = PADDLE.resolve().parent
     info = paddle_provider.status(env)
     assert info["paddle_dir"] == str(site / "paddle_custom_device")
     if BRIDGE.parent != site / "paddle_custom_device":            # an editable install
@@ -1049,7 +1049,7 @@ def test_profiler_event_mirror_matches_the_wheels_header(tmp_path: Path) -> None
     the wheel's phi::DeviceTraceEvent / RuntimeTraceEvent / KernelEventInfo (paddle/phi/api/profiler/
     trace_event.h) and its TracerEventType values: a mismatch would corrupt Paddle's collector."""
     from anychip._data import sources_dir
-    inc = paddle.sysconfig.get_include()
+    inc = str(PADDLE / "include")
     if not (Path(inc) / "paddle" / "phi" / "api" / "profiler" / "trace_event.h").exists():
         pytest.skip(f"the Paddle wheel ships no profiler headers under {inc}")
     fields = ("sizeof(D), offsetof(D, type), offsetof(D, start_ns), offsetof(D, stream_id), "
