@@ -133,6 +133,9 @@ void register_hooks();
 
 // ---- profiler.cpp ----------------------------------------------------------------------------
 void register_profiler();       // the autograd profiler's stubs, and kineto.cpp's activity profiler
+// whether the plugin times its events (event_create / destroy / record / synchronize / elapsed_ms),
+// which both profilers need
+bool timed_events();
 
 // ---- kineto.cpp: the device's work in torch.profiler's trace -----------------------------------
 // While a torch.profiler session traces the device (g_tracing), each kernel, copy and fill enqueued

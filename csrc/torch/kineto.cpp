@@ -76,12 +76,6 @@ std::vector<Record> g_records;
 std::map<std::pair<int, void *>, Anchor> g_anchors;         // by (device, stream handle)
 thread_local std::vector<uint64_t> t_correlation;           // Kineto's correlation ids, innermost last
 
-bool timed_events()
-{
-    return g_plugin.event_create && g_plugin.event_destroy && g_plugin.event_record && g_plugin.event_synchronize &&
-           g_plugin.event_elapsed_ms;
-}
-
 anychip_event new_event(int device)
 {
     anychip_event ev = nullptr;

@@ -30,12 +30,6 @@ struct ProfEvent {
     int device;
 };
 
-bool timed_events()
-{
-    return g_plugin.event_create && g_plugin.event_destroy && g_plugin.event_record && g_plugin.event_synchronize &&
-           g_plugin.event_elapsed_ms;
-}
-
 struct Stubs final : torch::profiler::impl::ProfilerStubs {
     void record(c10::DeviceIndex *device, ProfilerVoidEventStub *event, int64_t *cpu_ns) const override
     {
@@ -102,6 +96,12 @@ struct Stubs final : torch::profiler::impl::ProfilerStubs {
 Stubs g_stubs;
 
 }  // namespace
+
+bool timed_events()
+{
+    return g_plugin.event_create && g_plugin.event_destroy && g_plugin.event_record && g_plugin.event_synchronize &&
+           g_plugin.event_elapsed_ms;
+}
 
 void register_profiler()
 {
