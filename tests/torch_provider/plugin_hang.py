@@ -4,14 +4,14 @@ Prints PATH direct|python (whether the op took the process group's C++ path), th
 <seconds> <error> once Work.wait fails, and FUTURE <error> for the op's future."""
 import sys
 import time
-from datetime import timedelta
 
+import short_timeout_group
 import torch
 import torch.distributed as dist
 
 import anychip.torch.distributed
 
-dist.init_process_group("anychip", timeout=timedelta(seconds=float(sys.argv[1])))
+short_timeout_group.init(float(sys.argv[1]))
 dev = torch.device("anychip", torch.accelerator.current_device_index())
 x = torch.ones(1024, device=dev)
 start = time.monotonic()
