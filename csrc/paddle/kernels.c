@@ -2255,6 +2255,171 @@ static void k_add_n(PD_DeviceContext *ctx, const void *xs, PD_Tensor *out)
     add_n(ctx, n, (PD_Tensor *const *)x, out);
 }
 
+/* ---- layer_norm ----------------------------------------------------------------------------------- */
+
+/* x as Paddle's CPU kernel sees it: [left, right], the dims from begin_norm_axis on normalized together */
+static void norm_split(const char *op, const tview *x, int axis, int64_t *left, int64_t *right)
+{
+    if (axis < 0 || axis >= (x->nd ? x->nd : 1))
+        fail(op, "begin_norm_axis %d is out of range for a %d-d input", axis, x->nd);
+    *left = 1;
+    *right = 1;
+    for (int d = 0; d < x->nd; d++)
+        *(d < axis ? left : right) *= x->dim[d];
+}
+
+/* scale or bias: `right` elements of x's dtype */
+static void norm_param(const char *op, const char *what, const PD_Tensor *t, const tview *x, int64_t right, tview *v)
+{
+    input(op, t, v);
+    if (v->n != right || v->cdt != x->cdt)
+        fail(op, "%s has %lld elements of data type %d; x normalizes %lld elements of data type %d", what,
+             (long long)v->n, (int)v->cdt, (long long)right, (int)x->cdt);
+}
+
+/* sqrt(var + epsilon), one per row (Paddle's DivAndSqrtFunctor divides by it) */
+static void *norm_denominator(temps *T, anychip_stream s, const tview *x, const void *var, int64_t left, float eps)
+{
+    int64_t one = 1, zero = 0;
+    void *r = temp(T, 1, &left, x->cdt);
+    ew(T->op, s, ANYCHIP_OP_ADD, x->dt, 1, &left, r, var, &one, constant(T, s, x->cdt, (double)eps), &zero);
+    un(T->op, s, ANYCHIP_OP_SQRT, x->dt, x->dt, left, r, r);
+    return r;
+}
+
+/* Paddle's CPU layer_norm, step by step: mean and variance (the mean of (x - mean)^2) per row,
+ * y = (x - mean) / sqrt(variance + epsilon), then times scale, then plus bias, each where given.
+ * mean and variance are outputs, of x's dtype (the float32 / float64 kernels'). */
+static void layer_norm(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *scale, PD_Tensor *bias, float eps, int axis,
+                       PD_Tensor *y, PD_Tensor *mean, PD_Tensor *var)
+{
+    const char *op = "layer_norm";
+    tview a, w, b, o, m, v;
+    input(op, x, &a);
+    int64_t left, right;
+    norm_split(op, &a, axis, &left, &right);
+    if (scale)
+        norm_param(op, "scale", scale, &a, right, &w);
+    if (bias)
+        norm_param(op, "bias", bias, &a, right, &b);
+    anychip_stream s = stream_of(op, ctx);
+    output(op, ctx, y, a.cdt, &o);
+    output(op, ctx, mean, a.cdt, &m);
+    output(op, ctx, var, a.cdt, &v);
+    if (m.n != left || v.n != left)
+        fail(op, "mean and variance of %lld and %lld elements for %lld rows", (long long)m.n, (long long)v.n,
+             (long long)left);
+    if (!right) {                         /* rows of nothing: Paddle-CPU's 0 * (1 / 0) */
+        fill(op, s, m.dt, m.n, m.p, NAN, 0, 1);
+        fill(op, s, v.dt, v.n, v.p, NAN, 0, 1);
+        return;
+    }
+    if (!a.n)
+        return;
+    temps T = {ctx, op, {0}, 0};
+    int64_t dim[2] = {left, right}, full[2] = {right, 1}, rows[2] = {1, 0}, cols[2] = {0, 1};
+    void *d = temp(&T, 2, dim, a.cdt);
+    kreduce(op, s, ANYCHIP_REDUCE_MEAN, a.dt, a.dt, left, right, 1, m.p, a.p);
+    ew(op, s, ANYCHIP_OP_SUB, a.dt, 2, dim, d, a.p, full, m.p, rows);                /* x - mean */
+    ew(op, s, ANYCHIP_OP_MUL, a.dt, 2, dim, o.p, d, full, d, full);                  /* its square, in y */
+    kreduce(op, s, ANYCHIP_REDUCE_MEAN, a.dt, a.dt, left, right, 1, v.p, o.p);
+    void *r = norm_denominator(&T, s, &a, v.p, left, eps);
+    ew(op, s, ANYCHIP_OP_DIV, a.dt, 2, dim, o.p, d, full, r, rows);
+    if (scale)
+        ew(op, s, ANYCHIP_OP_MUL, a.dt, 2, dim, o.p, o.p, full, w.p, cols);
+    if (bias)
+        ew(op, s, ANYCHIP_OP_ADD, a.dt, 2, dim, o.p, o.p, full, b.p, cols);
+    temps_free(&T);
+}
+
+/* Paddle's CPU layer_norm_grad, step by step, with x_norm = (x - mean) / sqrt(variance + epsilon) and
+ * g = dy * scale (dy without a scale):
+ *   bias_grad = dy summed over the rows, scale_grad = x_norm * dy summed over the rows,
+ *   x_grad = (g - rowmean(g) - x_norm * rowmean(g * x_norm)) / sqrt(variance + epsilon).
+ * An output Paddle does not ask for (NULL) is not computed; bias itself is not read. */
+static void layer_norm_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *scale, PD_Tensor *mean, PD_Tensor *var,
+                            PD_Tensor *dy, float eps, int axis, PD_Tensor *dx, PD_Tensor *dscale, PD_Tensor *dbias)
+{
+    const char *op = "layer_norm_grad";
+    tview a, w, m, v, g, ox, os, ob;
+    input(op, x, &a);
+    input(op, dy, &g);
+    input(op, mean, &m);
+    input(op, var, &v);
+    int64_t left, right;
+    norm_split(op, &a, axis, &left, &right);
+    if (scale)
+        norm_param(op, "scale", scale, &a, right, &w);
+    if (g.n != a.n || g.cdt != a.cdt || m.n != left || v.n != left || m.cdt != a.cdt || v.cdt != a.cdt)
+        fail(op, "x of %lld elements (%lld rows), out_grad of %lld, mean and variance of %lld and %lld, "
+             "data types %d, %d, %d, %d (want out_grad as x, one mean and variance per row, one data type)",
+             (long long)a.n, (long long)left, (long long)g.n, (long long)m.n, (long long)v.n, (int)a.cdt, (int)g.cdt,
+             (int)m.cdt, (int)v.cdt);
+    if (dscale && !scale)
+        fail(op, "scale_grad asked for without a scale");
+    anychip_stream s = stream_of(op, ctx);
+    if (dx)
+        output(op, ctx, dx, a.cdt, &ox);
+    if (dscale)
+        output(op, ctx, dscale, a.cdt, &os);
+    if (dbias)
+        output(op, ctx, dbias, a.cdt, &ob);
+    if (!a.n) {                           /* sums over no rows */
+        if (dscale)
+            fill(op, s, os.dt, os.n, os.p, 0.0, 0, 1);
+        if (dbias)
+            fill(op, s, ob.dt, ob.n, ob.p, 0.0, 0, 1);
+        return;
+    }
+    temps T = {ctx, op, {0}, 0};
+    int64_t dim[2] = {left, right}, full[2] = {right, 1}, rows[2] = {1, 0}, cols[2] = {0, 1};
+    void *r = NULL, *xn = NULL, *t = NULL;
+    if (dx || dscale) {
+        r = norm_denominator(&T, s, &a, v.p, left, eps);
+        xn = temp(&T, 2, dim, a.cdt);
+        t = temp(&T, 2, dim, a.cdt);
+        ew(op, s, ANYCHIP_OP_SUB, a.dt, 2, dim, xn, a.p, full, m.p, rows);
+        ew(op, s, ANYCHIP_OP_DIV, a.dt, 2, dim, xn, xn, full, r, rows);
+    }
+    if (dbias)
+        kreduce(op, s, ANYCHIP_REDUCE_SUM, a.dt, a.dt, 1, left, right, ob.p, g.p);
+    if (dscale) {
+        ew(op, s, ANYCHIP_OP_MUL, a.dt, 2, dim, t, xn, full, g.p, full);
+        kreduce(op, s, ANYCHIP_REDUCE_SUM, a.dt, a.dt, 1, left, right, os.p, t);
+    }
+    if (dx) {
+        void *gs = temp(&T, 2, dim, a.cdt), *row = temp(&T, 1, &left, a.cdt);
+        if (scale)
+            ew(op, s, ANYCHIP_OP_MUL, a.dt, 2, dim, gs, g.p, full, w.p, cols);
+        else
+            un(op, s, ANYCHIP_OP_COPY, a.dt, a.dt, a.n, gs, g.p);
+        kreduce(op, s, ANYCHIP_REDUCE_MEAN, a.dt, a.dt, left, right, 1, row, gs);
+        ew(op, s, ANYCHIP_OP_MUL, a.dt, 2, dim, t, gs, full, xn, full);              /* g * x_norm */
+        ew(op, s, ANYCHIP_OP_SUB, a.dt, 2, dim, gs, gs, full, row, rows);            /* g - rowmean(g) */
+        kreduce(op, s, ANYCHIP_REDUCE_MEAN, a.dt, a.dt, left, right, 1, row, t);
+        ew(op, s, ANYCHIP_OP_MUL, a.dt, 2, dim, t, xn, full, row, rows);
+        ew(op, s, ANYCHIP_OP_SUB, a.dt, 2, dim, gs, gs, full, t, full);
+        ew(op, s, ANYCHIP_OP_DIV, a.dt, 2, dim, ox.p, gs, full, r, rows);
+    }
+    temps_free(&T);
+}
+
+/* the optional scale and bias arrive as paddle::optional objects: their tensor, or NULL */
+static void k_layer_norm(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *scale, PD_Tensor *bias, float eps, int axis,
+                         PD_Tensor *y, PD_Tensor *mean, PD_Tensor *var)
+{
+    layer_norm(ctx, x, PD.PD_OptionalTensorGetPointer(scale), PD.PD_OptionalTensorGetPointer(bias), eps, axis, y,
+               mean, var);
+}
+
+static void k_layer_norm_grad(PD_DeviceContext *ctx, PD_Tensor *x, PD_Tensor *scale, PD_Tensor *bias, PD_Tensor *mean,
+                              PD_Tensor *var, PD_Tensor *dy, float eps, int axis, PD_Tensor *dx, PD_Tensor *dscale,
+                              PD_Tensor *dbias)
+{
+    (void)bias;
+    layer_norm_grad(ctx, x, PD.PD_OptionalTensorGetPointer(scale), mean, var, dy, eps, axis, dx, dscale, dbias);
+}
+
 /* ---- the executors' entries (PD_KernelContext) ----------------------------------------------------- */
 
 /* an IntArray attribute's values: an IntArray, or a 1-d int32 / int64 tensor in the executor */
@@ -2394,6 +2559,15 @@ static void c_add_n(PD_KernelContext *c)
     list_of("add_n", PD.PD_KernelContextMultiInputAt(c, 0), &xs);
     add_n(CTX, xs.n, xs.t, OUT(0));
 }
+static void c_layer_norm(PD_KernelContext *c)
+{
+    layer_norm(CTX, IN(0), IN(1), IN(2), PD.PD_KernelContextFloatAttrAt(c, 0), INTA(1), OUT(0), OUT(1), OUT(2));
+}
+static void c_layer_norm_grad(PD_KernelContext *c)
+{
+    layer_norm_grad(CTX, IN(0), IN(1), IN(3), IN(4), IN(5), PD.PD_KernelContextFloatAttrAt(c, 0), INTA(1), OUT(0),
+                    OUT(1), OUT(2));
+}
 static void c_update_loss_scaling(PD_KernelContext *c)
 {
     static __thread tlist xs, outs;
@@ -2437,7 +2611,9 @@ static void c_matmul_grad(PD_KernelContext *c)
 #define S_ PD_ARG_TYPE_SCALAR
 #define D_ PD_ARG_TYPE_DATA_TYPE
 
-enum { FLOATS = 1, INTS = 2, ALL = FLOATS | INTS, VIEW_TYPES = 4 };
+enum { FLOATS = 1, INTS = 2, ALL = FLOATS | INTS, VIEW_TYPES = 4, WIDE_FLOATS = 8 };
+/* WIDE_FLOATS: float32 and float64, the dtypes of Paddle's CPU kernels whose float16 forms (on GPUs)
+ * keep statistics or parameters in float32 (layer_norm) */
 
 /* the primitives a kernel uses, each with the kernel's dtype; BOOL_MASK: also a unary cast from
  * bool (a comparison's result); WIDEN: an integer sum, which Paddle accumulates into int64 */
@@ -2471,6 +2647,7 @@ static const PD_KernelArgumentType SGD_IN[] = {T_, T_, T_, O_};
 #define STR_ PD_ARG_TYPE_STRING
 static const PD_KernelArgumentType MOMENTUM_IN[] = {T_, T_, T_, T_, O_};
 static const PD_KernelArgumentType CFU_IN[] = {L_, T_}, CFU_OUT[] = {L_, T_}, ADD_N_IN[] = {L_};
+static const PD_KernelArgumentType LN_IN[] = {T_, O_, O_}, LN_GRAD_IN[] = {T_, O_, O_, T_, T_, T_};
 static const PD_KernelArgumentType ULS_IN[] = {L_, T_, T_, T_, T_}, ULS_OUT[] = {L_, T_, T_, T_};
 static void cfu_args(const PD_KernelKey *key, PD_Kernel *kernel);
 static void uls_args(const PD_KernelKey *key, PD_Kernel *kernel);
@@ -2527,6 +2704,10 @@ static const kernel_def KERNELS[] = {
     {.name = "update_loss_scaling", .types = FLOATS, .uses = UN | FIL, .nin = 5, .nattr = 5, .nout = 4,
      .attr = {I_, I_, F32_, F32_, S_}, .fn = c_update_loss_scaling, .variadic = V(k_update_loss_scaling),
      .in = ULS_IN, .out = ULS_OUT, .args = uls_args},
+    {.name = "layer_norm", .types = WIDE_FLOATS, .uses = BIN | UN | RED | FIL, .nin = 3, .nattr = 2, .nout = 3,
+     .attr = {F32_, I_}, .fn = c_layer_norm, .variadic = V(k_layer_norm), .in = LN_IN},
+    {.name = "layer_norm_grad", .types = WIDE_FLOATS, .uses = BIN | UN | RED | FIL, .nin = 6, .nattr = 2,
+     .nout = 3, .attr = {F32_, I_}, .fn = c_layer_norm_grad, .variadic = V(k_layer_norm_grad), .in = LN_GRAD_IN},
     {.name = "contiguous", .types = VIEW_TYPES, .uses = HOST, .nin = 1, .nout = 1, .fn = c_contiguous,
      .variadic = V(k_contiguous)},
     {.name = "strided_copy", .types = VIEW_TYPES, .uses = HOST, .nin = 1, .nattr = 3, .nout = 1,
@@ -2543,6 +2724,7 @@ static const kernel_def KERNELS[] = {
 /* each family's dtypes, in registration order */
 static const C_DataType FLOAT_TYPES[] = {FLOAT32, FLOAT64, FLOAT16, BFLOAT16};
 static const C_DataType INT_TYPES[] = {INT32, INT64};
+static const C_DataType WIDE_FLOAT_TYPES[] = {FLOAT32, FLOAT64};
 /* those Paddle's CPU registers contiguous and strided_copy for */
 static const C_DataType VIEW_DTYPES[] = {FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, BOOL, UINT8, INT8, INT16,
                                          COMPLEX64, COMPLEX128};
@@ -2550,7 +2732,8 @@ static const struct {
     int family;
     const C_DataType *types;
     size_t n;
-} FAMILIES[] = {{FLOATS, FLOAT_TYPES, 4}, {INTS, INT_TYPES, 2}, {VIEW_TYPES, VIEW_DTYPES, 12}};
+} FAMILIES[] = {{FLOATS, FLOAT_TYPES, 4}, {INTS, INT_TYPES, 2}, {VIEW_TYPES, VIEW_DTYPES, 12},
+                {WIDE_FLOATS, WIDE_FLOAT_TYPES, 2}};
 
 static const char *const PHI_NAMES[] = {[FLOAT32] = "float32", [FLOAT64] = "float64", [FLOAT16] = "float16",
                                         [BFLOAT16] = "bfloat16", [INT32] = "int32", [INT64] = "int64",

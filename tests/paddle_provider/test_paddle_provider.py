@@ -130,7 +130,7 @@ def test_simulator_plugin_faces_load_as_anychip_c_plugins() -> None:
 # ---- one process per device type -----------------------------------------------------------
 
 #: the ops the bridge registers over a full kernel table, and the dtypes of the strided views' copies
-N_KERNELS = 44
+N_KERNELS = 46
 VIEW_DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "uint8", "int8", "int16",
                "complex64", "complex128"]
 
@@ -349,6 +349,37 @@ def test_static_step_copies_its_fallbacks_results_without_staging(chip: str, req
         assert step["d2h_enqueued"] + step["d2h_direct"] == 3 and step["h2d_staged"] + step["h2d_direct"] == 2, step
     if chip == "scaffolded":        # whether a copy back finds the stream idle depends on timing
         assert sum(step["h2d_direct"] for step in report["steps"]) >= 1, report["steps"]
+
+
+@pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+def test_layer_norm_runs_on_the_device_with_cpus_values(chip: str, request: pytest.FixtureRequest) -> None:
+    """layer_norm and layer_norm_grad on the device's kernels (before: Paddle's CPU fallback, whose
+    inputs are copied to the host and its results back): for 8 shapes and begin_norm_axis values, each
+    with and without scale and bias, in float32 and float64, the output, mean and variance (a static
+    program) and the output and the gradients of x, scale and bias (eager) are Paddle-CPU's to the
+    rounding of the dtype, relative to each value's largest magnitude (the device sums in its own order;
+    float64 rows of 5 and 7 come out bit for bit, and on the scaffolded plugin, which sums in order,
+    every float64 output, mean and variance). A to_static step of a LayerNorm runs both kernels once
+    and copies nothing asynchronously (the fallback copies their inputs and results); its loss and
+    gradients are CPU's. With a scale that needs no gradient, x's gradient still has the scale in it
+    (Paddle's GPU kernel does the same; its CPU kernel leaves the scale out then)."""
+    env, device = _chip_env(chip, request)
+    lib = request.getfixturevalue("scaffolded") / "libanychip_mychip.so" if chip == "scaffolded" else BRIDGE
+    report = _result("layer_norm.py", [device, str(lib)], env)
+    assert report["cases"] == 64 and len(report["static"]) == len(report["eager"]) == 64
+    for mode in ("static", "eager"):
+        for name, rel in report[mode].items():
+            assert rel <= (1e-6 if name.startswith("float32") else 1e-14), (mode, name, rel)
+    # rows of 5 and 7 doubles: mean, variance, output and scale gradient are CPU's bit for bit
+    assert {k: v for k, v in report["equal"].items() if k.startswith("float64 (3, 1, 7) axis 2 scale bias")} == {
+        "float64 (3, 1, 7) axis 2 scale bias": ["eager bias_grad", "eager out", "eager scale_grad", "mean", "out",
+                                                "variance"]}
+    if chip == "scaffolded":      # its sums run in order in double: Paddle-CPU's float64 order
+        assert {name: rel for name, rel in report["static"].items() if name.startswith("float64") and rel} == {}
+    assert report["kernel_calls"] == {"layer_norm": 128, "layer_norm_grad": 64}
+    assert report["static_calls"] == {"async_copy": 0, "layer_norm": 1, "layer_norm_grad": 1}
+    assert report["static_rel"] <= 1e-6
+    assert report["frozen_scale"] <= 1e-6 and report["frozen_scale_cpu"] > 0.1
 
 
 def _result(script: str, args: list[str], env: dict[str, str]) -> dict:
@@ -609,6 +640,7 @@ def test_info_lists_the_kernels_each_device_type_registers(scaffolded: Path, tab
     assert table["adamw"] == table["adam"] == table["momentum"] == table["sgd"] == table["matmul"]
     assert table["check_finite_and_unscale"] == table["update_loss_scaling"] == table["matmul"]
     assert table["contiguous"] == table["strided_copy"] == table["fill"] == VIEW_DTYPES
+    assert table["layer_norm"] == table["layer_norm_grad"] == ["float32", "float64"]     # Paddle-CPU's dtypes
     mine = scaffolded / "libanychip_mychip.so"
     assert paddle_provider.kernel_table(mine) == table             # the scaffold's masks take every dtype
     assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_mychip", _env(scaffolded))
@@ -657,7 +689,8 @@ def test_kernels_follow_the_plugins_masks(narrow: Path) -> None:
     lib = narrow / "libanychip_narrow.so"
     table = paddle_provider.kernel_table(lib)
     assert {n: sorted(v) for n, v in table.items()} == _registered("anychip_narrow", _env(narrow))
-    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 42
+    assert "matmul" not in table and "matmul_grad" not in table and len(table) == 44
+    assert table["layer_norm"] == table["layer_norm_grad"] == ["float32"]
     assert table["add"] == table["sum"] == table["cast"] == table["add_grad"] == ["float32", "int64"]
     assert table["divide"] == table["relu"] == table["relu_grad"] == table["softmax"] == ["float32"]
     assert table["adamw"] == table["sgd"] == ["float32"]
