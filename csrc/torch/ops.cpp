@@ -360,6 +360,10 @@ std::optional<c10::Device> check_devices(const c10::FunctionSchema &schema, cons
 // torch's fallback returns the results to its first tensor argument's device (unless the op has
 // a device argument), which for `2 - t` or `where(cpu_scalar, t, u)` is the CPU's: they go to the
 // anychip device of the other arguments, as on CUDA.
+// set while the CPU fallback runs an op that writes none of its arguments: its inputs' host
+// copies (to_cpu) are only read, so where the host addresses device memory they are views of it
+thread_local bool t_inputs_read_only = false;
+
 void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
     const c10::FunctionSchema &schema = op.schema();
@@ -370,10 +374,22 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
                     "device: the CPU fallback would return a copy, so writes through it would be lost");
     }
     std::optional<c10::Device> device = check_devices(schema, *stack);
-    bool device_arg = false;
-    for (size_t i = 0, begin = stack->size() - schema.arguments().size(); i < schema.arguments().size(); ++i)
+    bool device_arg = false, writes = false;
+    for (size_t i = 0, begin = stack->size() - schema.arguments().size(); i < schema.arguments().size(); ++i) {
         device_arg = device_arg || (*stack)[begin + i].isDevice();
-    at::native::cpu_fallback(op, stack);
+        const c10::AliasInfo *alias = schema.arguments()[i].alias_info();
+        writes = writes || (alias && alias->isWrite());
+    }
+    {
+        bool outer = std::exchange(t_inputs_read_only, !writes);
+        try {
+            at::native::cpu_fallback(op, stack);
+        } catch (...) {
+            t_inputs_read_only = outer;
+            throw;
+        }
+        t_inputs_read_only = outer;
+    }
     if (!device || device_arg)
         return;
     size_t nret = schema.returns().size(), begin = stack->size() - nret;
@@ -418,7 +434,7 @@ std::vector<at::Tensor> to_cpu(at::TensorList tensors)
         dev.push_back(t);
         out.emplace_back();
     }
-    std::vector<at::Tensor> host = download_all(dev, leads);
+    std::vector<at::Tensor> host = download_all(dev, leads, t_inputs_read_only);
     for (size_t i = 0, k = 0; i < out.size(); ++i)
         if (tensors[i].defined() && tensors[i].device().type() == kType)
             out[i] = host[k++];
@@ -505,8 +521,9 @@ at::Tensor structured(Form form, const at::Tensor &out, Impl &&impl, const Args 
     return op.out;
 }
 
-// the CPU kernel's values: the iterator's inputs on the host, the CPU op `f` over them, its
-// result written into the output (cast to the output's dtype, as the CPU's out= does)
+// the CPU kernel's values: the iterator's inputs on the host (views of the device memory where the
+// host addresses it: f only reads them), the CPU op `f` over them, its result written into the
+// output (cast to the output's dtype, as the CPU's out= does)
 template <typename F>
 void on_host(at::TensorIteratorBase &iter, F &&f)
 {
@@ -517,7 +534,7 @@ void on_host(at::TensorIteratorBase &iter, F &&f)
         if (t.device().type() == kType)
             dev.push_back(t);
     }
-    std::vector<at::Tensor> host = download_all(dev, std::vector<int64_t>(dev.size(), 0));
+    std::vector<at::Tensor> host = download_all(dev, std::vector<int64_t>(dev.size(), 0), /*may_alias=*/true);
     for (size_t i = 0, k = 0; i < in.size(); ++i)
         if (in[i].device().type() == kType)
             in[i] = host[k++];
