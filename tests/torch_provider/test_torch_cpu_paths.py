@@ -128,6 +128,27 @@ def test_while_the_profiler_traces_the_device_the_fallbacks_inputs_are_copies_on
     assert [e.name for e in prof.events() if e.name == "copy_async"] == ["copy_async"] * 2
 
 
+def test_the_host_kernels_of_an_optimizers_ops_write_the_device_output_where_it_is(at):
+    # addcmul, addcdiv, lerp and sqrt run the CPU's kernel (the table's would round differently); on
+    # a device whose memory is host memory, its out= form writes the device output in place (before:
+    # a host result, then a copy of it to the device, for each parameter's each op in Adam's step)
+    from torch.profiler import ProfilerActivity, profile
+    (x, xd), (a, ad) = _pair(16, 9), _pair(16, 9, seed=1)
+    sq, sqd = x * x, xd * xd
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        xd.addcmul_(ad, ad, value=0.5)
+        rd = sqd.sqrt()
+        ld = xd.lerp(ad, 0.3)
+        xd.addcdiv_(ad, rd, value=-2)
+    assert [e.name for e in prof.events() if e.name in ("aten::copy_", "aten::_copy_from")] == []
+    x.addcmul_(a, a, value=0.5)
+    r = sq.sqrt()
+    lerped = x.lerp(a, 0.3)
+    x.addcdiv_(a, r, value=-2)
+    for got, want in ((xd, x), (rd, r), (ld, lerped)):
+        assert torch.equal(got.cpu(), want)
+
+
 # ---- silu's and mish's gradients: the CPU kernels, not their decompositions ---------------------
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
