@@ -2,6 +2,8 @@
 // the host and the device (pinned host memory without waiting), within a device, between devices,
 // and through the host where the layouts differ.
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -31,6 +33,16 @@ anychip_status traced_copy(int device, void *dst, const void *src, size_t nbytes
 
 }  // namespace
 
+// Whether the host reads and writes device memory itself: the plugin's device memory is host
+// memory (plugin.h's ANYCHIP_PLUGIN_HOST_MEMORY), and the profiler is not tracing the device (its
+// trace shows each copy as the stream's work, so they stay on the stream then). The host then
+// waits for the stream, as it waits for a copy it enqueued, and moves the bytes itself: no
+// hand-off to the library's stream, and the CPU fallback's inputs are not copied at all.
+bool host_addressable()
+{
+    return (g_plugin.flags & ANYCHIP_PLUGIN_HOST_MEMORY) && !g_tracing.load(std::memory_order_relaxed);
+}
+
 // nbytes between host and device (or within one device) on the device's current stream;
 // host memory is not kept alive, so a copy touching the host is waited for
 void raw_copy(int device, void *dst, const void *src, size_t nbytes, anychip_copy_kind kind)
@@ -38,6 +50,11 @@ void raw_copy(int device, void *dst, const void *src, size_t nbytes, anychip_cop
     if (nbytes == 0)
         return;
     void *s = current_stream(device);
+    if (kind != ANYCHIP_COPY_D2D && host_addressable()) {
+        sync_stream(device, s);         // (the stream's earlier work on the device memory is done)
+        std::memmove(dst, src, nbytes);
+        return;
+    }
     const char *what = kind == ANYCHIP_COPY_H2D ? "copy (host to device)"
                        : kind == ANYCHIP_COPY_D2H ? "copy (device to host)" : "copy (device to device)";
     if (g_plugin.copy_async) {
@@ -113,9 +130,43 @@ at::Tensor download(const at::Tensor &t, int64_t lead)
     return with_bits(host.as_strided(t.sizes(), t.strides(), lead), t);
 }
 
-std::vector<at::Tensor> download_all(const std::vector<at::Tensor> &ts, const std::vector<int64_t> &leads)
+namespace {
+
+// a CPU tensor over the device tensor's own memory (host_addressable), with its layout and bits;
+// it keeps the device memory alive. Undefined where the memory's block does not start on the CPU
+// allocator's alignment (the CPU kernel could take another path over it than over the CPU's tensor)
+at::Tensor host_alias(const at::Tensor &t)
+{
+    constexpr uintptr_t kCpuAlignment = 64;        // c10's gAlignment: where a CPU block starts
+    const c10::Storage &storage = t.storage();
+    if (t.numel() == 0 || reinterpret_cast<uintptr_t>(storage.data()) % kCpuAlignment != 0)
+        return {};
+    at::Tensor host = at::from_blob(t.data_ptr(), t.sizes(), t.strides(), [storage](void *) {},
+                                    t.options().device(c10::kCPU));
+    return with_bits(host, t);
+}
+
+}  // namespace
+
+std::vector<at::Tensor> download_all(const std::vector<at::Tensor> &ts, const std::vector<int64_t> &leads,
+                                     bool may_alias)
 {
     std::vector<at::Tensor> out(ts.size());
+    if (may_alias && host_addressable()) {
+        std::vector<std::pair<int, void *>> synced;
+        for (size_t i = 0; i < ts.size(); ++i) {
+            int device = dev_index(ts[i]);
+            void *stream = current_stream(device);
+            if (std::find(synced.begin(), synced.end(), std::make_pair(device, stream)) == synced.end()) {
+                sync_stream(device, stream);
+                synced.emplace_back(device, stream);
+            }
+            out[i] = host_alias(ts[i]);
+            if (!out[i].defined())
+                out[i] = download(ts[i], leads[i]);
+        }
+        return out;
+    }
     if (!g_plugin.copy_async) {       // (copies that return when done)
         for (size_t i = 0; i < ts.size(); ++i)
             out[i] = download(ts[i], leads[i]);

@@ -111,8 +111,14 @@ bool dense(const at::Tensor &t);                // non-overlapping and dense
 // a host tensor with the device tensor's layout and values (`lead` elements into its block)
 at::Tensor download(const at::Tensor &t, int64_t lead = 0);
 // download(ts[i], leads[i]) of each tensor (each on an anychip device), the copies enqueued together
-// and waited for once per stream: one round trip for all of an op's inputs
-std::vector<at::Tensor> download_all(const std::vector<at::Tensor> &ts, const std::vector<int64_t> &leads);
+// and waited for once per stream: one round trip for all of an op's inputs. may_alias: the caller
+// only reads the results, before it enqueues anything: where the host addresses device memory
+// (host_addressable), each is then a CPU view of the device tensor's own memory, not a copy
+std::vector<at::Tensor> download_all(const std::vector<at::Tensor> &ts, const std::vector<int64_t> &leads,
+                                     bool may_alias = false);
+// the host reads and writes device memory itself (plugin.h's ANYCHIP_PLUGIN_HOST_MEMORY, while the
+// profiler does not trace the device)
+bool host_addressable();
 void upload(const at::Tensor &dst, const at::Tensor &src);  // host values into a device tensor
 at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking);
 at::Tensor copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -360,6 +361,10 @@ std::optional<c10::Device> check_devices(const c10::FunctionSchema &schema, cons
 // torch's fallback returns the results to its first tensor argument's device (unless the op has
 // a device argument), which for `2 - t` or `where(cpu_scalar, t, u)` is the CPU's: they go to the
 // anychip device of the other arguments, as on CUDA.
+// set while the CPU fallback runs an op that writes none of its arguments: its inputs' host
+// copies (to_cpu) are only read, so where the host addresses device memory they are views of it
+thread_local bool t_inputs_read_only = false;
+
 void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
     const c10::FunctionSchema &schema = op.schema();
@@ -370,10 +375,22 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
                     "device: the CPU fallback would return a copy, so writes through it would be lost");
     }
     std::optional<c10::Device> device = check_devices(schema, *stack);
-    bool device_arg = false;
-    for (size_t i = 0, begin = stack->size() - schema.arguments().size(); i < schema.arguments().size(); ++i)
+    bool device_arg = false, writes = false;
+    for (size_t i = 0, begin = stack->size() - schema.arguments().size(); i < schema.arguments().size(); ++i) {
         device_arg = device_arg || (*stack)[begin + i].isDevice();
-    at::native::cpu_fallback(op, stack);
+        const c10::AliasInfo *alias = schema.arguments()[i].alias_info();
+        writes = writes || (alias && alias->isWrite());
+    }
+    {
+        bool outer = std::exchange(t_inputs_read_only, !writes);
+        try {
+            at::native::cpu_fallback(op, stack);
+        } catch (...) {
+            t_inputs_read_only = outer;
+            throw;
+        }
+        t_inputs_read_only = outer;
+    }
     if (!device || device_arg)
         return;
     size_t nret = schema.returns().size(), begin = stack->size() - nret;
@@ -418,7 +435,7 @@ std::vector<at::Tensor> to_cpu(at::TensorList tensors)
         dev.push_back(t);
         out.emplace_back();
     }
-    std::vector<at::Tensor> host = download_all(dev, leads);
+    std::vector<at::Tensor> host = download_all(dev, leads, t_inputs_read_only);
     for (size_t i = 0, k = 0; i < out.size(); ++i)
         if (tensors[i].defined() && tensors[i].device().type() == kType)
             out[i] = host[k++];
@@ -505,10 +522,13 @@ at::Tensor structured(Form form, const at::Tensor &out, Impl &&impl, const Args 
     return op.out;
 }
 
-// the CPU kernel's values: the iterator's inputs on the host, the CPU op `f` over them, its
-// result written into the output (cast to the output's dtype, as the CPU's out= does)
-template <typename F>
-void on_host(at::TensorIteratorBase &iter, F &&f)
+// the CPU kernel's values: the iterator's inputs on the host (views of the device memory where the
+// host addresses it: f only reads them), the CPU op `f` over them, its result written into the
+// output (cast to the output's dtype, as the CPU's out= does). `into`, where given, is the CPU
+// op's out= form, into(out, in): where the host addresses device memory and the output needs no
+// conversion, the CPU kernel writes the output where it is (no host result made and copied)
+template <typename F, typename G = std::nullptr_t>
+void on_host(at::TensorIteratorBase &iter, F &&f, G &&into = nullptr)
 {
     std::vector<at::Tensor> in, dev;
     for (int i = 0; i < iter.ninputs(); ++i) {
@@ -517,12 +537,23 @@ void on_host(at::TensorIteratorBase &iter, F &&f)
         if (t.device().type() == kType)
             dev.push_back(t);
     }
-    std::vector<at::Tensor> host = download_all(dev, std::vector<int64_t>(dev.size(), 0));
+    std::vector<at::Tensor> host = download_all(dev, std::vector<int64_t>(dev.size(), 0), /*may_alias=*/true);
     for (size_t i = 0, k = 0; i < in.size(); ++i)
         if (in[i].device().type() == kType)
             in[i] = host[k++];
+    const at::Tensor &out = iter.output(0);
+    if constexpr (!std::is_same_v<std::decay_t<G>, std::nullptr_t>) {
+        if (host_addressable() && out.numel() > 0 && out.scalar_type() == iter.common_dtype() && !out.is_conj() &&
+            !out.is_neg()) {
+            at::Tensor target = download_all({out}, {0}, /*may_alias=*/true)[0];
+            if (target.data_ptr() == out.data_ptr()) {          // (a view of the output's memory)
+                into(target, in);
+                return;
+            }
+        }
+    }
     at::Tensor result = f(in);
-    iter.output(0).copy_(result);
+    out.copy_(result);
 }
 
 // The iterator's operand i as the kernel reads it: a tensor on out's device of dtype st, or a CPU
@@ -691,10 +722,11 @@ void unary_impl(at::TensorIteratorBase &iter)
 
 // the CPU kernel's values only: sqrt, whose CPU kernel (vectorized) is not the correctly rounded
 // square root the table's computes (about 1 float32 value in 6 differs in the last bit)
-template <at::Tensor (*Host)(const at::Tensor &)>
+template <at::Tensor (*Host)(const at::Tensor &), at::Tensor &(*HostOut)(at::Tensor &, const at::Tensor &)>
 void host_unary(at::TensorIteratorBase &iter)
 {
-    on_host(iter, [](const std::vector<at::Tensor> &in) { return Host(in[0]); });
+    on_host(iter, [](const std::vector<at::Tensor> &in) { return Host(in[0]); },
+            [](at::Tensor &out, const std::vector<at::Tensor> &in) { HostOut(out, in[0]); });
 }
 
 // the host's ops (at::add and the rest have default arguments, so they are wrapped)
@@ -710,6 +742,7 @@ at::Tensor host_maximum(const at::Tensor &a, const at::Tensor &b) { return at::m
 at::Tensor host_minimum(const at::Tensor &a, const at::Tensor &b) { return at::minimum(a, b); }
 at::Tensor host_neg(const at::Tensor &a) { return at::neg(a); }
 at::Tensor host_sqrt(const at::Tensor &a) { return at::sqrt(a); }
+at::Tensor &host_sqrt_out(at::Tensor &out, const at::Tensor &a) { return at::sqrt_out(out, a); }
 
 // The three forms of an op with meta class Meta, as kernels to register: functional(args...),
 // inplace(self, args...), out(args..., out). Binary ops with alpha (add, sub):
@@ -765,12 +798,15 @@ struct UnaryOps {
 };
 
 // self + value * t1 * t2 and self + value * t1 / t2, and lerp with a scalar weight: the CPU's kernel
-template <class Meta, at::Tensor (*Host)(const at::Tensor &, const at::Tensor &, const at::Tensor &,
-                                         const at::Scalar &)>
+template <class Meta,
+          at::Tensor (*Host)(const at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Scalar &),
+          at::Tensor &(*HostOut)(at::Tensor &, const at::Tensor &, const at::Tensor &, const at::Tensor &,
+                                 const at::Scalar &)>
 struct PointwiseOps {
     static void impl(at::TensorIteratorBase &iter, const at::Scalar &value)
     {
-        on_host(iter, [&](const std::vector<at::Tensor> &in) { return Host(in[0], in[1], in[2], value); });
+        on_host(iter, [&](const std::vector<at::Tensor> &in) { return Host(in[0], in[1], in[2], value); },
+                [&](at::Tensor &out, const std::vector<at::Tensor> &in) { HostOut(out, in[0], in[1], in[2], value); });
     }
     static at::Tensor functional(const at::Tensor &self, const at::Tensor &t1, const at::Tensor &t2,
                                  const at::Scalar &value)
@@ -800,12 +836,23 @@ at::Tensor host_addcdiv(const at::Tensor &s, const at::Tensor &a, const at::Tens
 {
     return at::addcdiv(s, a, b, v);
 }
+at::Tensor &host_addcmul_out(at::Tensor &out, const at::Tensor &s, const at::Tensor &a, const at::Tensor &b,
+                             const at::Scalar &v)
+{
+    return at::addcmul_out(out, s, a, b, v);
+}
+at::Tensor &host_addcdiv_out(at::Tensor &out, const at::Tensor &s, const at::Tensor &a, const at::Tensor &b,
+                             const at::Scalar &v)
+{
+    return at::addcdiv_out(out, s, a, b, v);
+}
 
 struct LerpOps {
     using Meta = at::meta::structured_lerp_Scalar;
     static void impl(at::TensorIteratorBase &iter, const at::Scalar &weight)
     {
-        on_host(iter, [&](const std::vector<at::Tensor> &in) { return at::lerp(in[0], in[1], weight); });
+        on_host(iter, [&](const std::vector<at::Tensor> &in) { return at::lerp(in[0], in[1], weight); },
+                [&](at::Tensor &out, const std::vector<at::Tensor> &in) { at::lerp_out(out, in[0], in[1], weight); });
     }
     static at::Tensor functional(const at::Tensor &self, const at::Tensor &end, const at::Scalar &weight)
     {
@@ -1015,15 +1062,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
     m.impl("minimum", Minimum::functional);
     m.impl("minimum.out", Minimum::out);
     using Neg = UnaryOps<at::meta::structured_neg, unary_impl<ANYCHIP_OP_NEG, host_neg>>;
-    using Sqrt = UnaryOps<at::meta::structured_sqrt, host_unary<host_sqrt>>;
+    using Sqrt = UnaryOps<at::meta::structured_sqrt, host_unary<host_sqrt, host_sqrt_out>>;
     m.impl("neg", Neg::functional);
     m.impl("neg_", Neg::inplace);
     m.impl("neg.out", Neg::out);
     m.impl("sqrt", Sqrt::functional);
     m.impl("sqrt_", Sqrt::inplace);
     m.impl("sqrt.out", Sqrt::out);
-    using Addcmul = PointwiseOps<at::meta::structured_addcmul, host_addcmul>;
-    using Addcdiv = PointwiseOps<at::meta::structured_addcdiv, host_addcdiv>;
+    using Addcmul = PointwiseOps<at::meta::structured_addcmul, host_addcmul, host_addcmul_out>;
+    using Addcdiv = PointwiseOps<at::meta::structured_addcdiv, host_addcdiv, host_addcdiv_out>;
     m.impl("addcmul", Addcmul::functional);
     m.impl("addcmul_", Addcmul::inplace);
     m.impl("addcmul.out", Addcmul::out);

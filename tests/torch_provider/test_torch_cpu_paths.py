@@ -75,6 +75,80 @@ def test_an_ops_inputs_copied_to_the_host_together_keep_their_layouts_and_order(
     assert torch.equal(torch.stack([x1[:2], x1[2:4].t().t()]).cpu(), torch.stack([cpu[:2], cpu[2:4]]))
 
 
+_SEEN: dict[str, tuple[int, tuple[int, ...]]] = {}
+
+
+@pytest.fixture(scope="module")
+def probe_ops():
+    """Two ops with a CPU kernel only (so the device runs them through the CPU fallback), each
+    noting the address and strides of the host tensor its kernel was handed: peek reads its input,
+    poke writes it."""
+    lib = torch.library.Library("anychip_fallback_probe", "DEF")
+    lib.define("peek(Tensor x) -> Tensor")
+    lib.define("poke(Tensor(a!) x) -> ()")
+
+    def peek(x):
+        _SEEN["peek"] = (x.data_ptr(), x.stride())
+        return x * 2
+
+    def poke(x):
+        _SEEN["poke"] = (x.data_ptr(), x.stride())
+        x.add_(1)
+
+    lib.impl("peek", peek, "CPU")
+    lib.impl("poke", poke, "CPU")
+    yield torch.ops.anychip_fallback_probe
+    lib._destroy()
+
+
+def test_the_fallback_reads_host_memory_devices_inputs_in_place(at, probe_ops):
+    # the simulated chips' device memory is host memory (plugin.h's ANYCHIP_PLUGIN_HOST_MEMORY): an
+    # op the CPU fallback runs reads its inputs where they are, after the stream's earlier work, instead
+    # of copies (before, each input was copied to a new host block, each op, every step)
+    cpu, dev = _pair(16, 9)
+    y = dev * 3                                 # (the table's kernel, enqueued just before)
+    for t in (y, y[3:, 1:], y.t(), y[:1].expand(16, 9)):
+        got = probe_ops.peek(t)
+        assert _SEEN["peek"] == (t.data_ptr(), t.stride())
+        assert got.device == t.device and torch.equal(got.cpu(), t.cpu() * 2)
+    assert torch.equal(probe_ops.peek(y).cpu(), cpu * 3 * 2)
+    # an op that writes an argument gets a copy, written back
+    z = y.clone()
+    probe_ops.poke(z)
+    assert _SEEN["poke"][0] != z.data_ptr()
+    assert torch.equal(z.cpu(), cpu * 3 + 1)
+
+
+def test_while_the_profiler_traces_the_device_the_fallbacks_inputs_are_copies_on_the_stream(at, probe_ops):
+    from torch.profiler import ProfilerActivity, profile
+    _, dev = _pair(16, 9)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        probe_ops.peek(dev)
+    assert _SEEN["peek"][0] != dev.data_ptr()
+    assert [e.name for e in prof.events() if e.name == "copy_async"] == ["copy_async"] * 2
+
+
+def test_the_host_kernels_of_an_optimizers_ops_write_the_device_output_where_it_is(at):
+    # addcmul, addcdiv, lerp and sqrt run the CPU's kernel (the table's would round differently); on
+    # a device whose memory is host memory, its out= form writes the device output in place (before:
+    # a host result, then a copy of it to the device, for each parameter's each op in Adam's step)
+    from torch.profiler import ProfilerActivity, profile
+    (x, xd), (a, ad) = _pair(16, 9), _pair(16, 9, seed=1)
+    sq, sqd = x * x, xd * xd
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        xd.addcmul_(ad, ad, value=0.5)
+        rd = sqd.sqrt()
+        ld = xd.lerp(ad, 0.3)
+        xd.addcdiv_(ad, rd, value=-2)
+    assert [e.name for e in prof.events() if e.name in ("aten::copy_", "aten::_copy_from")] == []
+    x.addcmul_(a, a, value=0.5)
+    r = sq.sqrt()
+    lerped = x.lerp(a, 0.3)
+    x.addcdiv_(a, r, value=-2)
+    for got, want in ((xd, x), (rd, r), (ld, lerped)):
+        assert torch.equal(got.cpu(), want)
+
+
 # ---- silu's and mish's gradients: the CPU kernels, not their decompositions ---------------------
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
