@@ -27,6 +27,7 @@ FAST_LAUNCHES = {
     "test_collectives_api.py::test_init_twice_in_one_job",
     "test_collectives_api.py::test_a_terminated_launcher_stops_its_ranks",
     "test_collectives_api.py::test_launch_a_module",
+    "test_collectives_api.py::test_ranks_stopped_while_a_communicator_is_made_leave_no_segment",
     "test_faults.py::test_a_second_ctrl_c_kills_ranks_that_trap_sigterm",
     "test_faults.py::test_a_killed_launcher_leaves_no_rank",
     "test_mpi.py::test_uneven_hosts_fall_back_to_flat_mpi",

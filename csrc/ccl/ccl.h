@@ -138,6 +138,10 @@ typedef int (*ccl_ipc_close_fn)(void *ptr);
  * ccl_init_error() says why. */
 CCL_EXPORT int ccl_comm_init(const char *id, int rank, int nranks, double timeout_s, ccl_comm **out);
 CCL_EXPORT const char *ccl_init_error(void);    /* the calling thread's last init failure */
+/* Unlink this user's segments whose creator (rank 0) is gone: those of a job whose ranks were all
+ * stopped while the communicator was being made, before the last rank joined and unlinked the name.
+ * A launcher calls it once its ranks have exited. Returns how many it unlinked. */
+CCL_EXPORT int ccl_sweep_segments(void);
 /* Detach and free (never blocks on peers). Mappings made through the IPC mapper are closed. */
 CCL_EXPORT int ccl_comm_destroy(ccl_comm *comm);
 CCL_EXPORT int ccl_comm_rank(const ccl_comm *comm);

@@ -1,5 +1,7 @@
 #include "internal.h"
 
+#include <dirent.h>
+
 /* ========================================================================== */
 /* communicator setup                                                          */
 /* ========================================================================== */
@@ -203,6 +205,41 @@ int ccl_comm_init(const char *id, int rank, int nranks, double timeout_s, ccl_co
     }
     *out = c;
     return CCL_OK;
+}
+
+int ccl_sweep_segments(void)
+{
+    char prefix[64];
+    int plen = snprintf(prefix, sizeof prefix, "anychip-ccl-%d-", (int)getuid());
+    DIR *dir = opendir("/dev/shm");
+    if (!dir)
+        return 0;
+    int swept = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
+            continue;
+        char name[NAME_MAX + 2];
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        struct stat st;
+        hdr_t *h = MAP_FAILED;
+        if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(hdr_t))
+            h = mmap(NULL, sizeof(hdr_t), PROT_READ, MAP_SHARED, fd, 0);
+        close(fd);
+        if (h == MAP_FAILED)
+            continue;          /* being made (not yet its size): its creator is at work */
+        uint64_t t;
+        char state;
+        if (atomic_load(&h->magic) == MAGIC && h->creator_pid > 0 &&
+            (proc_state(h->creator_pid, &t, &state) != 0 || state == 'Z' || state == 'X'))
+            swept += shm_unlink(name) == 0;
+        munmap(h, sizeof(hdr_t));
+    }
+    closedir(dir);
+    return swept;
 }
 
 int ccl_comm_destroy(ccl_comm *c)

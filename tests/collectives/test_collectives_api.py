@@ -379,6 +379,41 @@ def test_a_terminated_launcher_stops_its_ranks(tmp_path) -> None:
             os.kill(pid, 0)
 
 
+def test_ranks_stopped_while_a_communicator_is_made_leave_no_segment(tmp_path) -> None:
+    """Rank 0 makes a communicator's segment and waits for rank 1, which never joins; the launcher
+    is stopped. Before, the segment stayed in /dev/shm: only the last rank to join unlinks its name,
+    and rank 0 died waiting (seen when a framework conformance run was stopped at that moment)."""
+    import signal
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent("""
+        import os, signal
+        print("pid", os.getpid(), flush=True)
+        if os.environ["ANYCHIP_RANK"] == "0":
+            from anychip.collectives._engine import engine
+            ffi, lib = engine()
+            lib.ccl_comm_init(b"never-complete-" + os.environ["ANYCHIP_JOB_ID"].encode(), 0, 2, 300.0,
+                              ffi.new("ccl_comm **"))
+        signal.pause()
+    """))
+    p = subprocess.Popen([sys.executable, "-m", "anychip.cli", "launch", "-n", "2", str(prog)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = dict(p.stdout.readline().split()[::2] for _ in range(2))     # {"[r]": "pid", ...}
+        maps = f"/proc/{pids['[0]']}/maps"
+        deadline = time.monotonic() + CHILD_SECONDS
+        while not (names := {ln.rsplit("/", 1)[1].split()[0] for ln in open(maps) if "/dev/shm/anychip-ccl-" in ln}):
+            assert time.monotonic() < deadline, "rank 0 never made the segment"
+            time.sleep(0.05)
+        assert all(os.path.exists(f"/dev/shm/{n}") for n in names)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert [n for n in names if os.path.exists(f"/dev/shm/{n}")] == []
+
+
 def test_launch_a_module(tmp_path) -> None:
     (tmp_path / "ranked_mod.py").write_text("import os, sys\nprint(os.environ['ANYCHIP_RANK'], sys.argv[1:])\n")
     p = subprocess.run([sys.executable, "-m", "anychip.cli", "launch", "-n", "2", "-m", "ranked_mod", "x", "-y"],

@@ -28,6 +28,7 @@ typedef int (*ccl_ipc_open_fn)(const void *handle, void **ptr);
 typedef int (*ccl_ipc_close_fn)(void *ptr);
 int ccl_comm_init(const char *id, int rank, int nranks, double timeout_s, ccl_comm **out);
 const char *ccl_init_error(void);
+int ccl_sweep_segments(void);
 int ccl_comm_destroy(ccl_comm *comm);
 int ccl_comm_rank(const ccl_comm *comm);
 int ccl_comm_size(const ccl_comm *comm);
@@ -80,6 +81,15 @@ def engine() -> tuple[Any, Any]:
                 ffi.cdef(CDEF)
                 _engine = (ffi, dlopen(ffi, path))
     return _engine
+
+
+def sweep_segments() -> int:
+    """Unlink the segments left by jobs whose ranks were all stopped while a communicator was
+    being made (ccl_sweep_segments); how many. A launcher calls it once its ranks are gone."""
+    try:
+        return int(engine()[1].ccl_sweep_segments())
+    except CollectiveError:              # the engine is not built: it made no segment either
+        return 0
 
 
 def error_of(status: int, message: str) -> AnychipError:

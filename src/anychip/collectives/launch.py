@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO
 
+from ._engine import sweep_segments
+
 __all__ = ["launch", "add_parser", "main", "MAX_RANKS"]
 
 #: most ranks of a job: those of one communicator of the collective engine (CCL_MAX_RANKS, csrc/ccl/ccl.h),
@@ -91,6 +93,7 @@ def launch(nprocs: int, argv: Sequence[str], device: str | None = None, grace: f
         failed = 130
     finally:
         _kill(procs)                    # whatever ended the launcher, no rank outlives it
+        sweep_segments()                # ranks stopped while joining a communicator left its segment
     for t in pumps:
         t.join(timeout=5)
     return failed or 0

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..collectives._engine import sweep_segments
 from ..runtime.errors import InvalidArgumentError, UnsupportedError
 from ._stop import Stopped
 
@@ -154,7 +155,8 @@ run_paddle_launch = run_launcher
 
 
 def _stop(p: subprocess.Popen) -> tuple[str, str]:
-    """SIGTERM to a launcher, SIGKILL after 10 s or at a further interrupt; its output."""
+    """SIGTERM to a launcher, SIGKILL after 10 s or at a further interrupt; its output. Then the
+    segments of communicators its ranks were still making go (sweep_segments)."""
     p.terminate()
     try:
         return p.communicate(timeout=10)
@@ -162,6 +164,8 @@ def _stop(p: subprocess.Popen) -> tuple[str, str]:
         p.kill()
         out, err = p.communicate()
         return out or "", err or ""
+    finally:
+        sweep_segments()
 
 
 def _build_torch(backend: str, env: dict[str, str]) -> None:
