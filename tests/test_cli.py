@@ -36,6 +36,7 @@ def test_devices_honours_selection():
     assert "default" in rows[0]
 
 
+@pytest.mark.slow
 def test_devices_bad_selection_exits_non_zero():
     r = run("devices", env={"ANYCHIP_DEVICES": "cpu:banana"})
     assert r.returncode == 1
@@ -64,6 +65,7 @@ def test_devices_help_shows_the_grammar():
     assert "device types (gpu, ...) and sub-devices (0.1) of oneAPI's selector are not supported" in text
 
 
+@pytest.mark.slow
 def test_devices_json():
     r = run("devices", "--json", env={"ANYCHIP_DEVICES": "cpu:*"})
     rows = json.loads(r.stdout)
@@ -71,6 +73,7 @@ def test_devices_json():
     assert rows[0]["memory"] > 0
 
 
+@pytest.mark.slow
 def test_info_lists_variables():
     r = run("info", env={"ANYCHIP_ALLOC_CONF": "backend:native", "ANYCHIP_TYPO": "1"})
     assert r.returncode == 0, r.stderr
@@ -82,6 +85,7 @@ def test_info_lists_variables():
 
 
 @pytest.mark.parametrize("argv", [[], ["--version"]])
+@pytest.mark.slow
 def test_help_and_version(argv):
     r = run(*argv)
     assert (r.returncode, bool(r.stdout)) in ((2, True), (0, True))
@@ -119,6 +123,7 @@ def test_info_flags_invalid_variables(name, value, why):
     assert info["invalid_variables"][name].startswith(why)
 
 
+@pytest.mark.slow
 def test_info_exit_zero_when_every_variable_is_valid():
     env = {"ANYCHIP_SIM_MEMORY": "1.5G", "ANYCHIP_SIM_SPIN_US": " 30 ", "ANYCHIP_LOG_LEVEL": "debug",
            "ANYCHIP_DEVICES": "KUNLUN:*,0;cpu", "ANYCHIP_ALLOC_CONF": "max_split_size_mb:64", "ANYCHIP_SIMULATE": ""}
@@ -170,6 +175,7 @@ def test_bad_arguments_are_refused_before_anything_runs(argv, error, capsys):
     assert capsys.readouterr().err == f"anychip: error: {error}\n"
 
 
+@pytest.mark.slow
 def test_an_output_that_fails_when_written_is_an_error_not_a_traceback(tmp_path):
     r = run("conformance", "--device", "cpu", "-n", "1", "-c", "all_reduce", "-b", "8", "-e", "8", "-d", "float32",
             "-o", "sum", "--no-faults", "--iters", "1", "--warmup", "0", "--json", "/dev/full")

@@ -7,6 +7,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).parent
 
 #: what starts rank processes, written in a test or in a helper of its module that it calls
@@ -114,6 +116,7 @@ def test_one_timeout_policy():
     assert long_ones == []
 
 
+@pytest.mark.slow
 def test_serial_tests_run_alone_or_not_at_all():
     """conftest's --serial: `only` keeps the tests marked serial (ci/test -n runs them alone
     first), `skip` the others (then run on several processes); the scaffold's installs are serial."""

@@ -49,6 +49,7 @@ def test_launched_ranks_run_a_script_with_its_directory_first(tmp_path: Path, ca
     assert out == sorted(f"[{r}] {line}" for r in (0, 1) for line in (anychip.__file__, str(tmp_path), str(r)))
 
 
+@pytest.mark.slow
 def test_python_dash_m_anychip_is_the_anychip_command(tmp_path: Path):
     r = subprocess.run([sys.executable, "-m", "anychip", "--version"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=CHILD_SECONDS)

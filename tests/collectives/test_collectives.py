@@ -113,6 +113,7 @@ def test_grouped_ring_survives_a_peer_that_finished_and_left(backend: str, leave
         assert f"[{r}] PASS 2 cases" in out, out
 
 
+@pytest.mark.slow
 def test_zero_copy_mappings_are_evicted_and_remade() -> None:
     assert "PASS 140 cases" in launch(2, "hygon", "ipc_cache")
 
@@ -146,6 +147,7 @@ def _result(out: str) -> tuple[str, float, str]:
 
 
 @pytest.mark.parametrize("backend", ["cpu", "ascend"])
+@pytest.mark.slow
 def test_killed_rank_mid_all_reduce_fails_the_others_and_leaves_no_segment(backend: str) -> None:
     before = ccl_segments()
     results = _spawn(4, "kill", backend, {"ANYCHIP_COLLECTIVE_TIMEOUT": "60"})
@@ -161,6 +163,7 @@ def test_killed_rank_mid_all_reduce_fails_the_others_and_leaves_no_segment(backe
     _assert_no_segment_left(before)
 
 
+@pytest.mark.slow
 def test_timeout_raises_collective_timeout_on_every_waiting_rank() -> None:
     results = _spawn(3, "timeout", "cpu", {"ANYCHIP_COLLECTIVE_TIMEOUT": "60", "CCL_TEST_OP_TIMEOUT": "0.5"},
                      hold_last=True)
@@ -176,6 +179,7 @@ def test_timeout_raises_collective_timeout_on_every_waiting_rank() -> None:
     assert results[2][0] == 0
 
 
+@pytest.mark.slow
 def test_check_mode_reports_what_each_rank_called() -> None:
     results = _spawn(2, "check", "cpu", {"ANYCHIP_COLLECTIVE_CHECK": "1"})
     for rc, out, err in results:
@@ -186,6 +190,7 @@ def test_check_mode_reports_what_each_rank_called() -> None:
                        "all_reduce(count=10, float32, sum), rank 1 called all_reduce(count=11, float32, sum)")
 
 
+@pytest.mark.slow
 def test_send_recv_size_mismatch_fails_both_sides_at_once() -> None:
     results = _spawn(2, "p2p_mismatch", "cpu", {"ANYCHIP_COLLECTIVE_TIMEOUT": "60"})
     expect = "recv (group world): rank 0 sends 40 bytes but rank 1 expects 44 bytes"

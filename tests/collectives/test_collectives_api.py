@@ -216,6 +216,7 @@ def _run_launch(tmp_path, body: str, n: int, *extra: str) -> subprocess.Complete
                           capture_output=True, text=True, timeout=CHILD_SECONDS)
 
 
+@pytest.mark.slow
 def test_launch_prefixes_output_and_sets_the_variables(tmp_path) -> None:
     p = _run_launch(tmp_path, """
         import os, sys
@@ -228,6 +229,7 @@ def test_launch_prefixes_output_and_sets_the_variables(tmp_path) -> None:
     assert sorted(p.stderr.splitlines()) == ["[0] to stderr", "[1] to stderr", "[2] to stderr"]
 
 
+@pytest.mark.slow
 def test_launch_output_into_a_closed_pipe_drops_the_rest_quietly(tmp_path) -> None:
     """``anychip launch ... | head -1``: the ranks still finish and the launcher exits 0, silent."""
     prog = tmp_path / "prog.py"
@@ -242,6 +244,7 @@ def test_launch_output_into_a_closed_pipe_drops_the_rest_quietly(tmp_path) -> No
     assert err == ""
 
 
+@pytest.mark.slow
 def test_launch_propagates_the_first_failure_and_stops_the_others(tmp_path) -> None:
     t = time.monotonic()
     p = _run_launch(tmp_path, """
@@ -254,6 +257,7 @@ def test_launch_propagates_the_first_failure_and_stops_the_others(tmp_path) -> N
     assert time.monotonic() - t < 60
 
 
+@pytest.mark.slow
 def test_launch_reports_a_signal_as_128_plus_its_number(tmp_path) -> None:
     p = _run_launch(tmp_path, """
         import os, signal
@@ -264,6 +268,7 @@ def test_launch_reports_a_signal_as_128_plus_its_number(tmp_path) -> None:
     assert p.returncode == 137
 
 
+@pytest.mark.slow
 def test_example_allreduce_on_simulated_ascend() -> None:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     p = subprocess.run([sys.executable, "-m", "anychip.cli", "launch", "-n", "4", "--device", "ascend",
@@ -319,6 +324,7 @@ def test_repeated_group_sees_new_data_and_refuses_a_freed_buffer(comm) -> None:
     assert ref() is None
 
 
+@pytest.mark.slow
 def test_init_twice_in_one_job(tmp_path) -> None:
     p = _run_launch(tmp_path, """
         from anychip import collectives

@@ -321,6 +321,7 @@ def _plugin_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("kind", "signame"), [("segv", "SIGSEGV"), ("abort", "SIGABRT")])
+@pytest.mark.slow
 def test_plugin_check_survives_a_plugin_that_crashes(crashing, kind, signame):
     lib = crashing[kind]
     p = subprocess.run([sys.executable, "-m", "anychip.cli", "plugin", "check", lib], capture_output=True,
@@ -331,6 +332,7 @@ def test_plugin_check_survives_a_plugin_that_crashes(crashing, kind, signame):
     assert f'File "<anychip: initialising plugin library {lib}>"' in p.stderr, p.stderr
 
 
+@pytest.mark.slow
 def test_a_crashing_plugin_outside_the_selection_is_not_initialised(crashing):
     code = "import anychip; b = anychip.device('cpu:0').alloc(8); print('ok', anychip.devices())"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=CHILD_SECONDS,
@@ -347,6 +349,7 @@ def test_a_plugin_that_crashes_in_discovery_is_named(crashing):
     assert f'File "<anychip: initialising plugin library {lib}>", line 1 in <module>' in p.stderr, p.stderr
 
 
+@pytest.mark.slow
 def test_a_plugin_writing_past_its_table_is_refused(crashing):
     lib = crashing["spill"]
     p = subprocess.run([sys.executable, "-m", "anychip.cli", "plugin", "check", lib], capture_output=True,

@@ -392,6 +392,7 @@ def test_hierarchical_two_hosts_of_two_ranks() -> None:
     assert outcome(res) == [(planned(4, ["cpu", "ascend"], r), 0) for r in range(4)]
 
 
+@pytest.mark.slow
 def test_uneven_hosts_fall_back_to_flat_mpi() -> None:
     res = job([(2, {"ANYCHIP_HOSTID": "a"}), (1, {"ANYCHIP_HOSTID": "b"})],
               dict(devices="cpu", transport="mpi", parity="", halves=""))

@@ -51,6 +51,7 @@ def test_host_key_is_the_host_id_when_set(env: pytest.MonkeyPatch) -> None:
     assert host_key() == "id:rack3-node7"
 
 
+@pytest.mark.slow
 def test_mpi_transport_refuses_a_job_mpi_did_not_start(tmp_path) -> None:
     pytest.importorskip("mpi4py")
     prog = ("import anychip.collectives as c\n"

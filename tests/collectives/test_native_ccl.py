@@ -654,6 +654,7 @@ def test_the_watchdog_fails_a_stuck_nccl_op_and_aborts_the_communicator(monkeypa
     t.close()
 
 
+@pytest.mark.slow
 def test_the_watchdog_leaves_completed_ops_alone_while_works_are_waited_and_held(monkeypatch):
     """Stress: the watchdog looks every 10 ms while 600 ops are enqueued on two streams, half of
     their Works waited at once (the waiter and the watchdog settle side by side), half held

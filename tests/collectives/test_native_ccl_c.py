@@ -75,6 +75,7 @@ def built(tmp_path_factory):
 
 @pytest.mark.parametrize("nranks", [2, 4])
 @pytest.mark.parametrize("source,libname,tag", PROGRAMS, ids=[p[2] for p in PROGRAMS])
+@pytest.mark.slow
 def test_c_program_runs_ranks_exactly(built, source, libname, tag, nranks):
     before = ccl_segments()
     env = {k: v for k, v in os.environ.items()

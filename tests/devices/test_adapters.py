@@ -27,6 +27,7 @@ NATIVE = "native (all_gather, all_reduce, all_to_all, broadcast, recv, reduce, r
 
 
 @pytest.mark.parametrize("chip", sorted(ADAPTERS))
+@pytest.mark.slow
 def test_adapter_builds_from_the_shipped_sources_against_the_vendor_api(chip: str, tmp_path: Path) -> None:
     api, version = ADAPTERS[chip]
     src = sources_dir() / "adapters" / api / f"plugin_{api}.c"

@@ -171,6 +171,7 @@ def test_the_comm_timeout_rule_of_the_header(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("backend, minor, want", [("ascend", None, 5.0), ("ascend", 2, None), ("tshm", None, None)])
+@pytest.mark.slow
 def test_the_loader_gives_a_communicator_its_timeout_only_through_a_minor_3_entry(libs, plugin_path, monkeypatch,
                                                                                    backend, minor, want):
     """PluginCollectives.init_with_timeout (what the native transport calls) passes the group's
@@ -237,6 +238,7 @@ def test_device_api(libs: dict[str, Path], plugin_path, variant: str) -> None:
 
 
 @pytest.mark.parametrize("variant", ["GOOD", "MINIMAL"])
+@pytest.mark.slow
 def test_generic_device_suite_passes_on_the_plugin(libs: dict[str, Path], variant: str) -> None:
     """The backend-agnostic device tests (tests/runtime/test_device_api.py, the body every
     backend runs) on the plugin's devices, with its own entries and with the core's fallbacks."""
@@ -315,6 +317,7 @@ def test_refusals_name_the_library_and_the_reason(libs: dict[str, Path], plugin_
         assert registry.backend(name) is None
 
 
+@pytest.mark.slow
 def test_refusals_in_the_devices_command(libs: dict[str, Path]) -> None:
     env = {**os.environ, "ANYCHIP_PLUGIN_PATH": f"{libs['MAJOR2']}{os.pathsep}{libs['GOOD']}"}
     env.pop("ANYCHIP_DEVICES", None)
@@ -326,6 +329,7 @@ def test_refusals_in_the_devices_command(libs: dict[str, Path]) -> None:
     assert f"anychip: plugin library {libs['MAJOR2']} (from ANYCHIP_PLUGIN_PATH) refused: is built" in r.stderr
 
 
+@pytest.mark.slow
 def test_plugin_check_command(libs: dict[str, Path]) -> None:
     r = subprocess.run([*ANYCHIP, "plugin", "check", str(libs["CCL_SELF"])], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -418,6 +422,7 @@ def test_collectives_plugin_refusing_a_group_size_fails_every_rank(libs: dict[st
             "argument: these test collectives serve groups of one rank, not 2") in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_collectives_that_move_no_data_give_wrong_results(libs: dict[str, Path], tmp_path: Path) -> None:
     r = _launch(2, "tnoop", libs["CCL_NOOP"], ALL_REDUCE.replace("{BACKEND}", "tnoop"), tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -221,6 +221,7 @@ def test_a_table_anychip_cannot_read_is_refused_with_a_warning(load, variant: st
 
 # -- anychip plugin check ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_plugin_check_compares_every_entry_and_dtype_of_the_scaffold(scaffold_plugin: Any) -> None:
     r = subprocess.run([*ANYCHIP, "plugin", "check", scaffold_plugin.path], capture_output=True, text=True,
                        timeout=CHILD_SECONDS)
@@ -248,6 +249,7 @@ _BUT_F32 = "int8, uint8, int32, int64, float16, bfloat16, float64, bool"
      f"on the host: gemm (NULL); binary for {_BUT_F32} (not in binary_dtypes); unary for {_BUT_F32} (not in "
      f"unary_dtypes); reduce for {_BUT_F32} (not in reduce_dtypes); fill for {_BUT_F32} (not in fill_dtypes)"),
 ])
+@pytest.mark.slow
 def test_plugin_check_refuses_a_table_it_cannot_read(variant_libs: dict[str, Path], variant: str, line: str,
                                                       rc: int, host: str) -> None:
     r = subprocess.run([*ANYCHIP, "plugin", "check", str(variant_libs[variant])], capture_output=True, text=True,
@@ -272,6 +274,7 @@ def test_plugin_check_refuses_a_table_it_cannot_read(variant_libs: dict[str, Pat
                             "4611686018427387905, got 4611686018427387904"),
     ("none", None),
 ])
+@pytest.mark.slow
 def test_the_check_names_each_planted_kernel_defect(load, monkeypatch: pytest.MonkeyPatch, defect: str,
                                                     failure: str | None) -> None:
     monkeypatch.setenv("KERNEL_DEFECT", defect)          # read by the variant's init
@@ -285,6 +288,7 @@ def test_the_check_names_each_planted_kernel_defect(load, monkeypatch: pytest.Mo
     assert report.entries == ["binary", "unary", "reduce", "gemm", "fill"]
 
 
+@pytest.mark.slow
 def test_the_simulated_chips_faces_pass_the_check() -> None:
     """The simulated chips' plugin.h faces fill the table from the simulator's kernels, an
     implementation of its own: NumPy agrees with it too."""

@@ -658,6 +658,7 @@ def test_cuda_extra_works_with_only_the_driver():
     assert extras["cuda"] == ["cupy-cuda12x[ctk]>=14", "nvidia-nccl-cu12>=2.18.1,<3"]
 
 
+@pytest.mark.slow
 def test_device_api_body_on_the_stand_in(tmp_path):
     """The shared device-API tests (front end + allocator) drive this plugin end to end;
     two stand-in GPUs, so cross-device copies take the peer path."""

@@ -92,6 +92,7 @@ def _env(**extra: str) -> dict[str, str]:
 # loading and refusals
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_anychip_devices_lists_the_plugins_devices(plugins):
     p = subprocess.run([sys.executable, "-m", "anychip.cli", "devices"], capture_output=True, text=True,
                        timeout=CHILD_SECONDS, env=_env(CUSTOM_DEVICE_ROOT=plugins["good"], PDTEST_DEVICES="3"))

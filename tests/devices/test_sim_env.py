@@ -133,6 +133,7 @@ MEMORY_SYNTAX = "want bytes, or a number with a unit K, M, G or T, from 1MiB to 
     ("G", MEMORY_SYNTAX), ("100T", MEMORY_RANGE), ("1024.5G", MEMORY_RANGE), ("0", MEMORY_RANGE),
     ("1048575", MEMORY_RANGE), ("512k", MEMORY_RANGE),
 ])
+@pytest.mark.slow
 def test_bad_memory_size_warns_once_per_process_and_uses_the_default(value, why):
     out, err = run_warned(ANYCHIP_SIM_MEMORY=value)
     assert out == [[8, 16 << 30]] * 3                   # all three libraries use the default
@@ -200,6 +201,7 @@ def test_no_visible_device_leaves_the_backend_with_none():
     assert "ASCEND_RT_VISIBLE_DEVICES=\"\" is rejected: it must start with a device id" in out[1][1]
 
 
+@pytest.mark.slow
 def test_visible_devices_through_the_front_end():
     out = run_py("""
         import json, anychip, numpy as np
@@ -212,6 +214,7 @@ def test_visible_devices_through_the_front_end():
     assert out == [["ascend:0", "ascend:1"], 6, True]
 
 
+@pytest.mark.slow
 def test_device_listing_marks_simulated_devices():
     full = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_VARS)}
     full.update(PYTHONPATH=ROOT, ANYCHIP_DEVICES="ascend:0,1;kunlun:*")
@@ -224,6 +227,7 @@ def test_device_listing_marks_simulated_devices():
     assert all("simulated" in r for r in rows)
 
 
+@pytest.mark.slow
 def test_fork_child_starts_with_fresh_devices():
     out = run_py("""
         import json, os

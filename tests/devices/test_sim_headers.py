@@ -135,6 +135,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("backend", sorted(PROGRAMS))
+@pytest.mark.slow
 def test_cflags_build_a_program_written_for_the_vendor_api(tmp_path, backend):
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
@@ -156,6 +157,7 @@ def test_cflags_build_a_program_written_for_the_vendor_api(tmp_path, backend):
     assert run.stdout.strip() == EXPECTED[backend]
 
 
+@pytest.mark.slow
 def test_cflags_of_a_backend_without_a_c_api():
     out = _cli("info", "--cflags", "cuda")
     assert out.returncode == 1
@@ -171,6 +173,7 @@ COLLECTIVE_PROGRAMS = {"ascend": ("hccl_v.c", "hccl v", ("-lascendcl", "-lhccl")
 
 
 @pytest.mark.parametrize("backend", sorted(COLLECTIVE_PROGRAMS))
+@pytest.mark.slow
 def test_cflags_link_a_collective_program_by_the_vendor_library_names(tmp_path, backend):
     gcc, readelf = shutil.which("gcc") or shutil.which("cc"), shutil.which("readelf")
     if gcc is None or readelf is None:

@@ -50,6 +50,7 @@ CHILD = """
 
 
 @pytest.mark.parametrize("name", sorted(PLUGINS))
+@pytest.mark.slow
 def test_another_process_maps_the_allocation(name):
     cls = PLUGINS[name]
     p = cls()

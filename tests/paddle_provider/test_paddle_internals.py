@@ -60,6 +60,7 @@ def test_the_wheel_ships_the_headers_the_check_needs() -> None:
         assert (inc / header).is_file(), f"{header} is not in {inc}"
 
 
+@pytest.mark.slow
 def test_the_bridge_looks_up_the_symbol_the_headers_declare(tmp_path: Path) -> None:
     # taking the member template's address makes the compiler name the instantiation exactly as
     # libphi_core.so exports it; the object's undefined symbol is that name
@@ -82,6 +83,7 @@ def test_libphi_core_exports_the_symbol() -> None:
     assert re.search(rf"\s[TW]\s{re.escape(_bridge_symbol())}$", nm, re.M), f"{libs[0]} does not export it"
 
 
+@pytest.mark.slow
 def test_a_tensor_ref_is_its_dense_tensor_pointer(tmp_path: Path) -> None:
     done = _compile(tmp_path, """
 #include "paddle/phi/common/tensor_ref.h"
@@ -117,6 +119,7 @@ def _enforce_symbols() -> list[str]:
     return names
 
 
+@pytest.mark.slow
 def test_the_bridge_builds_enforce_not_met_by_the_names_the_headers_give(tmp_path: Path) -> None:
     # throwing one makes the compiler emit (weakly) the inline constructor, the destructor and the
     # type_info under the names libphi_core.so exports them by
@@ -134,6 +137,7 @@ void raise_it(const common::ErrorSummary &s) { throw common::enforce::EnforceNot
     assert [n for n in _enforce_symbols() if not re.search(rf"\s[TWV]\s{re.escape(n)}$", exported, re.M)] == []
 
 
+@pytest.mark.slow
 def test_error_summary_and_enforce_not_met_have_the_layout_the_bridge_uses(tmp_path: Path) -> None:
     """kernels_throw.cc lays out common::ErrorSummary as {int code; std::string msg;}, uses the code
     PRECONDITION_NOT_MET = 6 and allocates 512 bytes for an EnforceNotMet."""

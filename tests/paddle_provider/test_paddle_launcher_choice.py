@@ -52,6 +52,7 @@ def paddle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_the_launcher_runs_on_the_plugins_chip(paddle_dir: Path, tmp_path: Path) -> None:
     prog = tmp_path / "prog.py"
     prog.write_text(PROG)
@@ -67,6 +68,7 @@ def test_the_launcher_runs_on_the_plugins_chip(paddle_dir: Path, tmp_path: Path)
                 "(ANYCHIP_PADDLE=ascend, kunlun or hygon registers one)") in log
 
 
+@pytest.mark.slow
 def test_anychip_paddle_still_names_a_simulated_chip(paddle_dir: Path) -> None:
     code = "import paddle; print(sorted(paddle.device.get_all_custom_device_type()))"
     for extra, want in (({}, "['anychip_vchip']"), ({"ANYCHIP_PADDLE": "none"}, "['anychip_vchip']"),
@@ -80,6 +82,7 @@ def test_anychip_paddle_still_names_a_simulated_chip(paddle_dir: Path) -> None:
     assert (st["chip"], st["device_type"]) == ("hygon", "anychip_hygon")
 
 
+@pytest.mark.slow
 def test_a_bridge_whose_plugin_is_gone_says_so(paddle_dir: Path, tmp_path: Path) -> None:
     """After `pip uninstall` the bridge stays in Paddle's directory: it registers nothing and says why."""
     lib = tmp_path / "libvchip.so"

@@ -257,6 +257,7 @@ def _single(device: str, env: dict[str, str]) -> dict:
 
 
 @pytest.mark.parametrize("chip", ["ascend", "kunlun", "hygon", "scaffolded", "tableless"])
+@pytest.mark.slow
 def test_one_process(chip: str, request: pytest.FixtureRequest) -> None:
     if chip == "scaffolded":
         env, device = _env(request.getfixturevalue("scaffolded")), "anychip_mychip:0"
@@ -328,6 +329,7 @@ def test_static_program_runs_on_the_devices_kernels(chip: str, request: pytest.F
 
 
 @pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+@pytest.mark.slow
 def test_static_step_copies_its_fallbacks_results_without_staging(chip: str, request: pytest.FixtureRequest) -> None:
     """A to_static training step whose `pow` and `pow_grad` take Paddle's CPU fallback, 5 times: the loss
     and the gradient are NumPy's exact values every time, the gradient of the value used twice is the
@@ -352,6 +354,7 @@ def test_static_step_copies_its_fallbacks_results_without_staging(chip: str, req
 
 
 @pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+@pytest.mark.slow
 def test_layer_norm_runs_on_the_device_with_cpus_values(chip: str, request: pytest.FixtureRequest) -> None:
     """layer_norm and layer_norm_grad on the device's kernels (before: Paddle's CPU fallback, whose
     inputs are copied to the host and its results back): for 8 shapes and begin_norm_axis values, each
@@ -398,6 +401,7 @@ def _chip_env(chip: str, request: pytest.FixtureRequest, **extra: str) -> tuple[
 
 
 @pytest.mark.parametrize("chip", ["ascend", "scaffolded", "tableless"])
+@pytest.mark.slow
 def test_strided_views_in_default_eager_mode(chip: str, request: pytest.FixtureRequest) -> None:
     """Paddle 3.x's stride kernels (on by default) make slices and transposes views and ask the
     device for `contiguous`, `strided_copy` and `fill`, which have no CPU fallback: every view of
@@ -419,6 +423,7 @@ def test_strided_views_in_default_eager_mode(chip: str, request: pytest.FixtureR
 
 
 @pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+@pytest.mark.slow
 def test_transpose_runs_on_the_device_in_static_programs(chip: str, request: pytest.FixtureRequest) -> None:
     """In a to_static program a transpose is a real op (not a view): `transpose` and
     `transpose_grad` run on the device's kernels (before, Paddle's CPU fallback: a copy to the
@@ -436,6 +441,7 @@ def test_transpose_runs_on_the_device_in_static_programs(chip: str, request: pyt
 
 
 @pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+@pytest.mark.slow
 def test_binary_grads_match_cpu_for_every_broadcast_pattern(chip: str, request: pytest.FixtureRequest) -> None:
     """add, subtract, multiply, divide, maximum and minimum, forward and both gradients, for 35
     broadcast patterns from 1-D to 3-D (either operand broadcast along each dimension, both, a
@@ -450,6 +456,7 @@ def test_binary_grads_match_cpu_for_every_broadcast_pattern(chip: str, request: 
 
 
 @pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+@pytest.mark.slow
 def test_static_programs_train_with_every_optimizer(chip: str, request: pytest.FixtureRequest) -> None:
     """paddle.static programs minimizing a linear model's loss with Adam, Momentum (plain, and
     Nesterov with L2 decay), AdamW and SGD, 4 steps with the fallback off (every op, the update
@@ -466,6 +473,7 @@ def test_static_programs_train_with_every_optimizer(chip: str, request: pytest.F
 
 
 @pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+@pytest.mark.slow
 def test_amp_float16_with_grad_scaler(chip: str, request: pytest.FixtureRequest) -> None:
     """AMP O1 (SGD, AdamW) and O2 (float16 parameters, float32 master weights: SGD, Momentum, Adam,
     AdamW) with a GradScaler, 4 steps of an MLP: check_finite_and_unscale, update_loss_scaling and the
@@ -500,6 +508,7 @@ def _ordering(chip: str, case: str, runs: int, request: pytest.FixtureRequest) -
 
 
 @pytest.mark.parametrize("case", ["pow", "transposed"])
+@pytest.mark.slow
 def test_static_programs_with_the_fallback_are_race_free(case: str, request: pytest.FixtureRequest) -> None:
     """to_static programs whose fallback ops make the executor copy on its own streams, 40 times
     each, every value against NumPy's (before the bridge staged H2D sources and ordered its
@@ -509,12 +518,14 @@ def test_static_programs_with_the_fallback_are_race_free(case: str, request: pyt
 
 
 @pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+@pytest.mark.slow
 def test_empty_cache_right_after_queued_work(chip: str, request: pytest.FixtureRequest) -> None:
     """A tensor filled on the device, freed, the cache emptied at once, then the next op, 20
     times: every value right (the free waits for the queued fill)."""
     assert _ordering(chip, "empty_cache", 20, request)["bad"] == []
 
 
+@pytest.mark.slow
 def test_transformer_lm_trained_with_to_static_matches_cpu(request: pytest.FixtureRequest) -> None:
     """A 2-layer TransformerEncoder LM trained 4 steps with to_static (the fallback on), 10 times
     afresh: the losses are Paddle-CPU's within 1e-5 every time (before: 0.15 % to 2.3 % off in
@@ -523,6 +534,7 @@ def test_transformer_lm_trained_with_to_static_matches_cpu(request: pytest.Fixtu
     assert report["bad"] == [] and report["worst"] <= 1e-5
 
 
+@pytest.mark.slow
 def test_kernels_can_be_left_unregistered() -> None:
     """ANYCHIP_PADDLE_KERNELS=0: the bridge registers no kernels, so without the fallback an op is
     Paddle's "not registered" error, and with it the op runs through Paddle's CPU kernel."""
@@ -536,6 +548,7 @@ def test_kernels_can_be_left_unregistered() -> None:
     assert r.returncode == 0 and "[2.0, 2.0] ['anychip_ascend']" in r.stdout, r.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_kernel_that_cannot_run_is_a_python_error() -> None:
     """A device kernel that refuses (AdamW's amsgrad) raises Paddle's own exception type, which Paddle
     turns into the op's RuntimeError with the kernel's message; the process goes on."""
@@ -551,6 +564,7 @@ def test_a_kernel_that_cannot_run_is_a_python_error() -> None:
     assert "AFTER [2.0, 2.0, 2.0, 2.0]" in r.stdout
 
 
+@pytest.mark.slow
 def test_phi_capi_mirror_matches_the_wheels_headers(tmp_path: Path) -> None:
     """The bridge's phi_capi.h (paddle/ of anychip's sources): every function has the type Paddle's
     headers declare, and the enum values are Paddle's."""
@@ -590,6 +604,7 @@ def test_phi_capi_mirror_matches_the_wheels_headers(tmp_path: Path) -> None:
     assert a == b and a[:2] == ["1", "2"]
 
 
+@pytest.mark.slow
 def test_anychip_paddle_picks_one_simulated_chip() -> None:
     code = "import paddle; print(sorted(paddle.device.get_all_custom_device_type()))"
     for value, want in ((None, "['anychip_ascend']"), ("hygon", "['anychip_hygon']"), ("none", "[]")):
@@ -670,6 +685,7 @@ def test_info_lists_the_kernels_each_device_type_registers(scaffolded: Path, tab
             f"takes Paddle's CPU fallback{paddle_provider.HOST_VIEWS}") in lines
 
 
+@pytest.mark.slow
 def test_a_plugin_without_the_kernel_table_registers_no_kernels(tableless: Path) -> None:
     """Without the fallback an op on the tableless plugin's device type is Paddle's "not registered"
     error (with it, test_one_process[tableless] trains through Paddle's CPU kernels)."""
@@ -971,6 +987,7 @@ def test_collective_timeout_is_a_paddle_error_naming_the_rank(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+@pytest.mark.slow
 def test_profiler_shows_the_devices_kernels_and_copies(chip: str, request: pytest.FixtureRequest) -> None:
     """paddle.profiler with the custom-device target (the bridge's profiler_* entries; before them:
     "ProfilerInitialize is not implemented"): a profiled training step's Chrome trace lists the
@@ -1011,6 +1028,7 @@ PADDLES_OWN_FAILURES = {
 
 
 @pytest.mark.parametrize("chip", ["ascend", "scaffolded"])
+@pytest.mark.slow
 def test_paddles_custom_runtime_cases(chip: str, request: pytest.FixtureRequest) -> None:
     """What Paddle's own test/custom_runtime cases check (custom_cpu plugin, profiler, to_static),
     written for the device type with synthetic MNIST-shaped data and Paddle-CPU's values: every case
@@ -1030,6 +1048,7 @@ def test_paddles_custom_runtime_cases(chip: str, request: pytest.FixtureRequest)
         assert _result("custom_runtime.py", [device, "mix_precision"], env) == {"mix_precision": True}
 
 
+@pytest.mark.slow
 def test_process_group_custom_like_paddles_test(tmp_path: Path) -> None:
     """Paddle's process_group_xccl.py, its value checks on, for every op it lists (core.ProcessGroupCustom
     over a TCPStore, 2 ranks): every value is right after wait(); the barrier's wait() blocks the host
@@ -1053,6 +1072,7 @@ def test_process_group_custom_like_paddles_test(tmp_path: Path) -> None:
         assert len(report) == 2 + 40 + 1 + 4 + (1 if rank == 0 else 0)      # reduce: the root checks
 
 
+@pytest.mark.slow
 def test_process_mesh_works_with_the_numpy_of_the_paddle_extra() -> None:
     """pyproject's [paddle] extra pins NumPy below 2.4, with which Paddle 3.3.1's ProcessMesh fails
     (`int()` of a 1-element array, process_mesh.py:281: `TypeError: only 0-dimensional arrays can be
@@ -1078,6 +1098,7 @@ def test_process_mesh_works_with_the_numpy_of_the_paddle_extra() -> None:
     assert r.returncode == 0 and "OK ShardDataloader" in r.stdout, r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_profiler_event_mirror_matches_the_wheels_header(tmp_path: Path) -> None:
     """The trace events kernels_throw.cc builds for Paddle's collector (profiler.c) have the layout of
     the wheel's phi::DeviceTraceEvent / RuntimeTraceEvent / KernelEventInfo (paddle/phi/api/profiler/

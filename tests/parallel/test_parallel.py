@@ -299,6 +299,7 @@ def test_example_small_matches_one_device(backend: str) -> None:
     assert "[0] losses match: worst relative difference" in p.stdout
 
 
+@pytest.mark.slow
 def test_example_needs_four_ranks() -> None:
     p = _launch(2, "cpu", EXAMPLE, "--small")
     assert p.returncode == 2
@@ -318,6 +319,7 @@ def test_transformer_ops_and_gradients_across_ranks(n: int, backend: str, cases:
 
 @pytest.mark.parametrize("suite,n,backend,cases", [("megatron", 2, "cpu", 17), ("accumulate", 2, "cpu", 5),
                                                    ("zero", 2, "cpu", 15), ("zero", 2, "ascend", 15)])
+@pytest.mark.slow
 def test_collectives_derived(suite: str, n: int, backend: str, cases: int) -> None:
     # megatron: column- then row-parallel costs one all_reduce forward and one backward, and
     # sequence parallel keeps the row-wise ops local;

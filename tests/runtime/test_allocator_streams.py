@@ -179,6 +179,7 @@ SIM_MEMORY_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_whole_simulated_memory_after_cross_stream_frees():
     if "ascend:0" not in [d.name for d in anychip.devices()]:
         pytest.skip("ascend:0 is not selected")

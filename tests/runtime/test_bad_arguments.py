@@ -93,6 +93,7 @@ def test_launch_flags_are_checked_before_any_rank_starts(args, line, tmp_path):
     _refused(_cli("launch", "-n", "2", *args, str(prog)), line)
 
 
+@pytest.mark.slow
 def test_launch_of_an_unknown_backend(tmp_path):
     r = _cli("launch", "-n", "2", "--device", "no_such_chip", str(tmp_path / "p.py"))
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
@@ -100,6 +101,7 @@ def test_launch_of_an_unknown_backend(tmp_path):
         r.stderr
 
 
+@pytest.mark.slow
 def test_launch_of_a_program_that_cannot_run(tmp_path):
     r = _cli("launch", "-n", "2", "no-such-program-here")
     _refused(r, "launch: starting rank 0 of 2 (no-such-program-here) failed: [Errno 2] No such file or directory: "
@@ -117,5 +119,6 @@ def test_launch_of_a_program_that_cannot_run(tmp_path):
     (["--json", "/nonexistent/x.json"], "conformance: --json /nonexistent/x.json: the directory /nonexistent does "
                                         "not exist"),
 ])
+@pytest.mark.slow
 def test_conformance_flags_are_checked_before_the_run(args, line):
     _refused(_cli("conformance", "--device", "cpu", *args), line)

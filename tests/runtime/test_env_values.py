@@ -223,6 +223,7 @@ def test_the_launch_variables_take_good_values_and_are_checked_together(monkeypa
         env.launcher_int("PMI_SIZE")
 
 
+@pytest.mark.slow
 def test_anychip_info_flags_the_launch_variables():
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANYCHIP_")}
     env.update(ANYCHIP_RANK="-1", ANYCHIP_WORLD_SIZE="9" * 400, ANYCHIP_LOCAL_RANK="\uff10", ANYCHIP_LOCAL_SIZE="nan",

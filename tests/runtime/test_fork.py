@@ -29,6 +29,7 @@ def run(code: str, timeout: int = CHILD_SECONDS) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("name", SIM_AND_CPU)
+@pytest.mark.slow
 def test_child_of_an_allocating_parent_gets_fresh_devices(name):
     r = run(f'''
         import os, numpy as np, anychip
@@ -70,6 +71,7 @@ def test_child_of_an_allocating_parent_gets_fresh_devices(name):
 
 
 @pytest.mark.parametrize("name", SIM_AND_CPU)
+@pytest.mark.slow
 def test_parent_objects_are_refused_in_the_child(name):
     r = run(f'''
         import os, anychip

@@ -127,6 +127,7 @@ def test_unknown_device_names(clean_env):
     assert [d.name for d in anychip.devices()] == ["cpu:0"]
 
 
+@pytest.mark.slow
 def test_import_never_breaks_on_a_broken_backend(plugin_dist):
     r = run_py("import anychip; print('ok', anychip.device('cpu:0'))", plugin_dist)
     assert r.returncode == 0 and r.stdout.startswith("ok cpu:0"), r.stderr

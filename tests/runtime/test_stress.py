@@ -114,6 +114,7 @@ def stress(backend: str) -> dict:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_stress_data_and_statistics(backend):
     res = stress(backend)
     assert res["errors"] == []
@@ -122,6 +123,7 @@ def test_stress_data_and_statistics(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_stress_reserved_back_to_zero(backend):
     assert _run(CROSS_STREAM, backend) == {"reserved": 0, "segments": 0}
     res = stress(backend)

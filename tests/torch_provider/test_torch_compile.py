@@ -33,6 +33,7 @@ print(before, iface.__name__, iface.current_device(), iface.device_count() == to
 """
 
 
+@pytest.mark.slow
 def test_dynamos_device_interface_is_registered_when_dynamo_is_imported_not_before(at):
     env = {k: v for k, v in os.environ.items() if k not in ("ANYCHIP_TORCH", "ANYCHIP_LAUNCH_DEVICE")}
     done = subprocess.run([sys.executable, "-c", LAZY_PROGRAM], capture_output=True, text=True, env=env,
@@ -41,6 +42,7 @@ def test_dynamos_device_interface_is_registered_when_dynamo_is_imported_not_befo
     assert done.stdout.split()[:5] == ["False", "AnychipInterface", "0", "True", "True"]
 
 
+@pytest.mark.slow
 def test_the_device_interface_answers_as_the_device_module(at):
     from torch._dynamo.device_interface import get_interface_for_device
 
@@ -195,6 +197,7 @@ def test_inductor_runs_on_a_c_plugins_host_memory_as_on_the_cpu(scaffold_plugin)
     assert done.stdout.splitlines()[-1] == f"{scaffold_plugin.name} 0"
 
 
+@pytest.mark.slow
 def test_a_graph_on_the_second_device_allocates_there(at):
     # (before: its buffers were allocated on the current device, anychip:0: the outputs came back on
     # anychip:0 and backward refused the gradient, "expected device anychip:1 but got anychip:0")

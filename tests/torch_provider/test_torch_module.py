@@ -291,6 +291,7 @@ def _child(code: str, **env: str) -> subprocess.CompletedProcess:
                           timeout=CHILD_SECONDS, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_import_torch_binds_the_device_only_where_marked(at):
     assert os.environ["ANYCHIP_TORCH_AUTOLOAD"] == "1"        # set for this process's children
     code = "import sys, torch; print('bound', 'anychip.torch' in sys.modules, hasattr(torch, 'anychip'))"

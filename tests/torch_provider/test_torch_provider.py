@@ -33,6 +33,7 @@ def test_the_extension_builds_into_the_cache_and_binds_the_ascend(at):
     assert torch.anychip is at
 
 
+@pytest.mark.slow
 def test_a_second_environment_with_the_same_torch_loads_the_cached_build(at, tmp_path):
     """The build is keyed by the torch version and the sources, not by where they are installed:
     torch and anychip imported through other paths (as a second virtual environment has them)
@@ -86,6 +87,7 @@ def test_each_source_is_one_compile_and_the_key_covers_every_source(tmp_path, mo
         key = changed
 
 
+@pytest.mark.slow
 def test_a_failing_compile_says_which_command_failed_and_leaves_no_build(tmp_path):
     env = {**os.environ, "CXX": "/bin/false", "ANYCHIP_TORCH_CACHE": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", "import anychip.torch"], capture_output=True, text=True, env=env,
@@ -454,6 +456,7 @@ KERNELS_PROGRAM = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("setting", ["all", "0", "c plugin"])
+@pytest.mark.slow
 def test_the_kernel_table_setting_and_a_c_plugins_table(setting, scaffold_plugin):
     """ANYCHIP_TORCH_KERNELS=all adds mm and float sums (close to the CPU's, rounded in the chip's
     order), =0 turns the table off; a C plugin's table (the scaffold's loops) serves as the
@@ -548,6 +551,7 @@ def test_the_other_simulated_chips_serve_the_device(chip):
     assert done.stdout.split("\n")[-2] == f"{chip} {chip}:1 [0.0, 6.0, 2.0, 8.0, 4.0, 10.0]"
 
 
+@pytest.mark.slow
 def test_a_bad_kernel_setting_is_refused_naming_the_choices():
     env = {**os.environ, "ANYCHIP_TORCH_KERNELS": "fast"}
     done = subprocess.run([sys.executable, "-c", "import anychip.torch"], capture_output=True, text=True, env=env,
@@ -557,6 +561,7 @@ def test_a_bad_kernel_setting_is_refused_naming_the_choices():
            "all" in done.stderr
 
 
+@pytest.mark.slow
 def test_an_unknown_backend_is_refused_naming_the_choices():
     env = {**os.environ, "ANYCHIP_TORCH": "nosuchchip"}
     done = subprocess.run([sys.executable, "-c", "import anychip.torch"], capture_output=True, text=True, env=env,
@@ -567,6 +572,7 @@ def test_an_unknown_backend_is_refused_naming_the_choices():
     assert sys.executable
 
 
+@pytest.mark.slow
 def test_simulated_chips_with_no_devices_are_named_as_such():
     """ANYCHIP_SIM_DEVICES=0: the simulated chips are built but have no device; the error says so
     (it said they "need anychip's built simulator libraries")."""
