@@ -67,11 +67,15 @@ static int open_segment(ccl_comm *c, const char *name, uint64_t deadline)
         int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
         if (fd < 0)
             return init_fail(c, CCL_E_SYSTEM, "shm_open(%s) failed: %s", name, strerror(errno));
-        if (ftruncate(fd, (off_t)want) != 0) {
+        /* the header is written before the segment has its size: a segment of a header's size or
+         * more names its creator (ccl_sweep_segments), and a joiner takes it only once it is whole */
+        hdr_t head = {.nranks = c->nranks, .creator_pid = getpid(), .small = c->small, .chunk = c->chunk,
+                      .chan = c->chan, .total = want, .magic = MAGIC};
+        if (pwrite(fd, &head, sizeof head, 0) != (ssize_t)sizeof head || ftruncate(fd, (off_t)want) != 0) {
             int e = errno;
             close(fd);
             shm_unlink(name);
-            return init_fail(c, CCL_E_SYSTEM, "ftruncate of %s to %zu bytes failed: %s", name, want, strerror(e));
+            return init_fail(c, CCL_E_SYSTEM, "sizing %s to %zu bytes failed: %s", name, want, strerror(e));
         }
         c->map = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         close(fd);
@@ -81,14 +85,6 @@ static int open_segment(ccl_comm *c, const char *name, uint64_t deadline)
             return init_fail(c, CCL_E_SYSTEM, "mmap of %zu bytes failed: %s", want, strerror(errno));
         }
         c->map_len = want;
-        hdr_t *h = (hdr_t *)c->map;
-        h->nranks = c->nranks;
-        h->creator_pid = getpid();
-        h->small = c->small;
-        h->chunk = c->chunk;
-        h->chan = c->chan;
-        h->total = want;
-        atomic_store(&h->magic, MAGIC);
         return CCL_OK;
     }
     for (;;) {
@@ -226,11 +222,19 @@ int ccl_sweep_segments(void)
             continue;
         struct stat st;
         hdr_t *h = MAP_FAILED;
-        if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(hdr_t))
+        if (fstat(fd, &st) != 0) {
+            close(fd);
+            continue;
+        }
+        if ((size_t)st.st_size >= sizeof(hdr_t))
             h = mmap(NULL, sizeof(hdr_t), PROT_READ, MAP_SHARED, fd, 0);
         close(fd);
-        if (h == MAP_FAILED)
-            continue;          /* being made (not yet its size): its creator is at work */
+        if (h == MAP_FAILED) {
+            /* no header yet: its creator is between shm_open and pwrite, or died there a while ago */
+            if ((size_t)st.st_size < sizeof(hdr_t) && time(NULL) - st.st_mtime > 10)
+                swept += shm_unlink(name) == 0;
+            continue;
+        }
         uint64_t t;
         char state;
         if (atomic_load(&h->magic) == MAGIC && h->creator_pid > 0 &&
