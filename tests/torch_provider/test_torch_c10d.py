@@ -232,7 +232,7 @@ def test_a_killed_rank_fails_the_survivors_op_naming_it(direct):
     assert re.search(r"missing rank 1 \(pid \d+ died\)", line), line
     future = next(ln for ln in r0.stdout.splitlines() if ln.startswith("FUTURE"))
     assert future == "FUTURE DistBackendError: " + line.removeprefix("ERROR DistBackendError: "), future
-    assert ccl_segments() - before == set()
+    assert leaked_segments(before) == set()
 
 
 @pytest.mark.parametrize("direct", ["0", "1"])
@@ -244,7 +244,7 @@ def test_a_rank_that_never_joins_is_a_timeout_naming_it(direct):
     line = next(ln for ln in r0.stdout.splitlines() if ln.startswith("ERROR"))
     assert "timed out after 2.0 s on rank 0: waiting for rank 1" in line, line
     assert r1.returncode == 0
-    assert ccl_segments() - before == set()
+    assert leaked_segments(before) == set()
     assert sys.executable
 
 
@@ -292,7 +292,7 @@ def test_an_aborted_group_fails_its_pending_op_at_once(direct):
     assert lines["AFTER"] == "AFTER completed=True failed=True quick=True"
     assert lines["FUTURE"] == "FUTURE DistBackendError: " + lines["ABORTED"].removeprefix("ABORTED DistBackendError: ")
     assert r1.returncode == 0
-    assert ccl_segments() - before == set()
+    assert leaked_segments(before) == set()
 
 
 @pytest.mark.slow
@@ -324,4 +324,4 @@ def test_work_wait_timeout_raises_naming_the_op_and_leaves_it_pending(direct):
                         lines["WAIT"]), lines
     assert lines["PENDING"] == "PENDING completed=False exception=None future_done=False"
     assert lines["DONE"] == "DONE completed=True exception=None value=4.0 future=4.0"
-    assert ccl_segments() - before == set()
+    assert leaked_segments(before) == set()
