@@ -147,6 +147,40 @@ def test_fork_while_another_thread_allocates(name):
     assert r.stdout.strip() == "bad []"
 
 
+
+CHIPS = [n for n in ("ascend:0", "kunlun:0", "hygon:0") if n in SIM_AND_CPU]
+
+
+@pytest.mark.parametrize("name", CHIPS)
+def test_fork_while_another_thread_parses_a_c_type(name):
+    # cffi holds its FFI's lock while it parses a C type named for the first time, as a
+    # thread does at its first allocation; a child forked then must not wait for that lock
+    r = run(f'''
+        import os, signal, threading, anychip
+        d = anychip.device({name!r})
+        ffi = d.plugin.ffi
+        held, release = threading.Event(), threading.Event()
+        def parsing():
+            with ffi._lock:
+                held.set()
+                release.wait()
+        t = threading.Thread(target=parsing)
+        t.start()
+        held.wait()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(10)
+            b = d.alloc(2048)                 # the child's first C types: parsed under the lock
+            b.memset(3)
+            os._exit(0 if b.to_numpy().sum() == 3 * 2048 else 3)
+        _, status = os.waitpid(pid, 0)
+        release.set()
+        t.join()
+        print("status", status)
+    ''')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "status 0"
+
 SCENARIO_POOL = """
 import multiprocessing as mp, numpy as np, anychip
 

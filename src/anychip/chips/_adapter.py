@@ -36,7 +36,7 @@ import threading
 import weakref
 from typing import Any, ClassVar
 
-from ..runtime._libs import dlopen, find_library
+from ..runtime._libs import dlopen, find_library, new_ffi
 from ..runtime.env import simulate
 from ..runtime.errors import DeviceError, PluginError, UnsupportedError
 from ..runtime.status import StatusCodes
@@ -91,8 +91,7 @@ def _sim_controls() -> Any:
     global _sim_ffi
     with _sim_ffi_lock:
         if _sim_ffi is None:
-            import cffi  # type: ignore[import-untyped]
-            ffi = cffi.FFI()
+            ffi = new_ffi()
             ffi.cdef(cdef_of("anychip/sim.h"))
             _sim_ffi = ffi
         return _sim_ffi

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._data import plugin_header
-from ..runtime._libs import copy_pointers, dlopen
+from ..runtime._libs import copy_pointers, dlopen, new_ffi
 from ..runtime.env import collective_check
 from ..runtime.errors import DeviceError, PluginError, UnsupportedError
 from ..runtime.native_ccl import NativeLibrary
@@ -85,8 +85,7 @@ def abi() -> tuple[Any, tuple[int, int]]:
     global _ffi, _abi
     with _ffi_lock:
         if _ffi is None:
-            import cffi  # type: ignore[import-untyped]
-            ffi = cffi.FFI()
+            ffi = new_ffi()
             ffi.cdef(cdef())
             consts = _header_text()[1]
             _abi = (consts["ANYCHIP_PLUGIN_API_MAJOR"], consts["ANYCHIP_PLUGIN_API_MINOR"])

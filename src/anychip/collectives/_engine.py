@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..runtime._libs import dlopen, find_library
+from ..runtime._libs import dlopen, find_library, new_ffi
 from ..runtime.errors import AnychipError, CollectiveError, CollectiveTimeout, InvalidArgumentError
 
 #: nothing public: the engine binding serves the collectives package's transports
@@ -76,8 +76,7 @@ def engine() -> tuple[Any, Any]:
                 if path is None:
                     raise CollectiveError("the collective engine libanychip_ccl is not built "
                                           "(run `pip install -e .` or `python setup.py build_ext --inplace`)")
-                import cffi  # type: ignore[import-untyped]
-                ffi = cffi.FFI()
+                ffi = new_ffi()
                 ffi.cdef(CDEF)
                 _engine = (ffi, dlopen(ffi, path))
     return _engine

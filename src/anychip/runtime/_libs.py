@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
+import threading
+import weakref
 from typing import Any
 
 _LIB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_lib")
@@ -15,6 +17,31 @@ def find_library(name: str) -> str | None:
         if os.path.exists(path):
             return path
     return None
+
+
+_ffis: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def new_ffi() -> Any:
+    """A ``cffi.FFI`` that a forked child can use.
+
+    cffi parses a C type the first time a string names it (``ffi.new("void **")``,
+    ``ffi.cast("uintptr_t", p)``) and holds the FFI's lock meanwhile. A thread of the
+    parent may be doing that at the fork; the child would then wait for the lock forever
+    at its own first parse. The child gets a fresh lock instead: a parse starts the parser
+    over, and a type enters the caches only once it is parsed."""
+    import cffi  # type: ignore[import-untyped]
+    ffi = cffi.FFI()
+    _ffis.add(ffi)
+    return ffi
+
+
+def _after_fork_in_child() -> None:
+    for ffi in list(_ffis):
+        ffi._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def dlopen(ffi: Any, path: str) -> Any:

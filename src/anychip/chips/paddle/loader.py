@@ -7,7 +7,7 @@ import os
 import threading
 from typing import Any
 
-from ...runtime._libs import dlopen
+from ...runtime._libs import dlopen, new_ffi
 from ...runtime.errors import PluginError
 from .._headers import cdef_of
 
@@ -56,8 +56,7 @@ def ffi() -> Any:
     global _ffi_obj
     with _ffi_lock:
         if _ffi_obj is None:
-            import cffi  # type: ignore[import-untyped]
-            f = cffi.FFI()
+            f = new_ffi()
             f.cdef(cdef_of(HEADER) + "void InitPlugin(struct CustomRuntimeParams *params);\n" + EXTENSION_CDEF)
             _ffi_obj = f
         return _ffi_obj
