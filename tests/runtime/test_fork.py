@@ -151,17 +151,20 @@ def test_fork_while_another_thread_allocates(name):
 CHIPS = [n for n in ("ascend:0", "kunlun:0", "hygon:0") if n in SIM_AND_CPU]
 
 
+@pytest.mark.parametrize("lock", ["ffi._lock", "cparser.lock"])
 @pytest.mark.parametrize("name", CHIPS)
-def test_fork_while_another_thread_parses_a_c_type(name):
-    # cffi holds its FFI's lock while it parses a C type named for the first time, as a
-    # thread does at its first allocation; a child forked then must not wait for that lock
+def test_fork_while_another_thread_parses_a_c_type(name, lock):
+    # cffi holds its FFI's lock and its C parser's while it parses a C type named for the
+    # first time, as a thread does at its first allocation; a child forked then must not
+    # wait for them
     r = run(f'''
         import os, signal, threading, anychip
+        from cffi import cparser
         d = anychip.device({name!r})
         ffi = d.plugin.ffi
         held, release = threading.Event(), threading.Event()
         def parsing():
-            with ffi._lock:
+            with {lock}:
                 held.set()
                 release.wait()
         t = threading.Thread(target=parsing)

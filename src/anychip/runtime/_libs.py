@@ -26,10 +26,11 @@ def new_ffi() -> Any:
     """A ``cffi.FFI`` that a forked child can use.
 
     cffi parses a C type the first time a string names it (``ffi.new("void **")``,
-    ``ffi.cast("uintptr_t", p)``) and holds the FFI's lock meanwhile. A thread of the
-    parent may be doing that at the fork; the child would then wait for the lock forever
-    at its own first parse. The child gets a fresh lock instead: a parse starts the parser
-    over, and a type enters the caches only once it is parsed."""
+    ``ffi.cast("uintptr_t", p)``) and holds two locks meanwhile: the FFI's and the one
+    its C parser shares with every FFI. A thread of the parent may be doing that at the
+    fork; the child would then wait for them forever at its own first parse. The child
+    gets fresh locks instead: a parse starts the parser over, and a type enters the
+    caches only once it is parsed."""
     import cffi  # type: ignore[import-untyped]
     ffi = cffi.FFI()
     _ffis.add(ffi)
@@ -37,6 +38,11 @@ def new_ffi() -> Any:
 
 
 def _after_fork_in_child() -> None:
+    if not _ffis:
+        return
+    from cffi import cparser  # type: ignore[import-untyped]
+    if getattr(cparser, "lock", None) is not None:
+        cparser.lock = threading.Lock()
     for ffi in list(_ffis):
         ffi._lock = threading.Lock()
 
