@@ -40,7 +40,7 @@ def new_ffi() -> Any:
 def _after_fork_in_child() -> None:
     if not _ffis:
         return
-    from cffi import cparser  # type: ignore[import-untyped]
+    from cffi import cparser
     if getattr(cparser, "lock", None) is not None:
         cparser.lock = threading.Lock()
     for ffi in list(_ffis):
