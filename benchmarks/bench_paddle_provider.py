@@ -13,9 +13,11 @@ cplugin    the same on a C plugin from `anychip plugin new` (its host-loop kerne
 lm         a 2-layer TransformerEncoder LM (vocabulary 1000, width 128, 4 heads, batch 8 x 32
            tokens) trained 20 AdamW steps, eager and with paddle.jit.to_static, on the simulated
            Ascend and on a scaffolded C plugin, each against Paddle's CPU place in the same
-           process: the losses' max relative difference and the median step time (loss read
-           back); then the same program under Paddle's launcher (1 rank, and 2 ranks with
+           process, their steps alternating: the losses' max relative difference, the median
+           step time (loss read back) and the median process CPU time a step (all threads);
+           then the same program under Paddle's launcher (1 rank, and 2 ranks with
            DataParallel, both ranks on the same batches), against Paddle's CPU place there;
+lm-plain   the lm part's plain-script runs only (no launcher), --repeat times;
 fence      the bridge's synchronous-copy fence, timed in C through the bridge's own
            entry points: a 4-byte D2H copy with nothing pending, after async work on one
            stream (the fence synchronizes it), and after a whole-device synchronize (the
@@ -201,7 +203,7 @@ def bridge_calls():                       # the bridge's counters in this proces
     return {k: fn(k.encode()) for k in COUNTED}
 
 
-def train(place, mode):
+def trainer(place, mode):             # a fresh LM on `place`; each call: one step's (loss, wall s, CPU s)
     paddle.set_device(place)
     paddle.seed(0)
     model = LM()
@@ -212,27 +214,35 @@ def train(place, mode):
         return paddle.nn.functional.cross_entropy(net(x).reshape([-1, vocab]), y.reshape([-1]))
 
     step = paddle.jit.to_static(loss_of, full_graph=True) if mode == "to_static" else loss_of
-    losses, times = [], []
-    for i in range(steps):
-        if i == 2:
-            calls = bridge_calls()
-        t0 = time.perf_counter()
+
+    def one(i):
+        paddle.set_device(place)
+        t0, c0 = time.perf_counter(), time.process_time()
         loss = step(paddle.to_tensor(data[i, :, :-1]), paddle.to_tensor(data[i, :, 1:]))
         loss.backward()
         opt.step()
         opt.clear_grad()
-        losses.append(float(loss))
-        times.append(time.perf_counter() - t0)
-    after = bridge_calls()
-    per_step = {k: (after[k] - calls[k]) / (steps - 2) for k in after} if place != "cpu" else {}
-    return np.array(losses), float(np.median(times[2:])), per_step
+        value = float(loss)
+        return value, time.perf_counter() - t0, time.process_time() - c0
+    return one
 
 
 out = {}
-for mode in modes:
-    for place in devices:
-        losses, t, per_step = train(place, mode)
-        out[f"{place} {mode}"] = {"losses": losses.tolist(), "step": t, "calls": per_step}
+for mode in modes:            # the places' steps alternate, so that the machine's load falls on each alike
+    steppers = {place: trainer(place, mode) for place in devices}
+    runs = {place: [] for place in devices}
+    for i in range(steps):
+        if i == 2:
+            calls = bridge_calls()
+        for place in devices:
+            runs[place].append(steppers[place](i))
+    after = bridge_calls()
+    per_step = {k: (after[k] - calls[k]) / (steps - 2) for k in after}
+    for place, rows in runs.items():
+        losses, times, cpu_times = zip(*rows)
+        out[f"{place} {mode}"] = {"losses": list(losses), "step": float(np.median(times[2:])),
+                                  "cpu": float(np.median(cpu_times[2:])),
+                                  "calls": per_step if place != "cpu" else {}}
 if int(os.environ.get("PADDLE_TRAINER_ID", "0")) == 0:
     print("RESULT " + json.dumps(out), flush=True)
 """
@@ -243,9 +253,10 @@ def _lm_rel(got: list[float], want: list[float]) -> float:
     return float((np.abs(g - w) / np.abs(w)).max())
 
 
-def part_lm(steps: int = 20) -> None:
-    """The Transformer LM on the simulated Ascend and a scaffolded C plugin, as a plain script and
-    under Paddle's launcher, each against Paddle's CPU place in the same process."""
+def part_lm(steps: int = 20, launcher: bool = True, repeat: int = 1) -> None:
+    """The Transformer LM on the simulated Ascend and a scaffolded C plugin, as a plain script
+    (`repeat` times) and under Paddle's launcher, each against Paddle's CPU place in the same
+    process."""
     with tempfile.TemporaryDirectory(prefix="bench-lm-") as tmp:
         plugin_root = _scaffold_bridge(tmp)
         script = Path(tmp) / "lm.py"
@@ -253,30 +264,39 @@ def part_lm(steps: int = 20) -> None:
         targets = (("anychip_ascend:0", None), ("anychip_mychip:0", plugin_root))
         print(f"\nlm: a 2-layer TransformerEncoder LM (vocabulary 1000, width 128, batch 8 x 32), {steps} AdamW "
               "steps; loss rel = the losses' max relative difference from Paddle's CPU place in the same "
-              "process; step = median ms per step (loss read back), cpu = Paddle's CPU place there")
-        print(f"{'device':<18}{'how':<22}{'mode':<11}{'loss rel':>10}{'step ms':>9}{'cpu ms':>8}{'ratio':>7}")
+              "process, the steps alternating; step = median ms per step (loss read back), cpu = Paddle's CPU "
+              "place there; CPU time = the ratio of the process CPU time a step (all threads); load = the "
+              "1-minute load average at the run's start")
+        print(f"{'device':<18}{'how':<22}{'mode':<11}{'loss rel':>10}{'step ms':>9}{'cpu ms':>8}{'ratio':>7}"
+              f"{'CPU time':>10}{'load':>6}")
         for device, root in targets:
             env = _env(**({"CUSTOM_DEVICE_ROOT": root} if root else {}))
             runs: list[tuple[str, dict]] = []
-            r = subprocess.run([sys.executable, str(script), f"{device},cpu", "eager,to_static", str(steps)],
-                               env=env, cwd=tmp, capture_output=True, text=True, check=True)
-            runs.append(("plain script", _result(r.stdout)))
-            for ranks in (1, 2):
+            loads: dict[str, float] = {}
+            for i in range(repeat):
+                how = "plain script" + (f" {i + 1}" if repeat > 1 else "")
+                loads[how] = os.getloadavg()[0]
+                r = subprocess.run([sys.executable, str(script), f"{device},cpu", "eager,to_static", str(steps)],
+                                   env=env, cwd=tmp, capture_output=True, text=True, check=True)
+                runs.append((how, _result(r.stdout)))
+            for ranks in (1, 2) if launcher else ():
                 logs = Path(tmp) / f"logs-{device}-{ranks}"
                 kind = device.split(":")[0]          # the launcher selects each rank's device
                 places = kind + (",cpu" if ranks == 1 else "")
                 subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(logs),
                                 "--devices", ",".join(str(i) for i in range(ranks)), str(script), places,
                                 "eager", str(steps)], env=env, cwd=tmp, capture_output=True, check=True)
-                runs.append((f"launcher, {ranks} rank{'s' if ranks > 1 else ''}",
-                             _result((logs / "workerlog.0").read_text())))
+                how = f"launcher, {ranks} rank{'s' if ranks > 1 else ''}"
+                loads[how] = os.getloadavg()[0]
+                runs.append((how, _result((logs / "workerlog.0").read_text())))
             cpu_plain = runs[0][1]
             device_runs = [res[k]["losses"] for _, res in runs for k in res if k.startswith("anychip")
                            and k.endswith(" eager")]
             print(f"{device:<18}the device's eager losses equal bit for bit in all {len(device_runs)} runs: "
-                  f"{all(r == device_runs[0] for r in device_runs)}; Paddle-CPU against itself (the launcher's "
-                  f"1 thread, the plain script's default threads): "
-                  f"{_lm_rel(runs[1][1]['cpu eager']['losses'], cpu_plain['cpu eager']['losses']):.2e}")
+                  f"{all(r == device_runs[0] for r in device_runs)}"
+                  + (f"; Paddle-CPU against itself (the launcher's 1 thread, the plain script's default threads): "
+                     f"{_lm_rel(runs[-2][1]['cpu eager']['losses'], cpu_plain['cpu eager']['losses']):.2e}"
+                     if launcher else ""))
             for mode in ("eager", "to_static"):
                 calls = cpu_plain[f"{device} {mode}"].get("calls")
                 if calls:
@@ -290,7 +310,8 @@ def part_lm(steps: int = 20) -> None:
                     cpu = res.get(f"cpu {mode}") or cpu_plain[f"cpu {mode}"]
                     print(f"{device:<18}{how:<22}{mode:<11}{_lm_rel(res[key]['losses'], cpu['losses']):>10.2e}"
                           f"{res[key]['step'] * 1e3:>9.1f}{cpu['step'] * 1e3:>8.1f}"
-                          f"{res[key]['step'] / cpu['step']:>7.2f}")
+                          f"{res[key]['step'] / cpu['step']:>7.2f}{res[key]['cpu'] / cpu['cpu']:>10.2f}"
+                          f"{loads[how]:>6.1f}")
 
 
 FENCE_C = r"""
@@ -485,7 +506,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", default="ops,cplugin,lm,fence,allreduce")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--repeat", type=int, default=2, help="rounds of the all_reduce jobs (the best is kept)")
+    ap.add_argument("--repeat", type=int, default=2, help="rounds of the all_reduce jobs (the best is kept); "
+                    "plain-script runs of lm-plain")
     ap.add_argument("--before", metavar="DIR", help="also time Paddle's all_reduce with the bridge in DIR "
                     "(the paddle_custom_device directory of another build), in the same rounds")
     args = ap.parse_args()
@@ -500,6 +522,8 @@ def main() -> int:
         part_cplugin()
     if "lm" in parts:
         part_lm()
+    if "lm-plain" in parts:
+        part_lm(launcher=False, repeat=args.repeat)
     if "fence" in parts:
         part_fence()
     if "allreduce" in parts:

@@ -119,22 +119,25 @@ def test_tensor_ops_run_on_the_device_through_the_table(scaffold_device: anychip
 
 
 def _gemm_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The scaffold's GEMM: each sum in double, kk ascending, rounded once to the operands' dtype."""
-    acc = np.zeros((a.shape[0], b.shape[1]), np.float64)
+    """The scaffold's GEMM: each sum adds its terms kk ascending, in float for float32 and float16
+    (in double for float64), each product and each sum rounded, then rounded to the dtype."""
+    acc_type = np.float64 if a.dtype == np.float64 else np.float32
+    acc = np.zeros((a.shape[0], b.shape[1]), acc_type)
     for kk in range(a.shape[1]):
-        acc += a[:, kk, None].astype(np.float64) * b[None, kk, :].astype(np.float64)
+        acc += a[:, kk, None].astype(acc_type) * b[None, kk, :].astype(acc_type)
     return acc.astype(a.dtype)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 def test_the_scaffolds_blocked_loops_give_the_reference_results(scaffold_device: anychip.Device,
                                                                 dtype: str) -> None:
-    """The scaffold's blocked GEMM (whole 4 x 64 blocks, four kk a pass, zero padding) and its row
-    loops (broadcast and transposed operands, column sums) give exactly the one-sum-at-a-time
-    reference: shapes with every remainder (m % 4, k % 4, n % 64), transposed operands."""
+    """The scaffold's tiled GEMM (6 x 16 float sums or 6 x 8 double sums in registers, operands
+    packed into zero-padded panels) and its row loops (broadcast and transposed operands, column
+    sums) give exactly the one-sum-at-a-time reference: shapes with every remainder (m % 6,
+    n % 16 and n % 8), transposed operands."""
     dev, rng = scaffold_device, np.random.default_rng(7)
     launches = dev.plugin.kernels.launches
-    for m, k, n in ((7, 13, 130), (4, 8, 64), (1, 1, 1), (33, 5, 200)):
+    for m, k, n in ((7, 13, 130), (6, 8, 64), (1, 1, 1), (33, 5, 200), (13, 300, 17)):
         a_np = rng.standard_normal((m, k)).astype(dtype)
         bt_np = rng.standard_normal((n, k)).astype(dtype)        # b given transposed: strides (1, k)
         a, bt = anychip.tensor(a_np, device=dev), anychip.tensor(bt_np, device=dev)
@@ -153,6 +156,51 @@ def test_the_scaffolds_blocked_loops_give_the_reference_results(scaffold_device:
     for r in range(5):
         col += x_np[r].astype(np.float64)
     np.testing.assert_array_equal(x.sum(axis=0).numpy(), col.astype(dtype))
+
+
+# every layout of a GEMM operand the kernel table allows: (storage shape, the view's slices or
+# transpose); the view is what the kernel reads, through its element strides
+_GEMM_LAYOUTS = {
+    "contiguous": lambda shape: (shape, lambda s: s),
+    "transposed": lambda shape: (shape[::-1], lambda s: s.T),
+    "sliced": lambda shape: ((2 * shape[0] + 1, 3 * shape[1] + 2), lambda s: s[1::2, 2::3]),
+    "reversed": lambda shape: (shape, lambda s: s[::-1, ::-1]),
+    "transposed, sliced": lambda shape: ((2 * shape[1], shape[0] + 3), lambda s: s[::2, 3:].T),
+    "row broadcast": lambda shape: ((1, shape[1]), lambda s: np.broadcast_to(s, shape)),
+    "column broadcast": lambda shape: ((shape[0], 1), lambda s: np.broadcast_to(s, shape)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_the_scaffolds_gemm_reads_every_layout_of_its_operands(scaffold_device: anychip.Device,
+                                                              dtype: str) -> None:
+    """gemm through the kernel table's front end with a and b in every layout plugin.h allows
+    (row and column strides: transposed, every other row and third column from an offset,
+    negative, zero): each result equals the reference summed from the view's values, and is
+    within float32's accumulation bound of NumPy's matmul."""
+    dev, rng = scaffold_device, np.random.default_rng(11)
+    front = kernels_of(dev)
+    item = np.dtype(dtype).itemsize
+    m, k, n = 9, 37, 21
+    for a_layout, b_layout in [(la, lb) for la in _GEMM_LAYOUTS for lb in _GEMM_LAYOUTS]:
+        operands = []
+        for layout, shape in ((a_layout, (m, k)), (b_layout, (k, n))):
+            storage_shape, view_of = _GEMM_LAYOUTS[layout](shape)
+            storage = rng.standard_normal(storage_shape).astype(dtype)
+            view = view_of(storage)
+            assert view.shape == shape
+            offset = (view.__array_interface__["data"][0] - storage.__array_interface__["data"][0])
+            buf = dev.alloc(storage.nbytes).copy_from(storage)
+            operands.append((np.array(view), (buf, offset, tuple(st // item for st in view.strides))))
+        (a, a_op), (b, b_op) = operands
+        out = dev.alloc(m * n * item)
+        front.gemm((out, 0), a_op, b_op, m, k, n, dtype)
+        got = out.to_numpy(dtype, (m, n))
+        what = f"{dtype}, a {a_layout}, b {b_layout}"
+        np.testing.assert_array_equal(got, _gemm_reference(a, b), err_msg=what)
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        bound = k * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+        assert np.all(np.abs(got.astype(np.float64) - exact) <= bound + np.spacing(np.abs(got))), what
 
 
 def test_a_failed_entry_is_the_plugins_device_error(scaffold_device: anychip.Device) -> None:

@@ -335,91 +335,110 @@ static void run_reduce(struct kernel_call *c) {
         }
 }
 
-/* out[i, j] = the sum over kk of a[i, kk] * b[kk, j], in double, kk ascending, rounded once.
- * a and b are first copied, as doubles, into row-major buffers padded with zeros to whole blocks
- * (any strides and float dtype, once per element; float32 loaded and stored directly); then each
- * block of GEMM_ROWS rows by GEMM_COLS columns of the output keeps its sums in the cache while b's
- * rows stream through it, four kk at a time (gemm_4x4). A chip's GEMM tiles for its own caches and
- * units; this is a reasonable host loop to start from. */
-#define GEMM_ROWS 4
-#define GEMM_COLS 64
+/* ---- GEMM --------------------------------------------------------------------------------
+ * out[i, j] = a[i, 0] * b[0, j] + a[i, 1] * b[1, j] + ... + a[i, k - 1] * b[k - 1, j], the terms
+ * added in that order in the operands' precision: float for float32, float16 and bfloat16 (whose
+ * products are exact in float), double for float64. Each product and each sum is rounded on its
+ * own (no fused multiply-add), so the bits do not depend on the tile sizes or on the machine;
+ * float16 and bfloat16 sums are then rounded to their dtype.
+ *
+ * a and b are first packed, whatever their strides (transposed operands too), into panels padded
+ * with zeros to whole tiles: a in panels of GEMM_MR rows (a[i0 .. i0 + GEMM_MR - 1, kk] side by
+ * side, kk ascending), b in panels of NR columns (b[kk, j0 .. j0 + NR - 1]). Then each tile of
+ * GEMM_MR x NR sums stays in registers while it walks its two panels: the tile's loops have fixed
+ * trip counts, so the compiler unrolls the rows and vectorizes along the columns (with AVX2, two
+ * vectors a row: 12 sums, b's two and a's value fill 15 of the 16 registers). A chip's GEMM tiles
+ * for its own units and memories instead; this is the host loop's way of doing it. */
+#define GEMM_MR 6
+#define GEMM_NR_FLOAT 16                /* 64 bytes of sums a row */
+#define GEMM_NR_DOUBLE 8
 
-/* for each of the GEMM_ROWS rows r: s[r][j] += x[r][0] * b[0][j], then + x[r][1] * b[1][j], ... four
- * terms, for j < GEMM_COLS. Each sum still adds its terms one by one, kk ascending; a pass loads
- * each sum once for four terms and each element of b once for every row, and the trip count is one
- * the compiler knows, so the loop vectorizes at -O2. */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && defined(__GLIBC__)
-/* also compiled for AVX2 (4 doubles a vector; no FMA, so each product is rounded as in the plain
- * build), picked at load time where the CPU has it (an ifunc: GCC with glibc) */
-__attribute__((target_clones("avx2", "default")))
+/* also compiled for AVX2 (no FMA: the same roundings as the plain build), picked at load time
+ * where the CPU has it (an ifunc: GCC with glibc) */
+#define HOST_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define HOST_CLONES
 #endif
-static void gemm_4x4(double sums[GEMM_ROWS][GEMM_COLS], const double *restrict pa, int64_t k,
-                     const double *restrict b, int64_t n) {
-    const double *x0 = pa, *x1 = pa + k, *x2 = pa + 2 * k, *x3 = pa + 3 * k;
-    double *restrict s0 = sums[0], *restrict s1 = sums[1], *restrict s2 = sums[2], *restrict s3 = sums[3];
-    for (int j = 0; j < GEMM_COLS; j++) {
-        double b0 = b[j], b1 = b[n + j], b2 = b[2 * n + j], b3 = b[3 * n + j];
-        double v0 = s0[j], v1 = s1[j], v2 = s2[j], v3 = s3[j];
-        v0 += x0[0] * b0; v0 += x0[1] * b1; v0 += x0[2] * b2; v0 += x0[3] * b3;
-        v1 += x1[0] * b0; v1 += x1[1] * b1; v1 += x1[2] * b2; v1 += x1[3] * b3;
-        v2 += x2[0] * b0; v2 += x2[1] * b1; v2 += x2[2] * b2; v2 += x2[3] * b3;
-        v3 += x3[0] * b0; v3 += x3[1] * b1; v3 += x3[2] * b2; v3 += x3[3] * b3;
-        s0[j] = v0; s1[j] = v1; s2[j] = v2; s3[j] = v3;
+
+/* sums[r][j] = the sum over kk < k of pa[kk * GEMM_MR + r] * pb[kk * NR + j], kk ascending */
+#define GEMM_TILE(T, NR)                                                                              \
+    HOST_CLONES static void gemm_tile_##T(int64_t k, const T *restrict pa, const T *restrict pb,      \
+                                          T sums[GEMM_MR][NR]) {                                      \
+        T acc[GEMM_MR][NR] = {{0}};                                                                   \
+        for (int64_t kk = 0; kk < k; kk++, pa += GEMM_MR, pb += NR) {                                 \
+            _Pragma("GCC unroll 8")                                                                   \
+            for (int r = 0; r < GEMM_MR; r++)                                                         \
+                for (int j = 0; j < NR; j++) acc[r][j] += pa[r] * pb[j];                              \
+        }                                                                                             \
+        memcpy(sums, acc, sizeof acc);                                                                \
+    }
+GEMM_TILE(float, GEMM_NR_FLOAT)
+GEMM_TILE(double, GEMM_NR_DOUBLE)
+
+/* packs the operand p of dtype t into panels of w lanes: its element (o, kk), at p[o * so + kk * sk],
+ * goes to panel o / w, row kk, lane o % w (a double when `wide`, else a float); dst was zeroed. A
+ * panel's row is read from w places at once, each walking its lane of p along kk, so the reads are
+ * in order both along p's rows and along its columns. */
+static void gemm_pack(void *dst, int wide, const char *p, anychip_dtype t, int64_t outer, int64_t so, int64_t k,
+                      int64_t sk, int64_t w) {
+    float *f = dst;
+    double *d = dst;
+    for (int64_t o0 = 0; o0 < outer; o0 += w) {
+        int64_t lanes = outer - o0 < w ? outer - o0 : w, to = o0 * k;      /* panel o0 / w starts there */
+        for (int64_t kk = 0; kk < k; kk++, to += w)
+            for (int64_t l = 0; l < lanes; l++) {
+                int64_t from = (o0 + l) * so + kk * sk;
+                if (t == ANYCHIP_FLOAT32) f[to + l] = ((const float *)p)[from];
+                else if (wide) d[to + l] = ((const double *)p)[from];
+                else f[to + l] = (float)float_at(p, t, from);
+            }
     }
 }
 
-/* GEMM_ROWS rows of the output from j0 on: pa holds those rows of a, pb has ldb columns (n padded
- * with zeros to whole blocks) */
-static void gemm_block(const double *pa, const double *pb, int64_t k, int64_t ldb, int64_t j0,
-                       double sums[GEMM_ROWS][GEMM_COLS]) {
-    for (int64_t r = 0; r < GEMM_ROWS; r++)
-        for (int64_t j = 0; j < GEMM_COLS; j++) sums[r][j] = 0.0;
-    int64_t kk = 0;
-    for (; kk + 4 <= k; kk += 4) gemm_4x4(sums, pa + kk, k, pb + kk * ldb + j0, ldb);
-    for (; kk < k; kk++) {
-        const double *row = pb + kk * ldb + j0;
-        for (int64_t r = 0; r < GEMM_ROWS; r++)
-            for (int64_t j = 0; j < GEMM_COLS; j++) sums[r][j] += pa[r * k + kk] * row[j];
-    }
+/* out element `at` = v, a finished sum (exact in float32 and float64; float16 and bfloat16 round) */
+static void gemm_put(struct kernel_call *c, int64_t at, double v) {
+    if (c->dtype == ANYCHIP_FLOAT32) ((float *)c->out)[at] = (float)v;
+    else if (c->dtype == ANYCHIP_FLOAT64) ((double *)c->out)[at] = v;
+    else store(c->out + at * ITEM[c->dtype], c->dtype, float_value(v));
 }
 
 static void run_gemm(struct kernel_call *c) {
-    int64_t m = c->shape[0], k = c->shape[1], n = c->shape[2], item = ITEM[c->dtype];
+    int64_t m = c->shape[0], k = c->shape[1], n = c->shape[2];
     int64_t as0 = c->a_strides[0], as1 = c->a_strides[1], bs0 = c->b_strides[0], bs1 = c->b_strides[1];
-    int64_t lda_rows = (m + GEMM_ROWS - 1) / GEMM_ROWS * GEMM_ROWS, ldb = (n + GEMM_COLS - 1) / GEMM_COLS * GEMM_COLS;
-    double *pa = calloc((size_t)(lda_rows * k + k * ldb + 1), sizeof *pa), *pb = pa + lda_rows * k;
-    double (*sums)[GEMM_COLS] = malloc(sizeof(double[GEMM_ROWS][GEMM_COLS]));
-    if (!pa || !sums) {                       /* no host memory for the buffers: one sum at a time */
+    int wide = c->dtype == ANYCHIP_FLOAT64;
+    int64_t nr = wide ? GEMM_NR_DOUBLE : GEMM_NR_FLOAT, size = wide ? 8 : 4;
+    int64_t a_rows = (m + GEMM_MR - 1) / GEMM_MR * GEMM_MR, b_cols = (n + nr - 1) / nr * nr;
+    char *pa = calloc((size_t)((a_rows + b_cols) * k + 1), (size_t)size);
+    if (!pa) {              /* no host memory for the panels: one sum at a time, the same terms in order */
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) {
-                double acc = 0.0;
-                for (int64_t kk = 0; kk < k; kk++)
-                    acc += float_at(c->a, c->dtype, i * as0 + kk * as1) * float_at(c->b, c->dtype, kk * bs0 + j * bs1);
-                store(c->out + (i * n + j) * item, c->dtype, float_value(acc));
+                double wide_sum = 0.0;
+                float sum = 0.0f;
+                for (int64_t kk = 0; kk < k; kk++) {
+                    double x = float_at(c->a, c->dtype, i * as0 + kk * as1);
+                    double y = float_at(c->b, c->dtype, kk * bs0 + j * bs1);
+                    if (wide) wide_sum += x * y;
+                    else sum += (float)x * (float)y;
+                }
+                gemm_put(c, i * n + j, wide ? wide_sum : sum);
             }
-        free(pa);
-        free(sums);
         return;
     }
-    const float *af = (const float *)c->a, *bf = (const float *)c->b;
-    int f32 = c->dtype == ANYCHIP_FLOAT32;        /* float32 loads and stores directly */
-    for (int64_t i = 0; i < m; i++)               /* the padding rows and columns stay zero */
-        for (int64_t kk = 0; kk < k; kk++)
-            pa[i * k + kk] = f32 ? af[i * as0 + kk * as1] : float_at(c->a, c->dtype, i * as0 + kk * as1);
-    for (int64_t kk = 0; kk < k; kk++)
-        for (int64_t j = 0; j < n; j++)
-            pb[kk * ldb + j] = f32 ? bf[kk * bs0 + j * bs1] : float_at(c->b, c->dtype, kk * bs0 + j * bs1);
-    for (int64_t i0 = 0; i0 < m; i0 += GEMM_ROWS)
-        for (int64_t j0 = 0; j0 < n; j0 += GEMM_COLS) {
-            gemm_block(pa + i0 * k, pb, k, ldb, j0, sums);
-            for (int64_t r = 0; r < GEMM_ROWS && i0 + r < m; r++)
-                for (int64_t j = 0; j < GEMM_COLS && j0 + j < n; j++) {
-                    if (f32) ((float *)c->out)[(i0 + r) * n + j0 + j] = (float)sums[r][j];
-                    else store(c->out + ((i0 + r) * n + j0 + j) * item, c->dtype, float_value(sums[r][j]));
-                }
+    char *pb = pa + a_rows * k * size;
+    gemm_pack(pa, wide, c->a, c->dtype, m, as0, k, as1, GEMM_MR);
+    gemm_pack(pb, wide, c->b, c->dtype, n, bs1, k, bs0, nr);
+    float sums[GEMM_MR][GEMM_NR_FLOAT];
+    double wide_sums[GEMM_MR][GEMM_NR_DOUBLE];
+    for (int64_t j0 = 0; j0 < n; j0 += nr)          /* one panel of b at a time, while a's panels pass */
+        for (int64_t i0 = 0; i0 < m; i0 += GEMM_MR) {
+            if (wide) gemm_tile_double(k, (const double *)pa + i0 * k, (const double *)pb + j0 * k, wide_sums);
+            else gemm_tile_float(k, (const float *)pa + i0 * k, (const float *)pb + j0 * k, sums);
+            for (int64_t r = 0; r < GEMM_MR && i0 + r < m; r++)
+                for (int64_t j = 0; j < nr && j0 + j < n; j++)
+                    gemm_put(c, (i0 + r) * n + j0 + j, wide ? wide_sums[r][j] : sums[r][j]);
         }
     free(pa);
-    free(sums);
 }
 
 static void run_fill(struct kernel_call *c) {
