@@ -144,6 +144,21 @@ def test_the_fallbacks_out_forms_give_the_cpus_values(at):
     assert small.shape == (8, 16) and torch.equal(small.cpu(), x.exp())
 
 
+def test_mm_writes_its_device_output_in_place(at):
+    # mm (19 of a nanoGPT step's ops) runs the CPU kernel of mm.out into a device output made first,
+    # through the fallback, which writes it where it is (before: the functional fallback, whose host
+    # result was copied to the device: aten::to, _to_copy, empty_strided, copy_ and _copy_from)
+    from torch.profiler import ProfilerActivity, profile
+    (a, ad), (b, bd) = _pair(8, 16), _pair(16, 4, seed=1)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        got = ad @ bd
+    assert [e.name for e in prof.events()] == ["aten::matmul", "aten::mm", "aten::empty", "aten::mm", "aten::_to_cpu",
+                                               "aten::resolve_conj", "aten::resolve_conj", "aten::resolve_conj",
+                                               "aten::_copy_from_and_resize"]
+    assert torch.equal(got.cpu(), a @ b)
+    assert torch.equal((ad.t() @ ad).cpu(), a.t() @ a)         # (a transposed operand, as on the CPU)
+
+
 def test_the_fallbacks_out_forms_see_an_overlap_as_the_cpu_does(at):
     # the views of one device storage share one host storage in the fallback, so the CPU kernel's
     # overlap checks see the device's overlaps: the CPU's error (before: separate copies, so a
