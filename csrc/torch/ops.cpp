@@ -924,12 +924,14 @@ at::Tensor mm(const at::Tensor &a, const at::Tensor &b)
         return out;
     }
     // where the host addresses device memory: the CPU kernel of mm.out (the one the CPU's mm runs)
-    // writes a device output made here where it is, through the fallback (not a host result copied)
+    // writes a device output made here where it is, through the fallback (not a host result copied);
+    // the fallback is called directly, so the profiler records one aten::mm, as for the CPU's mm
     if (host_addressable() && a.dim() == 2 && b.dim() == 2 && a.device() == b.device() &&
         a.scalar_type() == b.scalar_type() && a.size(1) == b.size(0)) {
         c10::DeviceGuard guard(a.device());
         at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
-        return at::mm_out(out, a, b);
+        at::native::call_fallback_fn<&cpu_fallback, at::_ops::mm_out>::call(a, b, out);
+        return out;
     }
     return at::native::call_fallback_fn<&cpu_fallback, at::_ops::mm>::call(a, b);
 }
