@@ -11,7 +11,10 @@ gpt   one process: a model on anychip:0 and the same model on the CPU (same weig
       which a loaded machine perturbs far less than the wall time. It checks that
       the two models' losses stay equal, and gives the chip's kernel-table launches per step and
       the ops that took the CPU fallback in one step (each pays a copy of its inputs to the host
-      and of its outputs back). --profile adds torch.profiler's table of the device step's ops.
+      and of its outputs back, but where the device's memory is host memory, as on the simulated
+      chips: there the CPU kernel reads its inputs and writes its out= arguments in place, and
+      only a functional result is copied back). --profile adds torch.profiler's table of the
+      device step's ops.
 ddp   2 ranks (``anychip launch``): DistributedDataParallel over the ``anychip`` c10d backend on
       the device against DistributedDataParallel over Gloo on the CPU in the same job, stepped in
       turn the same way; the median of the rounds' ratios (the slower rank's step each round).

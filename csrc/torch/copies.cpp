@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/DeviceGuard.h>
 
 #include "anychip/plugin.h"
@@ -132,18 +133,31 @@ at::Tensor download(const at::Tensor &t, int64_t lead)
 
 namespace {
 
-// a CPU tensor over the device tensor's own memory (host_addressable), with its layout and bits;
-// it keeps the device memory alive. Undefined where the memory's block does not start on the CPU
-// allocator's alignment (the CPU kernel could take another path over it than over the CPU's tensor)
-at::Tensor host_alias(const at::Tensor &t)
+// a CPU tensor over the device tensor's own memory (host_addressable), with its layout and bits.
+// Its storage is `host`: one per device storage within an op (made here when undefined), so that
+// two arguments over the same memory overlap on the host as they do on the device (the CPU kernel's
+// overlap checks see it); it keeps the device memory alive, and it is resizable, so that a CPU
+// kernel that resizes an out= argument past it writes host memory of its own (which the fallback
+// then copies back, resizing the device tensor). Undefined where the memory's block does not start
+// on the CPU allocator's alignment (the CPU kernel could take another path over it than over the
+// CPU's tensor)
+at::Tensor host_alias(const at::Tensor &t, c10::Storage &host)
 {
     constexpr uintptr_t kCpuAlignment = 64;        // c10's gAlignment: where a CPU block starts
     const c10::Storage &storage = t.storage();
     if (t.numel() == 0 || reinterpret_cast<uintptr_t>(storage.data()) % kCpuAlignment != 0)
         return {};
-    at::Tensor host = at::from_blob(t.data_ptr(), t.sizes(), t.strides(), [storage](void *) {},
-                                    t.options().device(c10::kCPU));
-    return with_bits(host, t);
+    if (!host) {
+        auto *keep = new c10::Storage(storage);
+        c10::DataPtr ptr(storage.mutable_data(), keep, [](void *ctx) { delete static_cast<c10::Storage *>(ctx); },
+                         c10::Device(c10::kCPU));
+        host = c10::Storage(c10::Storage::use_byte_size_t(), storage.nbytes(), std::move(ptr), c10::GetCPUAllocator(),
+                            /*resizable=*/true);
+    }
+    at::Tensor alias = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(host),
+                                                                c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+    alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    return with_bits(alias, t);
 }
 
 }  // namespace
@@ -154,6 +168,7 @@ std::vector<at::Tensor> download_all(const std::vector<at::Tensor> &ts, const st
     std::vector<at::Tensor> out(ts.size());
     if (may_alias && host_addressable()) {
         std::vector<std::pair<int, void *>> synced;
+        std::vector<std::pair<const c10::StorageImpl *, c10::Storage>> hosts;    // (device storage, its alias)
         for (size_t i = 0; i < ts.size(); ++i) {
             int device = dev_index(ts[i]);
             void *stream = current_stream(device);
@@ -161,7 +176,11 @@ std::vector<at::Tensor> download_all(const std::vector<at::Tensor> &ts, const st
                 sync_stream(device, stream);
                 synced.emplace_back(device, stream);
             }
-            out[i] = host_alias(ts[i]);
+            const c10::StorageImpl *impl = ts[i].storage().unsafeGetStorageImpl();
+            auto h = std::find_if(hosts.begin(), hosts.end(), [&](const auto &p) { return p.first == impl; });
+            if (h == hosts.end())
+                h = hosts.insert(hosts.end(), {impl, c10::Storage()});
+            out[i] = host_alias(ts[i], h->second);
             if (!out[i].defined())
                 out[i] = download(ts[i], leads[i]);
         }
@@ -270,6 +289,12 @@ at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blo
         return dst;
     }
     TORCH_CHECK(to_dev, "_copy_from on the anychip device got ", self.device(), " -> ", dst.device());
+    // a host view of dst's own memory (the CPU fallback's, host_addressable) that a CPU kernel wrote
+    // in place: the values are there already
+    if (host_addressable() && self.data_ptr() == dst.data_ptr() && self.dtype() == dst.dtype() &&
+        self.sizes().equals(dst.sizes()) && self.strides().equals(dst.strides()) && self.is_conj() == dst.is_conj() &&
+        self.is_neg() == dst.is_neg())
+        return dst;
     if (same_layout(self, dst)) {          // host -> device
         host_copy(dev_index(dst), dst.data_ptr(), self.data_ptr(), self.numel() * self.element_size(),
                   ANYCHIP_COPY_H2D, non_blocking);

@@ -112,8 +112,9 @@ bool dense(const at::Tensor &t);                // non-overlapping and dense
 at::Tensor download(const at::Tensor &t, int64_t lead = 0);
 // download(ts[i], leads[i]) of each tensor (each on an anychip device), the copies enqueued together
 // and waited for once per stream: one round trip for all of an op's inputs. may_alias: the caller
-// only reads the results, before it enqueues anything: where the host addresses device memory
-// (host_addressable), each is then a CPU view of the device tensor's own memory, not a copy
+// reads and writes the results on the host before it enqueues anything: where the host addresses
+// device memory (host_addressable), each is then a CPU view of the device tensor's own memory (the
+// views of one storage share one host storage), not a copy
 std::vector<at::Tensor> download_all(const std::vector<at::Tensor> &ts, const std::vector<int64_t> &leads,
                                      bool may_alias = false);
 // the host reads and writes device memory itself (plugin.h's ANYCHIP_PLUGIN_HOST_MEMORY, while the

@@ -361,9 +361,10 @@ std::optional<c10::Device> check_devices(const c10::FunctionSchema &schema, cons
 // torch's fallback returns the results to its first tensor argument's device (unless the op has
 // a device argument), which for `2 - t` or `where(cpu_scalar, t, u)` is the CPU's: they go to the
 // anychip device of the other arguments, as on CUDA.
-// set while the CPU fallback runs an op that writes none of its arguments: its inputs' host
-// copies (to_cpu) are only read, so where the host addresses device memory they are views of it
-thread_local bool t_inputs_read_only = false;
+// set while the CPU fallback runs an op: where the host addresses device memory, its arguments'
+// host tensors (to_cpu) are views of the device memory itself, which the CPU kernel reads and
+// writes in place (an out= argument, an in-place op's self), instead of copies written back
+thread_local bool t_in_fallback = false;
 
 void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
@@ -375,21 +376,18 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
                     "device: the CPU fallback would return a copy, so writes through it would be lost");
     }
     std::optional<c10::Device> device = check_devices(schema, *stack);
-    bool device_arg = false, writes = false;
-    for (size_t i = 0, begin = stack->size() - schema.arguments().size(); i < schema.arguments().size(); ++i) {
+    bool device_arg = false;
+    for (size_t i = 0, begin = stack->size() - schema.arguments().size(); i < schema.arguments().size(); ++i)
         device_arg = device_arg || (*stack)[begin + i].isDevice();
-        const c10::AliasInfo *alias = schema.arguments()[i].alias_info();
-        writes = writes || (alias && alias->isWrite());
-    }
     {
-        bool outer = std::exchange(t_inputs_read_only, !writes);
+        bool outer = std::exchange(t_in_fallback, true);
         try {
             at::native::cpu_fallback(op, stack);
         } catch (...) {
-            t_inputs_read_only = outer;
+            t_in_fallback = outer;
             throw;
         }
-        t_inputs_read_only = outer;
+        t_in_fallback = outer;
     }
     if (!device || device_arg)
         return;
@@ -435,7 +433,7 @@ std::vector<at::Tensor> to_cpu(at::TensorList tensors)
         dev.push_back(t);
         out.emplace_back();
     }
-    std::vector<at::Tensor> host = download_all(dev, leads, t_inputs_read_only);
+    std::vector<at::Tensor> host = download_all(dev, leads, t_in_fallback);
     for (size_t i = 0, k = 0; i < out.size(); ++i)
         if (tensors[i].defined() && tensors[i].device().type() == kType)
             out[i] = host[k++];
@@ -923,6 +921,16 @@ at::Tensor mm(const at::Tensor &a, const at::Tensor &b)
         launched(K_GEMM, g_kernels->gemm(device, kernel_stream(device), static_cast<anychip_dtype>(dt), a.size(0),
                                          a.size(1), b.size(1), out.data_ptr(), a.data_ptr(), a.stride(0),
                                          a.stride(1), b.data_ptr(), b.stride(0), b.stride(1)), device);
+        return out;
+    }
+    // where the host addresses device memory: the CPU kernel of mm.out (the one the CPU's mm runs)
+    // writes a device output made here where it is, through the fallback (not a host result copied);
+    // the fallback is called directly, so the profiler records one aten::mm, as for the CPU's mm
+    if (host_addressable() && a.dim() == 2 && b.dim() == 2 && a.device() == b.device() &&
+        a.scalar_type() == b.scalar_type() && a.size(1) == b.size(0)) {
+        c10::DeviceGuard guard(a.device());
+        at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+        at::native::call_fallback_fn<&cpu_fallback, at::_ops::mm_out>::call(a, b, out);
         return out;
     }
     return at::native::call_fallback_fn<&cpu_fallback, at::_ops::mm>::call(a, b);

@@ -112,11 +112,68 @@ def test_the_fallback_reads_host_memory_devices_inputs_in_place(at, probe_ops):
         assert _SEEN["peek"] == (t.data_ptr(), t.stride())
         assert got.device == t.device and torch.equal(got.cpu(), t.cpu() * 2)
     assert torch.equal(probe_ops.peek(y).cpu(), cpu * 3 * 2)
-    # an op that writes an argument gets a copy, written back
+    # an op that writes an argument writes it where it is too (before: a copy, written back)
     z = y.clone()
     probe_ops.poke(z)
-    assert _SEEN["poke"][0] != z.data_ptr()
+    assert _SEEN["poke"] == (z.data_ptr(), z.stride())
     assert torch.equal(z.cpu(), cpu * 3 + 1)
+    w = y.clone().t()
+    probe_ops.poke(w[2:])
+    assert _SEEN["poke"] == (w[2:].data_ptr(), w.stride())
+    want = (cpu * 3).t()
+    want[2:] += 1
+    assert torch.equal(w.cpu(), want)
+
+
+def test_the_fallbacks_out_forms_give_the_cpus_values(at):
+    # an op the fallback runs in its out= form (a structured op such as gelu, addmm, cat or log_softmax:
+    # torch's generic kernel makes the device output and calls out=) writes the output where it is
+    # (test_the_fallback_reads_host_memory_devices_inputs_in_place; before: the inputs and the output
+    # copied to the host, the output copied back, for each such op of a training step)
+    (x, xd), (w, wd), (b, bd) = _pair(8, 16), _pair(4, 16, seed=1), _pair(4, seed=2)
+    got = [F.gelu(xd), torch.addmm(bd, xd, wd.t()), torch.cat([xd, xd * 2]), torch.log_softmax(xd, 1)]
+    out = torch.empty(8, 16, device="anychip")
+    torch.exp(xd, out=out)
+    want = [F.gelu(x), torch.addmm(b, x, w.t()), torch.cat([x, x * 2]), torch.log_softmax(x, 1), x.exp()]
+    for g, v in zip([*got, out], want, strict=True):
+        assert torch.equal(g.cpu(), v)
+    # an out= argument the CPU kernel resizes past its memory gets host memory, copied back resized
+    small = torch.empty(3, device="anychip")
+    with pytest.warns(UserWarning, match="resized"):
+        torch.exp(xd, out=small)
+    assert small.shape == (8, 16) and torch.equal(small.cpu(), x.exp())
+
+
+def test_mm_writes_its_device_output_in_place(at):
+    # mm (19 of a nanoGPT step's ops) runs the CPU kernel of mm.out into a device output made first,
+    # through the fallback, which writes it where it is (before: the functional fallback, whose host
+    # result was copied to the device: aten::to, _to_copy, empty_strided, copy_ and _copy_from)
+    from torch.profiler import ProfilerActivity, profile
+    (a, ad), (b, bd) = _pair(8, 16), _pair(16, 4, seed=1)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        got = ad @ bd
+    assert [e.name for e in prof.events()] == ["aten::matmul", "aten::mm", "aten::empty", "aten::_to_cpu",
+                                               "aten::resolve_conj", "aten::resolve_conj", "aten::resolve_conj",
+                                               "aten::_copy_from_and_resize"]
+    assert torch.equal(got.cpu(), a @ b)
+    assert torch.equal((ad.t() @ ad).cpu(), a.t() @ a)         # (a transposed operand, as on the CPU)
+
+
+def test_the_fallbacks_out_forms_see_an_overlap_as_the_cpu_does(at):
+    # the views of one device storage share one host storage in the fallback, so the CPU kernel's
+    # overlap checks see the device's overlaps: the CPU's error (before: separate copies, so a
+    # partially overlapping out= was computed and written back without one)
+    x, xd = _pair(10)
+    with pytest.raises(RuntimeError) as cpu_err:
+        torch.exp(x[:-1], out=x[1:])
+    with pytest.raises(RuntimeError) as dev_err:
+        torch.exp(xd[:-1], out=xd[1:])
+    assert "refer to a single memory location" in str(cpu_err.value)
+    assert str(dev_err.value).splitlines()[0] == str(cpu_err.value).splitlines()[0]
+    assert torch.equal(xd.cpu(), x)
+    torch.exp(xd, out=xd)                       # (a full overlap, in place, as on the CPU)
+    x.exp_()
+    assert torch.equal(xd.cpu(), x)
 
 
 def test_while_the_profiler_traces_the_device_the_fallbacks_inputs_are_copies_on_the_stream(at, probe_ops):
