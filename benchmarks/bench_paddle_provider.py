@@ -18,6 +18,12 @@ lm         a 2-layer TransformerEncoder LM (vocabulary 1000, width 128, 4 heads,
            then the same program under Paddle's launcher (1 rank, and 2 ranks with
            DataParallel, both ranks on the same batches), against Paddle's CPU place there;
 lm-plain   the lm part's plain-script runs only (no launcher), --repeat times;
+lm-accuracy the lm part's model, eager, 20 steps, on 5 seeds (weights and batches) and with
+           ReLU (the default) or GELU in its feed-forward layers: each place's losses against
+           the same program in float64 on Paddle's CPU place (max relative difference); the
+           places: the simulated Ascend, the scaffolded plugin, and Paddle's CPU place in
+           float32 with its default threads and with OMP_NUM_THREADS=2 (MKL's SGEMM on 2
+           threads), each in a process of its own;
 fence      the bridge's synchronous-copy fence, timed in C through the bridge's own
            entry points: a 4-byte D2H copy with nothing pending, after async work on one
            stream (the fence synchronizes it), and after a whole-device synchronize (the
@@ -246,6 +252,60 @@ for mode in modes:            # the places' steps alternate, so that the machine
 if int(os.environ.get("PADDLE_TRAINER_ID", "0")) == 0:
     print("RESULT " + json.dumps(out), flush=True)
 """
+
+
+LM_ACCURACY_SCRIPT = r"""
+import json, sys, numpy as np, paddle
+places, act, seed, steps = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+vocab, d = 1000, 128
+data = np.random.default_rng(seed).integers(0, vocab, (steps, 8, 33))
+out = {}
+for place in places:
+    paddle.set_device(place.split("/")[0])
+    paddle.set_default_dtype("float64" if place.endswith("/float64") else "float32")
+    paddle.seed(seed)
+    emb = paddle.nn.Embedding(vocab, d)
+    enc = paddle.nn.TransformerEncoder(paddle.nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, activation=act), 2)
+    head = paddle.nn.Linear(d, vocab)
+    paddle.set_default_dtype("float32")
+    params = emb.parameters() + enc.parameters() + head.parameters()
+    opt = paddle.optimizer.AdamW(1e-3, parameters=params)
+    losses = []
+    for i in range(steps):
+        x, y = paddle.to_tensor(data[i, :, :-1]), paddle.to_tensor(data[i, :, 1:])
+        loss = paddle.nn.functional.cross_entropy(head(enc(emb(x))).reshape([-1, vocab]), y.reshape([-1]))
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        losses.append(float(loss))
+    out[place] = losses
+print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+def part_lm_accuracy(steps: int = 20, seeds: int = 5) -> None:
+    """The LM's losses against float64 on Paddle's CPU place, per seed and activation (lm-accuracy)."""
+    with tempfile.TemporaryDirectory(prefix="bench-lm-accuracy-") as tmp:
+        plugin_root = _scaffold_bridge(tmp)
+        script = Path(tmp) / "lm_accuracy.py"
+        script.write_text(LM_ACCURACY_SCRIPT)
+        jobs = (("anychip_ascend:0,cpu,cpu/float64", {}), ("anychip_mychip:0", {"CUSTOM_DEVICE_ROOT": plugin_root}),
+                ("cpu", {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}))
+        names = {"anychip_ascend:0": "Ascend", "anychip_mychip:0": "C plugin", "cpu": "CPU",
+                 "cpu 2 threads": "CPU, 2 threads"}
+        print(f"\nlm-accuracy: the lm part's model, eager, {steps} AdamW steps; each cell: the losses' max relative "
+              "difference from the same program in float64 on Paddle's CPU place")
+        print(f"{'activation':<12}{'seed':>5}" + "".join(f"{n:>16}" for n in names.values()))
+        for act in ("relu", "gelu"):
+            for seed in range(seeds):
+                res: dict[str, list[float]] = {}
+                for places, extra in jobs:
+                    r = subprocess.run([sys.executable, str(script), places, act, str(seed), str(steps)],
+                                       env=_env(**extra), cwd=tmp, capture_output=True, text=True, check=True)
+                    got = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))[7:])
+                    res.update({"cpu 2 threads": got["cpu"]} if extra.get("OMP_NUM_THREADS") else got)
+                want = res["cpu/float64"]
+                print(f"{act:<12}{seed:>5}" + "".join(f"{_lm_rel(res[k], want):>16.1e}" for k in names))
 
 
 def _lm_rel(got: list[float], want: list[float]) -> float:
@@ -524,6 +584,8 @@ def main() -> int:
         part_lm()
     if "lm-plain" in parts:
         part_lm(launcher=False, repeat=args.repeat)
+    if "lm-accuracy" in parts:
+        part_lm_accuracy()
     if "fence" in parts:
         part_fence()
     if "allreduce" in parts:
