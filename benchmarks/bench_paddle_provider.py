@@ -170,27 +170,32 @@ def part_cplugin() -> None:
         part_ops_and_steps("anychip_mychip:0", root)
 
 
-LM_SCRIPT = r"""
-import json, os, sys, time, numpy as np, paddle
-devices, modes, steps = sys.argv[1].split(","), sys.argv[2].split(","), int(sys.argv[3])
+#: the LM of the lm parts (its feed-forward activation an argument), shared by their scripts
+LM_MODEL = r"""
+import paddle
 vocab, d = 1000, 128
+
+
+class LM(paddle.nn.Layer):
+    def __init__(self, act="relu"):
+        super().__init__()
+        self.emb = paddle.nn.Embedding(vocab, d)
+        layer = paddle.nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, activation=act)
+        self.enc = paddle.nn.TransformerEncoder(layer, 2)
+        self.out = paddle.nn.Linear(d, vocab)
+
+    def forward(self, ids):
+        return self.out(self.enc(self.emb(ids)))
+"""
+
+LM_SCRIPT = LM_MODEL + r"""
+import json, os, sys, time, numpy as np
+devices, modes, steps = sys.argv[1].split(","), sys.argv[2].split(","), int(sys.argv[3])
 ranks = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
 if ranks > 1:
     import paddle.distributed as dist
     paddle.set_device(devices[0])
     dist.init_parallel_env()
-
-
-class LM(paddle.nn.Layer):
-    def __init__(self):
-        super().__init__()
-        self.emb = paddle.nn.Embedding(vocab, d)
-        self.enc = paddle.nn.TransformerEncoder(paddle.nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0), 2)
-        self.out = paddle.nn.Linear(d, vocab)
-
-    def forward(self, ids):
-        return self.out(self.enc(self.emb(ids)))
-
 
 data = np.random.default_rng(0).integers(0, vocab, (steps, 8, 33))
 COUNTED = ("h2d_staged", "h2d_direct", "d2h_enqueued", "d2h_direct", "sync_copy", "synchronize_stream",
@@ -254,26 +259,22 @@ if int(os.environ.get("PADDLE_TRAINER_ID", "0")) == 0:
 """
 
 
-LM_ACCURACY_SCRIPT = r"""
-import json, sys, numpy as np, paddle
+LM_ACCURACY_SCRIPT = LM_MODEL + r"""
+import json, sys, numpy as np
 places, act, seed, steps = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-vocab, d = 1000, 128
 data = np.random.default_rng(seed).integers(0, vocab, (steps, 8, 33))
 out = {}
 for place in places:
     paddle.set_device(place.split("/")[0])
     paddle.set_default_dtype("float64" if place.endswith("/float64") else "float32")
     paddle.seed(seed)
-    emb = paddle.nn.Embedding(vocab, d)
-    enc = paddle.nn.TransformerEncoder(paddle.nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, activation=act), 2)
-    head = paddle.nn.Linear(d, vocab)
+    model = LM(act)
     paddle.set_default_dtype("float32")
-    params = emb.parameters() + enc.parameters() + head.parameters()
-    opt = paddle.optimizer.AdamW(1e-3, parameters=params)
+    opt = paddle.optimizer.AdamW(1e-3, parameters=model.parameters())
     losses = []
     for i in range(steps):
         x, y = paddle.to_tensor(data[i, :, :-1]), paddle.to_tensor(data[i, :, 1:])
-        loss = paddle.nn.functional.cross_entropy(head(enc(emb(x))).reshape([-1, vocab]), y.reshape([-1]))
+        loss = paddle.nn.functional.cross_entropy(model(x).reshape([-1, vocab]), y.reshape([-1]))
         loss.backward()
         opt.step()
         opt.clear_grad()
