@@ -147,7 +147,6 @@ def test_fork_while_another_thread_allocates(name):
     assert r.stdout.strip() == "bad []"
 
 
-
 CHIPS = [n for n in ("ascend:0", "kunlun:0", "hygon:0") if n in SIM_AND_CPU]
 
 
